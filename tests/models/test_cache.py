@@ -1,0 +1,146 @@
+"""KV cache: cached decoding of any chunk sizes equals the full causal forward, and ``crop`` rolls back exactly.
+
+The oracle is ``LlamaGenGPT.forward``, which runs the whole sequence with a causal mask and no cache: every
+cached path (prefill, multi-token decode, crop then re-decode, grouped-query heads) must reproduce its logits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vgen.models.cache import KVCache
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+
+CONFIG = GPTConfig(vocab_size=48, dim=64, n_layer=2, n_head=4, num_classes=7, block_size=16)
+CLASSES = torch.tensor([3, 7])  # class 7 is the null (CFG) row
+ATOL = 1e-4  # logits reach ~10; fp32 reordering between the paths stays below 3e-5
+
+
+def make_gpt(config: GPTConfig = CONFIG, seed: int = 0) -> LlamaGenGPT:
+    """fp32 eval model with random weights everywhere (the output layer starts at zero, norms at one)."""
+    torch.manual_seed(seed)
+    model = LlamaGenGPT(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(std=0.3)
+    return model.eval()
+
+
+def random_tokens(n: int, config: GPTConfig = CONFIG, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, config.vocab_size, (len(CLASSES), n), generator=g)
+
+
+def cached_logits(model: LlamaGenGPT, tokens: torch.Tensor, chunks: list[int],
+                  cache: KVCache | None = None) -> torch.Tensor:
+    """Prefill, then decode ``tokens`` in chunks of the given sizes; logits [B, 1 + sum(chunks), V]."""
+    cache = cache or model.new_cache(len(CLASSES))
+    out = [model.prefill(CLASSES, cache)[:, None]]
+    pos = 0
+    for n in chunks:
+        out.append(model.decode(tokens[:, pos:pos + n], cache))
+        pos += n
+    assert cache.length == 1 + pos
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("chunks", [[1] * 15, [3, 1, 5, 2, 4], [15], [7, 8], [1, 1, 6, 1, 6]])
+@torch.no_grad()
+def test_prefill_then_decode_chunks_equals_full_forward(chunks: list[int]) -> None:
+    model = make_gpt()
+    tokens = random_tokens(sum(chunks))
+    full = model(CLASSES, tokens)
+    assert full.shape == (2, 1 + sum(chunks), CONFIG.vocab_size)
+    torch.testing.assert_close(cached_logits(model, tokens, chunks), full, atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
+def test_grouped_query_attention_cache_equals_full_forward() -> None:
+    config = GPTConfig(vocab_size=48, dim=64, n_layer=2, n_head=4, n_kv_head=2, num_classes=7, block_size=16)
+    model = make_gpt(config)
+    cache = model.new_cache(len(CLASSES))
+    assert cache.keys[0].shape == (2, 2, 17, 16)  # the cache stores the kv heads only
+    tokens = random_tokens(12, config)
+    torch.testing.assert_close(cached_logits(model, tokens, [4, 1, 7]), model(CLASSES, tokens), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("keep", [1, 4, 9])
+@torch.no_grad()
+def test_crop_then_redecode_equals_a_fresh_forward(keep: int) -> None:
+    """Decode draft tokens, roll back to ``keep`` cached positions, decode other tokens: no trace of the drafts."""
+    model = make_gpt()
+    prefix, drafts, replacement = random_tokens(keep - 1, seed=1), random_tokens(6, seed=2), random_tokens(5, seed=3)
+    cache = model.new_cache(len(CLASSES))
+    model.prefill(CLASSES, cache)
+    if keep > 1:
+        model.decode(prefix, cache)
+    model.decode(drafts, cache)
+    cache.crop(keep)
+    assert cache.length == keep
+    got = model.decode(replacement, cache)
+    fresh = model(CLASSES, torch.cat([prefix, replacement], dim=1))[:, keep:]
+    torch.testing.assert_close(got, fresh, atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
+def test_crop_to_zero_allows_a_new_prefill() -> None:
+    model = make_gpt()
+    cache = model.new_cache(len(CLASSES))
+    model.prefill(torch.tensor([1, 2]), cache)
+    model.decode(random_tokens(3), cache)
+    cache.crop(0)
+    tokens = random_tokens(4, seed=5)
+    torch.testing.assert_close(cached_logits(model, tokens, [4], cache), model(CLASSES, tokens), atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
+def test_decoding_past_the_end_of_the_cache_raises_and_leaves_it_intact() -> None:
+    model = make_gpt()
+    cache = model.new_cache(len(CLASSES))
+    assert cache.max_len == 1 + CONFIG.block_size
+    model.prefill(CLASSES, cache)
+    model.decode(random_tokens(14), cache)
+    with pytest.raises(ValueError, match=r"overflow: 15 cached \+ 3 new > max_len 17"):
+        model.decode(random_tokens(3), cache)
+    assert cache.length == 15
+    model.decode(random_tokens(2), cache)  # exactly full is fine
+    assert cache.length == 17
+    with pytest.raises(ValueError, match="overflow"):
+        model.decode(random_tokens(1), cache)
+
+
+@torch.no_grad()
+def test_prefill_needs_an_empty_cache() -> None:
+    model = make_gpt()
+    cache = model.new_cache(len(CLASSES))
+    model.prefill(CLASSES, cache)
+    with pytest.raises(ValueError, match="empty cache"):
+        model.prefill(CLASSES, cache)
+
+
+@pytest.mark.parametrize("length", [-1, 4])
+def test_crop_out_of_range_raises(length: int) -> None:
+    cache = KVCache(num_layers=1, batch_size=1, num_heads=1, max_len=8, head_dim=2)
+    cache.advance(3)
+    with pytest.raises(ValueError, match=f"cannot crop a cache of length 3 to {length}"):
+        cache.crop(length)
+    assert cache.length == 3
+
+
+def test_append_writes_after_the_cached_positions_and_advance_commits_them() -> None:
+    cache = KVCache(num_layers=2, batch_size=1, num_heads=1, max_len=6, head_dim=2)
+    k1, v1 = torch.ones(1, 1, 2, 2), 2 * torch.ones(1, 1, 2, 2)
+    keys, values = cache.append(0, k1, v1)
+    assert keys.shape == (1, 1, 2, 2) and torch.equal(keys, k1) and torch.equal(values, v1)
+    assert cache.length == 0  # every layer of the same pass writes the same slots
+    cache.append(1, k1, v1)
+    cache.advance(2)
+    k2 = 3 * torch.ones(1, 1, 3, 2)
+    keys, values = cache.append(0, k2, k2)
+    assert torch.equal(keys, torch.cat([k1, k2], dim=2)) and torch.equal(values, torch.cat([v1, k2], dim=2))
+    assert cache.reserve(3) == 2
+    assert cache.batch_size == 1

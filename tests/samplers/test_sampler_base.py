@@ -1,0 +1,128 @@
+"""The sampler contract: SamplingParams validation and semantics, the registry, config round-trips, stats."""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+import torch
+
+import vgen.samplers.base as base
+from vgen.samplers import (
+    ARSampler,
+    SampleOutput,
+    Sampler,
+    SamplerStats,
+    SamplingParams,
+    available_samplers,
+    get_sampler,
+    register_sampler,
+)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(temperature=-0.5), "temperature must be >= 0 (0 = greedy), got -0.5"),
+    (dict(temperature=float("nan")), "temperature must be >= 0 (0 = greedy), got nan"),
+    (dict(top_k=-1), "top_k must be an integer >= 0 (0 = off), got -1"),
+    (dict(top_k=1.5), "top_k must be an integer >= 0 (0 = off), got 1.5"),
+    (dict(top_p=0.0), "top_p must be in (0, 1] (1 = off), got 0.0"),
+    (dict(top_p=1.01), "top_p must be in (0, 1] (1 = off), got 1.01"),
+    (dict(cfg_scale=-1.0), "cfg_scale must be >= 0 (guidance only above 1), got -1.0"),
+    (dict(cfg_interval=-2), "cfg_interval must be an integer >= -1 (-1 = guide every token), got -2"),
+    (dict(cfg_interval=2.0), "cfg_interval must be an integer >= -1 (-1 = guide every token), got 2.0"),
+])
+def test_sampling_params_reject_bad_values(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        SamplingParams(**kwargs)
+
+
+def test_sampling_params_round_trip_through_json() -> None:
+    params = SamplingParams(temperature=0.9, top_k=100, top_p=0.95, cfg_scale=4.0, cfg_interval=10)
+    assert SamplingParams.from_dict(json.loads(json.dumps(params.to_dict()))) == params
+    with pytest.raises(ValueError, match=re.escape("unknown SamplingParams field(s) ['topk']")):
+        SamplingParams.from_dict({"topk": 3})
+
+
+def test_greedy_and_guided_flags_follow_llamagen() -> None:
+    assert SamplingParams(temperature=0.0).greedy and not SamplingParams(temperature=1e-3).greedy
+    guided = [SamplingParams(cfg_scale=s).guided for s in (0.0, 0.5, 1.0, 1.01, 4.0)]
+    assert guided == [False, False, False, True, True]
+
+
+def test_cfg_active_counts_decode_steps_like_llamagen() -> None:
+    # LlamaGen: the prefill's token is always guided; decode step i (image token i + 1) not once i > interval
+    def llamagen(interval: int, token: int) -> bool:
+        return token == 0 or not (interval > -1 and token - 1 > interval)
+
+    for interval in (-1, 0, 1, 5):
+        params = SamplingParams(cfg_scale=2.0, cfg_interval=interval)
+        expected = [llamagen(interval, t) for t in range(10)]
+        assert [params.cfg_active(t) for t in range(10)] == expected
+        assert params.cfg_active(torch.arange(10)).tolist() == expected
+    unguided = SamplingParams(cfg_scale=1.0)
+    assert not unguided.cfg_active(0) and not unguided.cfg_active(torch.arange(3)).any()
+
+
+def test_registry_builds_samplers_from_names_mappings_and_instances() -> None:
+    assert "ar" in available_samplers()
+    assert get_sampler("ar") == ARSampler()
+    assert get_sampler("ar", compile=True) == ARSampler(compile=True)
+    assert get_sampler({"name": "ar", "compile": True}) == ARSampler(compile=True)
+    sampler = ARSampler()
+    assert get_sampler(sampler) is sampler
+    assert get_sampler(sampler, compile=True) == ARSampler(compile=True)
+
+
+def test_unknown_sampler_and_unknown_field_raise() -> None:
+    with pytest.raises(ValueError, match=r"^unknown sampler 'x'; available: (.*, )?ar(, .*)?$"):
+        get_sampler("x")
+    message = "unknown sampler 'ar' field(s) ['draft_len']; expected some of ['compile']"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_sampler("ar", draft_len=4)
+    with pytest.raises(ValueError, match=re.escape("compile must be a bool, got 'yes'")):
+        ARSampler(compile="yes")
+
+
+def test_sampler_config_round_trips_through_json() -> None:
+    d = json.loads(json.dumps(ARSampler(compile=True).to_dict()))
+    assert d == {"name": "ar", "compile": True}
+    assert Sampler.from_dict(d) == ARSampler.from_dict(d) == ARSampler(compile=True)
+    with pytest.raises(ValueError, match=re.escape("config is for sampler 'sjd', not 'ar'")):
+        ARSampler.from_dict({"name": "sjd"})
+
+
+def test_register_sampler_adds_a_new_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+
+    @register_sampler
+    @dataclass(frozen=True)
+    class Echo(Sampler):
+        name: ClassVar[str] = "echo"
+        width: int = 2
+
+        def sample(self, model, class_ids, params, *, generator=None, progress=False) -> SampleOutput:
+            raise NotImplementedError
+
+    assert get_sampler("echo", width=3) == Echo(width=3)
+    assert Sampler.from_dict({"name": "echo", "width": 5}) == Echo(width=5)
+    assert "echo" in available_samplers()
+    with pytest.raises(ValueError, match=re.escape("sampler name 'echo' is already taken by Echo")):
+        register_sampler(type("Other", (Echo,), {}))
+    with pytest.raises(ValueError, match=re.escape("Nameless needs a non-empty class attribute 'name'")):
+        register_sampler(type("Nameless", (Sampler,), {}))
+
+
+def test_stats_derive_rates_and_serialise_to_json() -> None:
+    stats = SamplerStats(sampler="ar", forward_passes=16, tokens=64, wall_time_s=0.5, batch_size=4,
+                         accept_step=torch.arange(1, 17).repeat(4, 1))
+    assert stats.tokens_per_forward == 1.0 and stats.tokens_per_second == 128.0
+    d = json.loads(json.dumps(stats.to_dict()))
+    assert {"sampler", "forward_passes", "tokens", "wall_time_s", "tokens_per_forward"} <= set(d)
+    assert d["accept_step"] == stats.accept_step.tolist() and d["accepted_lengths"] == []
+    spec = SamplerStats(sampler="sjd", forward_passes=4, tokens=16, wall_time_s=0.1,
+                        accepted_lengths=[6, 4, 3, 3],
+                        accept_step=torch.zeros(1, base.MAX_JSON_ELEMENTS + 1, dtype=torch.long))
+    assert spec.tokens_per_forward == 4.0
+    d = json.loads(json.dumps(spec.to_dict()))
+    assert "accept_step" not in d and d["accepted_lengths"] == [6, 4, 3, 3]

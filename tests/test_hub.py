@@ -1,0 +1,268 @@
+"""Checkpoints: vgen's folders round-trip bit for bit; LlamaGen ``.pt`` files in each of the formats its scripts
+write (DDP ``{"model": ...}`` with the trainer's argparse options, EMA, raw FSDP ``consolidated.pth``) load
+strictly; and every kind of bad file fails with a :class:`CheckpointError` that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vgen.hub import (
+    CheckpointError,
+    from_pretrained,
+    load_weights,
+    read_safetensors,
+    read_torch_checkpoint,
+    save_pretrained,
+)
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config
+from vgen.tokenizers.vq import VQConfig, VQModel
+
+TINY_GPT = GPTConfig(vocab_size=40, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=16)
+TINY_VQ = VQConfig(codebook_size=32, codebook_embed_dim=4, ch=8, ch_mult=(1, 2), num_res_blocks=1, z_channels=8,
+                   norm_groups=4)
+
+
+def randomised(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every parameter and buffer random, so a round trip cannot pass by matching the init."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            t.copy_(torch.randn(t.shape, generator=g))
+    return model.eval()
+
+
+def llamagen_gpt_shapes(n_layer: int, dim: int, hidden: int, vocab: int, num_classes: int) -> dict[str, tuple]:
+    """LlamaGen c2i GPT state-dict keys and shapes (reference notes 1.2), with n_kv_head = n_head."""
+    shapes: dict[str, tuple] = {"cls_embedding.embedding_table.weight": (num_classes + 1, dim),
+                                "tok_embeddings.weight": (vocab, dim)}
+    for i in range(n_layer):
+        shapes |= {f"layers.{i}.attention.wqkv.weight": (3 * dim, dim), f"layers.{i}.attention.wo.weight": (dim, dim),
+                   f"layers.{i}.feed_forward.w1.weight": (hidden, dim),
+                   f"layers.{i}.feed_forward.w3.weight": (hidden, dim),
+                   f"layers.{i}.feed_forward.w2.weight": (dim, hidden),
+                   f"layers.{i}.attention_norm.weight": (dim,), f"layers.{i}.ffn_norm.weight": (dim,)}
+    return shapes | {"norm.weight": (dim,), "output.weight": (vocab, dim)}
+
+
+def tiny_state() -> dict[str, torch.Tensor]:
+    return randomised(LlamaGenGPT(TINY_GPT)).state_dict()
+
+
+# ---- vgen folders ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [randomised(LlamaGenGPT(TINY_GPT)), randomised(VQModel(TINY_VQ))],
+                         ids=["gpt", "vq"])
+def test_save_then_from_pretrained_is_bit_exact(model: torch.nn.Module, tmp_path: Path) -> None:
+    folder = save_pretrained(model, tmp_path / "m")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = from_pretrained(folder)
+    assert type(loaded) is type(model) and loaded.config == model.config and not loaded.training
+    before, after = model.state_dict(), loaded.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) and before[k].dtype == after[k].dtype for k in before)
+
+
+def test_round_tripped_gpt_gives_identical_logits(tmp_path: Path) -> None:
+    model = randomised(LlamaGenGPT(TINY_GPT))
+    loaded = from_pretrained(save_pretrained(model, tmp_path))
+    tokens = torch.randint(0, 40, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(model(torch.tensor([1, 5]), tokens), loaded(torch.tensor([1, 5]), tokens))
+
+
+def test_save_pretrained_can_cast_to_bf16(tmp_path: Path) -> None:
+    model = randomised(LlamaGenGPT(TINY_GPT))
+    loaded = from_pretrained(save_pretrained(model, tmp_path, dtype=torch.bfloat16))
+    w, w_loaded = model.output.weight, loaded.output.weight
+    assert torch.equal(w_loaded, w.bfloat16().float())
+
+
+def test_config_json_names_the_class_and_its_config(tmp_path: Path) -> None:
+    save_pretrained(randomised(VQModel(TINY_VQ)), tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    assert meta["class"] == "VQModel"
+    assert VQConfig.from_dict(meta["config"]) == TINY_VQ
+
+
+def test_from_pretrained_without_config_json_fails_clearly(tmp_path: Path) -> None:
+    save_pretrained(randomised(LlamaGenGPT(TINY_GPT)), tmp_path)
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="no config.json in .*expected a folder written by save_pretrained"):
+        from_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match="no config.json"):
+        from_pretrained(tmp_path / "does-not-exist")
+
+
+def test_from_pretrained_rejects_bad_config_json(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"class": "Nope", "config": {}}))
+    with pytest.raises(CheckpointError, match="names model class 'Nope'"):
+        from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"class": "LlamaGenGPT", "config": {"dim": 100}}))
+    with pytest.raises(CheckpointError, match="bad model config"):
+        from_pretrained(tmp_path)
+
+
+def test_from_pretrained_with_missing_or_corrupt_weights(tmp_path: Path) -> None:
+    folder = save_pretrained(randomised(LlamaGenGPT(TINY_GPT)), tmp_path)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        from_pretrained(folder)
+    weights.unlink()
+    with pytest.raises(CheckpointError, match="weights file not found: .*model.safetensors"):
+        from_pretrained(folder)
+    with pytest.raises(CheckpointError, match="not found"):
+        read_safetensors(tmp_path / "x.safetensors")
+
+
+def test_save_pretrained_rejects_unregistered_classes(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="Linear is not a registered vgen model class"):
+        save_pretrained(torch.nn.Linear(2, 2), tmp_path)
+
+
+# ---- strict loading -------------------------------------------------------------------------------------------------
+
+
+def test_load_weights_names_missing_unexpected_and_misshapen_keys() -> None:
+    state = tiny_state()
+    del state["layers.1.ffn_norm.weight"]
+    state["layers.0.attention.bias"] = torch.zeros(3)
+    state["tok_embeddings.weight"] = torch.zeros(41, 64)
+    with pytest.raises(CheckpointError) as err:
+        load_weights(LlamaGenGPT(TINY_GPT), state, source="c2i_B_256.pt")
+    message = str(err.value)
+    assert message.startswith("c2i_B_256.pt does not match LlamaGenGPT")
+    assert "missing keys: layers.1.ffn_norm.weight" in message
+    assert "unexpected keys: layers.0.attention.bias" in message
+    assert "tok_embeddings.weight: checkpoint (41, 64) vs model (40, 64)" in message
+
+
+@pytest.mark.parametrize("problem", ["missing", "unexpected", "shape"])
+def test_each_kind_of_mismatch_alone_raises_and_leaves_the_model_untouched(problem: str) -> None:
+    state = tiny_state()
+    if problem == "missing":
+        del state["output.weight"]
+    elif problem == "unexpected":
+        state["freqs_cis"] = torch.zeros(17, 8, 2)
+    else:
+        state["layers.0.feed_forward.w2.weight"] = torch.zeros(256, 64)
+    model = LlamaGenGPT(TINY_GPT)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match={"missing": "missing keys: output.weight",
+                                               "unexpected": "unexpected keys: freqs_cis",
+                                               "shape": r"checkpoint \(256, 64\) vs model \(64, 256\)"}[problem]):
+        load_weights(model, state)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_long_key_lists_are_clipped() -> None:
+    with pytest.raises(CheckpointError, match=r"missing keys: .*\(18 in all\)"):
+        load_weights(LlamaGenGPT(TINY_GPT), {})
+
+
+def test_ignored_prefixes_are_dropped_before_the_strict_check() -> None:
+    state = tiny_state() | {"freqs_cis": torch.zeros(3)}
+    model = LlamaGenGPT(TINY_GPT)
+    load_weights(model, state, ignore=("freqs_cis",))
+    assert torch.equal(model.output.weight, state["output.weight"])
+
+
+# ---- LlamaGen .pt files ---------------------------------------------------------------------------------------------
+
+LLAMAGEN_FORMATS = {
+    "ddp": lambda sd: {"model": sd, "optimizer": {}, "steps": 1000, "args": argparse.Namespace(gpt_model="GPT-B")},
+    "ema": lambda sd: {"ema": sd},
+    "fsdp": lambda sd: sd,
+    "deepspeed": lambda sd: {"module": {f"module.{k}": v for k, v in sd.items()}},
+    "compiled": lambda sd: {"state_dict": {f"_orig_mod.{k}": v for k, v in sd.items()}},
+}
+
+
+@pytest.mark.parametrize("fmt", list(LLAMAGEN_FORMATS))
+def test_tiny_llamagen_checkpoints_load_in_every_format(fmt: str, tmp_path: Path) -> None:
+    state = tiny_state()
+    torch.save(LLAMAGEN_FORMATS[fmt](state), tmp_path / "ckpt.pt")
+    model = LlamaGenGPT(TINY_GPT)
+    load_weights(model, read_torch_checkpoint(tmp_path / "ckpt.pt", "GPT"))
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_gpt_b_checkpoints_in_llamagens_formats_load(tmp_path: Path) -> None:
+    """A GPT-B-sized state dict (bf16, 222 MB) written the way LlamaGen's scripts write it; each tensor is filled
+    with its own index, so every key must land in its own parameter."""
+    shapes = llamagen_gpt_shapes(n_layer=12, dim=768, hidden=2048, vocab=16384, num_classes=1000)
+    state = {k: torch.full(s, float(i), dtype=torch.bfloat16) for i, (k, s) in enumerate(shapes.items())}
+    with torch.device("meta"):
+        model = LlamaGenGPT(gpt_config("GPT-B", vocab_size=16384, num_classes=1000))
+    model = model.to_empty(device="cpu")
+    for fmt in ("ddp", "ema", "fsdp"):
+        path = tmp_path / f"c2i_B_256_{fmt}.pt"
+        torch.save(LLAMAGEN_FORMATS[fmt](state), path)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(-1.0)
+        load_weights(model, read_torch_checkpoint(path, "GPT"), source=path.name)
+        index = {k: float(i) for i, k in enumerate(shapes)}
+        assert all(bool((v == index[k]).all()) for k, v in model.state_dict().items())
+        path.unlink()
+    assert sum(p.numel() for p in model.parameters()) == sum(t.numel() for t in state.values())
+
+
+def test_a_gpt_b_checkpoint_does_not_fit_gpt_l(tmp_path: Path) -> None:
+    shapes = llamagen_gpt_shapes(n_layer=12, dim=768, hidden=2048, vocab=16384, num_classes=1000)
+    state = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
+    with torch.device("meta"):
+        model = LlamaGenGPT(gpt_config("GPT-L"))
+    with pytest.raises(CheckpointError, match=r"missing keys: layers\.12\..*shape mismatches: "
+                                              r"cls_embedding\.embedding_table\.weight: checkpoint \(1001, 768\) "
+                                              r"vs model \(1001, 1024\)"):
+        load_weights(model, state)
+
+
+def test_missing_llamagen_checkpoint_says_where_to_get_it(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="GPT checkpoint not found: .*c2i_L_384.pt.*FoundationVision/LlamaGen"):
+        read_torch_checkpoint(tmp_path / "c2i_L_384.pt", "GPT")
+
+
+def test_random_bytes_are_not_a_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "vq_ds16_c2i.pt"
+    path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
+                                   dtype=torch.uint8).numpy().tobytes())
+    with pytest.raises(CheckpointError, match="cannot read VQ checkpoint .*vq_ds16_c2i.pt"):
+        read_torch_checkpoint(path, "VQ")
+
+
+def test_truncated_zip_is_not_a_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "c2i.pt"
+    torch.save({"model": tiny_state()}, path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cannot read GPT checkpoint .*c2i.pt"):
+        read_torch_checkpoint(path, "GPT")
+
+
+def test_arbitrary_pickled_objects_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "evil.pt"
+    torch.save({"model": tiny_state(), "hook": Path("/")}, path)
+    with pytest.raises(CheckpointError, match="cannot read GPT checkpoint"):
+        read_torch_checkpoint(path, "GPT")
+
+
+def test_checkpoints_without_a_state_dict_are_refused(tmp_path: Path) -> None:
+    torch.save(torch.zeros(3), tmp_path / "tensor.pt")
+    with pytest.raises(CheckpointError, match="holds a Tensor, not a state dict"):
+        read_torch_checkpoint(tmp_path / "tensor.pt", "GPT")
+    torch.save({"steps": 3, "args": {"lr": 1e-4}}, tmp_path / "empty.pt")
+    with pytest.raises(CheckpointError, match="holds no tensors"):
+        read_torch_checkpoint(tmp_path / "empty.pt", "GPT")

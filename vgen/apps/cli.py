@@ -1,0 +1,214 @@
+"""The ``vgen`` command: a thin layer over the pipeline API and the training recipes.
+
+Every user error (unknown model or sampler, out-of-range parameters or class ids, missing / corrupt / mismatched
+checkpoints, unwritable outputs) ends with one ``vgen: error: ...`` line and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from vgen.hub import CheckpointError
+
+DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
+RUNS = Path(os.environ.get("VGEN_RUNS", Path.home() / ".cache" / "vgen" / "runs"))
+
+
+class UsageError(Exception):
+    """A problem with the command line itself, reported without a traceback."""
+
+
+def check_writable(path: str | None, suffixes: set[str] | None = None) -> None:
+    """Fail before any work if ``path`` cannot be written (so that nothing computed is lost)."""
+    if path is None:
+        return
+    p = Path(path)
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise UsageError(f"cannot write {path}: unsupported file type {p.suffix or '(none)'}; "
+                         f"use one of {sorted(suffixes)}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"cannot write {path}: permission denied")
+
+
+# -- vgen sample ----------------------------------------------------------------------------------------------
+
+
+def add_sample_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sample", help="generate images and save them as a grid",
+                       description="Generate class-conditional images. With no arguments: a grid of every class "
+                                   "from the embedded default model.")
+    src = p.add_argument_group("model (an embedded default / pipeline folder, or LlamaGen checkpoints)")
+    src.add_argument("--model", default=None, help="embedded model name or pipeline folder (default: shapes-c2i)")
+    src.add_argument("--gpt-ckpt", help="LlamaGen GPT checkpoint (.pt)")
+    src.add_argument("--vq-ckpt", help="LlamaGen VQ checkpoint (.pt)")
+    src.add_argument("--gpt-model", default="GPT-B", help="LlamaGen size of --gpt-ckpt (GPT-B ... GPT-3B)")
+    src.add_argument("--vq-model", default="VQ-16", help="LlamaGen VQ of --vq-ckpt (VQ-16 or VQ-8)")
+    src.add_argument("--image-size", type=int, default=256, help="image size of --gpt-ckpt (256, 384, 512)")
+    src.add_argument("--codebook-size", type=int, default=16384)
+    src.add_argument("--codebook-embed-dim", type=int, default=8)
+    src.add_argument("--num-classes", type=int, default=1000)
+    gen = p.add_argument_group("generation")
+    gen.add_argument("--sampler", default="ar", help="sampler name (see `vgen samplers`)")
+    gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
+                     help="class to generate (repeatable; default: every class in turn)")
+    gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids cycle)")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--cfg-scale", type=float, default=None)
+    gen.add_argument("--cfg-interval", type=int, default=None)
+    gen.add_argument("--top-k", type=int, default=None)
+    gen.add_argument("--top-p", type=float, default=None)
+    gen.add_argument("--temperature", type=float, default=None)
+    gen.add_argument("--compile", action="store_true", help="torch.compile the decode step (slow first call)")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", default="samples.png", help="image grid to write (default: samples.png)")
+    out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
+    out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
+    out.add_argument("--device", default="cpu")
+    out.add_argument("--dtype", default="fp32", help="backbone dtype: fp32, bf16 or fp16")
+    out.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_sample)
+
+
+def load_pipeline(args: argparse.Namespace):
+    import torch
+
+    from vgen import pipelines
+
+    if args.dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
+    dtype = getattr(torch, DTYPES[args.dtype])
+    if args.gpt_ckpt or args.vq_ckpt:
+        if args.model:
+            raise UsageError("give either --model or --gpt-ckpt/--vq-ckpt, not both")
+        if not (args.gpt_ckpt and args.vq_ckpt):
+            raise UsageError("LlamaGen checkpoints need both --gpt-ckpt and --vq-ckpt")
+        return pipelines.load_llamagen(args.gpt_ckpt, args.vq_ckpt, args.gpt_model, args.image_size,
+                                       args.vq_model, args.codebook_size, args.codebook_embed_dim,
+                                       args.num_classes, device=args.device, dtype=dtype)
+    return pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
+
+
+def run_sample(args: argparse.Namespace) -> None:
+    from vgen.pipelines import image_grid
+
+    check_writable(args.out, IMAGE_SUFFIXES)
+    check_writable(args.stats, {".json"})
+    if args.cols is not None and args.cols < 1:
+        raise UsageError(f"--cols must be >= 1, got {args.cols}")
+    pipe = load_pipeline(args)
+    options = {"compile": True} if args.compile else {}
+    start = time.perf_counter()
+    out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
+               cfg_scale=args.cfg_scale, cfg_interval=args.cfg_interval, temperature=args.temperature,
+               top_k=args.top_k, top_p=args.top_p, progress=not args.no_progress, **options)
+    elapsed = time.perf_counter() - start
+    cols = args.cols or min(8, len(out.images))
+    image_grid(out.images, cols).save(args.out)
+    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
+             "total_time_s": elapsed}
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=1))
+    print(f"wrote {len(out.images)} images to {args.out} ({out.stats.forward_passes} forward passes, "
+          f"{out.stats.wall_time_s:.2f} s sampling)")
+
+
+# -- vgen train -----------------------------------------------------------------------------------------------
+
+
+def add_train_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train the embedded default models (resumable)")
+    tsub = p.add_subparsers(dest="what", required=True)
+    defaults = {"tokenizer": (900, 1e-3, 32, 100), "ar": (40000, 1e-3, 32, 500), "classifier": (3000, 2e-3, 64, 100)}
+    for what, (steps, lr, batch, warmup) in defaults.items():
+        t = tsub.add_parser(what, help=f"train the shapes {what}")
+        t.add_argument("--run-dir", default=str(RUNS / f"shapes-{what}"), help="checkpoints and logs (resumes)")
+        t.add_argument("--data-dir", default=str(RUNS / "data"), help="rendered data cache")
+        if what != "tokenizer":
+            t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
+                           help="trained tokenizer folder")
+        t.add_argument("--steps", type=int, default=steps)
+        t.add_argument("--lr", type=float, default=lr)
+        t.add_argument("--batch-size", type=int, default=batch)
+        t.add_argument("--warmup-steps", type=int, default=warmup)
+        t.add_argument("--num-images", type=int, default=80000)
+        t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
+        t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+        t.add_argument("--seed", type=int, default=0)
+        t.set_defaults(func=run_train)
+
+
+def run_train(args: argparse.Namespace) -> None:
+    import torch
+
+    from vgen.training.trainer import TrainConfig
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    common = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed)
+    if args.what == "tokenizer":
+        from vgen.training.tokenizer import TokenizerRecipe, train_tokenizer
+
+        train_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
+                        TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes)
+    elif args.what == "ar":
+        from vgen.training.ar import ARRecipe, train_ar
+
+        train_ar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
+                 ARRecipe(num_images=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+    else:
+        from vgen.training.classifier import ClassifierRecipe, train_classifier
+
+        figures = train_classifier(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common),
+                                   ClassifierRecipe(num_images=args.num_images, batch_size=args.batch_size),
+                                   args.max_minutes)
+        print(json.dumps(figures))
+    print(f"exported to {Path(args.run_dir) / 'export'}")
+
+
+# -- entry point ----------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vgen", description="Visual autoregressive generation with fast samplers.")
+    sub = parser.add_subparsers(dest="command")
+    add_sample_parser(sub)
+    add_train_parser(sub)
+    m = sub.add_parser("models", help="list the embedded models")
+    m.set_defaults(func=lambda a: print("\n".join(__import__("vgen.pipelines").pipelines.available_models())))
+    s = sub.add_parser("samplers", help="list the samplers")
+    s.set_defaults(func=lambda a: print("\n".join(__import__("vgen.samplers").samplers.available_samplers())))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(["sample"] if not argv else argv)
+    try:
+        args.func(args)
+    except (UsageError, CheckpointError, ValueError) as e:
+        print(f"vgen: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"vgen: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vgen: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

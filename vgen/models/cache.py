@@ -1,0 +1,53 @@
+"""Preallocated key/value cache with rollback, shared by every attention backbone.
+
+One buffer per layer of shape [B, H, max_len, D] is allocated once; ``append`` writes new keys and values at the
+current length and returns views of everything cached so far, so decoding recomputes nothing and never
+reallocates. ``crop(n)`` rolls the cache back to its first ``n`` positions: a speculative sampler calls it to
+drop the keys of rejected draft tokens before the next verification.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """Per-layer key/value buffers plus the number of valid positions ``length`` (shared by the batch)."""
+
+    def __init__(self, num_layers: int, batch_size: int, num_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+        shape = (batch_size, num_heads, max_len, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.max_len = max_len
+        self.length = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.keys[0].shape[0]
+
+    def reserve(self, num_new: int) -> int:
+        """Check that ``num_new`` more positions fit; returns the position the first of them will take."""
+        if self.length + num_new > self.max_len:
+            raise ValueError(f"KV cache overflow: {self.length} cached + {num_new} new > max_len {self.max_len}")
+        return self.length
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write [B, H, n, D] keys/values of ``layer`` after the cached ones; return all keys/values so far.
+
+        ``length`` does not move until :meth:`advance`, so every layer of one forward pass writes the same slots.
+        """
+        start, end = self.length, self.length + k.shape[2]
+        self.keys[layer][:, :, start:end] = k
+        self.values[layer][:, :, start:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def advance(self, num_new: int) -> None:
+        """Mark the ``num_new`` positions written by the finished forward pass as cached."""
+        self.length += num_new
+
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` positions (later writes overwrite the rest)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
+        self.length = length

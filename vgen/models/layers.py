@@ -1,0 +1,72 @@
+"""Transformer building blocks shared by vgen's backbones (LlamaGen numerics)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def find_multiple(n: int, k: int) -> int:
+    return n if n % k == 0 else n + k - (n % k)
+
+
+def swiglu_hidden_dim(dim: int, multiple_of: int, ffn_dim_multiplier: float | None = None) -> int:
+    """LlamaGen / LLaMA SwiGLU width: 2/3 of 4*dim, optionally scaled, rounded up to ``multiple_of``."""
+    hidden = int(2 * (4 * dim) / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return find_multiple(hidden, multiple_of)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in fp32 and cast back, then scaled."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return out.type_as(x) * self.weight
+
+
+class FeedForward(nn.Module):
+    """SwiGLU MLP ``w2(silu(w1 x) * w3 x)`` without biases."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.ffn_dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ffn_dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+
+
+def rope_2d_table(grid_size: int, head_dim: int, base: float = 10000.0, num_prefix: int = 1) -> torch.Tensor:
+    """LlamaGen's 2-D rotary table, [num_prefix + grid_size**2, head_dim // 2, 2] of (cos, sin).
+
+    The first half of each head's rotation pairs turns with the row index, the second half with the column index,
+    ``head_dim // 4`` frequencies each. Prefix (condition) positions get cos = sin = 0, which zeroes their queries
+    and keys exactly as LlamaGen does; their values still reach every later token.
+    """
+    half = head_dim // 2
+    cpu = torch.device("cpu")  # explicit, so that building a model on the meta device still gets a real table
+    freqs = 1.0 / (base ** (torch.arange(0, half, 2, device=cpu)[: half // 2].float() / half))
+    t = torch.arange(grid_size, dtype=torch.float32, device=cpu)
+    f = torch.outer(t, freqs)
+    grid = torch.cat([f[:, None, :].expand(-1, grid_size, -1), f[None, :, :].expand(grid_size, -1, -1)], dim=-1)
+    table = torch.stack([torch.cos(grid), torch.sin(grid)], dim=-1).flatten(0, 1)
+    return torch.cat([torch.zeros(num_prefix, half, 2, device=cpu), table])
+
+
+def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved pairs of ``x`` [B, T, H, D] by ``table`` [T, D/2, 2], in fp32."""
+    xs = x.float().reshape(*x.shape[:-1], -1, 2)
+    cos, sin = table[None, :, None, :, 0], table[None, :, None, :, 1]
+    out = torch.stack([xs[..., 0] * cos - xs[..., 1] * sin, xs[..., 1] * cos + xs[..., 0] * sin], dim=-1)
+    return out.flatten(3).type_as(x)

@@ -1,0 +1,249 @@
+"""Class-conditional LlamaGen GPT with a croppable KV cache and multi-token decoding.
+
+Parameter names, shapes and numerics match LlamaGen's ``autoregressive/models/gpt.py`` (c2i), so its released
+checkpoints load strictly: SwiGLU MLPs, RMSNorm in fp32 (eps 1e-5), 2-D RoPE with interleaved pairs and zero
+rotation at the class position, and a class table with one extra (null) row for classifier-free guidance.
+
+Sequence layout: position 0 holds the class embedding, position 1 + i holds image token i (raster order), and the
+output at position p predicts image token p. :meth:`prefill` runs the class position; :meth:`decode` appends any
+number of image tokens at once and returns one distribution per token, which is what speculative verification
+needs; ``cache.crop(n)`` rolls back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vgen.models.cache import KVCache
+from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_2d_table, swiglu_hidden_dim
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """LlamaGen ``ModelArgs`` for class-conditional generation (defaults: GPT-B on 256x256 images)."""
+
+    vocab_size: int = 16384
+    dim: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int | None = None
+    multiple_of: int = 256
+    ffn_dim_multiplier: float | None = None
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    num_classes: int = 1000
+    block_size: int = 256
+    class_dropout_prob: float = 0.1
+    token_dropout_p: float = 0.1
+    attn_dropout_p: float = 0.0
+    resid_dropout_p: float = 0.1
+    ffn_dropout_p: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_head:
+            raise ValueError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
+        if self.head_dim % 4:
+            raise ValueError(f"head_dim {self.head_dim} must be divisible by 4 for 2-D RoPE")
+        if self.n_head % self.kv_heads:
+            raise ValueError(f"n_head {self.n_head} is not divisible by n_kv_head {self.kv_heads}")
+        if math.isqrt(self.block_size) ** 2 != self.block_size:
+            raise ValueError(f"block_size {self.block_size} must be a square number of tokens (a grid)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def grid_size(self) -> int:
+        return math.isqrt(self.block_size)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GPTConfig:
+        return cls(**d)
+
+
+GPT_SIZES: dict[str, dict] = {
+    "GPT-B": dict(n_layer=12, n_head=12, dim=768),
+    "GPT-L": dict(n_layer=24, n_head=16, dim=1024),
+    "GPT-XL": dict(n_layer=36, n_head=20, dim=1280),
+    "GPT-XXL": dict(n_layer=48, n_head=24, dim=1536),
+    "GPT-XXXL": dict(n_layer=48, n_head=40, dim=2560),
+    "GPT-1B": dict(n_layer=22, n_head=32, dim=2048),
+    "GPT-3B": dict(n_layer=24, n_head=32, dim=3200),
+    "GPT-7B": dict(n_layer=32, n_head=32, dim=4096),
+}
+
+
+def gpt_config(name: str, **overrides) -> GPTConfig:
+    """A named LlamaGen size (``GPT-B`` ... ``GPT-3B``) with overrides such as ``block_size`` or ``vocab_size``."""
+    if name not in GPT_SIZES:
+        raise ValueError(f"unknown GPT model {name!r}; expected one of {list(GPT_SIZES)}")
+    return GPTConfig(**{**GPT_SIZES[name], **overrides})
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        self.wqkv = nn.Linear(cfg.dim, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.attn_dropout_p = cfg.attn_dropout_p
+        self.resid_dropout = nn.Dropout(cfg.resid_dropout_p)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        b, t, _ = x.shape
+        kv = self.n_kv_head * self.head_dim
+        q, k, v = self.wqkv(x).split([self.n_head * self.head_dim, kv, kv], dim=-1)
+        q = apply_rope(q.view(b, t, self.n_head, self.head_dim), rope).transpose(1, 2)
+        k = apply_rope(k.view(b, t, self.n_kv_head, self.head_dim), rope).transpose(1, 2)
+        v = v.view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2)
+        if cache is None:
+            mask, causal = None, True
+        else:
+            start = cache.length
+            k, v = cache.append(layer, k, v)
+            # query i sits at position start + i and sees every key up to it; one query sees the whole cache
+            mask = None if t == 1 else (torch.arange(start + t, device=x.device)[None, :]
+                                        <= torch.arange(start, start + t, device=x.device)[:, None])
+            causal = False
+        if self.n_kv_head != self.n_head:
+            k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
+            v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
+        out = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, is_causal=causal,
+                                             dropout_p=self.attn_dropout_p if self.training else 0.0)
+        return self.resid_dropout(self.wo(out.transpose(1, 2).reshape(b, t, -1)))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.attention = Attention(cfg)
+        self.feed_forward = FeedForward(cfg.dim, swiglu_hidden_dim(cfg.dim, cfg.multiple_of, cfg.ffn_dim_multiplier),
+                                        cfg.ffn_dropout_p)
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, cache, layer)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class LabelEmbedder(nn.Module):
+    """Class table with a null row (index ``num_classes``) used for unconditional / CFG branches."""
+
+    def __init__(self, num_classes: int, dim: int, dropout_prob: float) -> None:
+        super().__init__()
+        self.num_classes, self.dropout_prob = num_classes, dropout_prob
+        self.embedding_table = nn.Embedding(num_classes + 1, dim)
+
+    def forward(self, class_ids: torch.Tensor) -> torch.Tensor:
+        if self.training and self.dropout_prob > 0:
+            drop = torch.rand(class_ids.shape, device=class_ids.device) < self.dropout_prob
+            class_ids = torch.where(drop, torch.full_like(class_ids, self.num_classes), class_ids)
+        return self.embedding_table(class_ids).unsqueeze(1)
+
+
+class LlamaGenGPT(nn.Module):
+    """LlamaGen class-conditional transformer over a raster grid of ``block_size`` tokens."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.tok_dropout = nn.Dropout(config.token_dropout_p)
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        # a plain attribute, not a buffer: it must stay fp32 when the model is cast to bf16 (as in LlamaGen)
+        self.rope = rope_2d_table(config.grid_size, config.head_dim, config.rope_base)
+        self.apply(self._init_weights)
+        nn.init.zeros_(self.output.weight)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear | nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    # -- token layout ------------------------------------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        """Image tokens per sample (``grid_size ** 2``)."""
+        return self.config.block_size
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (self.config.grid_size, self.config.grid_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
+        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
+        return torch.full_like(class_ids, self.config.num_classes)
+
+    # -- forward passes ----------------------------------------------------------------------------------------
+    def _run(self, h: torch.Tensor, start: int, cache: KVCache | None) -> torch.Tensor:
+        if self.rope.device != h.device:
+            self.rope = self.rope.to(h.device)
+        rope = self.rope[start:start + h.shape[1]]
+        h = self.tok_dropout(h)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, cache, i)
+        if cache is not None:
+            cache.advance(h.shape[1])
+        return self.output(self.norm(h)).float()
+
+    def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """Full causal pass (training / reference): logits [B, 1 + n, V]; position p predicts image token p."""
+        h = self.cls_embedding(class_ids)
+        if tokens is not None and tokens.shape[1]:
+            h = torch.cat([h, self.tok_embeddings(tokens)], dim=1)
+        if h.shape[1] > self.rope.shape[0]:
+            raise ValueError(f"sequence of {h.shape[1]} positions exceeds 1 + block_size = {self.rope.shape[0]}")
+        return self._run(h, 0, None)
+
+    def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None) -> KVCache:
+        """An empty cache with room for the class position and every image token."""
+        p = self.output.weight
+        return KVCache(self.config.n_layer, batch_size, self.config.kv_heads, 1 + self.config.block_size,
+                       self.config.head_dim, dtype or p.dtype, device or p.device)
+
+    def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run the class position into an empty cache; returns logits [B, V] for image token 0."""
+        if cache.length != 0:
+            raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
+        cache.reserve(1)
+        return self._run(self.cls_embedding(class_ids), 0, cache)[:, -1]
+
+    def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Append image tokens [B, k] after the cached ones; logits [B, k, V], row i predicting the next token."""
+        start = cache.reserve(tokens.shape[1])
+        return self._run(self.tok_embeddings(tokens), start, cache)
+
+
+def llamagen_config_for(gpt_model: str, image_size: int, downsample: int = 16, vocab_size: int = 16384,
+                        num_classes: int = 1000) -> GPTConfig:
+    """The config LlamaGen's sample script builds for ``--gpt-model --image-size`` (e.g. GPT-B at 256 -> 16x16)."""
+    if image_size % downsample:
+        raise ValueError(f"image size {image_size} is not divisible by the tokenizer's downsampling {downsample}")
+    return replace(gpt_config(gpt_model), block_size=(image_size // downsample) ** 2, vocab_size=vocab_size,
+                   num_classes=num_classes)

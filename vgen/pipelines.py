@@ -1,0 +1,204 @@
+"""Pipelines: tokenizer + backbone + sampler -> images, behind one ``__call__``.
+
+``vgen.load(name_or_path)`` returns an :class:`ImagePipeline` for an embedded default (``shapes-c2i``), a folder
+written by :meth:`ImagePipeline.save_pretrained`, or LlamaGen checkpoint files via :func:`load_llamagen`. The CLI
+and the web app are thin layers over this class: no generation logic lives in them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from vgen.hub import CheckpointError, from_pretrained, load_weights, read_torch_checkpoint, save_pretrained
+from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
+from vgen.samplers import Sampler, SamplerStats, SamplingParams, get_sampler
+from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
+
+ASSETS = Path(__file__).parent / "assets"
+PIPELINE_CONFIG = "pipeline.json"
+
+
+@dataclass
+class PipelineOutput:
+    """Generated images (PIL), their token grids [B, h*w], the class ids asked for, and the sampler's stats."""
+
+    images: list[Image.Image]
+    tokens: torch.Tensor
+    class_ids: list[int]
+    stats: SamplerStats
+
+
+@dataclass
+class PipelineInfo:
+    """What a pipeline folder records beside its weights: names, image size, and recommended defaults."""
+
+    name: str
+    image_size: int
+    class_names: list[str] | None = None
+    defaults: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "image_size": self.image_size, "class_names": self.class_names,
+                "defaults": self.defaults}
+
+
+def tensor_to_pil(images: torch.Tensor) -> list[Image.Image]:
+    """[B, 3, H, W] in [-1, 1] -> PIL images (LlamaGen's mapping: clamp(127.5 x + 128))."""
+    arr = (images.float() * 127.5 + 128.0).clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+    return [Image.fromarray(a) for a in arr]
+
+
+def image_grid(images: Sequence[Image.Image], cols: int) -> Image.Image:
+    """Tile equally sized images row-major into one picture."""
+    if not images:
+        raise ValueError("no images to tile")
+    w, h = images[0].size
+    rows = (len(images) + cols - 1) // cols
+    grid = Image.new("RGB", (cols * w, rows * h), (255, 255, 255))
+    for i, im in enumerate(images):
+        grid.paste(im, ((i % cols) * w, (i // cols) * h))
+    return grid
+
+
+class ImagePipeline:
+    """Class-conditional image generation with a token backbone and a VQ tokenizer."""
+
+    def __init__(self, model: LlamaGenGPT, tokenizer: VQModel, info: PipelineInfo) -> None:
+        grid = model.grid
+        if info.image_size != grid[0] * tokenizer.downsample_factor:
+            raise ValueError(f"image size {info.image_size} does not match the model's {grid[0]}x{grid[1]} token "
+                             f"grid with a tokenizer downsampling by {tokenizer.downsample_factor}")
+        if model.vocab_size != tokenizer.codebook_size:
+            raise ValueError(f"model vocabulary {model.vocab_size} != tokenizer codebook {tokenizer.codebook_size}")
+        self.model, self.tokenizer, self.info = model.eval(), tokenizer.eval(), info
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.output.weight.device
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.num_classes
+
+    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> ImagePipeline:
+        """Move the backbone (and the tokenizer, kept in fp32 for decoding quality) to a device / dtype."""
+        self.model.to(device=device, dtype=dtype)
+        self.tokenizer.to(device=device)
+        return self
+
+    def class_name(self, class_id: int) -> str:
+        names = self.info.class_names
+        return names[class_id] if names and 0 <= class_id < len(names) else str(class_id)
+
+    def check_class_ids(self, class_ids: Sequence[int]) -> None:
+        for c in class_ids:
+            if not 0 <= int(c) < self.num_classes:
+                raise ValueError(f"class id {c} is out of range for {self.info.name} with {self.num_classes} "
+                                 f"classes (valid: 0..{self.num_classes - 1})")
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor) -> list[Image.Image]:
+        """Token grids [B, h*w] -> PIL images."""
+        tokens = tokens.to(self.tokenizer.post_quant_conv.weight.device)
+        return tensor_to_pil(self.tokenizer.decode_code(tokens, self.model.grid))
+
+    @torch.no_grad()
+    def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_images: int | None = None,
+                 sampler: str | Sampler = "ar", seed: int | None = 0, generator: torch.Generator | None = None,
+                 cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, progress: bool = False,
+                 **sampler_options) -> PipelineOutput:
+        """Generate one image per entry of ``class_ids`` (repeated ``num_images`` times if given).
+
+        Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
+        ``torch.Generator`` (ignored when ``generator`` is given): the same seed gives the same images.
+        """
+        if class_ids is None:
+            class_ids = list(range(self.num_classes))
+        elif isinstance(class_ids, int):
+            class_ids = [class_ids]
+        class_ids = [int(c) for c in class_ids]
+        if num_images is not None:
+            if num_images < 1:
+                raise ValueError(f"num_images must be >= 1, got {num_images}")
+            class_ids = [class_ids[i % len(class_ids)] for i in range(num_images)]
+        if not class_ids:
+            raise ValueError("class_ids is empty: ask for at least one image")
+        self.check_class_ids(class_ids)
+        given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
+                 "top_k": top_k, "top_p": top_p}
+        params = SamplingParams(**{**self.info.defaults, **{k: v for k, v in given.items() if v is not None}})
+        sampler_obj = get_sampler(sampler, **sampler_options)
+        if generator is None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(0 if seed is None else seed)
+        cond = torch.tensor(class_ids, device=self.device)
+        out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress)
+        return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """Write ``pipeline.json`` plus ``gpt/`` and ``vq/`` model folders (safetensors)."""
+        path = Path(path)
+        save_pretrained(self.model, path / "gpt")
+        save_pretrained(self.tokenizer, path / "vq")
+        (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
+        return path
+
+
+def available_models() -> list[str]:
+    """Names of the embedded default pipelines shipped inside the package."""
+    return sorted(p.name for p in ASSETS.iterdir() if (p / PIPELINE_CONFIG).is_file()) if ASSETS.is_dir() else []
+
+
+def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "cpu",
+         dtype: torch.dtype | None = None) -> ImagePipeline:
+    """An embedded default by name, or a pipeline folder written by ``save_pretrained``."""
+    path = Path(name_or_path)
+    if not (path / PIPELINE_CONFIG).is_file():
+        if str(name_or_path) in available_models():
+            path = ASSETS / str(name_or_path)
+        elif path.exists():
+            raise CheckpointError(f"{path} is not a vgen pipeline folder (no {PIPELINE_CONFIG})")
+        else:
+            raise ValueError(f"unknown model {str(name_or_path)!r}; embedded models: {available_models()}, "
+                             f"or pass a folder written by save_pretrained")
+    try:
+        meta = json.loads((path / PIPELINE_CONFIG).read_text())
+        info = PipelineInfo(**meta)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
+    pipe = ImagePipeline(from_pretrained(path / "gpt"), from_pretrained(path / "vq"), info)
+    return pipe.to(device, dtype)
+
+
+def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "GPT-B", image_size: int = 256,
+                  vq_model: str = "VQ-16", codebook_size: int = 16384, codebook_embed_dim: int = 8,
+                  num_classes: int = 1000, device: str | torch.device = "cpu",
+                  dtype: torch.dtype | None = None) -> ImagePipeline:
+    """A pipeline over LlamaGen's released class-conditional ``.pt`` checkpoints, used unchanged.
+
+    Defaults follow LlamaGen's ``sample_c2i.py`` (CFG 4.0, top-k 2000) for the sampling settings.
+    """
+    if vq_model not in VQ_CONFIGS:
+        raise ValueError(f"unknown VQ model {vq_model!r}; expected one of {list(VQ_CONFIGS)}")
+    vq_cfg = VQ_CONFIGS[vq_model]
+    vq_cfg = type(vq_cfg).from_dict({**vq_cfg.to_dict(), "codebook_size": codebook_size,
+                                     "codebook_embed_dim": codebook_embed_dim})
+    gpt_cfg = llamagen_config_for(gpt_model, image_size, vq_cfg.downsample_factor, codebook_size, num_classes)
+    tokenizer = VQModel(vq_cfg)
+    load_weights(tokenizer, read_torch_checkpoint(vq_ckpt, "VQ"), source=f"VQ checkpoint {vq_ckpt}")
+    state = read_torch_checkpoint(gpt_ckpt, "GPT")
+    with torch.device("meta"):  # no throw-away random init of a possibly multi-GB model
+        model = LlamaGenGPT(gpt_cfg)
+    model = model.to_empty(device="cpu")
+    load_weights(model, state, source=f"GPT checkpoint {gpt_ckpt} ({gpt_model}, image size {image_size})")
+    info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
+                        defaults={"cfg_scale": 4.0, "top_k": 2000, "top_p": 1.0, "temperature": 1.0})
+    return ImagePipeline(model, tokenizer, info).to(device, dtype)
+

@@ -1,0 +1,47 @@
+"""Samplers: the sampler contract, logits processing, and the registry (``get_sampler("ar")``)."""
+
+from vgen.samplers.ar import ARSampler
+from vgen.samplers.base import (
+    SampleOutput,
+    Sampler,
+    SamplerStats,
+    SamplingParams,
+    available_samplers,
+    check_inputs,
+    get_sampler,
+    register_sampler,
+)
+from vgen.samplers.logits import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    Temperature,
+    TopK,
+    TopP,
+    apply_cfg,
+    build_processors,
+    cfg_merge,
+    sample_logits,
+    sample_probs,
+)
+
+__all__ = [
+    "ARSampler",
+    "LogitsProcessor",
+    "LogitsProcessorList",
+    "SampleOutput",
+    "Sampler",
+    "SamplerStats",
+    "SamplingParams",
+    "Temperature",
+    "TopK",
+    "TopP",
+    "apply_cfg",
+    "available_samplers",
+    "build_processors",
+    "cfg_merge",
+    "check_inputs",
+    "get_sampler",
+    "register_sampler",
+    "sample_logits",
+    "sample_probs",
+]

@@ -1,0 +1,212 @@
+"""The sampler contract: generation settings, the sampler config object, its output and stats, a registry.
+
+A sampler is a small frozen dataclass (its own knobs only, e.g. a draft length) that round-trips through JSON;
+the settings every sampler shares (temperature, top-k/top-p, classifier-free guidance) travel separately as
+:class:`SamplingParams`, so the same settings can be handed to vanilla AR and to a speculative sampler alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import nn
+
+# accept_step goes into the stats JSON only up to this many entries (a 16x16 grid for a batch of 256)
+MAX_JSON_ELEMENTS = 1 << 16
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:
+    """``cls(**d)`` with a ValueError naming the unknown keys instead of a TypeError."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise ValueError(f"unknown {what} field(s) {unknown}; expected some of {names}")
+    return cls(**d)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Generation settings shared by all samplers, with LlamaGen's meaning.
+
+    ``temperature`` 0 is greedy (argmax); ``top_k`` 0 and ``top_p`` 1.0 switch the filters off.
+    Classifier-free guidance is used only when ``cfg_scale > 1``; ``cfg_interval`` >= 0 switches it off
+    (conditional logits only) for image tokens after index ``cfg_interval + 1`` (LlamaGen counts decode steps
+    from the token after the prefill's), -1 keeps it on for every token.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    cfg_scale: float = 1.0
+    cfg_interval: int = -1
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        if not self.cfg_scale >= 0:
+            raise ValueError(f"cfg_scale must be >= 0 (guidance only above 1), got {self.cfg_scale}")
+        if not _is_int(self.cfg_interval) or self.cfg_interval < -1:
+            raise ValueError(f"cfg_interval must be an integer >= -1 (-1 = guide every token), "
+                             f"got {self.cfg_interval!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def guided(self) -> bool:
+        """Whether the batch is doubled as [cond; null] for classifier-free guidance."""
+        return self.cfg_scale > 1
+
+    def cfg_active(self, token_index: int | torch.Tensor) -> bool | torch.Tensor:
+        """Whether guidance applies to the logits of image token ``token_index`` (an int or a tensor of them).
+
+        Token 0 comes from the prefill; LlamaGen's decode index ``i`` is ``token_index - 1`` and guidance
+        stops once ``i > cfg_interval``.
+        """
+        limit = math.inf if self.cfg_interval < 0 else self.cfg_interval + 1
+        if isinstance(token_index, torch.Tensor):
+            return (token_index <= limit) & self.guided
+        return self.guided and token_index <= limit
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SamplingParams:
+        return _from_fields(cls, d, "SamplingParams")
+
+
+@dataclass
+class SamplerStats:
+    """What one ``sample`` call cost and, for speculative samplers, how the tokens were accepted.
+
+    ``forward_passes`` counts target-model calls (prefill included), each serving the whole batch;
+    ``tokens`` counts image tokens over the batch; ``accept_step[b, n]`` is the (1-based) target forward pass
+    that produced token ``n`` of sample ``b``; ``accepted_lengths`` lists tokens accepted per verification
+    (empty for AR).
+    """
+
+    sampler: str
+    forward_passes: int
+    tokens: int
+    wall_time_s: float
+    batch_size: int = 1
+    draft_forward_passes: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    accept_step: torch.Tensor | None = None
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Mean tokens produced per sample per target forward pass (1.0 for vanilla AR)."""
+        return self.tokens / (self.batch_size * self.forward_passes) if self.forward_passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.wall_time_s if self.wall_time_s > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: plain numbers and lists; ``accept_step`` as nested lists unless it is large."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "accept_step"}
+        d["accepted_lengths"] = [int(n) for n in self.accepted_lengths]
+        d["tokens_per_forward"] = self.tokens_per_forward
+        if self.accept_step is not None and self.accept_step.numel() <= MAX_JSON_ELEMENTS:
+            d["accept_step"] = self.accept_step.tolist()
+        return d
+
+
+@dataclass
+class SampleOutput:
+    """Generated image tokens [B, N] (raster order) and the statistics of the run."""
+
+    tokens: torch.Tensor
+    stats: SamplerStats
+
+
+S = TypeVar("S", bound="Sampler")
+
+
+@dataclass(frozen=True)
+class Sampler(ABC):
+    """A sampling algorithm as a small, validated, JSON-round-tripping config object."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+               generator: torch.Generator | None = None, progress: bool = False) -> SampleOutput:
+        """Generate ``model.num_tokens`` image tokens for each class id in ``class_ids`` [B]."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls: type[S], d: Mapping[str, Any]) -> S:
+        """Rebuild from :meth:`to_dict`; on the base class the ``name`` key picks the registered subclass."""
+        d = dict(d)
+        name = d.pop("name", getattr(cls, "name", None))
+        if cls is Sampler:
+            return get_sampler(name, **d)
+        if name != cls.name:
+            raise ValueError(f"config is for sampler {name!r}, not {cls.name!r}")
+        return _from_fields(cls, d, f"sampler {cls.name!r}")
+
+
+_REGISTRY: dict[str, type[Sampler]] = {}
+
+
+def register_sampler(cls: type[S]) -> type[S]:
+    """Class decorator: make ``cls`` available to :func:`get_sampler` under ``cls.name``."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{cls.__name__} needs a non-empty class attribute 'name' to be registered")
+    if name in _REGISTRY and _REGISTRY[name] is not cls:
+        raise ValueError(f"sampler name {name!r} is already taken by {_REGISTRY[name].__name__}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def available_samplers() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -> Sampler:
+    """A sampler from a registered name (``kwargs`` are its fields), a ``to_dict`` mapping, or an instance
+    (returned as is, or a copy with ``kwargs`` replaced)."""
+    if isinstance(name_or_obj, Sampler):
+        return dataclasses.replace(name_or_obj, **kwargs) if kwargs else name_or_obj
+    if isinstance(name_or_obj, Mapping):
+        return Sampler.from_dict({**name_or_obj, **kwargs})
+    if name_or_obj not in _REGISTRY:
+        raise ValueError(f"unknown sampler {name_or_obj!r}; available: {', '.join(available_samplers())}")
+    cls = _REGISTRY[name_or_obj]
+    return _from_fields(cls, kwargs, f"sampler {cls.name!r}")
+
+
+def check_inputs(model: nn.Module, class_ids: torch.Tensor) -> None:
+    """Raise a ValueError unless ``model`` is in eval mode and ``class_ids`` is a 1-D integer tensor of valid
+    (non-null) classes. Training mode would apply dropout and LlamaGen's class dropout while sampling."""
+    if model.training:
+        raise ValueError("the model is in training mode (dropout, class dropout); call model.eval() first")
+    if class_ids.ndim != 1 or class_ids.dtype.is_floating_point or class_ids.dtype == torch.bool:
+        raise ValueError(f"class_ids must be a 1-D integer tensor, got {class_ids.dtype} of shape "
+                         f"{tuple(class_ids.shape)}")
+    bad = class_ids[(class_ids < 0) | (class_ids >= model.num_classes)]
+    if bad.numel():
+        n = model.num_classes
+        raise ValueError(f"class id {int(bad[0])} is out of range for a model with {n} classes "
+                         f"(valid: 0..{n - 1})")

@@ -1,0 +1,87 @@
+"""Recipe: train the shapes domain classifier (``vgen train classifier``).
+
+It sees real images and, for a share of each batch, the tokenizer's reconstructions of them: generated samples
+look like reconstructions (they pass through the same decoder), so the judge must be accurate on both. Shape
+classes are invariant to flips and quarter turns, which serve as augmentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from vgen.data.shapes import cached_split, to_tensor
+from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
+from vgen.hub import from_pretrained, save_pretrained
+from vgen.tokenizers.vq import VQModel
+from vgen.training.trainer import Trainer, TrainConfig, infinite_batches
+
+
+@dataclass(frozen=True)
+class ClassifierRecipe:
+    num_images: int = 80000
+    num_reconstructions: int = 16000
+    batch_size: int = 64
+    num_val: int = 2048
+
+
+@torch.no_grad()
+def reconstruct(tokenizer: VQModel, images: np.ndarray, batch_size: int = 128) -> np.ndarray:
+    """uint8 images -> uint8 tokenizer reconstructions (encode, quantise, decode)."""
+    tokenizer.eval()
+    out = []
+    for i in tqdm(range(0, len(images), batch_size), desc="reconstruct", unit="batch"):
+        rec, _, _ = tokenizer(to_tensor(images[i:i + batch_size]))
+        out.append(((rec.clamp(-1, 1) + 1) * 127.5 + 0.5).to(torch.uint8).permute(0, 2, 3, 1).numpy())
+    return np.concatenate(out)
+
+
+def _augment(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    k = int(torch.randint(4, (1,), generator=g))
+    x = torch.rot90(x, k, dims=(2, 3))
+    return x.flip(3) if bool(torch.randint(2, (1,), generator=g)) else x
+
+
+@torch.no_grad()
+def accuracy(model: ShapesClassifier, images: np.ndarray, labels: np.ndarray) -> float:
+    preds = model.predict(to_tensor(np.asarray(images)))
+    return float((preds.numpy() == labels).mean())
+
+
+def train_classifier(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
+                     recipe: ClassifierRecipe = ClassifierRecipe(), max_minutes: float | None = None) -> dict:
+    run_dir = Path(run_dir)
+    images, labels = cached_split(data_dir, "train", recipe.num_images)
+    val_images, val_labels = cached_split(data_dir, "val", recipe.num_val)
+    tokenizer = from_pretrained(tokenizer_dir)
+    rec_path = run_dir / f"train_recon_{recipe.num_reconstructions}.npy"
+    if not rec_path.exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        np.save(rec_path, reconstruct(tokenizer, images[:recipe.num_reconstructions]))
+    recon = np.load(rec_path)
+    model = ShapesClassifier(ClassifierConfig())
+    trainer = Trainer(model, train, run_dir)
+    g = torch.Generator().manual_seed(train.seed + trainer.step)
+    half = recipe.batch_size // 2
+
+    def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        real_idx = np.sort(idx[:half].numpy())
+        rec_idx = np.sort(idx[half:].numpy() % len(recon))
+        x = torch.cat([to_tensor(images[real_idx]), to_tensor(recon[rec_idx])])
+        y = torch.from_numpy(np.concatenate([labels[real_idx], labels[rec_idx]]))
+        logits = model(_augment(x, g))
+        return F.cross_entropy(logits.float(), y), {"acc": float((logits.argmax(-1) == y).float().mean())}
+
+    trainer.fit(infinite_batches(len(images), recipe.batch_size, g), step_fn, max_minutes)
+    final = trainer.ema.model.eval()
+    save_pretrained(final, run_dir / "export")
+    val_recon = reconstruct(tokenizer, val_images)
+    figures = {"val_accuracy_real": accuracy(final, val_images, val_labels),
+               "val_accuracy_reconstructed": accuracy(final, val_recon, val_labels), "steps": trainer.step}
+    trainer.log(figures)
+    return figures

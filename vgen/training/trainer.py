@@ -1,0 +1,177 @@
+"""A small resumable training loop shared by every ``vgen train`` recipe.
+
+It owns what all recipes need and nothing model-specific: AdamW with warmup, an EMA copy, bf16 autocast on CPU
+(this CPU's AMX makes bf16 matmuls about 3x faster than fp32), gradient clipping, a tqdm bar, a JSON-lines loss
+log, and checkpoints written atomically to a run directory so that a killed run resumes where it stopped. Model
+weights are saved with safetensors; the optimizer state with ``torch.save`` and read back with
+``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings common to every recipe."""
+
+    steps: int
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 200
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    bf16: bool = True
+    checkpoint_every_s: float = 600.0
+    log_every: int = 25
+    seed: int = 0
+
+
+class EMA:
+    """Exponential moving average of a model's floating-point parameters and buffers."""
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.decay = decay
+        self.model = copy.deepcopy(model).eval().requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, step: int) -> None:
+        d = min(self.decay, (1 + step) / (10 + step))
+        for ema_t, t in zip(self.model.state_dict().values(), model.state_dict().values()):
+            if ema_t.dtype.is_floating_point:
+                ema_t.lerp_(t.detach(), 1 - d)
+            else:
+                ema_t.copy_(t)
+
+
+def _atomic_save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
+    os.replace(tmp, path)
+
+
+class Trainer:
+    """Runs ``step_fn`` for ``cfg.steps`` steps with checkpoints in ``run_dir``; resumes if one is there."""
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, run_dir: str | Path,
+                 param_groups: list[dict] | None = None) -> None:
+        self.model, self.cfg, self.run_dir = model, cfg, Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        params = param_groups or self._decay_groups(model, cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas)
+        self.ema = EMA(model, cfg.ema_decay)
+        self.step = 0
+        self._resume()
+
+    @staticmethod
+    def _decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+        """Weight decay on matrices only (not on norms, biases or 1-d tensors), as LlamaGen and nanoGPT do."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+    def lr_at(self, step: int) -> float:
+        """Linear warmup, then cosine decay to ``min_lr_ratio * lr``."""
+        c = self.cfg
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / c.warmup_steps
+        t = min(1.0, (step - c.warmup_steps) / max(1, c.steps - c.warmup_steps))
+        return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        device = next(self.model.parameters()).device.type
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=self.cfg.bf16)
+
+    # -- checkpoints -------------------------------------------------------------------------------------------
+    def _resume(self) -> None:
+        state_path = self.run_dir / "state.json"
+        if not state_path.exists():
+            return
+        state = json.loads(state_path.read_text())
+        self.model.load_state_dict(load_file(str(self.run_dir / "model.safetensors")))
+        self.ema.model.load_state_dict(load_file(str(self.run_dir / "ema.safetensors")))
+        self.optimizer.load_state_dict(torch.load(self.run_dir / "optimizer.pt", weights_only=True))
+        self.step = int(state["step"])
+
+    def save(self) -> None:
+        _atomic_save_file(self.model.state_dict(), self.run_dir / "model.safetensors")
+        _atomic_save_file(self.ema.model.state_dict(), self.run_dir / "ema.safetensors")
+        tmp = self.run_dir / "optimizer.pt.tmp"
+        torch.save(self.optimizer.state_dict(), tmp)
+        os.replace(tmp, self.run_dir / "optimizer.pt")
+        state = {"step": self.step, "train_config": asdict(self.cfg)}
+        (self.run_dir / "state.json").write_text(json.dumps(state, indent=1))
+
+    def log(self, record: dict) -> None:
+        with open(self.run_dir / "log.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # -- loop --------------------------------------------------------------------------------------------------
+    def fit(self, batches: Iterator, step_fn: Callable[[object], tuple[torch.Tensor, dict]],
+            max_minutes: float | None = None, on_step: Callable[[Trainer], dict | None] | None = None) -> None:
+        """Train until ``cfg.steps`` or ``max_minutes``; ``step_fn(batch) -> (loss, metrics)``.
+
+        ``on_step(trainer)`` runs after every step (restarting dead codes, periodic evaluation); a dict it returns
+        is added to the log.
+        """
+        torch.manual_seed(self.cfg.seed + self.step)
+        start = last_ckpt = time.time()
+        bar = tqdm(total=self.cfg.steps, initial=self.step, desc=self.run_dir.name, dynamic_ncols=True)
+        running: dict[str, float] = {}
+        self.model.train()
+        while self.step < self.cfg.steps:
+            batch = next(batches)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr_at(self.step)
+            with self.autocast():
+                loss, metrics = step_fn(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            self.optimizer.step()
+            self.ema.update(self.model, self.step)
+            self.step += 1
+            metrics = {"loss": float(loss), "grad_norm": float(grad_norm), **metrics}
+            for k, v in metrics.items():
+                running[k] = running.get(k, 0.0) + v
+            extra = on_step(self) if on_step else None
+            if extra:
+                self.log({"step": self.step, **extra})
+            if self.step % self.cfg.log_every == 0:
+                avg = {k: v / self.cfg.log_every for k, v in running.items()}
+                self.log({"step": self.step, "lr": self.lr_at(self.step), "time": time.time(), **avg})
+                bar.set_postfix({k: f"{v:.4g}" for k, v in avg.items() if k in ("loss", "acc", "psnr")})
+                running.clear()
+            bar.update(1)
+            now = time.time()
+            if now - last_ckpt > self.cfg.checkpoint_every_s:
+                self.save()
+                last_ckpt = now
+            if max_minutes is not None and now - start > 60 * max_minutes:
+                break
+        bar.close()
+        self.save()
+
+
+def infinite_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Endless shuffled index batches over ``range(n)``, one permutation per epoch."""
+    while True:
+        perm = torch.randperm(n, generator=generator)
+        for i in range(0, n - batch_size + 1, batch_size):
+            yield perm[i:i + batch_size]
