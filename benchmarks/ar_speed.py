@@ -102,9 +102,12 @@ def main() -> None:
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 avoids stalls on a shared machine)")
     p.add_argument("--no-naive", action="store_true", help="skip the (quadratic) no-cache loop")
     p.add_argument("--llamagen-repo", type=Path, help="local clone of FoundationVision/LlamaGen")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                             cfg_scale=args.cfg_scale)

@@ -87,7 +87,7 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
     except (TypeError, ValueError, KeyError) as e:
         raise CheckpointError(f"bad model config in {path / CONFIG_NAME}: {e}") from None
     model = model_cls(config)
-    load_weights(model, read_safetensors(path / WEIGHTS_NAME))
+    load_weights(model, read_safetensors(path / WEIGHTS_NAME), source=str(path / WEIGHTS_NAME))
     return model.to(map_location).eval()
 
 

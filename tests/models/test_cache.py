@@ -1,4 +1,4 @@
-"""KV cache: cached decoding of any chunk sizes equals the full causal forward, and ``crop`` rolls back exactly.
+"""KV cache: decoding in chunks of any size equals the full causal forward; ``crop`` rolls back exactly.
 
 The oracle is ``LlamaGenGPT.forward``, which runs the whole sequence with a causal mask and no cache: every
 cached path (prefill, multi-token decode, crop then re-decode, grouped-query heads) must reproduce its logits.
@@ -65,15 +65,17 @@ def test_grouped_query_attention_cache_equals_full_forward() -> None:
     cache = model.new_cache(len(CLASSES))
     assert cache.keys[0].shape == (2, 2, 17, 16)  # the cache stores the kv heads only
     tokens = random_tokens(12, config)
-    torch.testing.assert_close(cached_logits(model, tokens, [4, 1, 7]), model(CLASSES, tokens), atol=ATOL, rtol=0)
+    got = cached_logits(model, tokens, [4, 1, 7])
+    torch.testing.assert_close(got, model(CLASSES, tokens), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("keep", [1, 4, 9])
 @torch.no_grad()
 def test_crop_then_redecode_equals_a_fresh_forward(keep: int) -> None:
-    """Decode draft tokens, roll back to ``keep`` cached positions, decode other tokens: no trace of the drafts."""
+    """Decode drafts, roll back to ``keep`` cached positions, decode other tokens: no trace of the drafts."""
     model = make_gpt()
-    prefix, drafts, replacement = random_tokens(keep - 1, seed=1), random_tokens(6, seed=2), random_tokens(5, seed=3)
+    prefix, drafts = random_tokens(keep - 1, seed=1), random_tokens(6, seed=2)
+    replacement = random_tokens(5, seed=3)
     cache = model.new_cache(len(CLASSES))
     model.prefill(CLASSES, cache)
     if keep > 1:
@@ -94,7 +96,8 @@ def test_crop_to_zero_allows_a_new_prefill() -> None:
     model.decode(random_tokens(3), cache)
     cache.crop(0)
     tokens = random_tokens(4, seed=5)
-    torch.testing.assert_close(cached_logits(model, tokens, [4], cache), model(CLASSES, tokens), atol=ATOL, rtol=0)
+    got = cached_logits(model, tokens, [4], cache)
+    torch.testing.assert_close(got, model(CLASSES, tokens), atol=ATOL, rtol=0)
 
 
 @torch.no_grad()

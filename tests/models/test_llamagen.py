@@ -32,7 +32,7 @@ def meta_gpt(config: GPTConfig) -> LlamaGenGPT:
         return LlamaGenGPT(config)
 
 
-# ---- 2-D RoPE -----------------------------------------------------------------------------------------------------
+# ---- 2-D RoPE ----------------------------------------------------------------------------------------------
 
 
 def reference_angle(pos: int, pair: int, grid: int, head_dim: int, base: float = 10000.0) -> float:
@@ -64,7 +64,7 @@ def test_rope_prefix_positions_are_zero_not_identity() -> None:
 
 
 def test_apply_rope_rotates_interleaved_pairs() -> None:
-    """Pair i is (x[2i], x[2i+1]) rotated by angle_i, i.e. multiplication of that complex number by e^(i angle)."""
+    """Pair i is (x[2i], x[2i+1]) rotated by angle_i: that complex number times e^(i angle_i)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 17, 3, 16, generator=g)
     table = rope_2d_table(4, 16)
@@ -103,7 +103,7 @@ def test_rope_table_is_not_part_of_the_state_dict() -> None:
     assert model.to(torch.bfloat16).rope.dtype == torch.float32  # stays fp32 in a bf16 model, as in LlamaGen
 
 
-# ---- sizes ----------------------------------------------------------------------------------------------------------
+# ---- sizes -------------------------------------------------------------------------------------------------
 
 # LlamaGen's SwiGLU widths and its parameter-count comments (c2i: vocab 16384, 1000 classes + null row)
 LLAMAGEN_SIZES = {
@@ -134,7 +134,7 @@ def test_parameter_counts_match_the_formula_and_llamagen(name: str) -> None:
     formula = 1001 * d + vocab * d + n_layer * per_layer + d + vocab * d
     count = sum(p.numel() for p in meta_gpt(config).parameters())
     assert count == formula
-    assert abs(count - advertised) / advertised < 0.04, f"{name}: {count / 1e6:.1f}M vs {advertised / 1e6:.0f}M"
+    assert abs(count - advertised) / advertised < 0.04, f"{name}: {count / 1e6:.1f}M vs {advertised / 1e6}M"
 
 
 def test_gpt_b_is_111m() -> None:
@@ -168,7 +168,7 @@ def test_config_round_trips_through_a_dict() -> None:
     assert GPTConfig.from_dict(config.to_dict()) == config
 
 
-# ---- checkpoint layout ----------------------------------------------------------------------------------------------
+# ---- checkpoint layout -------------------------------------------------------------------------------------
 
 # LlamaGen's keys for a c2i model with dim 64, 2 layers, 4 heads (head_dim 16), vocab 40, 5 classes:
 # class table has a null row, wqkv stacks q|k|v, SwiGLU width find_multiple(int(2 * 4 * 64 / 3), 256) = 256.
@@ -210,7 +210,7 @@ def test_no_biases_and_a_zero_output_layer_at_init() -> None:
     assert torch.count_nonzero(model.output.weight) == 0
 
 
-# ---- forward semantics ----------------------------------------------------------------------------------------------
+# ---- forward semantics -------------------------------------------------------------------------------------
 
 
 @torch.no_grad()

@@ -138,6 +138,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         if what != "tokenizer":
             t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
                            help="trained tokenizer folder")
+        if what == "ar":
+            t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
+                           help="domain classifier for the periodic class-accuracy probe (used once it exists)")
+            t.add_argument("--eval-every", type=int, default=1000, help="steps between sample probes (0 = off)")
         t.add_argument("--steps", type=int, default=steps)
         t.add_argument("--lr", type=float, default=lr)
         t.add_argument("--batch-size", type=int, default=batch)
@@ -163,10 +167,12 @@ def run_train(args: argparse.Namespace) -> None:
         train_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
                         TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes)
     elif args.what == "ar":
-        from vgen.training.ar import ARRecipe, train_ar
+        from vgen.training.ar import ARRecipe, sample_probe, train_ar
 
+        probe = sample_probe(args.tokenizer, args.classifier) if args.eval_every else None
         train_ar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
-                 ARRecipe(num_images=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+                 ARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
+                 max_minutes=args.max_minutes, evaluate=probe)
     else:
         from vgen.training.classifier import ClassifierRecipe, train_classifier
 
@@ -195,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args = parser.parse_args(["sample"] if not argv else argv)
+    args = parser.parse_args(argv or ["sample"])
     try:
         args.func(args)
     except (UsageError, CheckpointError, ValueError) as e:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import colorsys
 import math
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -250,7 +250,7 @@ def sample_image(seed: int, index: int, cfg: ShapesConfig = ShapesConfig()) -> t
 
 def to_tensor(images: np.ndarray) -> torch.Tensor:
     """uint8 [..., H, W, 3] -> float [..., 3, H, W] in [-1, 1]."""
-    t = torch.from_numpy(np.ascontiguousarray(images)).float().div(127.5).sub(1.0)
+    t = torch.from_numpy(np.array(images, dtype=np.uint8)).float().div(127.5).sub(1.0)  # copies (mmaps are read-only)
     return t.movedim(-1, -3)
 
 
@@ -270,7 +270,8 @@ class ShapesDataset(torch.utils.data.Dataset):
         return to_tensor(image), label
 
 
-def render_batch(seed: int, start: int, count: int, cfg: ShapesConfig = ShapesConfig()) -> tuple[np.ndarray, np.ndarray]:
+def render_batch(seed: int, start: int, count: int,
+                 cfg: ShapesConfig = ShapesConfig()) -> tuple[np.ndarray, np.ndarray]:
     """Images ``start .. start+count-1`` as uint8 [N, S, S, 3] and their labels [N]."""
     pairs = [sample_image(seed, i, cfg) for i in range(start, start + count)]
     return np.stack([p[0] for p in pairs]), np.array([p[1] for p in pairs], np.int64)

@@ -22,7 +22,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import Trainer, TrainConfig, infinite_batches
+from vgen.training.trainer import TrainConfig, Trainer, index_batches
 
 SHAPES_GPT = GPTConfig(vocab_size=4096, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        block_size=256, class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0,
@@ -59,6 +59,36 @@ def cached_codes(tokenizer_dir: str | Path, data_dir: str | Path, split: str, co
     return np.load(path), np.asarray(labels)
 
 
+def sample_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, per_class: int = 2,
+                 cfg_scale: float = 2.0, seed: int = 0) -> Callable[[LlamaGenGPT], dict]:
+    """An ``evaluate(model)`` hook: sample ``per_class`` images per class, report class accuracy and token stats.
+
+    The classifier is loaded when its folder exists at evaluation time, so it may finish training after the AR
+    run started.
+    """
+    from vgen.eval.quality import class_accuracy, token_statistics
+    from vgen.samplers import ARSampler, SamplingParams
+
+    tokenizer = from_pretrained(tokenizer_dir)
+    params = SamplingParams(cfg_scale=cfg_scale)
+
+    def evaluate(model: LlamaGenGPT) -> dict:
+        was_training = model.training
+        model.eval()
+        classes = torch.arange(model.num_classes).repeat_interleave(per_class)
+        out = ARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(seed))
+        figures = {f"probe_{k}": v for k, v in token_statistics(model, out.tokens, classes, params).items()}
+        if classifier_dir is not None and (Path(classifier_dir) / "config.json").exists():
+            with torch.no_grad():
+                images = tokenizer.decode_code(out.tokens, model.grid).clamp(-1, 1)
+            acc = class_accuracy(from_pretrained(classifier_dir), images, classes.tolist())
+            figures["probe_class_accuracy"] = acc["class_accuracy"]
+        model.train(was_training)
+        return figures
+
+    return evaluate
+
+
 def train_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
              recipe: ARRecipe = ARRecipe(), gpt_config: GPTConfig = SHAPES_GPT, max_minutes: float | None = None,
              evaluate: Callable[[LlamaGenGPT], dict] | None = None) -> LlamaGenGPT:
@@ -79,7 +109,7 @@ def train_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pat
             return None
         return evaluate(t.ema.model)
 
-    gen = torch.Generator().manual_seed(train.seed + trainer.step)
-    trainer.fit(infinite_batches(len(codes), recipe.batch_size, gen), step_fn, max_minutes, periodic_eval)
+    batches = index_batches(len(codes), recipe.batch_size, train.seed, trainer.step)
+    trainer.fit(batches, step_fn, max_minutes, periodic_eval)
     save_pretrained(trainer.ema.model, run_dir / "export")
     return trainer.ema.model

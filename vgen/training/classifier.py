@@ -19,7 +19,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import Trainer, TrainConfig, infinite_batches
+from vgen.training.trainer import TrainConfig, Trainer, index_batches
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,10 @@ def reconstruct(tokenizer: VQModel, images: np.ndarray, batch_size: int = 128) -
     return np.concatenate(out)
 
 
-def _augment(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    k = int(torch.randint(4, (1,), generator=g))
-    x = torch.rot90(x, k, dims=(2, 3))
-    return x.flip(3) if bool(torch.randint(2, (1,), generator=g)) else x
+def _augment(x: torch.Tensor) -> torch.Tensor:
+    """A random quarter turn and flip (the trainer seeds the global RNG per step, so runs resume exactly)."""
+    x = torch.rot90(x, int(torch.randint(4, (1,))), dims=(2, 3))
+    return x.flip(3) if bool(torch.randint(2, (1,))) else x
 
 
 @torch.no_grad()
@@ -66,7 +66,6 @@ def train_classifier(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: s
     recon = np.load(rec_path)
     model = ShapesClassifier(ClassifierConfig())
     trainer = Trainer(model, train, run_dir)
-    g = torch.Generator().manual_seed(train.seed + trainer.step)
     half = recipe.batch_size // 2
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -74,10 +73,10 @@ def train_classifier(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: s
         rec_idx = np.sort(idx[half:].numpy() % len(recon))
         x = torch.cat([to_tensor(images[real_idx]), to_tensor(recon[rec_idx])])
         y = torch.from_numpy(np.concatenate([labels[real_idx], labels[rec_idx]]))
-        logits = model(_augment(x, g))
+        logits = model(_augment(x))
         return F.cross_entropy(logits.float(), y), {"acc": float((logits.argmax(-1) == y).float().mean())}
 
-    trainer.fit(infinite_batches(len(images), recipe.batch_size, g), step_fn, max_minutes)
+    trainer.fit(index_batches(len(images), recipe.batch_size, train.seed, trainer.step), step_fn, max_minutes)
     final = trainer.ema.model.eval()
     save_pretrained(final, run_dir / "export")
     val_recon = reconstruct(tokenizer, val_images)

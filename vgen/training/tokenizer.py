@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import save_pretrained
 from vgen.tokenizers.vq import VQConfig, VQModel
-from vgen.training.trainer import Trainer, TrainConfig, infinite_batches
+from vgen.training.trainer import TrainConfig, Trainer, index_batches
 
 SHAPES_VQ = VQConfig(codebook_size=4096, codebook_embed_dim=8, ch=32, ch_mult=(1, 2, 4), num_res_blocks=1,
                      z_channels=64, norm_groups=8)
@@ -71,8 +71,8 @@ def train_tokenizer(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
         usage.zero_()
         return {"codebook_usage_window": used_fraction, "restarted": len(dead)}
 
-    gen = torch.Generator().manual_seed(train.seed + trainer.step)
-    trainer.fit(infinite_batches(len(images), recipe.batch_size, gen), step_fn, max_minutes, restart_dead_codes)
+    batches = index_batches(len(images), recipe.batch_size, train.seed, trainer.step)
+    trainer.fit(batches, step_fn, max_minutes, restart_dead_codes)
     model.eval()
     save_pretrained(model, Path(run_dir) / "export")
     return model

@@ -124,18 +124,20 @@ class Trainer:
 
     # -- loop --------------------------------------------------------------------------------------------------
     def fit(self, batches: Iterator, step_fn: Callable[[object], tuple[torch.Tensor, dict]],
-            max_minutes: float | None = None, on_step: Callable[[Trainer], dict | None] | None = None) -> None:
-        """Train until ``cfg.steps`` or ``max_minutes``; ``step_fn(batch) -> (loss, metrics)``.
+            max_minutes: float | None = None, on_step: Callable[[Trainer], dict | None] | None = None,
+            stop_at: int | None = None) -> None:
+        """Train until ``cfg.steps`` (or step ``stop_at``, or ``max_minutes``); ``step_fn(batch) -> (loss, metrics)``.
 
         ``on_step(trainer)`` runs after every step (restarting dead codes, periodic evaluation); a dict it returns
         is added to the log.
         """
-        torch.manual_seed(self.cfg.seed + self.step)
         start = last_ckpt = time.time()
         bar = tqdm(total=self.cfg.steps, initial=self.step, desc=self.run_dir.name, dynamic_ncols=True)
         running: dict[str, float] = {}
         self.model.train()
-        while self.step < self.cfg.steps:
+        last = min(self.cfg.steps, stop_at if stop_at is not None else self.cfg.steps)
+        while self.step < last:
+            torch.manual_seed(self.cfg.seed * 1_000_003 + self.step)  # dropout etc.: a function of the step
             batch = next(batches)
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr_at(self.step)
@@ -147,7 +149,7 @@ class Trainer:
             self.optimizer.step()
             self.ema.update(self.model, self.step)
             self.step += 1
-            metrics = {"loss": float(loss), "grad_norm": float(grad_norm), **metrics}
+            metrics = {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **metrics}
             for k, v in metrics.items():
                 running[k] = running.get(k, 0.0) + v
             extra = on_step(self) if on_step else None
@@ -169,9 +171,19 @@ class Trainer:
         self.save()
 
 
-def infinite_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """Endless shuffled index batches over ``range(n)``, one permutation per epoch."""
+def index_batches(n: int, batch_size: int, seed: int, start_step: int = 0) -> Iterator[torch.Tensor]:
+    """Endless shuffled index batches over ``range(n)`` (one permutation per epoch, dropping the remainder).
+
+    Batch ``k`` depends only on ``(seed, k)``, so a run resumed at step ``start_step`` sees the same data as one
+    that never stopped.
+    """
+    if n < batch_size:
+        raise ValueError(f"need at least batch_size={batch_size} items, got {n}")
+    per_epoch = n // batch_size
+    step = start_step
     while True:
-        perm = torch.randperm(n, generator=generator)
-        for i in range(0, n - batch_size + 1, batch_size):
-            yield perm[i:i + batch_size]
+        epoch, i = divmod(step, per_epoch)
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+        for j in range(i, per_epoch):
+            yield perm[j * batch_size:(j + 1) * batch_size]
+        step = (epoch + 1) * per_epoch

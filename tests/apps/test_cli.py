@@ -1,0 +1,144 @@
+"""The ``vgen`` command: end to end on a tiny pipeline folder, and one specific error line per bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from PIL import Image
+
+from vgen.apps.cli import main
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.pipelines import ImagePipeline, PipelineInfo
+from vgen.tokenizers.vq import VQConfig, VQModel
+
+
+@pytest.fixture(scope="module")
+def tiny_pipeline_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    gpt = LlamaGenGPT(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=16))
+    with torch.no_grad():
+        gpt.output.weight.normal_(std=0.5)
+    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    info = PipelineInfo(name="tiny", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
+    return ImagePipeline(gpt, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny")
+
+
+def run(args, capsys):
+    code = main([*args, "--no-progress"] if args and args[0] == "sample" else args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_sample_writes_grid_and_stats(tiny_pipeline_dir, tmp_path, capsys):
+    out, stats = tmp_path / "grid.png", tmp_path / "stats.json"
+    code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--class-id", "1", "--class-id", "2",
+                           "--num-images", "4", "--out", str(out), "--stats", str(stats), "--cols", "2"], capsys)
+    assert code == 0 and "wrote 4 images" in stdout
+    assert Image.open(out).size == (32, 32)  # 2 x 2 grid of 16 px images
+    s = json.loads(stats.read_text())
+    assert s["sampler"] == "ar" and s["forward_passes"] == 16 and s["tokens"] == 4 * 16
+    assert s["wall_time_s"] > 0 and s["class_ids"] == [1, 2, 1, 2]
+
+
+def test_same_seed_same_grid_other_seed_differs(tiny_pipeline_dir, tmp_path, capsys):
+    paths = [tmp_path / f"{i}.png" for i in range(3)]
+    for p, seed in zip(paths, [5, 5, 6]):
+        assert run(["sample", "--model", str(tiny_pipeline_dir), "--seed", str(seed), "--out", str(p)], capsys)[0] == 0
+    a, b, c = (Image.open(p).tobytes() for p in paths)
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["--sampler", "nope"], "unknown sampler 'nope'"),
+    (["--class-id", "3"], "class id 3 is out of range"),
+    (["--class-id", "-1"], "class id -1 is out of range"),
+    (["--top-k", "-1"], "top_k"),
+    (["--top-p", "0"], "top_p"),
+    (["--top-p", "1.5"], "top_p"),
+    (["--temperature", "-0.5"], "temperature"),
+    (["--cfg-scale", "-1"], "cfg_scale"),
+    (["--num-images", "0"], "num_images must be >= 1"),
+    (["--out", "/no/such/dir/x.png"], "directory /no/such/dir does not exist"),
+    (["--out", "grid.txt"], "unsupported file type .txt"),
+    (["--dtype", "int8"], "unknown dtype"),
+])
+def test_bad_input_gets_one_specific_line_and_exit_2(tiny_pipeline_dir, args, message, capsys):
+    full = ["sample", "--model", str(tiny_pipeline_dir), *args] if "--model" not in args else ["sample", *args]
+    code, _, err = run(full, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vgen: error: ") and message in lines[0]
+    assert "Traceback" not in err
+
+
+def test_unwritable_output_fails_before_any_work(tiny_pipeline_dir, tmp_path, capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # CI runs as root, who may write anywhere
+    monkeypatch.setattr("vgen.pipelines.load", lambda *a, **k: calls.append(a))
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), "--out", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and "permission denied" in err
+    assert calls == []  # nothing was loaded or generated
+
+
+def test_output_path_that_is_a_directory_is_refused(tiny_pipeline_dir, tmp_path, capsys):
+    d = tmp_path / "d.png"
+    d.mkdir()
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), "--out", str(d)], capsys)
+    assert code == 2 and "is a directory" in err
+
+
+def test_missing_corrupt_and_mismatched_checkpoints(tiny_pipeline_dir, tmp_path, capsys):
+    missing = ["sample", "--gpt-ckpt", str(tmp_path / "gpt.pt"), "--vq-ckpt", str(tmp_path / "vq.pt")]
+    code, _, err = run(missing, capsys)
+    assert code == 2 and "checkpoint not found" in err and "Traceback" not in err
+
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "pipeline.json").write_text((tiny_pipeline_dir / "pipeline.json").read_text())
+    for sub in ("gpt", "vq"):
+        (corrupt / sub).mkdir()
+        (corrupt / sub / "config.json").write_text((tiny_pipeline_dir / sub / "config.json").read_text())
+        (corrupt / sub / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    code, _, err = run(["sample", "--model", str(corrupt)], capsys)
+    assert code == 2 and "corrupt or truncated" in err
+
+    mismatched = tmp_path / "mismatched"
+    mismatched.mkdir()
+    for sub in ("gpt", "vq"):
+        (mismatched / sub).mkdir()
+        weights = (tiny_pipeline_dir / sub / "model.safetensors").read_bytes()
+        (mismatched / sub / "model.safetensors").write_bytes(weights)
+    cfg = json.loads((tiny_pipeline_dir / "gpt" / "config.json").read_text())
+    cfg["config"]["dim"] = 64
+    (mismatched / "gpt" / "config.json").write_text(json.dumps(cfg))
+    (mismatched / "vq" / "config.json").write_text((tiny_pipeline_dir / "vq" / "config.json").read_text())
+    (mismatched / "pipeline.json").write_text((tiny_pipeline_dir / "pipeline.json").read_text())
+    code, _, err = run(["sample", "--model", str(mismatched)], capsys)
+    assert code == 2 and "shape mismatches" in err and "cls_embedding.embedding_table.weight" in err
+    assert "gpt/model.safetensors" in err
+
+
+def test_llamagen_image_size_must_divide_by_the_tokenizer(tmp_path, capsys):
+    gpt, vq = tmp_path / "gpt.pt", tmp_path / "vq.pt"
+    gpt.write_bytes(b"")
+    vq.write_bytes(b"")
+    code, _, err = run(["sample", "--gpt-ckpt", str(gpt), "--vq-ckpt", str(vq), "--image-size", "250"], capsys)
+    assert code == 2 and "not divisible" in err
+
+
+def test_python_dash_m_is_the_same_command(tiny_pipeline_dir, tmp_path):
+    out = tmp_path / "m.png"
+    proc = subprocess.run([sys.executable, "-m", "vgen", "sample", "--model", str(tiny_pipeline_dir), "--out",
+                           str(out), "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists()
+    bad = subprocess.run([sys.executable, "-m", "vgen", "sample", "--sampler", "x", "--model",
+                          str(tiny_pipeline_dir)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == "vgen: error: unknown sampler 'x'; available: " + \
+        ", ".join(__import__("vgen.samplers").samplers.available_samplers())

@@ -1,0 +1,53 @@
+"""Quality figures of a class-conditional token model: token statistics and the class accuracy of its samples.
+
+``token_statistics`` measures how spread out the model's next-token distributions are on its own samples
+(mean entropy in nats, median top-1 probability): the speed of every speculative sampler depends on them, so each
+benchmark table prints them beside its speed-ups. ``class_accuracy`` asks the domain classifier whether each
+sample shows the class it was generated for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from vgen.eval.classifier import ShapesClassifier
+from vgen.models.llamagen import LlamaGenGPT
+from vgen.samplers import SamplingParams, apply_cfg, build_processors
+
+
+@torch.no_grad()
+def token_statistics(model: LlamaGenGPT, tokens: torch.Tensor, class_ids: torch.Tensor,
+                     params: SamplingParams, batch_size: int = 64) -> dict[str, float]:
+    """Entropy and top-1 probability of the distributions a sampler with ``params`` drew ``tokens`` [B, N] from.
+
+    A teacher-forced pass over the finished sequences gives exactly the distributions the sampler used
+    (guided, then temperature / top-k / top-p), one per token, without slowing sampling down.
+    """
+    processors = build_processors(params)
+    entropies, top1 = [], []
+    for i in range(0, len(tokens), batch_size):
+        t = tokens[i:i + batch_size]
+        c = class_ids[i:i + batch_size]
+        if params.guided:
+            t, c = torch.cat([t, t]), torch.cat([c, model.null_condition(c)])
+        logits = model(c, t[:, :-1])
+        logits = apply_cfg(logits, params, torch.arange(logits.shape[1], device=logits.device))
+        probs = processors(logits).softmax(-1)
+        entropies.append(-(probs * probs.clamp_min(1e-30).log()).sum(-1).flatten())
+        top1.append(probs.max(-1).values.flatten())
+    ent, p1 = torch.cat(entropies), torch.cat(top1)
+    return {"mean_entropy_nats": float(ent.mean()), "median_top1_prob": float(p1.median()),
+            "mean_top1_prob": float(p1.mean()), "share_top1_below_0.05": float((p1 < 0.05).float().mean()),
+            "tokens_measured": int(ent.numel())}
+
+
+@torch.no_grad()
+def class_accuracy(classifier: ShapesClassifier, images: torch.Tensor, class_ids: Sequence[int]) -> dict:
+    """Share of images [N, 3, H, W] in [-1, 1] that the classifier assigns to their requested class."""
+    preds = classifier.predict(images).cpu().numpy()
+    wanted = np.asarray(class_ids)
+    per_class = {int(c): float((preds[wanted == c] == c).mean()) for c in np.unique(wanted)}
+    return {"class_accuracy": float((preds == wanted).mean()), "per_class": per_class, "num_images": len(wanted)}
