@@ -151,6 +151,37 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         t.add_argument("--seed", type=int, default=0)
         t.set_defaults(func=run_train)
+    add_package_parser(tsub)
+
+
+def add_package_parser(tsub: argparse._SubParsersAction) -> None:
+    t = tsub.add_parser("package", help="assemble trained models into a pipeline folder (e.g. vgen/assets/...)")
+    t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/)")
+    t.add_argument("--vq", required=True, help="trained tokenizer folder")
+    t.add_argument("--out", required=True, help="pipeline folder to write")
+    t.add_argument("--name", default="shapes-c2i")
+    t.add_argument("--cfg-scale", type=float, default=2.0, help="recommended CFG scale stored as the default")
+    t.add_argument("--dtype", default="fp32", help="storage dtype of the AR weights (bf16 halves the size)")
+    t.set_defaults(func=run_package)
+
+
+def run_package(args: argparse.Namespace) -> None:
+    import torch
+
+    from vgen.data.shapes import CLASS_NAMES
+    from vgen.hub import from_pretrained, save_pretrained
+    from vgen.pipelines import PIPELINE_CONFIG, PipelineInfo
+
+    if args.dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
+    gpt, vq = from_pretrained(args.gpt), from_pretrained(args.vq)
+    out = Path(args.out)
+    save_pretrained(gpt, out / "gpt", dtype=getattr(torch, DTYPES[args.dtype]))
+    save_pretrained(vq, out / "vq")
+    info = PipelineInfo(name=args.name, image_size=gpt.grid[0] * vq.downsample_factor, class_names=list(CLASS_NAMES),
+                        defaults={"cfg_scale": args.cfg_scale})
+    (out / PIPELINE_CONFIG).write_text(json.dumps(info.to_dict(), indent=1))
+    print(f"wrote pipeline {args.name} to {out}")
 
 
 def run_train(args: argparse.Namespace) -> None:

@@ -66,3 +66,14 @@ class ShapesClassifier(nn.Module):
         """Class ids for images in [-1, 1] (any batch size, evaluated in chunks)."""
         self.eval()
         return torch.cat([self(images[i:i + batch_size]).argmax(-1) for i in range(0, len(images), batch_size)])
+
+
+SHIPPED_CLASSIFIER = "shapes-classifier"
+
+
+def load_shapes_classifier() -> ShapesClassifier:
+    """The domain classifier shipped inside the package (``vgen/assets/shapes-classifier``)."""
+    from vgen.hub import from_pretrained
+    from vgen.pipelines import ASSETS
+
+    return from_pretrained(ASSETS / SHIPPED_CLASSIFIER)
