@@ -214,6 +214,68 @@ def run_train(args: argparse.Namespace) -> None:
     print(f"exported to {Path(args.run_dir) / 'export'}")
 
 
+# -- vgen quality ---------------------------------------------------------------------------------------------
+
+
+def add_quality_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quality", help="token statistics and class accuracy of a model's samples",
+                       description="Sample --num-images images (classes in turn), then report the mean entropy and "
+                                   "median top-1 probability of the next-token distributions they were drawn "
+                                   "from, and the domain classifier's class accuracy on them.")
+    p.add_argument("--model", default="shapes-c2i")
+    p.add_argument("--num-images", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cfg-scale", type=float, default=None, help="default: the model's recommended scale")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
+    p.add_argument("--json", default=None, help="write the figures here")
+    p.set_defaults(func=run_quality)
+
+
+def run_quality(args: argparse.Namespace) -> None:
+    import numpy as np
+    import torch
+
+    from vgen import pipelines
+    from vgen.eval.classifier import load_shapes_classifier
+    from vgen.eval.quality import class_accuracy, token_statistics
+    from vgen.samplers import SamplingParams
+
+    check_writable(args.grid, IMAGE_SUFFIXES)
+    check_writable(args.json, {".json"})
+    if args.num_images < 1 or args.batch_size < 1:
+        raise UsageError("--num-images and --batch-size must be >= 1")
+    pipe = pipelines.load(args.model)
+    params = SamplingParams(**{**pipe.info.defaults, "temperature": args.temperature, "top_k": args.top_k,
+                               "top_p": args.top_p, **({"cfg_scale": args.cfg_scale} if args.cfg_scale else {})})
+    n_cls = pipe.num_classes
+    classes = [i % n_cls for i in range(args.num_images)]
+    tokens, images = [], []
+    generator = torch.Generator().manual_seed(args.seed)
+    for i in range(0, args.num_images, args.batch_size):
+        out = pipe(classes[i:i + args.batch_size], generator=generator, progress=True, **params.to_dict())
+        tokens.append(out.tokens)
+        images.extend(out.images)
+    tokens_t = torch.cat(tokens)
+    figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed,
+               **token_statistics(pipe.model, tokens_t, torch.tensor(classes), params)}
+    pixels = torch.from_numpy(np.stack([np.array(im) for im in images]))
+    pixels = pixels.permute(0, 3, 1, 2).float().div(127.5).sub(1)
+    figures.update(class_accuracy(load_shapes_classifier(), pixels, classes))
+    if args.grid:
+        per_class = max(1, min(8, args.num_images // n_cls))
+        rows = [images[c + n_cls * j] for c in range(n_cls) for j in range(per_class)
+                if c + n_cls * j < len(images)]
+        pipelines.image_grid(rows, per_class).save(args.grid)
+    text = json.dumps(figures, indent=1)
+    if args.json:
+        Path(args.json).write_text(text)
+    print(text)
+
+
 # -- entry point ----------------------------------------------------------------------------------------------
 
 
@@ -222,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     add_sample_parser(sub)
     add_train_parser(sub)
+    add_quality_parser(sub)
     m = sub.add_parser("models", help="list the embedded models")
     m.set_defaults(func=lambda a: print("\n".join(__import__("vgen.pipelines").pipelines.available_models())))
     s = sub.add_parser("samplers", help="list the samplers")

@@ -1,6 +1,6 @@
 """Domain classifier for the shapes data: judges whether an image shows the requested class.
 
-A small VGG-style CNN on 64x64 images. Its pooled 256-d activations are vgen's offline features for FID on the
+A small VGG-style CNN on 64x64 images. Its pooled 192-d activations are vgen's offline features for FID on the
 shapes domain (no Inception weights needed); its predictions give the class accuracy of generated samples.
 """
 
@@ -15,7 +15,7 @@ from torch import nn
 @dataclass(frozen=True)
 class ClassifierConfig:
     num_classes: int = 8
-    widths: tuple[int, ...] = (32, 64, 128, 256)
+    widths: tuple[int, ...] = (24, 48, 96, 192)
     image_size: int = 64
 
     def __post_init__(self) -> None:

@@ -188,7 +188,10 @@ def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -
     """A sampler from a registered name (``kwargs`` are its fields), a ``to_dict`` mapping, or an instance
     (returned as is, or a copy with ``kwargs`` replaced)."""
     if isinstance(name_or_obj, Sampler):
-        return dataclasses.replace(name_or_obj, **kwargs) if kwargs else name_or_obj
+        if not kwargs:
+            return name_or_obj
+        cls = type(name_or_obj)
+        return _from_fields(cls, {**asdict(name_or_obj), **kwargs}, f"sampler {cls.name!r}")
     if isinstance(name_or_obj, Mapping):
         return Sampler.from_dict({**name_or_obj, **kwargs})
     if name_or_obj not in _REGISTRY:
