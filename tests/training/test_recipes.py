@@ -41,6 +41,9 @@ def test_ar_recipe_caches_codes_and_exports_the_ema_model(tmp_path):
     codes, labels = cached_codes(tmp_path / "vq" / "export", tmp_path / "data", "train", 16, tmp_path / "ar")
     assert codes.shape == (16, 256) and codes.dtype == np.int16 and codes.min() >= 0 and codes.max() < 64
     assert labels.tolist() == [i % 8 for i in range(16)]
+    # a longer cache extends the shorter one: its first 16 rows are the cached codes
+    more, _ = cached_codes(tmp_path / "vq" / "export", tmp_path / "data", "train", 24, tmp_path / "ar")
+    assert more.shape == (24, 256) and np.array_equal(more[:16], codes)
     exported = from_pretrained(tmp_path / "ar" / "export")
     for a, b in zip(model.state_dict().values(), exported.state_dict().values()):
         assert torch.equal(a, b)

@@ -49,13 +49,25 @@ def tokenize_split(tokenizer: VQModel, images: np.ndarray, batch_size: int = 256
 
 def cached_codes(tokenizer_dir: str | Path, data_dir: str | Path, split: str, count: int,
                  cache_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Token codes and labels of a split, computed once per tokenizer and cached in ``cache_dir``."""
-    path = Path(cache_dir) / f"{split}_codes_{count}.npy"
+    """Token codes and labels of the first ``count`` images of a split, cached in ``cache_dir``.
+
+    A smaller cache from an earlier call is extended rather than recomputed, so a run can start on a first
+    chunk of the data while the rest is tokenised.
+    """
+    cache_dir = Path(cache_dir)
+    path = cache_dir / f"{split}_codes_{count}.npy"
     images, labels = cached_split(data_dir, split, count)
     if not path.exists():
-        codes = tokenize_split(from_pretrained(tokenizer_dir), images)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, codes)
+        smaller = sorted((int(p.stem.rsplit("_", 1)[1]), p) for p in cache_dir.glob(f"{split}_codes_*.npy")
+                         if int(p.stem.rsplit("_", 1)[1]) < count)
+        done = np.load(smaller[-1][1]) if smaller else np.zeros((0, 0), np.int16)
+        rest = tokenize_split(from_pretrained(tokenizer_dir), images[len(done):])
+        codes = np.concatenate([done, rest]) if len(done) else rest
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".partial")
+        with open(tmp, "wb") as f:
+            np.save(f, codes)
+        tmp.replace(path)
     return np.load(path), np.asarray(labels)
 
 

@@ -25,7 +25,7 @@ from vgen.training.trainer import TrainConfig, Trainer, index_batches
 @dataclass(frozen=True)
 class ClassifierRecipe:
     num_images: int = 80000
-    num_reconstructions: int = 16000
+    num_reconstructions: int = 8000
     batch_size: int = 64
     num_val: int = 2048
 

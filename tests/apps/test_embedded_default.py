@@ -1,0 +1,45 @@
+"""The shipped default works on a fresh machine: `vgen sample` with no arguments, and `vgen.load("shapes-c2i")`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+import vgen
+from vgen.apps.cli import main
+from vgen.data.shapes import CLASS_NAMES
+from vgen.eval.classifier import load_shapes_classifier
+from vgen.pipelines import ASSETS
+
+
+def test_shapes_c2i_is_shipped_small():
+    assert "shapes-c2i" in vgen.available_models()
+    size = sum(f.stat().st_size for f in (ASSETS / "shapes-c2i").rglob("*") if f.is_file())
+    assert size < 25 * 2**20
+
+
+@pytest.mark.slow
+def test_vgen_sample_without_arguments_writes_a_grid_of_every_class(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sample", "--stats", "stats.json", "--no-progress"]) == 0
+    grid = Image.open(tmp_path / "samples.png")
+    assert grid.size == (8 * 64, 64)  # one 64 px image per class, in one row
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["model"] == "shapes-c2i" and stats["class_ids"] == list(range(len(CLASS_NAMES)))
+    assert stats["forward_passes"] == 256 and stats["tokens"] == 256 * len(CLASS_NAMES)
+
+
+def test_load_by_name_gives_the_documented_pipeline():
+    pipe = vgen.load("shapes-c2i")
+    assert pipe.info.class_names == list(CLASS_NAMES)
+    assert pipe.info.image_size == 64 and pipe.model.grid == (16, 16)
+    assert pipe.tokenizer.codebook_size == pipe.model.vocab_size >= 1024
+
+
+def test_shipped_classifier_loads_and_matches_the_classes():
+    clf = load_shapes_classifier()
+    assert clf.config.num_classes == len(CLASS_NAMES)
+    assert clf(torch.zeros(2, 3, 64, 64)).shape == (2, len(CLASS_NAMES))
