@@ -1,11 +1,17 @@
 """Tokens/s of vgen's ARSampler against a naive no-cache loop and, optionally, LlamaGen's own generate().
 
 All methods run in one process on the same weights, dtype, token count, batch, guidance and filters, each
-warmed up once; repeats are interleaved so background load hits them alike. LlamaGen's GPT is built from a
-local clone (``--llamagen-repo``; its code is imported, never copied) and loaded strictly with vgen's state
-dict. Every method draws from a generator seeded alike, so the last column shows how many tokens equal vgen's.
+warmed up once (the warm-up call of a compiled method includes its compilation and is reported apart); repeats
+are interleaved so background load hits them alike. LlamaGen's GPT is built from a local clone
+(``--llamagen-repo``; its code is imported, never copied) and loaded strictly with vgen's state dict. Every
+method draws from a generator seeded alike, so the last column shows how many tokens equal vgen's (eager).
 
-    python benchmarks/ar_speed.py --gpt-model GPT-B --tokens 64 --cfg-scale 4.0 --llamagen-repo /tmp/LlamaGen
+``--compile [MODE]`` adds ``ARSampler(compile=MODE)`` and, with ``--llamagen-repo``, LlamaGen's generate() on
+its model compiled the way its ``sample_c2i.py --compile`` does (``torch.compile(gpt_model,
+mode="reduce-overhead", fullgraph=True)``), so eager is compared with eager and compiled with compiled.
+
+    python benchmarks/ar_speed.py --gpt-model default --tokens 256 --batch 8 --cfg-scale 2.0 --no-naive \
+        --compile --threads 1 --llamagen-repo /tmp/llamagen
 """
 
 from __future__ import annotations
@@ -21,16 +27,21 @@ import torch
 
 from vgen.models.llamagen import GPT_SIZES, GPTConfig, LlamaGenGPT, gpt_config
 from vgen.samplers import ARSampler, SamplingParams, apply_cfg, build_processors, sample_logits
+from vgen.samplers.ar import COMPILE_MODES
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TINY = dict(dim=128, n_layer=2, n_head=4, vocab_size=1024, num_classes=10, multiple_of=64)
+# the architecture of vgen's embedded default model (random weights here)
+DEFAULT = dict(dim=256, n_layer=8, n_head=8, vocab_size=4096, num_classes=8, multiple_of=64)
+VGEN, VGEN_COMPILED = "vgen ARSampler (KV cache)", "vgen ARSampler, compiled"
+LLAMAGEN, LLAMAGEN_COMPILED = "LlamaGen generate()", "LlamaGen generate(), compiled"
 
 Method = Callable[[int], torch.Tensor]  # seed -> tokens [B, N]
 
 
 def build_config(args: argparse.Namespace) -> GPTConfig:
-    if args.gpt_model == "tiny":
-        return GPTConfig(**TINY, block_size=args.tokens)
+    if args.gpt_model in ("tiny", "default"):
+        return GPTConfig(**(TINY if args.gpt_model == "tiny" else DEFAULT), block_size=args.tokens)
     return gpt_config(args.gpt_model, block_size=args.tokens)
 
 
@@ -56,8 +67,9 @@ def naive_loop(model: LlamaGenGPT, class_ids: torch.Tensor, params: SamplingPara
 
 
 def llamagen_method(repo: Path, model: LlamaGenGPT, class_ids: torch.Tensor, params: SamplingParams,
-                    args: argparse.Namespace) -> Method:
-    """LlamaGen's generate() on its own GPT class, loaded with ``model``'s weights."""
+                    args: argparse.Namespace, compile: bool = False) -> Method:
+    """LlamaGen's generate() on its own GPT class, loaded with ``model``'s weights; ``compile`` wraps that model
+    as LlamaGen's sample_c2i.py does with --compile."""
     sys.path.insert(0, str(repo))
     from autoregressive.models.generate import generate
     from autoregressive.models.gpt import ModelArgs, Transformer
@@ -70,6 +82,8 @@ def llamagen_method(repo: Path, model: LlamaGenGPT, class_ids: torch.Tensor, par
         model_type="c2i", token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0))
     theirs.load_state_dict(model.state_dict(), strict=True)
     theirs = theirs.eval().to(device=args.device, dtype=model.output.weight.dtype)
+    if compile:
+        theirs = torch.compile(theirs, mode="reduce-overhead", fullgraph=True)
 
     def run(seed: int) -> torch.Tensor:
         torch.manual_seed(seed)  # generate() draws from the global generator
@@ -80,19 +94,21 @@ def llamagen_method(repo: Path, model: LlamaGenGPT, class_ids: torch.Tensor, par
     return run
 
 
-def timed(method: Method, seed: int, device: str) -> tuple[float, torch.Tensor]:
+def timed(method: Method, seed: int, device: str) -> tuple[float, float, torch.Tensor]:
+    """Wall seconds, this process's CPU seconds (less sensitive to other jobs on a shared CPU) and the tokens."""
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     tokens = method(seed)
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start, tokens
+    return time.perf_counter() - start, time.process_time() - cpu, tokens
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--gpt-model", default="tiny", choices=["tiny", *GPT_SIZES])
+    p.add_argument("--gpt-model", default="tiny", choices=["tiny", "default", *GPT_SIZES],
+                   help="tiny: 2 layers, dim 128; default: vgen's embedded model (8 layers, dim 256, vocab 4096)")
     p.add_argument("--tokens", type=int, default=64, help="image tokens (a square: 64, 256, 576, ...)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--cfg-scale", type=float, default=4.0)
@@ -105,6 +121,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads (1 avoids stalls on a shared machine)")
     p.add_argument("--no-naive", action="store_true", help="skip the (quadratic) no-cache loop")
     p.add_argument("--llamagen-repo", type=Path, help="local clone of FoundationVision/LlamaGen")
+    p.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES,
+                   help="also time compiled methods: ARSampler(compile=MODE) and LlamaGen as its sample script")
+    p.add_argument("--no-llamagen-eager", action="store_true", help="skip LlamaGen's eager generate()")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -117,39 +136,58 @@ def main() -> None:
     def generator(seed: int) -> torch.Generator:
         return torch.Generator(device=args.device).manual_seed(seed)
 
-    def vgen_ar(seed: int) -> torch.Tensor:
-        return ARSampler().sample(model, class_ids, params, generator=generator(seed)).tokens
+    def vgen_ar(sampler: ARSampler) -> Method:
+        return lambda seed: sampler.sample(model, class_ids, params, generator=generator(seed)).tokens
 
     @torch.no_grad()
     def naive(seed: int) -> torch.Tensor:
         return naive_loop(model, class_ids, params, generator(seed))
 
-    methods: dict[str, Method] = {"vgen ARSampler (KV cache)": vgen_ar}
+    methods: dict[str, Method] = {VGEN: vgen_ar(ARSampler())}
+    if args.compile:
+        methods[VGEN_COMPILED] = vgen_ar(ARSampler(compile=args.compile))
     if not args.no_naive:
         methods["naive loop (no cache)"] = naive
     if args.llamagen_repo:
-        methods["LlamaGen generate()"] = llamagen_method(args.llamagen_repo, model, class_ids, params, args)
+        if not args.no_llamagen_eager:
+            methods[LLAMAGEN] = llamagen_method(args.llamagen_repo, model, class_ids, params, args)
+        if args.compile:
+            methods[LLAMAGEN_COMPILED] = llamagen_method(args.llamagen_repo, model, class_ids, params, args, True)
 
-    for method in methods.values():  # warm-up
-        method(0)
+    first: dict[str, float] = {}
+    for name, method in methods.items():  # warm-up (and compilation)
+        first[name] = timed(method, 0, args.device)[0]
     times: dict[str, list[float]] = {name: [] for name in methods}
+    cpu_times: dict[str, list[float]] = {name: [] for name in methods}
     outputs: dict[str, torch.Tensor] = {}
     for r in range(args.repeats):
         for name, method in methods.items():
-            seconds, outputs[name] = timed(method, r + 1, args.device)
+            seconds, cpu_seconds, outputs[name] = timed(method, r + 1, args.device)
             times[name].append(seconds)
+            cpu_times[name].append(cpu_seconds)
 
     n = args.batch * model.num_tokens
-    ours = statistics.median(times["vgen ARSampler (KV cache)"])
-    reference = outputs["vgen ARSampler (KV cache)"]
+    median = {name: statistics.median(seconds) for name, seconds in times.items()}
+    cpu = {name: statistics.median(seconds) for name, seconds in cpu_times.items()}
+    reference = outputs[VGEN]
+    threads = f"{torch.get_num_threads()} thread(s), " if args.device == "cpu" else ""
     print(f"{args.gpt_model}, {model.num_tokens} tokens, batch {args.batch}, cfg {args.cfg_scale}, "
-          f"{args.dtype}, {args.device}, median of {args.repeats} (after one warm-up)\n")
-    print("| method | median s | tokens/s | vgen speed-up | tokens equal to vgen's |")
-    print("|---|---|---|---|---|")
-    for name, seconds in times.items():
-        median = statistics.median(seconds)
+          f"{args.dtype}, {args.device}, {threads}torch {torch.__version__}, median of {args.repeats} "
+          f"(after one warm-up){', vgen compile=' + repr(args.compile) if args.compile else ''}\n")
+    print("| method | first call s | median s | tokens/s | median CPU s | tokens equal to vgen eager's |")
+    print("|---|---|---|---|---|---|")
+    for name in methods:
         agree = (outputs[name].to(reference.device) == reference).float().mean().item()
-        print(f"| {name} | {median:.3f} | {n / median:.1f} | {median / ours:.2f}x | {agree:.1%} |")
+        print(f"| {name} | {first[name]:.1f} | {median[name]:.3f} | {n / median[name]:.1f} | {cpu[name]:.3f} "
+              f"| {agree:.1%} |")
+    pairs = [(VGEN, LLAMAGEN, "eager vs eager"), (VGEN_COMPILED, LLAMAGEN_COMPILED, "compiled vs compiled"),
+             (VGEN_COMPILED, LLAMAGEN, "vgen compiled vs LlamaGen eager"),
+             (VGEN_COMPILED, VGEN, "vgen compiled vs vgen eager"), (VGEN, "naive loop (no cache)", "cache vs none")]
+    rows = [(label, median[b] / median[a], cpu[b] / cpu[a]) for a, b, label in pairs if a in median and b in median]
+    if rows:
+        print("\n| comparison | tokens/s ratio (wall) | ratio of CPU time |\n|---|---|---|")
+        for label, ratio, cpu_ratio in rows:
+            print(f"| {label} | {ratio:.2f}x | {cpu_ratio:.2f}x |")
 
 
 if __name__ == "__main__":

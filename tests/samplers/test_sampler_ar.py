@@ -2,7 +2,9 @@
 
 The reference spells out LlamaGen's generate() semantics by hand (CFG batch [cond; null] fed the same token,
 guidance only above scale 1, cfg_interval counted over decode steps, one multinomial draw per step), so the
-sampler's KV-cache loop, CFG batching and interval bookkeeping are all checked token for token.
+sampler's KV-cache loop, CFG batching and interval bookkeeping are all checked token for token. The static-shape
+step behind the CUDA-graph compile modes is checked eagerly (logits against ``decode``, tokens against the naive
+loop); one slow test compiles the default step and checks it against the eager one.
 """
 
 import json
@@ -10,9 +12,11 @@ import re
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from vgen.models.llamagen import GPTConfig
 from vgen.samplers import ARSampler, SamplingParams, build_processors, get_sampler
+from vgen.samplers import ar as ar_module
 
 CLASSES = torch.tensor([0, 4, 2])
 
@@ -157,10 +161,71 @@ def test_a_model_in_training_mode_is_refused(tiny_gpt) -> None:
         ARSampler().sample(tiny_gpt.train(), CLASSES, SamplingParams())
 
 
+@pytest.mark.parametrize("compile,mode", [(False, None), (True, "default"), ("default", "default"),
+                                          ("reduce-overhead", "reduce-overhead"), ("max-autotune", "max-autotune")])
+def test_compile_takes_a_bool_or_a_torch_compile_mode(compile, mode) -> None:
+    assert ARSampler(compile=compile).compile_mode == mode
+    assert ARSampler.from_dict(ARSampler(compile=compile).to_dict()) == ARSampler(compile=compile)
+
+
+def test_an_unknown_compile_mode_raises() -> None:
+    with pytest.raises(ValueError, match=re.escape("compile must be a bool, got 'fast' (or one of torch.compile's "
+                                                   "modes ['default', 'reduce-overhead', 'max-autotune', ")):
+        ARSampler(compile="fast")
+
+
+@torch.no_grad()
+def test_static_decode_step_equals_decode_and_respects_crop(tiny_gpt) -> None:
+    """``decode_step`` (position as a tensor, attention over the whole cache under a mask) gives ``decode``'s
+    logits at every position, also after a crop left stale keys behind the new position."""
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, tiny_gpt.vocab_size, (3, 15), generator=g)
+    eager, static = tiny_gpt.new_cache(3), tiny_gpt.new_cache(3)
+    tiny_gpt.prefill(CLASSES, eager)
+    tiny_gpt.prefill(CLASSES, static)
+    tiny_gpt.decode(tokens[:, :9], static)  # keys that the crop below turns stale
+    static.crop(1)
+    for t in range(15):
+        expected = tiny_gpt.decode(tokens[:, t:t + 1], eager)[:, -1]
+        got = tiny_gpt.decode_step(tokens[:, t:t + 1], torch.tensor([static.length]), static)
+        static.advance(1)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert static.length == eager.length == 16
+    torch.testing.assert_close(static.keys[1], eager.keys[1], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["greedy-cfg", "filtered-cfg", "sampled"])
+def test_cuda_graph_modes_run_the_static_step_on_a_reused_cache(tiny_gpt, monkeypatch, name: str) -> None:
+    """The sampler's static-step bookkeeping (slot tensor, advance, one cache kept per model and cropped for the
+    next call), run eagerly: compiling is the only difference from ``compile="reduce-overhead"``."""
+    monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_step)
+    monkeypatch.setattr(ar_module, "_STATIC_CACHES", ar_module.weakref.WeakKeyDictionary())
+    sampler = ARSampler(compile="reduce-overhead")
+    naive = naive_generate(tiny_gpt, CLASSES, PARAMS[name], seed=7)
+    first = sampler.sample(tiny_gpt, CLASSES, PARAMS[name], generator=torch.Generator().manual_seed(7)).tokens
+    cache = ar_module._STATIC_CACHES[tiny_gpt]
+    again = sampler.sample(tiny_gpt, CLASSES, PARAMS[name], generator=torch.Generator().manual_seed(7)).tokens
+    assert torch.equal(first, naive) and torch.equal(again, naive)
+    assert ar_module._STATIC_CACHES[tiny_gpt] is cache and cache.length == 16  # reused, not reallocated
+    sampler.sample(tiny_gpt, CLASSES[:1], PARAMS[name])  # another batch size gets its own cache
+    assert ar_module._STATIC_CACHES[tiny_gpt] is not cache
+
+
 @pytest.mark.slow
-def test_compiled_decode_step_gives_the_same_tokens(tiny_gpt_factory) -> None:
-    config = GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, num_classes=2, block_size=4)
-    model = tiny_gpt_factory(config)
+@torch.no_grad()
+def test_compiled_decode_step_compiles_once_and_matches_eager(tiny_gpt_factory) -> None:
+    """compile=True: one graph for every cache length and batch size, logits equal to eager decoding's."""
+    model = tiny_gpt_factory(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, num_classes=2, block_size=9))
+    step = ar_module.compiled_step("default")
+    counters.clear()
+    tokens = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(0))
+    compiled, eager = model.new_cache(4), model.new_cache(4)
+    model.prefill(torch.tensor([0, 1, 2, 2]), compiled)
+    model.prefill(torch.tensor([0, 1, 2, 2]), eager)
+    for t in range(8):
+        fed = tokens[:, t:t + 1].contiguous()  # as the sampler feeds them
+        torch.testing.assert_close(step(model, fed, compiled), model.decode(fed, eager)[:, -1], atol=1e-5, rtol=0)
     params = SamplingParams(temperature=0.0, cfg_scale=2.0)
-    compiled = get_sampler("ar", compile=True).sample(model, torch.tensor([0, 1]), params).tokens
-    assert torch.equal(compiled, ARSampler().sample(model, torch.tensor([0, 1]), params).tokens)
+    got = get_sampler("ar", compile=True).sample(model, torch.tensor([0, 1]), params).tokens
+    assert torch.equal(got, ARSampler().sample(model, torch.tensor([0, 1]), params).tokens)
+    assert counters["stats"]["unique_graphs"] == 1

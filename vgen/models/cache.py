@@ -3,7 +3,8 @@
 One buffer per layer of shape [B, H, max_len, D] is allocated once; ``append`` writes new keys and values at the
 current length and returns views of everything cached so far, so decoding recomputes nothing and never
 reallocates. ``crop(n)`` rolls the cache back to its first ``n`` positions: a speculative sampler calls it to
-drop the keys of rejected draft tokens before the next verification.
+drop the keys of rejected draft tokens before the next verification. ``write`` is the static-shape variant for
+compiled single-token decoding: it takes the position as a tensor and returns the whole buffers.
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ class KVCache:
         self.keys[layer][:, :, start:end] = k
         self.values[layer][:, :, start:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+              slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Static-shape :meth:`append` for compiled decoding: write [B, H, n, D] keys/values of ``layer`` at the
+        positions ``slots`` (LongTensor [n]) and return the whole buffers [B, H, max_len, D].
+
+        The positions come as a tensor, not from ``length``, so a compiled graph does not depend on how full the
+        cache is; the caller masks the slots past its query and moves ``length`` with :meth:`advance`.
+        """
+        self.keys[layer].index_copy_(2, slots, k)
+        self.values[layer].index_copy_(2, slots, v)
+        return self.keys[layer], self.values[layer]
+
+    def buffers(self) -> list[torch.Tensor]:
+        """Every key and value buffer (e.g. to mark their addresses static for CUDA graphs)."""
+        return [*self.keys, *self.values]
 
     def advance(self, num_new: int) -> None:
         """Mark the ``num_new`` positions written by the finished forward pass as cached."""

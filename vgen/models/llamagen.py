@@ -102,15 +102,23 @@ class Attention(nn.Module):
         self.attn_dropout_p = cfg.attn_dropout_p
         self.resid_dropout = nn.Dropout(cfg.resid_dropout_p)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
+                slot: torch.Tensor | None = None) -> torch.Tensor:
+        """Without ``slot``: causal attention over the cached keys (``cache.length`` of them) and the new ones.
+        With ``slot`` (LongTensor [1], one new token): static shapes, see :meth:`LlamaGenGPT.decode_step`."""
         b, t, _ = x.shape
-        kv = self.n_kv_head * self.head_dim
-        q, k, v = self.wqkv(x).split([self.n_head * self.head_dim, kv, kv], dim=-1)
-        q = apply_rope(q.view(b, t, self.n_head, self.head_dim), rope).transpose(1, 2)
-        k = apply_rope(k.view(b, t, self.n_kv_head, self.head_dim), rope).transpose(1, 2)
-        v = v.view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2)
+        nq, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
+        qkv = self.wqkv(x)
+        # q and k are adjacent in wqkv's output: one elementwise rotation serves both (fewer ops per step)
+        qk = apply_rope(qkv[..., :(nq + nkv) * hd].view(b, t, nq + nkv, hd), rope).transpose(1, 2)
+        q, k = qk.split([nq, nkv], dim=1)
+        v = qkv[..., (nq + nkv) * hd:].view(b, t, nkv, hd).transpose(1, 2)
         if cache is None:
             mask, causal = None, True
+        elif slot is not None:
+            k, v = cache.write(layer, k, v, slot)
+            mask = (torch.arange(cache.max_len, device=x.device) <= slot)[None]  # [1, max_len]: slots 0..slot
+            causal = False
         else:
             start = cache.length
             k, v = cache.append(layer, k, v)
@@ -118,12 +126,15 @@ class Attention(nn.Module):
             mask = None if t == 1 else (torch.arange(start + t, device=x.device)[None, :]
                                         <= torch.arange(start, start + t, device=x.device)[:, None])
             causal = False
-        if self.n_kv_head != self.n_head:
-            k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
-            v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
-        out = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, is_causal=causal,
+        if nkv != nq:
+            k = k.repeat_interleave(nq // nkv, dim=1)
+            v = v.repeat_interleave(nq // nkv, dim=1)
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                              dropout_p=self.attn_dropout_p if self.training else 0.0)
-        return self.resid_dropout(self.wo(out.transpose(1, 2).reshape(b, t, -1)))
+        out = self.wo(out.transpose(1, 2).reshape(b, t, -1))
+        return self.resid_dropout(out) if self.training else out
 
 
 class TransformerBlock(nn.Module):
@@ -135,8 +146,9 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), rope, cache, layer)
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
+                slot: torch.Tensor | None = None) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, cache, layer, slot)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -204,7 +216,8 @@ class LlamaGenGPT(nn.Module):
         if self.rope.device != h.device:
             self.rope = self.rope.to(h.device)
         rope = self.rope[start:start + h.shape[1]]
-        h = self.tok_dropout(h)
+        if self.training:
+            h = self.tok_dropout(h)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i)
         if cache is not None:
@@ -238,6 +251,21 @@ class LlamaGenGPT(nn.Module):
         """Append image tokens [B, k] after the cached ones; logits [B, k, V], row i predicting the next token."""
         start = cache.reserve(tokens.shape[1])
         return self._run(self.tok_embeddings(tokens), start, cache)
+
+    def decode_step(self, tokens: torch.Tensor, slot: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """One image token per row [B, 1] written at cache position ``slot`` (LongTensor [1]); logits [B, V].
+
+        The static-shape twin of ``decode(tokens, cache)[:, -1]`` for ``torch.compile`` with CUDA graphs: the
+        position is a tensor and attention spans the whole preallocated cache under a mask, so one graph serves
+        every position. It neither reads nor moves ``cache.length``: the caller keeps ``slot == cache.length``
+        and calls ``cache.advance(1)`` afterwards. Equal to :meth:`decode` up to float rounding (the reductions
+        also run over masked slots); the rope table must already be on the device (:meth:`prefill` moves it).
+        """
+        h = self.tok_embeddings(tokens)
+        rope = self.rope.index_select(0, slot)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, cache, i, slot)
+        return self.output(self.norm(h[:, -1])).float()
 
 
 def llamagen_config_for(gpt_model: str, image_size: int, downsample: int = 16, vocab_size: int = 16384,

@@ -4,17 +4,33 @@ With guidance (``cfg_scale > 1``) the batch is doubled as [cond; null] once at t
 fed the same sampled token at every step; the guided logits are processed (temperature, top-k, top-p) and one
 token per sample is drawn from the caller's generator. This is the baseline the speculative samplers are
 measured against (step compression and latency ratio) and must equal when they are lossless and greedy.
+
+The prefill runs the class position once; every later step feeds one token per row and reads everything
+before it from the cache. ``compile`` wraps that per-token step with ``torch.compile``:
+
+- ``True`` (mode ``"default"``) or ``"max-autotune-no-cudagraphs"`` compile ``model.decode`` with dynamic
+  shapes, so one graph serves every cache length (and batch size) and attention still reads only the filled
+  part of the cache: the fastest choice on CPU.
+- ``"reduce-overhead"`` or ``"max-autotune"`` (CUDA graphs) compile ``model.decode_step``, whose shapes are
+  static: the position is a tensor and attention spans the whole preallocated cache under a mask. CUDA graphs
+  need the cache at fixed addresses, so these modes keep one cache per model between calls (reused when the
+  batch, dtype and device match) and mark its buffers static.
+
+Compiled graphs are cached per mode for the life of the process; the first call pays the compilation.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
+from vgen.models.cache import KVCache
 from vgen.samplers.base import (
     SampleOutput,
     Sampler,
@@ -25,19 +41,61 @@ from vgen.samplers.base import (
 )
 from vgen.samplers.logits import apply_cfg, build_processors, sample_logits
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def _decode_last(model: torch.nn.Module, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    return model.decode(tokens, cache)[:, -1]
+
+
+def _decode_step(model: torch.nn.Module, tokens: torch.Tensor, slot: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    return model.decode_step(tokens, slot, cache)
+
+
+@functools.cache
+def compiled_step(mode: str):
+    """The compiled per-token step for ``mode`` (built once per process; graphs are made on first call)."""
+    if mode in CUDA_GRAPH_MODES:
+        return torch.compile(_decode_step, mode=mode, fullgraph=True)
+    return torch.compile(_decode_last, mode=mode, dynamic=True, fullgraph=True)
+
+
+# one cache per model for the CUDA-graph modes; taken out while in use, so concurrent calls never share one
+_STATIC_CACHES: weakref.WeakKeyDictionary[torch.nn.Module, KVCache] = weakref.WeakKeyDictionary()
+
+
+def _take_static_cache(model: torch.nn.Module, rows: int) -> KVCache:
+    cache = _STATIC_CACHES.pop(model, None)
+    p = next(model.parameters())
+    if cache is None or cache.batch_size != rows or cache.keys[0].dtype != p.dtype or cache.keys[0].device != p.device:
+        cache = model.new_cache(rows)
+        for buffer in cache.buffers():
+            torch._dynamo.mark_static_address(buffer)
+    cache.crop(0)
+    return cache
+
 
 @register_sampler
 @dataclass(frozen=True)
 class ARSampler(Sampler):
-    """One token per forward pass. ``compile`` wraps the per-token decode step with ``torch.compile`` (slow to
-    compile, worth it only for long runs)."""
+    """One token per forward pass. ``compile`` (False, True or a ``torch.compile`` mode name) compiles the
+    per-token decode step: slow the first time (tens of seconds on CPU), faster per token afterwards."""
 
     name: ClassVar[str] = "ar"
-    compile: bool = False
+    compile: bool | str = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"compile must be a bool, got {self.compile!r}")
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be a bool, got {self.compile!r} (or one of torch.compile's modes "
+                             f"{list(COMPILE_MODES)})")
+
+    @property
+    def compile_mode(self) -> str | None:
+        """The ``torch.compile`` mode of the decode step, None when it runs eagerly."""
+        if isinstance(self.compile, str):
+            return self.compile
+        return "default" if self.compile else None
 
     @torch.no_grad()
     def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
@@ -46,21 +104,37 @@ class ARSampler(Sampler):
         start = time.perf_counter()
         device = next(model.parameters()).device
         class_ids = class_ids.to(device)
-        batch, n = class_ids.shape[0], model.num_tokens
-        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
-        decode = torch.compile(model.decode) if self.compile else model.decode
+        batch, n, guided = class_ids.shape[0], model.num_tokens, params.guided
+        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
+        mode = self.compile_mode
+        static = mode in CUDA_GRAPH_MODES
+        cache = _take_static_cache(model, cond.shape[0]) if static else model.new_cache(cond.shape[0])
+        if mode is None:
+            step = functools.partial(_decode_last, model)
+        elif static:
+            compiled, slot = compiled_step(mode), torch.ones(1, dtype=torch.long, device=device)
+
+            def step(x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+                torch.compiler.cudagraph_mark_step_begin()
+                logits = compiled(model, x, slot, cache)
+                cache.advance(1)
+                slot.add_(1)
+                return logits
+        else:
+            step = functools.partial(compiled_step(mode), model)
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
-        cache = model.new_cache(cond.shape[0])
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             logits = model.prefill(cond, cache)
             for t in range(n):
-                if t:
-                    prev = tokens[:, t - 1:t]
-                    logits = decode(torch.cat([prev, prev]) if params.guided else prev, cache)[:, -1]
-                logits = processors(apply_cfg(logits, params, t))
-                tokens[:, t] = sample_logits(logits, params.greedy, generator)[0]
+                sampled = sample_logits(processors(apply_cfg(logits, params, t)), params.greedy, generator)[0]
+                tokens[:, t] = sampled
                 bar.update()
+                if t + 1 < n:
+                    prev = sampled[:, None]  # [B, 1] and contiguous, guided or not: one compiled graph serves both
+                    logits = step(torch.cat([prev, prev]) if guided else prev, cache)
+        if static:
+            _STATIC_CACHES[model] = cache
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         stats = SamplerStats(sampler=self.name, forward_passes=n, tokens=batch * n,
