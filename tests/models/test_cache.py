@@ -17,17 +17,6 @@ CLASSES = torch.tensor([3, 7])  # class 7 is the null (CFG) row
 ATOL = 1e-4  # logits reach ~10; fp32 reordering between the paths stays below 3e-5
 
 
-def make_gpt(config: GPTConfig = CONFIG, seed: int = 0) -> LlamaGenGPT:
-    """fp32 eval model with random weights everywhere (the output layer starts at zero, norms at one)."""
-    torch.manual_seed(seed)
-    model = LlamaGenGPT(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-            else:
-                p.normal_(std=0.3)
-    return model.eval()
 
 
 def random_tokens(n: int, config: GPTConfig = CONFIG, seed: int = 1) -> torch.Tensor:
@@ -50,8 +39,8 @@ def cached_logits(model: LlamaGenGPT, tokens: torch.Tensor, chunks: list[int],
 
 @pytest.mark.parametrize("chunks", [[1] * 15, [3, 1, 5, 2, 4], [15], [7, 8], [1, 1, 6, 1, 6]])
 @torch.no_grad()
-def test_prefill_then_decode_chunks_equals_full_forward(chunks: list[int]) -> None:
-    model = make_gpt()
+def test_prefill_then_decode_chunks_equals_full_forward(chunks: list[int], tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(CONFIG)
     tokens = random_tokens(sum(chunks))
     full = model(CLASSES, tokens)
     assert full.shape == (2, 1 + sum(chunks), CONFIG.vocab_size)
@@ -59,9 +48,9 @@ def test_prefill_then_decode_chunks_equals_full_forward(chunks: list[int]) -> No
 
 
 @torch.no_grad()
-def test_grouped_query_attention_cache_equals_full_forward() -> None:
+def test_grouped_query_attention_cache_equals_full_forward(tiny_gpt_factory) -> None:
     config = GPTConfig(vocab_size=48, dim=64, n_layer=2, n_head=4, n_kv_head=2, num_classes=7, block_size=16)
-    model = make_gpt(config)
+    model = tiny_gpt_factory(config)
     cache = model.new_cache(len(CLASSES))
     assert cache.keys[0].shape == (2, 2, 17, 16)  # the cache stores the kv heads only
     tokens = random_tokens(12, config)
@@ -71,9 +60,9 @@ def test_grouped_query_attention_cache_equals_full_forward() -> None:
 
 @pytest.mark.parametrize("keep", [1, 4, 9])
 @torch.no_grad()
-def test_crop_then_redecode_equals_a_fresh_forward(keep: int) -> None:
+def test_crop_then_redecode_equals_a_fresh_forward(keep: int, tiny_gpt_factory) -> None:
     """Decode drafts, roll back to ``keep`` cached positions, decode other tokens: no trace of the drafts."""
-    model = make_gpt()
+    model = tiny_gpt_factory(CONFIG)
     prefix, drafts = random_tokens(keep - 1, seed=1), random_tokens(6, seed=2)
     replacement = random_tokens(5, seed=3)
     cache = model.new_cache(len(CLASSES))
@@ -89,8 +78,8 @@ def test_crop_then_redecode_equals_a_fresh_forward(keep: int) -> None:
 
 
 @torch.no_grad()
-def test_crop_to_zero_allows_a_new_prefill() -> None:
-    model = make_gpt()
+def test_crop_to_zero_allows_a_new_prefill(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(CONFIG)
     cache = model.new_cache(len(CLASSES))
     model.prefill(torch.tensor([1, 2]), cache)
     model.decode(random_tokens(3), cache)
@@ -101,8 +90,8 @@ def test_crop_to_zero_allows_a_new_prefill() -> None:
 
 
 @torch.no_grad()
-def test_decoding_past_the_end_of_the_cache_raises_and_leaves_it_intact() -> None:
-    model = make_gpt()
+def test_decoding_past_the_end_of_the_cache_raises_and_leaves_it_intact(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(CONFIG)
     cache = model.new_cache(len(CLASSES))
     assert cache.max_len == 1 + CONFIG.block_size
     model.prefill(CLASSES, cache)
@@ -117,8 +106,8 @@ def test_decoding_past_the_end_of_the_cache_raises_and_leaves_it_intact() -> Non
 
 
 @torch.no_grad()
-def test_prefill_needs_an_empty_cache() -> None:
-    model = make_gpt()
+def test_prefill_needs_an_empty_cache(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(CONFIG)
     cache = model.new_cache(len(CLASSES))
     model.prefill(CLASSES, cache)
     with pytest.raises(ValueError, match="empty cache"):

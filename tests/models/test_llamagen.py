@@ -16,14 +16,6 @@ from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config, llamagen_co
 TINY = GPTConfig(vocab_size=40, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=16)
 
 
-def make_gpt(config: GPTConfig = TINY, seed: int = 0) -> LlamaGenGPT:
-    torch.manual_seed(seed)
-    model = LlamaGenGPT(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim > 1:
-                p.normal_(std=0.3)
-    return model.eval()
 
 
 def meta_gpt(config: GPTConfig) -> LlamaGenGPT:
@@ -83,8 +75,8 @@ def test_apply_rope_keeps_dtype_and_rotates_in_fp32() -> None:
 
 
 @torch.no_grad()
-def test_class_position_queries_and_keys_are_exactly_zero() -> None:
-    model = make_gpt()
+def test_class_position_queries_and_keys_are_exactly_zero(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(TINY)
     captured: list[torch.Tensor] = []
     model.layers[0].attention.wqkv.register_forward_hook(lambda m, i, out: captured.append(out))
     model(torch.tensor([2]), torch.randint(0, TINY.vocab_size, (1, 6)))
@@ -96,8 +88,8 @@ def test_class_position_queries_and_keys_are_exactly_zero() -> None:
     assert torch.count_nonzero(q_rot[:, 1:]) > 0
 
 
-def test_rope_table_is_not_part_of_the_state_dict() -> None:
-    model = make_gpt()
+def test_rope_table_is_not_part_of_the_state_dict(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(TINY)
     assert not any("rope" in k or "freqs" in k for k in model.state_dict())
     assert model.rope.dtype == torch.float32
     assert model.to(torch.bfloat16).rope.dtype == torch.float32  # stays fp32 in a bf16 model, as in LlamaGen
@@ -194,8 +186,8 @@ TINY_LLAMAGEN_KEYS = {
 }
 
 
-def test_state_dict_has_exactly_llamagens_keys_and_shapes() -> None:
-    got = {k: tuple(v.shape) for k, v in make_gpt().state_dict().items()}
+def test_state_dict_has_exactly_llamagens_keys_and_shapes(tiny_gpt_factory) -> None:
+    got = {k: tuple(v.shape) for k, v in tiny_gpt_factory(TINY).state_dict().items()}
     assert got == TINY_LLAMAGEN_KEYS
 
 
@@ -214,8 +206,8 @@ def test_no_biases_and_a_zero_output_layer_at_init() -> None:
 
 
 @torch.no_grad()
-def test_position_p_depends_only_on_the_class_and_tokens_before_p() -> None:
-    model = make_gpt()
+def test_position_p_depends_only_on_the_class_and_tokens_before_p(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(TINY)
     tokens = torch.randint(0, TINY.vocab_size, (1, 10))
     changed = tokens.clone()
     changed[0, 6] = (tokens[0, 6] + 1) % TINY.vocab_size
@@ -227,10 +219,10 @@ def test_position_p_depends_only_on_the_class_and_tokens_before_p() -> None:
 
 
 @torch.no_grad()
-def test_class_dropout_in_training_uses_the_null_row() -> None:
+def test_class_dropout_in_training_uses_the_null_row(tiny_gpt_factory) -> None:
     config = GPTConfig(vocab_size=40, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=16,
                        class_dropout_prob=1.0, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
-    model = make_gpt(config)
+    model = tiny_gpt_factory(config)
     tokens = torch.randint(0, 40, (2, 4))
     classes = torch.tensor([0, 3])
     dropped = model.train()(classes, tokens)
@@ -239,8 +231,8 @@ def test_class_dropout_in_training_uses_the_null_row() -> None:
     torch.testing.assert_close(dropped, null)
 
 
-def test_forward_rejects_sequences_longer_than_the_grid() -> None:
-    model = make_gpt()
+def test_forward_rejects_sequences_longer_than_the_grid(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(TINY)
     with pytest.raises(ValueError, match="exceeds 1 \\+ block_size = 17"):
         model(torch.tensor([0]), torch.zeros(1, 17, dtype=torch.long))
 

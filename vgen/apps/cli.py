@@ -161,7 +161,8 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", required=True, help="pipeline folder to write")
     t.add_argument("--name", default="shapes-c2i")
     t.add_argument("--cfg-scale", type=float, default=2.0, help="recommended CFG scale stored as the default")
-    t.add_argument("--dtype", default="fp32", help="storage dtype of the AR weights (bf16 halves the size)")
+    t.add_argument("--dtype", default="fp32", help="storage dtype of the weights (bf16 halves the size; they load "
+                                                   "into fp32 models)")
     t.set_defaults(func=run_package)
 
 
@@ -176,8 +177,9 @@ def run_package(args: argparse.Namespace) -> None:
         raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
     gpt, vq = from_pretrained(args.gpt), from_pretrained(args.vq)
     out = Path(args.out)
-    save_pretrained(gpt, out / "gpt", dtype=getattr(torch, DTYPES[args.dtype]))
-    save_pretrained(vq, out / "vq")
+    dtype = getattr(torch, DTYPES[args.dtype])
+    save_pretrained(gpt, out / "gpt", dtype=dtype)
+    save_pretrained(vq, out / "vq", dtype=dtype)
     info = PipelineInfo(name=args.name, image_size=gpt.grid[0] * vq.downsample_factor, class_names=list(CLASS_NAMES),
                         defaults={"cfg_scale": args.cfg_scale})
     (out / PIPELINE_CONFIG).write_text(json.dumps(info.to_dict(), indent=1))

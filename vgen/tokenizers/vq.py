@@ -119,6 +119,15 @@ class Upsample(nn.Module):
         return self.conv(F.interpolate(x.float(), scale_factor=2.0, mode="nearest").to(x.dtype))
 
 
+def _run_level(block: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """One resolution level: its residual blocks, each followed by its attention block where the level has them."""
+    for i, res in enumerate(block.res):
+        h = res(h)
+        if len(block.attn):
+            h = block.attn[i](h)
+    return h
+
+
 class Encoder(nn.Module):
     def __init__(self, cfg: VQConfig) -> None:
         super().__init__()
@@ -147,10 +156,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
         for block in self.conv_blocks:
-            for i, res in enumerate(block.res):
-                h = res(h)
-                if len(block.attn):
-                    h = block.attn[i](h)
+            h = _run_level(block, h)
             if hasattr(block, "downsample"):
                 h = block.downsample(h)
         for m in self.mid:
@@ -187,10 +193,7 @@ class Decoder(nn.Module):
         for m in self.mid:
             h = m(h)
         for block in self.conv_blocks:
-            for i, res in enumerate(block.res):
-                h = res(h)
-                if len(block.attn):
-                    h = block.attn[i](h)
+            h = _run_level(block, h)
             if hasattr(block, "upsample"):
                 h = block.upsample(h)
         return self.conv_out(F.silu(self.norm_out(h)))
