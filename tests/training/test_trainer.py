@@ -61,3 +61,22 @@ def test_index_batches_cover_each_epoch_once_and_resume_mid_epoch():
         assert torch.equal(batch, next(resumed))
     with pytest.raises(ValueError, match="at least batch_size"):
         next(index_batches(3, 5, seed=0))
+
+
+def test_sigint_stops_after_the_current_step_and_saves(tmp_path):
+    """Ctrl-C (or SIGTERM) mid-run finishes the step in flight, checkpoints, and a rerun resumes from there."""
+    import os
+    import signal
+
+    model = nn.Linear(2, 1)
+    trainer = Trainer(model, TrainConfig(steps=100, bf16=False, log_every=1000), tmp_path)
+
+    def step_fn(idx):
+        if trainer.step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return model(torch.ones(2, 2)).pow(2).mean(), {}
+
+    trainer.fit(index_batches(8, 2, 0), step_fn)
+    assert trainer.step == 4
+    assert json.loads((tmp_path / "state.json").read_text())["step"] == 4
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored

@@ -14,6 +14,8 @@ import copy
 import json
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -136,39 +138,59 @@ class Trainer:
         running: dict[str, float] = {}
         self.model.train()
         last = min(self.cfg.steps, stop_at if stop_at is not None else self.cfg.steps)
-        while self.step < last:
-            torch.manual_seed(self.cfg.seed * 1_000_003 + self.step)  # dropout etc.: a function of the step
-            batch = next(batches)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.lr_at(self.step)
-            with self.autocast():
-                loss, metrics = step_fn(batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-            self.optimizer.step()
-            self.ema.update(self.model, self.step)
-            self.step += 1
-            metrics = {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **metrics}
-            for k, v in metrics.items():
-                running[k] = running.get(k, 0.0) + v
-            extra = on_step(self) if on_step else None
-            if extra:
-                self.log({"step": self.step, **extra})
-            if self.step % self.cfg.log_every == 0:
-                avg = {k: v / self.cfg.log_every for k, v in running.items()}
-                self.log({"step": self.step, "lr": self.lr_at(self.step), "time": time.time(), **avg})
-                bar.set_postfix({k: f"{v:.4g}" for k, v in avg.items() if k in ("loss", "acc", "psnr")})
-                running.clear()
-            bar.update(1)
-            now = time.time()
-            if now - last_ckpt > self.cfg.checkpoint_every_s:
-                self.save()
-                last_ckpt = now
-            if max_minutes is not None and now - start > 60 * max_minutes:
-                break
+        with _graceful_stop() as stop_requested:
+            while self.step < last and not stop_requested():
+                metrics = self._step(next(batches), step_fn)
+                for k, v in metrics.items():
+                    running[k] = running.get(k, 0.0) + v
+                extra = on_step(self) if on_step else None
+                if extra:
+                    self.log({"step": self.step, **extra})
+                if self.step % self.cfg.log_every == 0:
+                    avg = {k: v / self.cfg.log_every for k, v in running.items()}
+                    self.log({"step": self.step, "lr": self.lr_at(self.step), "time": time.time(), **avg})
+                    bar.set_postfix({k: f"{v:.4g}" for k, v in avg.items() if k in ("loss", "acc", "psnr")})
+                    running.clear()
+                bar.update(1)
+                now = time.time()
+                if now - last_ckpt > self.cfg.checkpoint_every_s:
+                    self.save()
+                    last_ckpt = now
+                if max_minutes is not None and now - start > 60 * max_minutes:
+                    break
         bar.close()
         self.save()
+
+    def _step(self, batch: object, step_fn: Callable[[object], tuple[torch.Tensor, dict]]) -> dict[str, float]:
+        """One optimisation step at ``self.step`` (seeded by it, so resumed runs repeat it exactly)."""
+        torch.manual_seed(self.cfg.seed * 1_000_003 + self.step)  # dropout, class dropout, augmentation
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        with self.autocast():
+            loss, metrics = step_fn(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.ema.update(self.model, self.step)
+        self.step += 1
+        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **metrics}
+
+
+@contextlib.contextmanager
+def _graceful_stop() -> Iterator[Callable[[], bool]]:
+    """Turn Ctrl-C / SIGTERM into a request that the loop honours after the current step (then it saves)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def index_batches(n: int, batch_size: int, seed: int, start_step: int = 0) -> Iterator[torch.Tensor]:
