@@ -55,7 +55,7 @@ def train_tokenizer(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
         loss = F.mse_loss(rec, x) + recipe.l1_weight * F.l1_loss(rec, x) + vq_loss.float()
         usage.add_(torch.bincount(codes.flatten(), minlength=vq_config.codebook_size).float())
         last["z"] = z.detach().float().permute(0, 2, 3, 1).reshape(-1, z.shape[1])
-        return loss, {"psnr": psnr(rec.detach(), x), "vq": float(vq_loss)}
+        return loss, {"psnr": psnr(rec.detach(), x), "vq": float(vq_loss.detach())}
 
     def restart_dead_codes(t: Trainer) -> dict | None:
         if t.step % recipe.restart_every:

@@ -1,0 +1,57 @@
+"""Reconstruction quality of a VQ tokenizer on held-out shapes images, and a picture of it.
+
+Prints PSNR (dB, pixels in [0, 255]), codebook usage over the evaluated images, and the per-image token count;
+writes a grid with originals on the top row(s) and reconstructions below.
+
+    python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 --picture docs/vq_reconstructions.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+
+import vgen
+from vgen.apps.cli import RUNS
+from vgen.data.shapes import cached_split, to_tensor
+from vgen.pipelines import image_grid, tensor_to_pil
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="shapes-c2i", help="pipeline whose tokenizer to evaluate")
+    p.add_argument("--data-dir", default=str(RUNS / "data"), help="where the val split is rendered (cached)")
+    p.add_argument("--num-images", type=int, default=2048)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--picture", default=None, help="PNG: 8 originals over their 8 reconstructions")
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokenizer = vgen.load(args.model).tokenizer
+    images, _ = cached_split(args.data_dir, "val", args.num_images)
+    se, used, recon_first = 0.0, torch.zeros(tokenizer.codebook_size, dtype=torch.bool), None
+    with torch.no_grad():
+        for i in range(0, len(images), args.batch_size):
+            batch = np.array(images[i:i + args.batch_size])
+            rec, codes, _ = tokenizer(to_tensor(batch))
+            rec_u8 = (rec * 127.5 + 128).clamp(0, 255).to(torch.uint8)  # the mapping the pipelines save with
+            original = torch.from_numpy(batch).permute(0, 3, 1, 2).float()
+            se += ((rec_u8.float() - original) ** 2).sum().item()
+            used[codes.flatten()] = True
+            recon_first = rec if recon_first is None else recon_first
+    mse = se / (len(images) * images[0].size)
+    figures = {"model": args.model, "num_images": len(images), "psnr_db": 10 * np.log10(255.0 ** 2 / mse),
+               "codebook_usage": float(used.float().mean()), "codebook_size": tokenizer.codebook_size,
+               "tokens_per_image": int(codes[0].numel())}
+    print(json.dumps(figures, indent=1))
+    if args.picture:
+        originals = tensor_to_pil(to_tensor(images[:8]))
+        image_grid(originals + tensor_to_pil(recon_first[:8]), cols=8).resize((8 * 128, 2 * 128), 0).save(args.picture)
+
+
+if __name__ == "__main__":
+    main()
