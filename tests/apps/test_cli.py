@@ -142,3 +142,10 @@ def test_python_dash_m_is_the_same_command(tiny_pipeline_dir, tmp_path):
                           str(tiny_pipeline_dir)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "vgen: error: unknown sampler 'x'; available: " + \
         ", ".join(__import__("vgen.samplers").samplers.available_samplers())
+
+
+def test_models_and_samplers_are_listed(capsys):
+    assert main(["models"]) == 0
+    assert "shapes-c2i" in capsys.readouterr().out.split()
+    assert main(["samplers"]) == 0
+    assert "ar" in capsys.readouterr().out.split()

@@ -281,16 +281,26 @@ def run_quality(args: argparse.Namespace) -> None:
 # -- entry point ----------------------------------------------------------------------------------------------
 
 
+def list_models(args: argparse.Namespace) -> None:
+    from vgen.pipelines import available_models
+
+    print("\n".join(available_models()))
+
+
+def list_samplers(args: argparse.Namespace) -> None:
+    from vgen.samplers import available_samplers
+
+    print("\n".join(available_samplers()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vgen", description="Visual autoregressive generation with fast samplers.")
     sub = parser.add_subparsers(dest="command")
     add_sample_parser(sub)
     add_train_parser(sub)
     add_quality_parser(sub)
-    m = sub.add_parser("models", help="list the embedded models")
-    m.set_defaults(func=lambda a: print("\n".join(__import__("vgen.pipelines").pipelines.available_models())))
-    s = sub.add_parser("samplers", help="list the samplers")
-    s.set_defaults(func=lambda a: print("\n".join(__import__("vgen.samplers").samplers.available_samplers())))
+    sub.add_parser("models", help="list the embedded models").set_defaults(func=list_models)
+    sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
     return parser
 
 
