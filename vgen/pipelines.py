@@ -139,7 +139,8 @@ class ImagePipeline:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(0 if seed is None else seed)
         cond = torch.tensor(class_ids, device=self.device)
-        out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress)
+        out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
+                                 tokenizer=self.tokenizer)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
 
     def save_pretrained(self, path: str | Path) -> Path:

@@ -136,3 +136,47 @@ def test_append_writes_after_the_cached_positions_and_advance_commits_them() -> 
     assert torch.equal(keys, torch.cat([k1, k2], dim=2)) and torch.equal(values, torch.cat([v1, k2], dim=2))
     assert cache.reserve(3) == 2
     assert cache.batch_size == 1
+
+
+@torch.no_grad()
+def test_rows_advancing_independently_equal_the_full_forward(tiny_gpt_factory) -> None:
+    """``decode_rows``: each row writes a window at its own start, stale draft keys past a row's length are
+    ignored, and every row's logits equal the full causal forward of its own sequence."""
+    model = tiny_gpt_factory(CONFIG)
+    tokens = random_tokens(15)
+    cache = model.new_cache(len(CLASSES), extra=4)
+    model.prefill(CLASSES, cache)
+    starts = torch.tensor([1, 1])
+    first = model.decode_rows(tokens[:, :6], starts, cache)  # both rows decode 6 tokens (some are "drafts")
+    full = model(CLASSES, tokens)
+    torch.testing.assert_close(first, full[:, 1:7], atol=ATOL, rtol=0)
+    # row 0 keeps 2 of them, row 1 keeps 5: their next windows start at different slots, over stale keys
+    starts = torch.tensor([3, 6])
+    window = torch.stack([tokens[0, 2:9], tokens[1, 5:12]])
+    got = model.decode_rows(window, starts, cache)
+    torch.testing.assert_close(got[0], full[0, 3:10], atol=ATOL, rtol=0)
+    torch.testing.assert_close(got[1], full[1, 6:13], atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
+def test_rows_window_may_run_past_the_last_token_into_extra_slots(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(CONFIG)
+    tokens = random_tokens(15)
+    cache = model.new_cache(len(CLASSES), extra=3)
+    model.prefill(CLASSES, cache)
+    model.decode_rows(tokens[:, :12], torch.tensor([1, 1]), cache)
+    padded = torch.cat([tokens[:, 12:], tokens[:, :3]], dim=1)  # 3 real tokens, then 3 past the end
+    got = model.decode_rows(padded, torch.tensor([13, 13]), cache)
+    torch.testing.assert_close(got[:, :3], model(CLASSES, tokens)[:, 13:16], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="overflow"):
+        model.decode_rows(padded, torch.tensor([15, 13]), cache)
+
+
+@torch.no_grad()
+def test_rows_return_the_normed_hidden_states(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(CONFIG)
+    cache = model.new_cache(len(CLASSES))
+    model.prefill(CLASSES, cache)
+    logits, hidden = model.decode_rows(random_tokens(4), torch.tensor([1, 1]), cache, return_hidden=True)
+    assert hidden.shape == (2, 4, CONFIG.dim)
+    torch.testing.assert_close(model.output(hidden), logits, atol=1e-5, rtol=0)

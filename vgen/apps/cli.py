@@ -71,10 +71,24 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--top-p", type=float, default=None)
     gen.add_argument("--temperature", type=float, default=None)
     gen.add_argument("--compile", action="store_true", help="torch.compile the decode step (slow first call)")
+    spec = p.add_argument_group("speculative samplers (sjd, lantern, gsd, speculative); unset = the preset's value")
+    spec.add_argument("--drafter", default=None, help="jacobi, head or auto")
+    spec.add_argument("--accept", default=None, help="acceptance rule: exact, lantern, gsd or match")
+    spec.add_argument("--window", type=int, default=None, help="target positions per forward pass (drafts + 1)")
+    spec.add_argument("--draft-init", default=None, help="fresh Jacobi drafts: random, left or vertical")
+    spec.add_argument("--lantern-k", type=int, default=None, help="latent neighbours per token")
+    spec.add_argument("--lantern-delta", type=float, default=None,
+                      help="total-variation budget in [0, 1] (mode tv) or lambda >= 1 (mode relative)")
+    spec.add_argument("--lantern-mode", default=None, help="tv (LANTERN) or relative (LANTERN++)")
+    spec.add_argument("--gsd-rank-window", type=int, default=None, help="candidates within +-this many ranks")
+    spec.add_argument("--gsd-p-threshold", type=float, default=None)
+    spec.add_argument("--gsd-dist-threshold", type=float, default=None)
     out = p.add_argument_group("output")
     out.add_argument("--out", default="samples.png", help="image grid to write (default: samples.png)")
     out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
     out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
+    out.add_argument("--acceptance-map", default=None,
+                     help="write each image beside the map of the forward pass that produced each token")
     out.add_argument("--device", default="cpu")
     out.add_argument("--dtype", default="fp32", help="backbone dtype: fp32, bf16 or fp16")
     out.add_argument("--no-progress", action="store_true")
@@ -100,15 +114,24 @@ def load_pipeline(args: argparse.Namespace):
     return pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
 
 
+SPECULATIVE_OPTIONS = ("drafter", "accept", "window", "draft_init", "lantern_k", "lantern_delta", "lantern_mode",
+                       "gsd_rank_window", "gsd_p_threshold", "gsd_dist_threshold")
+
+
 def run_sample(args: argparse.Namespace) -> None:
     from vgen.pipelines import image_grid
+    from vgen.samplers import get_sampler
+    from vgen.visualize import acceptance_figure
 
     check_writable(args.out, IMAGE_SUFFIXES)
     check_writable(args.stats, {".json"})
+    check_writable(args.acceptance_map, IMAGE_SUFFIXES)
     if args.cols is not None and args.cols < 1:
         raise UsageError(f"--cols must be >= 1, got {args.cols}")
-    pipe = load_pipeline(args)
     options = {"compile": True} if args.compile else {}
+    options.update({name: getattr(args, name) for name in SPECULATIVE_OPTIONS if getattr(args, name) is not None})
+    get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
+    pipe = load_pipeline(args)
     start = time.perf_counter()
     out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
                cfg_scale=args.cfg_scale, cfg_interval=args.cfg_interval, temperature=args.temperature,
@@ -116,12 +139,14 @@ def run_sample(args: argparse.Namespace) -> None:
     elapsed = time.perf_counter() - start
     cols = args.cols or min(8, len(out.images))
     image_grid(out.images, cols).save(args.out)
+    if args.acceptance_map:
+        acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
     stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
              "total_time_s": elapsed}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
     print(f"wrote {len(out.images)} images to {args.out} ({out.stats.forward_passes} forward passes, "
-          f"{out.stats.wall_time_s:.2f} s sampling)")
+          f"{out.stats.tokens_per_forward:.2f} tokens per pass, {out.stats.wall_time_s:.2f} s sampling)")
 
 
 # -- vgen train -----------------------------------------------------------------------------------------------

@@ -55,6 +55,19 @@ class KVCache:
         self.values[layer].index_copy_(2, slots, v)
         return self.keys[layer], self.values[layer]
 
+    def write_rows(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor,
+                   end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write [B, H, n, D] keys/values of ``layer`` at per-row positions ``slots`` (LongTensor [B, n]) and
+        return the first ``end`` positions of every row.
+
+        For batches whose rows advance independently (speculative decoding): the caller tracks each row's
+        valid length and masks the slots past it; ``length`` is not used.
+        """
+        index = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        self.keys[layer].scatter_(2, index, k)
+        self.values[layer].scatter_(2, index, v)
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
     def buffers(self) -> list[torch.Tensor]:
         """Every key and value buffer (e.g. to mark their addresses static for CUDA graphs)."""
         return [*self.keys, *self.values]

@@ -65,8 +65,11 @@ def rope_2d_table(grid_size: int, head_dim: int, base: float = 10000.0, num_pref
 
 
 def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs of ``x`` [B, T, H, D] by ``table`` [T, D/2, 2], in fp32."""
+    """Rotate interleaved pairs of ``x`` [B, T, H, D] by ``table`` [T, D/2, 2] (or [B, T, D/2, 2], a position per
+    row), in fp32."""
     xs = x.float().reshape(*x.shape[:-1], -1, 2)
-    cos, sin = table[None, :, None, :, 0], table[None, :, None, :, 1]
+    if table.ndim == 3:
+        table = table[None]
+    cos, sin = table[:, :, None, :, 0], table[:, :, None, :, 1]
     out = torch.stack([xs[..., 0] * cos - xs[..., 1] * sin, xs[..., 1] * cos + xs[..., 0] * sin], dim=-1)
     return out.flatten(3).type_as(x)

@@ -103,9 +103,11 @@ class Attention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.resid_dropout_p)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
-                slot: torch.Tensor | None = None) -> torch.Tensor:
-        """Without ``slot``: causal attention over the cached keys (``cache.length`` of them) and the new ones.
-        With ``slot`` (LongTensor [1], one new token): static shapes, see :meth:`LlamaGenGPT.decode_step`."""
+                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
+        """Without ``slot`` or ``rows``: causal attention over the cached keys (``cache.length`` of them) and the
+        new ones. With ``slot`` (LongTensor [1], one new token): static shapes, see
+        :meth:`LlamaGenGPT.decode_step`. With ``rows`` (slots [B, t] per row and their maximum + 1): each row
+        writes at its own positions, see :meth:`LlamaGenGPT.decode_rows`."""
         b, t, _ = x.shape
         nq, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
         qkv = self.wqkv(x)
@@ -115,6 +117,12 @@ class Attention(nn.Module):
         v = qkv[..., (nq + nkv) * hd:].view(b, t, nkv, hd).transpose(1, 2)
         if cache is None:
             mask, causal = None, True
+        elif rows is not None:
+            slots, end = rows
+            k, v = cache.write_rows(layer, k, v, slots, end)
+            # each row's query i sees its keys up to its own slot; stale keys of other rows' lengths are masked
+            mask = (torch.arange(end, device=x.device)[None, None, :] <= slots[:, :, None])[:, None]
+            causal = False
         elif slot is not None:
             k, v = cache.write(layer, k, v, slot)
             mask = (torch.arange(cache.max_len, device=x.device) <= slot)[None]  # [1, max_len]: slots 0..slot
@@ -147,8 +155,8 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
-                slot: torch.Tensor | None = None) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), rope, cache, layer, slot)
+                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, cache, layer, slot, rows)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -234,10 +242,11 @@ class LlamaGenGPT(nn.Module):
         return self._run(h, 0, None)
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
-                  device: torch.device | str | None = None) -> KVCache:
-        """An empty cache with room for the class position and every image token."""
+                  device: torch.device | str | None = None, extra: int = 0) -> KVCache:
+        """An empty cache with room for the class position, every image token and ``extra`` more slots (a
+        speculative window running past the last token)."""
         p = self.output.weight
-        return KVCache(self.config.n_layer, batch_size, self.config.kv_heads, 1 + self.config.block_size,
+        return KVCache(self.config.n_layer, batch_size, self.config.kv_heads, 1 + self.config.block_size + extra,
                        self.config.head_dim, dtype or p.dtype, device or p.device)
 
     def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -251,6 +260,30 @@ class LlamaGenGPT(nn.Module):
         """Append image tokens [B, k] after the cached ones; logits [B, k, V], row i predicting the next token."""
         start = cache.reserve(tokens.shape[1])
         return self._run(self.tok_embeddings(tokens), start, cache)
+
+    def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache,
+                    return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Image tokens [B, k] written at cache slots ``starts[b] ... starts[b] + k - 1`` of each row b; logits
+        [B, k, V] (and, with ``return_hidden``, the final normed hidden states [B, k, dim]).
+
+        Rows advance independently, which is what batched speculative decoding needs: row b's cache is valid up
+        to slot ``starts[b]`` and the caller, not ``cache.length``, keeps track of it (slot s holds image token
+        s - 1; slot 0 the class). Slots past the last image token (a window running off the end) reuse the last
+        rotary position; their outputs are meaningless and only need room in the cache (``new_cache(extra=)``).
+        """
+        slots = starts[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
+        end = int(slots.max()) + 1
+        if end > cache.max_len:
+            raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {cache.max_len}")
+        if self.rope.device != tokens.device:
+            self.rope = self.rope.to(tokens.device)
+        rope = self.rope[slots.clamp(max=self.rope.shape[0] - 1)]
+        h = self.tok_embeddings(tokens)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, cache, i, rows=(slots, end))
+        h = self.norm(h)
+        logits = self.output(h).float()
+        return (logits, h) if return_hidden else logits
 
     def decode_step(self, tokens: torch.Tensor, slot: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """One image token per row [B, 1] written at cache position ``slot`` (LongTensor [1]); logits [B, V].

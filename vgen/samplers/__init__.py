@@ -23,9 +23,14 @@ from vgen.samplers.logits import (
     sample_logits,
     sample_probs,
 )
+from vgen.samplers.speculative import GSD, SJD, Lantern, Speculative
 
 __all__ = [
     "ARSampler",
+    "GSD",
+    "SJD",
+    "Lantern",
+    "Speculative",
     "LogitsProcessor",
     "LogitsProcessorList",
     "SampleOutput",

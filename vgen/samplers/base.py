@@ -97,8 +97,9 @@ class SamplerStats:
 
     ``forward_passes`` counts target-model calls (prefill included), each serving the whole batch;
     ``tokens`` counts image tokens over the batch; ``accept_step[b, n]`` is the (1-based) target forward pass
-    that produced token ``n`` of sample ``b``; ``accepted_lengths`` lists tokens accepted per verification
-    (empty for AR).
+    that produced token ``n`` of sample ``b``; ``accepted_lengths`` lists the tokens each verification gave a
+    row (accepted drafts plus the recovered or bonus token; empty for AR); ``details`` holds the sampler's
+    resolved settings (e.g. which drafter a preset picked).
     """
 
     sampler: str
@@ -109,11 +110,20 @@ class SamplerStats:
     draft_forward_passes: int = 0
     accepted_lengths: list[int] = field(default_factory=list)
     accept_step: torch.Tensor | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens_per_forward(self) -> float:
         """Mean tokens produced per sample per target forward pass (1.0 for vanilla AR)."""
         return self.tokens / (self.batch_size * self.forward_passes) if self.forward_passes else 0.0
+
+    @property
+    def accepted_length_histogram(self) -> list[int]:
+        """``h[n]`` = how many verifications gave a row ``n`` tokens."""
+        hist = [0] * (max(self.accepted_lengths, default=0) + 1)
+        for n in self.accepted_lengths:
+            hist[n] += 1
+        return hist
 
     @property
     def tokens_per_second(self) -> float:
@@ -124,6 +134,7 @@ class SamplerStats:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "accept_step"}
         d["accepted_lengths"] = [int(n) for n in self.accepted_lengths]
         d["tokens_per_forward"] = self.tokens_per_forward
+        d["accepted_length_histogram"] = self.accepted_length_histogram
         if self.accept_step is not None and self.accept_step.numel() <= MAX_JSON_ELEMENTS:
             d["accept_step"] = self.accept_step.tolist()
         return d
@@ -148,8 +159,10 @@ class Sampler(ABC):
 
     @abstractmethod
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
-               generator: torch.Generator | None = None, progress: bool = False) -> SampleOutput:
-        """Generate ``model.num_tokens`` image tokens for each class id in ``class_ids`` [B]."""
+               generator: torch.Generator | None = None, progress: bool = False,
+               tokenizer: nn.Module | None = None) -> SampleOutput:
+        """Generate ``model.num_tokens`` image tokens for each class id in ``class_ids`` [B]. ``tokenizer`` is
+        for samplers that read it (LANTERN's latent neighbourhoods come from its codebook)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self)}

@@ -1,0 +1,223 @@
+"""The verify loop: greedy output equals vanilla AR token for token, exact acceptance is lossless under sampling
+(a chi-square test against the model's exact joint distribution), and the stats describe what happened."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from vgen.models.llamagen import GPTConfig
+from vgen.samplers import ARSampler, SamplingParams, build_processors, get_sampler
+from vgen.samplers.logits import apply_cfg
+from vgen.samplers.speculative import sampler as sampler_module
+from vgen.samplers.speculative.drafters import Drafter
+
+GRID_GPT = GPTConfig(vocab_size=64, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=36)
+CLASSES = torch.tensor([0, 3, 1])
+
+
+def ar_tokens(model, params: SamplingParams, classes: torch.Tensor = CLASSES) -> torch.Tensor:
+    return ARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(0)).tokens
+
+
+def run(model, sampler, params: SamplingParams, seed: int = 0, classes: torch.Tensor = CLASSES, **kwargs):
+    return get_sampler(sampler, **kwargs).sample(model, classes, params, generator=torch.Generator().manual_seed(seed))
+
+
+class NoisyOracle(Drafter):
+    """Proposes the greedy AR tokens, each replaced by a wrong one with probability ``noise``: drafts are often
+    right, so long accepted runs, rejections mid-window and bonus tokens all happen."""
+
+    name = "oracle"
+
+    def __init__(self, answer: torch.Tensor, vocab_size: int, noise: float) -> None:
+        super().__init__()
+        self.answer, self.vocab_size, self.noise = answer, vocab_size, noise
+        self.generator = torch.Generator().manual_seed(123)
+
+    def propose(self, tokens, pos, count, generator):
+        index = (pos[:, None] + torch.arange(count)).clamp(max=self.answer.shape[1] - 1)
+        drafts = self.answer.gather(1, index)
+        wrong = torch.rand(drafts.shape, generator=self.generator) < self.noise
+        drafts = torch.where(wrong, (drafts + 1) % self.vocab_size, drafts)
+        return drafts, torch.nn.functional.one_hot(drafts, self.vocab_size).float()
+
+
+PARAMS = {"greedy": SamplingParams(temperature=0.0), "greedy-cfg": SamplingParams(temperature=0.0, cfg_scale=3.0),
+          "greedy-cfg-interval": SamplingParams(temperature=0.0, cfg_scale=3.0, cfg_interval=10)}
+
+
+@pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
+@pytest.mark.parametrize("window", [2, 5, 16])
+@pytest.mark.parametrize("accept", ["exact", "match", "lantern", "gsd"])
+def test_greedy_speculative_equals_greedy_ar(params, window, accept, tiny_gpt_factory, monkeypatch) -> None:
+    """Every rule is exact under greedy decoding (the target distribution is one-hot), whatever the drafts."""
+    model = tiny_gpt_factory(GRID_GPT)
+    expected = ar_tokens(model, params)
+    oracle = NoisyOracle(expected, GRID_GPT.vocab_size, noise=0.2)
+    monkeypatch.setattr(sampler_module, "build_drafter", lambda name, options, model: oracle)
+    tokenizer = FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4, generator=torch.Generator().manual_seed(0)))
+    out = get_sampler("speculative", accept=accept, window=window).sample(
+        model, CLASSES, params, generator=torch.Generator().manual_seed(0), tokenizer=tokenizer)
+    assert torch.equal(out.tokens, expected)
+    if window > 2:
+        assert out.stats.forward_passes < GRID_GPT.block_size / 2  # the drafts were used
+    if window <= 5:
+        assert max(out.stats.accepted_lengths) == window  # some windows were accepted whole, with a bonus token
+    assert min(out.stats.accepted_lengths) < min(3, window)  # and some rejected early
+
+
+@pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
+@pytest.mark.parametrize("init", ["random", "left", "vertical"])
+def test_greedy_sjd_with_jacobi_drafts_equals_greedy_ar(params, init, tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(GRID_GPT)
+    out = run(model, "sjd", params, draft_init=init, window=6)
+    assert torch.equal(out.tokens, ar_tokens(model, params))
+
+
+class FakeTokenizer(torch.nn.Module):
+    def __init__(self, codebook: torch.Tensor) -> None:
+        super().__init__()
+        self.vectors = codebook
+
+    def codebook(self) -> torch.Tensor:
+        return self.vectors
+
+
+# ---- exact acceptance is lossless: whole-sequence law on a 4-token, 4-symbol model --------------------------
+SEQ_GPT = GPTConfig(vocab_size=4, dim=32, n_layer=1, n_head=2, num_classes=2, block_size=4)
+ALL_SEQUENCES = torch.tensor(list(itertools.product(range(4), repeat=4)))  # 256 x 4
+
+
+@torch.no_grad()
+def exact_joint(model, params: SamplingParams, class_id: int) -> torch.Tensor:
+    """P(sequence) [256] under the processed (CFG, temperature, top-k) per-token distributions."""
+    n = len(ALL_SEQUENCES)
+    classes = torch.full((n,), class_id)
+    cond = torch.cat([classes, model.null_condition(classes)]) if params.guided else classes
+    inputs = torch.cat([ALL_SEQUENCES, ALL_SEQUENCES]) if params.guided else ALL_SEQUENCES
+    logits = apply_cfg(model(cond, inputs[:, :-1]), params, torch.arange(4))
+    probs = build_processors(params)(logits).softmax(-1)
+    return probs.gather(-1, ALL_SEQUENCES[..., None])[..., 0].prod(-1)
+
+
+def sequence_counts(model, sampler: str, params: SamplingParams, batches: int = 4, batch: int = 2000,
+                    **kwargs) -> torch.Tensor:
+    counts = torch.zeros(256)
+    for seed in range(batches):
+        tokens = run(model, sampler, params, seed=seed, classes=torch.ones(batch, dtype=torch.long), **kwargs).tokens
+        codes = (tokens * torch.tensor([64, 16, 4, 1])).sum(-1)
+        counts += torch.bincount(codes, minlength=256)
+    return counts
+
+
+def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's test, cells with an expected count below 5 pooled into one."""
+    expected = probs * counts.sum()
+    small = expected < 5
+    obs = torch.cat([counts[~small], counts[small].sum()[None]]).double()
+    exp = torch.cat([expected[~small], expected[small].sum()[None]]).double()
+    return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
+
+
+LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cfg_scale=2.0, top_k=3,
+                                                                               temperature=0.7)}
+
+
+@pytest.mark.parametrize("params", LOSSLESS_PARAMS.values(), ids=LOSSLESS_PARAMS.keys())
+@pytest.mark.parametrize(("sampler", "kwargs"), [("ar", {}), ("sjd", dict(window=3)),
+                                                 ("sjd", dict(window=4, draft_init="left")),
+                                                 ("speculative", dict(accept="match", window=3))])
+def test_lossless_samplers_match_the_exact_joint_distribution(params, sampler, kwargs, tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(SEQ_GPT)
+    probs = exact_joint(model, params, class_id=1)
+    torch.testing.assert_close(probs.sum(), torch.tensor(1.0))
+    counts = sequence_counts(model, sampler, params, **kwargs)
+    assert chi_square_p(counts, probs) > 1e-3
+
+
+def test_the_distribution_test_catches_a_lossy_rule(tiny_gpt_factory) -> None:
+    """Power check: GSD with thresholds that group everything accepts nearly any draft and fails the test."""
+    model = tiny_gpt_factory(SEQ_GPT)
+    params = SamplingParams()
+    counts = sequence_counts(model, "gsd", params, batches=2, window=3, gsd_p_threshold=1.0,
+                             gsd_dist_threshold=1e9)
+    assert chi_square_p(counts, exact_joint(model, params, class_id=1)) < 1e-6
+
+
+# ---- stats, presets, bad input ------------------------------------------------------------------------------
+def test_stats_describe_the_run(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(GRID_GPT)
+    out = run(model, "sjd", SamplingParams(cfg_scale=2.0), window=6, draft_init="vertical")
+    stats, n = out.stats, GRID_GPT.block_size
+    assert stats.sampler == "sjd" and stats.details["drafter"] == "jacobi" and stats.details["window"] == 6
+    assert stats.tokens == len(CLASSES) * n and stats.batch_size == len(CLASSES)
+    assert sum(stats.accepted_lengths) == len(CLASSES) * (n - 1)  # every token after the prefill's
+    assert stats.accept_step.shape == (len(CLASSES), n)
+    assert int(stats.accept_step.max()) == stats.forward_passes
+    assert bool((stats.accept_step.diff(dim=1) >= 0).all())  # raster order: never produced before its left
+    assert stats.tokens_per_forward == pytest.approx(n / stats.forward_passes)
+    hist = stats.accepted_length_histogram
+    assert sum(hist) == len(stats.accepted_lengths) and hist[0] == 0
+    assert stats.to_dict()["details"]["accept"] == "exact"
+
+
+def test_rows_advance_independently(tiny_gpt_factory, monkeypatch) -> None:
+    """One row gets perfect drafts, the other useless ones: the first finishes in a few passes."""
+    model = tiny_gpt_factory(GRID_GPT)
+    params = SamplingParams(temperature=0.0)
+    expected = ar_tokens(model, params, CLASSES[:2])
+    oracle = NoisyOracle(expected, GRID_GPT.vocab_size, noise=0.0)
+    oracle.answer = torch.stack([expected[0], (expected[1] + 1) % GRID_GPT.vocab_size])
+    monkeypatch.setattr(sampler_module, "build_drafter", lambda name, options, model: oracle)
+    out = get_sampler("sjd", window=8).sample(model, CLASSES[:2], params)
+    assert torch.equal(out.tokens, expected)
+    last_pass = out.stats.accept_step[:, -1]
+    assert int(last_pass[0]) == 1 + math.ceil((GRID_GPT.block_size - 1) / 8)
+    assert int(last_pass[1]) == GRID_GPT.block_size
+
+
+def test_lantern_with_zero_budget_is_sjd(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(GRID_GPT)
+    tok = FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4))
+    params = SamplingParams(cfg_scale=2.0)
+    lantern = get_sampler("lantern", lantern_delta=0.0, window=6).sample(
+        model, CLASSES, params, generator=torch.Generator().manual_seed(0), tokenizer=tok)
+    assert torch.equal(lantern.tokens, run(model, "sjd", params, window=6).tokens)
+    assert lantern.stats.details["drafter"] == "jacobi"  # the model ships no draft head
+
+
+def test_presets_are_drafter_and_rule_pairs() -> None:
+    assert (get_sampler("sjd").drafter, get_sampler("sjd").accept) == ("jacobi", "exact")
+    assert (get_sampler("lantern").drafter, get_sampler("lantern").accept) == ("auto", "lantern")
+    assert (get_sampler("gsd").drafter, get_sampler("gsd").accept) == ("jacobi", "gsd")
+    sampler = get_sampler("speculative", drafter="jacobi", accept="lantern", lantern_k=5, lantern_delta=0.2)
+    assert get_sampler(sampler.to_dict()) == sampler
+
+
+def test_lantern_needs_a_tokenizer(tiny_gpt_factory) -> None:
+    with pytest.raises(ValueError, match="needs the VQ tokenizer's codebook"):
+        run(tiny_gpt_factory(GRID_GPT), "lantern", SamplingParams())
+
+
+def test_a_missing_draft_head_is_a_clear_error(tiny_gpt_factory) -> None:
+    with pytest.raises(ValueError, match="draft head"):
+        run(tiny_gpt_factory(GRID_GPT), "speculative", SamplingParams(), drafter="head")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(window=0), "window must be an integer >= 1"),
+    (dict(window=2.5), "window must be an integer >= 1"),
+    (dict(lantern_k=-1), "lantern_k must be an integer >= 0"),
+    (dict(lantern_delta=1.5), "total-variation budget in \\[0, 1\\]"),
+    (dict(lantern_mode="relative", lantern_delta=0.5), "lambda >= 1"),
+    (dict(drafter="eagle"), "unknown drafter 'eagle'"),
+    (dict(accept="greedy"), "unknown acceptance rule 'greedy'"),
+    (dict(draft_init="diagonal"), "draft_init must be one of"),
+    (dict(gsd_p_threshold=2.0), "gsd_p_threshold must be in"),
+])
+def test_bad_settings_are_rejected_on_construction(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        get_sampler("speculative", **kwargs)

@@ -1,0 +1,13 @@
+"""Speculative decoding for discrete visual tokens: drafter x acceptance rule, one verify loop.
+
+Importing this package registers the rules (exact, lantern, gsd, match), the drafters (jacobi, head) and the
+samplers ``speculative``, ``sjd``, ``lantern`` and ``gsd``.
+"""
+
+from vgen.samplers.speculative import exact, grouped, lantern, match  # noqa: F401  (register the rules)
+from vgen.samplers.speculative.drafters import Drafter, JacobiDrafter, Verification, available_drafters
+from vgen.samplers.speculative.rules import AcceptanceRule, available_rules
+from vgen.samplers.speculative.sampler import GSD, SJD, Lantern, Speculative
+
+__all__ = ["GSD", "SJD", "AcceptanceRule", "Drafter", "JacobiDrafter", "Lantern", "Speculative", "Verification",
+           "available_drafters", "available_rules"]

@@ -1,0 +1,27 @@
+"""Exact speculative sampling (Leviathan et al.; SJD's verification): lossless.
+
+Accept ``x`` with probability ``min(1, p(x) / q(x))``; at a rejection draw from ``norm(max(0, p - q))``. The
+accepted-or-recovered token is then distributed exactly as ``p``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vgen.samplers.speculative.rules import _TINY, AcceptanceRule, gather_last, normalized_residual, register_rule
+
+
+class ExactRule(AcceptanceRule):
+    name = "exact"
+    lossless = True
+
+    def accept_probs(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                     proposals: torch.Tensor) -> torch.Tensor:
+        return (gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)).clamp(max=1)
+
+    def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                 proposals: torch.Tensor) -> torch.Tensor:
+        return normalized_residual(p, q)
+
+
+register_rule("exact", lambda options, model, tokenizer: ExactRule())

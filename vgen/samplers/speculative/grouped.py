@@ -1,0 +1,72 @@
+"""Grouped speculative decoding (GSD, So et al., ICCV 2025): accept a draft for its group of look-alikes.
+
+Image tokens are often interchangeable, so GSD judges a draft ``x`` together with the tokens that the target
+ranks next to it and that look like it. Candidates ``C(x)`` are the tokens at target ranks ``rank(x) - w ...
+rank(x) + w - 1`` (``w`` = ``rank_window``, 7 in GSD); the group ``G(x)`` keeps those ``y`` with
+``|p(y) - p(x)| < p_threshold`` and ``||e_x - e_y||^2 < dist_threshold``, where ``e`` is the AR model's own input
+embedding table (not the VQ codebook). The draft is accepted with ``min(1, sum_G p / sum_G q)``; a rejection
+draws from SJD's residual ``norm(max(0, p - q))``.
+
+With a one-hot draft the grouped ratio ``sum_G p`` is never below ``p(x)``. With a carried draft distribution it
+can be, when a group member is over-drafted; vgen then keeps the exact ratio, so GSD never accepts less often
+than exact verification would (its premise). Distances are gathered for the <= 2w candidates of each draft from
+the embedding table, which costs less than GSD's precomputed V x V matrix and works for any vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vgen.samplers.speculative.rules import _TINY, AcceptanceRule, gather_last, normalized_residual, register_rule
+
+
+class GroupedRule(AcceptanceRule):
+    name = "gsd"
+    lossless = False
+
+    def __init__(self, embeddings: torch.Tensor, rank_window: int = 7, p_threshold: float = 0.15,
+                 dist_threshold: float = 0.5) -> None:
+        if isinstance(rank_window, bool) or not isinstance(rank_window, int) or rank_window < 0:
+            raise ValueError(f"gsd_rank_window must be an integer >= 0, got {rank_window!r}")
+        if not 0 <= p_threshold <= 1:
+            raise ValueError(f"gsd_p_threshold must be in [0, 1], got {p_threshold}")
+        if not dist_threshold >= 0:
+            raise ValueError(f"gsd_dist_threshold must be >= 0, got {dist_threshold}")
+        self.embeddings = embeddings
+        self.rank_window, self.p_threshold, self.dist_threshold = rank_window, p_threshold, dist_threshold
+
+    def group(self, p: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """Candidate tokens [..., 2w] of each draft with a mask [..., 2w] of those in its group (x included)."""
+        order = p.argsort(dim=-1, descending=True, stable=True)
+        rank = (order == drafts[..., None]).int().argmax(-1)
+        offsets = torch.arange(-self.rank_window, self.rank_window, device=p.device)
+        ranks = rank[..., None] + offsets
+        inside = (ranks >= 0) & (ranks < p.shape[-1])
+        candidates = order.gather(-1, ranks.clamp(0, p.shape[-1] - 1))
+        close_p = (p.gather(-1, candidates) - gather_last(p, drafts)[..., None]).abs() < self.p_threshold
+        e = self.embeddings.to(p.device)
+        dist = (e[candidates].float() - e[drafts][..., None, :].float()).pow(2).sum(-1)
+        similar = (close_p & (dist < self.dist_threshold)) | (candidates == drafts[..., None])
+        return candidates, inside & similar
+
+    def accept_probs(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                     proposals: torch.Tensor) -> torch.Tensor:
+        exact = gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)
+        if self.rank_window == 0:
+            return exact.clamp(max=1)
+        candidates, keep = self.group(p, drafts)
+        grouped = (p.gather(-1, candidates) * keep).sum(-1) / (q.gather(-1, candidates) * keep).sum(-1).clamp_min(_TINY)
+        return torch.maximum(exact, grouped).clamp(max=1)
+
+    def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                 proposals: torch.Tensor) -> torch.Tensor:
+        return normalized_residual(p, q)
+
+
+def _build(options, model: nn.Module, tokenizer: nn.Module | None) -> GroupedRule:
+    return GroupedRule(model.tok_embeddings.weight.detach(), options.gsd_rank_window, options.gsd_p_threshold,
+                       options.gsd_dist_threshold)
+
+
+register_rule("gsd", _build)

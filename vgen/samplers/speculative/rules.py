@@ -1,0 +1,76 @@
+"""Acceptance rules: given the target's distribution and a draft, keep it or say what to sample instead.
+
+Vocabulary (one window position): the target distribution ``p`` [V] is the CFG-merged, processed (temperature,
+top-k, top-p) next-token distribution the target model gives at that position; the draft ``x`` was drawn from
+the drafter's distribution ``q`` [V] (a one-hot vector for a deterministic draft). The rule gives the
+probability of **accepting** ``x``; at the first rejection in a window, the verify loop draws a **recovered**
+token from the rule's ``residual`` distribution and stops. Every rule works on tensors of any leading shape
+[...] so a whole batch of windows is judged at once; left-to-right order is the verify loop's business.
+
+Each rule lives in its own small module and registers here with :func:`register_rule`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+# a drafted token always has q(x) > 0; the clamp only keeps 0/0 out of rows the loop masks anyway
+_TINY = 1e-30
+
+
+def gather_last(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[..., index]`` per leading position: values [..., V], index [...] -> [...]."""
+    return values.gather(-1, index[..., None])[..., 0]
+
+
+def normalized_residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``norm(max(0, target - q))`` [..., V]; where that is all zero (target == q, so rejection had probability
+    zero), the target itself."""
+    residual = (target - q).clamp_min(0)
+    mass = residual.sum(-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass.clamp_min(_TINY), target)
+
+
+class AcceptanceRule(ABC):
+    """Decides how many drafts to keep. ``lossless`` rules leave the output distribution exactly the target's."""
+
+    name: ClassVar[str]
+    lossless: ClassVar[bool]
+
+    @abstractmethod
+    def accept_probs(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                     proposals: torch.Tensor) -> torch.Tensor:
+        """Probability in [0, 1] of accepting each draft [...]; ``p``, ``q`` [..., V]; ``proposals`` [...] are
+        tokens the verify loop drew from ``p`` (only the exact-match rule looks at them)."""
+
+    @abstractmethod
+    def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                 proposals: torch.Tensor) -> torch.Tensor:
+        """The distribution [..., V] of the recovered token after ``drafts`` was rejected."""
+
+
+RuleFactory = Callable[..., AcceptanceRule]
+_RULES: dict[str, RuleFactory] = {}
+
+
+def register_rule(name: str, factory: RuleFactory) -> None:
+    """Make a rule available under ``name``. ``factory(options, model, tokenizer)`` builds it for one run, where
+    ``options`` is the speculative sampler config (its ``lantern_k``, ``gsd_*`` ... fields)."""
+    if name in _RULES:
+        raise ValueError(f"acceptance rule {name!r} is already registered")
+    _RULES[name] = factory
+
+
+def available_rules() -> list[str]:
+    return sorted(_RULES)
+
+
+def build_rule(name: str, options: object, model: nn.Module, tokenizer: nn.Module | None) -> AcceptanceRule:
+    if name not in _RULES:
+        raise ValueError(f"unknown acceptance rule {name!r}; available: {', '.join(available_rules())}")
+    return _RULES[name](options, model, tokenizer)

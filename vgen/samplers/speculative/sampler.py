@@ -1,0 +1,202 @@
+"""The speculative sampler: one verify loop for every drafter x acceptance rule, and the named presets.
+
+One pass of the loop, for every row b of the batch at once (L = window length, ``pos[b]`` = tokens done):
+
+1. the drafter proposes drafts for tokens ``pos .. pos + L - 2`` with their draft distributions ``q``;
+2. the target runs ``[last token, drafts]`` (L positions) over the KV cache, each row at its own slots, the CFG
+   batch as [cond; null]; the logits are CFG-merged and processed (temperature, top-k, top-p) into ``p``;
+3. the acceptance rule gives each draft's acceptance probability; drafts are **accepted** left to right until
+   the first rejection (a uniform draw above the probability);
+4. at the rejection a **recovered** token is drawn from the rule's residual; if every draft was accepted, the
+   last position's distribution gives a free **bonus** token. Each pass thus yields 1 .. L tokens per row;
+5. the row's cache is "cropped" by moving its length to the accepted prefix: the next window overwrites the
+   rejected slots.
+
+Rows advance independently (their own accepted lengths); a finished row idles until the batch is done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.logits import apply_cfg, build_processors, sample_logits, sample_probs
+from vgen.samplers.speculative.drafters import (
+    DRAFT_INITS,
+    Verification,
+    available_drafters,
+    build_drafter,
+)
+from vgen.samplers.speculative.lantern import LANTERN_MODES
+from vgen.samplers.speculative.rules import available_rules, build_rule
+
+
+def _write(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> None:
+    """``buffer[b, index[b, i]] = values[b, i]`` where ``mask[b, i]``, in place."""
+    buffer.scatter_(1, index, torch.where(mask, values, buffer.gather(1, index)))
+
+
+def _row_pick(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """``x[b, at[b]]`` for x [B, L, ...]."""
+    return x[torch.arange(x.shape[0], device=x.device), at]
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@register_sampler
+@dataclass(frozen=True)
+class Speculative(Sampler):
+    """Speculative decoding with any ``drafter`` x ``accept`` rule.
+
+    ``drafter``: ``jacobi`` (SJD: the target's previous pass), ``head`` (a trained draft head shipped with the
+    model) or ``auto`` (the head when the model has one, else Jacobi). ``accept``: ``exact`` (lossless),
+    ``lantern``, ``gsd`` or ``match`` (deterministic Jacobi). ``window``: positions per target pass (drafts + 1).
+    The ``lantern_*`` and ``gsd_*`` fields are read only by their rule.
+    """
+
+    name: ClassVar[str] = "speculative"
+    drafter: str = "jacobi"
+    accept: str = "exact"
+    window: int = 16
+    draft_init: str = "random"
+    lantern_k: int = 1000
+    lantern_delta: float = 0.1
+    lantern_mode: str = "tv"
+    gsd_rank_window: int = 7
+    gsd_p_threshold: float = 0.15
+    gsd_dist_threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.drafter not in (*available_drafters(), "auto"):
+            raise ValueError(f"unknown drafter {self.drafter!r}; available: {', '.join(available_drafters())}, auto")
+        if self.accept not in available_rules():
+            raise ValueError(f"unknown acceptance rule {self.accept!r}; available: {', '.join(available_rules())}")
+        if not _is_int(self.window) or self.window < 1:
+            raise ValueError(f"window must be an integer >= 1 (the target positions per pass), got {self.window!r}")
+        if self.draft_init not in DRAFT_INITS:
+            raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {self.draft_init!r}")
+        if not _is_int(self.lantern_k) or self.lantern_k < 0:
+            raise ValueError(f"lantern_k must be an integer >= 0 (latent neighbours per token), got {self.lantern_k!r}")
+        if self.lantern_mode not in LANTERN_MODES:
+            raise ValueError(f"lantern_mode must be one of {list(LANTERN_MODES)}, got {self.lantern_mode!r}")
+        if self.lantern_mode == "tv" and not 0 <= self.lantern_delta <= 1:
+            raise ValueError(f"lantern_delta is a total-variation budget in [0, 1] in 'tv' mode, "
+                             f"got {self.lantern_delta}")
+        if self.lantern_mode == "relative" and not self.lantern_delta >= 1:
+            raise ValueError(f"lantern_delta is LANTERN++'s lambda >= 1 in 'relative' mode, got {self.lantern_delta}")
+        if not _is_int(self.gsd_rank_window) or self.gsd_rank_window < 0:
+            raise ValueError(f"gsd_rank_window must be an integer >= 0, got {self.gsd_rank_window!r}")
+        if not 0 <= self.gsd_p_threshold <= 1:
+            raise ValueError(f"gsd_p_threshold must be in [0, 1], got {self.gsd_p_threshold}")
+        if not self.gsd_dist_threshold >= 0:
+            raise ValueError(f"gsd_dist_threshold must be >= 0, got {self.gsd_dist_threshold}")
+
+    def resolve_drafter(self, model: nn.Module) -> str:
+        """The drafter this run uses: ``auto`` becomes ``head`` when the model carries a draft head."""
+        if self.drafter != "auto":
+            return self.drafter
+        return "head" if getattr(model, "draft_head", None) is not None else "jacobi"
+
+    @torch.no_grad()
+    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+               generator: torch.Generator | None = None, progress: bool = False,
+               tokenizer: nn.Module | None = None) -> SampleOutput:
+        check_inputs(model, class_ids)
+        start_time = time.perf_counter()
+        drafter_name = self.resolve_drafter(model)
+        rule = build_rule(self.accept, self, model, tokenizer)
+        drafter = build_drafter(drafter_name, self, model)
+        device = next(model.parameters()).device
+        class_ids = class_ids.to(device)
+        batch, n, guided = class_ids.shape[0], model.num_tokens, params.guided
+        length = min(self.window, max(n - 1, 1))
+        double = (lambda x: torch.cat([x, x])) if guided else (lambda x: x)
+        cache = model.new_cache(2 * batch if guided else batch, extra=length)
+        processors = build_processors(params)
+
+        tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
+        steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
+        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
+        logits = model.prefill(cond, cache)
+        tokens[:, 0] = sample_logits(processors(apply_cfg(logits, params, 0)), params.greedy, generator)[0]
+        steps[:, 0] = passes = 1
+        pos = torch.ones(batch, dtype=torch.long, device=device)
+        offsets = torch.arange(length, device=device)
+        accepted_lengths: list[int] = []
+        with tqdm(total=batch * n, initial=batch, desc=self.name, unit="tok", disable=not progress) as bar:
+            while bool((pos < n).any()):
+                drafts, q = drafter.propose(tokens, pos, length - 1, generator)
+                window = torch.cat([tokens.gather(1, (pos - 1)[:, None]), drafts], dim=1)
+                out = model.decode_rows(double(window), double(pos), cache, return_hidden=drafter.needs_hidden)
+                logits, hidden = out if drafter.needs_hidden else (out, None)
+                passes += 1
+                index = pos[:, None] + offsets  # the image token each window position predicts
+                proposals, p = sample_logits(processors(apply_cfg(logits, params, index)), params.greedy, generator)
+                # left to right: drafts kept until the first rejection (or the end of the image)
+                chance = rule.accept_probs(p[:, :-1], q, drafts, proposals[:, :-1])
+                keep = (torch.rand(chance.shape, generator=generator, device=device) < chance) & (index[:, :-1] < n)
+                accepted = keep.long().cumprod(dim=1).sum(dim=1)
+                nxt = pos + accepted  # the recovered or bonus token's index
+                emits = nxt < n
+                token = proposals[:, -1]  # bonus: every draft accepted
+                if length > 1:
+                    at = accepted.clamp(max=length - 2)
+                    residual = rule.residual(_row_pick(p, at), _row_pick(q, at), _row_pick(drafts, at),
+                                             _row_pick(proposals, at))
+                    recovered = residual.argmax(-1) if params.greedy else sample_probs(residual, generator)
+                    token = torch.where(accepted < length - 1, recovered, token)
+                # commit: accepted drafts, then the recovered/bonus token, with the pass that produced them
+                kept = offsets[None, :-1] < accepted[:, None]
+                _write(tokens, index[:, :-1], drafts, kept)
+                _write(steps, index[:, :-1], torch.full_like(drafts, passes), kept)
+                _write(tokens, nxt[:, None], token[:, None], emits[:, None])
+                _write(steps, nxt[:, None], torch.full_like(nxt[:, None], passes), emits[:, None])
+                produced = accepted + emits.long()
+                accepted_lengths.extend(produced[pos < n].tolist())
+                bar.update(int(produced.sum()))
+                drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens))
+                pos = (nxt + emits.long()).clamp(max=n)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        stats = SamplerStats(sampler=self.name, forward_passes=passes, tokens=batch * n,
+                             wall_time_s=time.perf_counter() - start_time, batch_size=batch,
+                             draft_forward_passes=drafter.forward_passes, accepted_lengths=accepted_lengths,
+                             accept_step=steps[:, :n].cpu(),
+                             details={**self.to_dict(), "drafter": drafter_name, "window": length})
+        return SampleOutput(tokens=tokens[:, :n], stats=stats)
+
+
+@register_sampler
+@dataclass(frozen=True)
+class SJD(Speculative):
+    """Speculative Jacobi decoding (Teng et al., ICLR 2025): Jacobi drafts, exact (lossless) acceptance."""
+
+    name: ClassVar[str] = "sjd"
+
+
+@register_sampler
+@dataclass(frozen=True)
+class Lantern(Speculative):
+    """LANTERN (ICLR 2025): relaxed acceptance over latent neighbourhoods; the model's draft head when it ships
+    one, Jacobi drafts otherwise (``stats.details["drafter"]`` says which)."""
+
+    name: ClassVar[str] = "lantern"
+    drafter: str = "auto"
+    accept: str = "lantern"
+
+
+@register_sampler
+@dataclass(frozen=True)
+class GSD(Speculative):
+    """Grouped speculative decoding (ICCV 2025): Jacobi drafts, grouped acceptance."""
+
+    name: ClassVar[str] = "gsd"
+    accept: str = "gsd"
