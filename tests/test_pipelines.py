@@ -66,6 +66,19 @@ def test_save_and_load_round_trip(tmp_path):
     assert torch.equal(loaded(class_ids=[2], seed=4).tokens, pipe(class_ids=[2], seed=4).tokens)
 
 
+def test_a_draft_head_travels_with_the_pipeline(tmp_path):
+    from vgen.models.draft_head import DraftHead, DraftHeadConfig
+
+    pipe = tiny_pipeline()
+    pipe.draft_head = DraftHead(DraftHeadConfig.for_target(pipe.model.config)).eval()
+    pipe.save_pretrained(tmp_path / "p")
+    loaded = vgen.load(tmp_path / "p")
+    assert isinstance(loaded.draft_head, DraftHead)
+    out = loaded(class_ids=[1], seed=0, sampler="sjd", drafter="auto", window=4)
+    assert out.stats.details["drafter"] == "head"
+    assert torch.equal(out.tokens, loaded(class_ids=[1], seed=0, sampler="sjd", drafter="head", window=4).tokens)
+
+
 def test_errors_are_specific(tmp_path):
     pipe = tiny_pipeline()
     with pytest.raises(ValueError, match="class id 3 is out of range for tiny with 3 classes"):

@@ -27,11 +27,12 @@ class CheckpointError(ValueError):
 
 def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
     from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
+    from vgen.models.draft_head import DraftHead, DraftHeadConfig
     from vgen.models.llamagen import GPTConfig, LlamaGenGPT
     from vgen.tokenizers.vq import VQConfig, VQModel
 
     return {"LlamaGenGPT": (LlamaGenGPT, GPTConfig), "VQModel": (VQModel, VQConfig),
-            "ShapesClassifier": (ShapesClassifier, ClassifierConfig)}
+            "ShapesClassifier": (ShapesClassifier, ClassifierConfig), "DraftHead": (DraftHead, DraftHeadConfig)}
 
 
 def register_model_class(name: str, model_cls: type[nn.Module], config_cls: type) -> None:

@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 
 from vgen.hub import CheckpointError, from_pretrained, load_weights, read_torch_checkpoint, save_pretrained
+from vgen.models.draft_head import DraftHead
 from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
 from vgen.samplers import Sampler, SamplerStats, SamplingParams, get_sampler
 from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
@@ -67,16 +68,21 @@ def image_grid(images: Sequence[Image.Image], cols: int) -> Image.Image:
 
 
 class ImagePipeline:
-    """Class-conditional image generation with a token backbone and a VQ tokenizer."""
+    """Class-conditional image generation with a token backbone, a VQ tokenizer and, optionally, a trained draft
+    head for speculative samplers (``drafter="head"``, and what ``lantern`` picks when present)."""
 
-    def __init__(self, model: LlamaGenGPT, tokenizer: VQModel, info: PipelineInfo) -> None:
+    def __init__(self, model: LlamaGenGPT, tokenizer: VQModel, info: PipelineInfo,
+                 draft_head: DraftHead | None = None) -> None:
         grid = model.grid
         if info.image_size != grid[0] * tokenizer.downsample_factor:
             raise ValueError(f"image size {info.image_size} does not match the model's {grid[0]}x{grid[1]} token "
                              f"grid with a tokenizer downsampling by {tokenizer.downsample_factor}")
         if model.vocab_size != tokenizer.codebook_size:
             raise ValueError(f"model vocabulary {model.vocab_size} != tokenizer codebook {tokenizer.codebook_size}")
-        self.model, self.tokenizer, self.info = model.eval(), tokenizer.eval(), info
+        if draft_head is not None:
+            draft_head.check_target(model)
+            draft_head.eval()
+        self.model, self.tokenizer, self.info, self.draft_head = model.eval(), tokenizer.eval(), info, draft_head
 
     @property
     def device(self) -> torch.device:
@@ -90,6 +96,8 @@ class ImagePipeline:
         """Move the backbone (and the tokenizer, kept in fp32 for decoding quality) to a device / dtype."""
         self.model.to(device=device, dtype=dtype)
         self.tokenizer.to(device=device)
+        if self.draft_head is not None:
+            self.draft_head.to(device=device, dtype=dtype)
         return self
 
     def class_name(self, class_id: int) -> str:
@@ -140,14 +148,16 @@ class ImagePipeline:
             generator.manual_seed(0 if seed is None else seed)
         cond = torch.tensor(class_ids, device=self.device)
         out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
-                                 tokenizer=self.tokenizer)
+                                 tokenizer=self.tokenizer, draft_head=self.draft_head)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Write ``pipeline.json`` plus ``gpt/`` and ``vq/`` model folders (safetensors)."""
+        """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` (and ``drafter/``) model folders (safetensors)."""
         path = Path(path)
         save_pretrained(self.model, path / "gpt")
         save_pretrained(self.tokenizer, path / "vq")
+        if self.draft_head is not None:
+            save_pretrained(self.draft_head, path / "drafter")
         (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
         return path
 
@@ -174,7 +184,8 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
         info = PipelineInfo(**meta)
     except (json.JSONDecodeError, TypeError) as e:
         raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
-    pipe = ImagePipeline(from_pretrained(path / "gpt"), from_pretrained(path / "vq"), info)
+    head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
+    pipe = ImagePipeline(from_pretrained(path / "gpt"), from_pretrained(path / "vq"), info, head)
     return pipe.to(device, dtype)
 
 

@@ -47,3 +47,25 @@ def test_ar_recipe_caches_codes_and_exports_the_ema_model(tmp_path):
     exported = from_pretrained(tmp_path / "ar" / "export")
     for a, b in zip(model.state_dict().values(), exported.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_drafter_recipe_trains_a_head_for_the_ar_model_and_exports_it(tmp_path):
+    from vgen.models.draft_head import DraftHead
+    from vgen.training.drafter import DrafterRecipe, train_drafter
+
+    vq_cfg = TrainConfig(steps=1, warmup_steps=1, bf16=False)
+    train_tokenizer(tmp_path / "vq", tmp_path / "data", vq_cfg, TokenizerRecipe(num_images=16, batch_size=8), TOY_VQ)
+    gpt = GPTConfig(vocab_size=64, dim=32, n_layer=1, n_head=2, num_classes=8, block_size=256)
+    train_ar(tmp_path / "ar", tmp_path / "vq" / "export", tmp_path / "data", TrainConfig(steps=1, warmup_steps=1,
+             bf16=False), ARRecipe(num_images=16, batch_size=4), gpt)
+    head_cfg = TrainConfig(steps=2, warmup_steps=1, bf16=False, log_every=1)
+    head = train_drafter(tmp_path / "head", tmp_path / "ar" / "export", tmp_path / "vq" / "export",
+                         tmp_path / "data", tmp_path / "ar", head_cfg, DrafterRecipe(num_images=16, batch_size=4))
+    assert not (tmp_path / "head" / "train_codes_16.npy").exists()  # it reused the AR run's tokenised split
+    exported = from_pretrained(tmp_path / "head" / "export")
+    assert isinstance(exported, DraftHead)
+    for a, b in zip(head.state_dict().values(), exported.state_dict().values()):
+        assert torch.equal(a, b)
+    exported.check_target(from_pretrained(tmp_path / "ar" / "export"))
+    log = [json.loads(line) for line in (tmp_path / "head" / "log.jsonl").read_text().splitlines()]
+    assert {"ce", "feat", "agree"} <= set(log[-1])

@@ -155,7 +155,8 @@ def run_sample(args: argparse.Namespace) -> None:
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the embedded default models (resumable)")
     tsub = p.add_subparsers(dest="what", required=True)
-    defaults = {"tokenizer": (900, 1e-3, 32, 100), "ar": (40000, 1e-3, 32, 500), "classifier": (3000, 2e-3, 64, 100)}
+    defaults = {"tokenizer": (900, 1e-3, 32, 100), "ar": (40000, 1e-3, 32, 500), "classifier": (3000, 2e-3, 64, 100),
+                "drafter": (1500, 1e-3, 32, 100)}
     for what, (steps, lr, batch, warmup) in defaults.items():
         t = tsub.add_parser(what, help=f"train the shapes {what}")
         t.add_argument("--run-dir", default=str(RUNS / f"shapes-{what}"), help="checkpoints and logs (resumes)")
@@ -167,11 +168,15 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
                            help="domain classifier for the periodic class-accuracy probe (used once it exists)")
             t.add_argument("--eval-every", type=int, default=1000, help="steps between sample probes (0 = off)")
+        if what == "drafter":
+            t.add_argument("--target", default=str(RUNS / "shapes-ar" / "export"), help="trained AR model folder")
+            t.add_argument("--codes-dir", default=str(RUNS / "shapes-ar"),
+                           help="folder with the tokenised training split (the AR run's)")
         t.add_argument("--steps", type=int, default=steps)
         t.add_argument("--lr", type=float, default=lr)
         t.add_argument("--batch-size", type=int, default=batch)
         t.add_argument("--warmup-steps", type=int, default=warmup)
-        t.add_argument("--num-images", type=int, default=80000)
+        t.add_argument("--num-images", type=int, default=16000 if what == "drafter" else 80000)
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         t.add_argument("--seed", type=int, default=0)
@@ -183,6 +188,7 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t = tsub.add_parser("package", help="assemble trained models into a pipeline folder (e.g. vgen/assets/...)")
     t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/)")
     t.add_argument("--vq", required=True, help="trained tokenizer folder")
+    t.add_argument("--drafter", default=None, help="trained draft head folder (optional)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
     t.add_argument("--name", default="shapes-c2i")
     t.add_argument("--cfg-scale", type=float, default=2.0, help="recommended CFG scale stored as the default")
@@ -205,6 +211,10 @@ def run_package(args: argparse.Namespace) -> None:
     dtype = getattr(torch, DTYPES[args.dtype])
     save_pretrained(gpt, out / "gpt", dtype=dtype)
     save_pretrained(vq, out / "vq", dtype=dtype)
+    if args.drafter:
+        head = from_pretrained(args.drafter)
+        head.check_target(gpt)
+        save_pretrained(head, out / "drafter", dtype=dtype)
     info = PipelineInfo(name=args.name, image_size=gpt.grid[0] * vq.downsample_factor, class_names=list(CLASS_NAMES),
                         defaults={"cfg_scale": args.cfg_scale})
     (out / PIPELINE_CONFIG).write_text(json.dumps(info.to_dict(), indent=1))
@@ -231,6 +241,12 @@ def run_train(args: argparse.Namespace) -> None:
         train_ar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                  ARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
                  max_minutes=args.max_minutes, evaluate=probe)
+    elif args.what == "drafter":
+        from vgen.training.drafter import DrafterRecipe, train_drafter
+
+        train_drafter(args.run_dir, args.target, args.tokenizer, args.data_dir, args.codes_dir,
+                      TrainConfig(**common, ema_decay=0.99),
+                      DrafterRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes)
     else:
         from vgen.training.classifier import ClassifierRecipe, train_classifier
 

@@ -220,7 +220,8 @@ class LlamaGenGPT(nn.Module):
         return torch.full_like(class_ids, self.config.num_classes)
 
     # -- forward passes ----------------------------------------------------------------------------------------
-    def _run(self, h: torch.Tensor, start: int, cache: KVCache | None) -> torch.Tensor:
+    def _run(self, h: torch.Tensor, start: int, cache: KVCache | None,
+             return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         if self.rope.device != h.device:
             self.rope = self.rope.to(h.device)
         rope = self.rope[start:start + h.shape[1]]
@@ -230,16 +231,20 @@ class LlamaGenGPT(nn.Module):
             h = layer(h, rope, cache, i)
         if cache is not None:
             cache.advance(h.shape[1])
-        return self.output(self.norm(h)).float()
+        h = self.norm(h)
+        logits = self.output(h).float()
+        return (logits, h) if return_hidden else logits
 
-    def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
-        """Full causal pass (training / reference): logits [B, 1 + n, V]; position p predicts image token p."""
+    def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor | None = None,
+                return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Full causal pass (training / reference): logits [B, 1 + n, V]; position p predicts image token p.
+        With ``return_hidden`` also the final normed hidden states [B, 1 + n, dim] (a draft head's features)."""
         h = self.cls_embedding(class_ids)
         if tokens is not None and tokens.shape[1]:
             h = torch.cat([h, self.tok_embeddings(tokens)], dim=1)
         if h.shape[1] > self.rope.shape[0]:
             raise ValueError(f"sequence of {h.shape[1]} positions exceeds 1 + block_size = {self.rope.shape[0]}")
-        return self._run(h, 0, None)
+        return self._run(h, 0, None, return_hidden)
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None, extra: int = 0) -> KVCache:
@@ -249,12 +254,15 @@ class LlamaGenGPT(nn.Module):
         return KVCache(self.config.n_layer, batch_size, self.config.kv_heads, 1 + self.config.block_size + extra,
                        self.config.head_dim, dtype or p.dtype, device or p.device)
 
-    def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Run the class position into an empty cache; returns logits [B, V] for image token 0."""
+    def prefill(self, class_ids: torch.Tensor, cache: KVCache,
+                return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Run the class position into an empty cache; returns logits [B, V] for image token 0 (and, with
+        ``return_hidden``, the class position's final normed hidden state [B, 1, dim])."""
         if cache.length != 0:
             raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
         cache.reserve(1)
-        return self._run(self.cls_embedding(class_ids), 0, cache)[:, -1]
+        out = self._run(self.cls_embedding(class_ids), 0, cache, return_hidden)
+        return (out[0][:, -1], out[1]) if return_hidden else out[:, -1]
 
     def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Append image tokens [B, k] after the cached ones; logits [B, k, V], row i predicting the next token."""

@@ -100,7 +100,7 @@ class ARSampler(Sampler):
     @torch.no_grad()
     def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
-               tokenizer: torch.nn.Module | None = None) -> SampleOutput:
+               tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
         check_inputs(model, class_ids)
         start = time.perf_counter()
         device = next(model.parameters()).device

@@ -160,9 +160,10 @@ class Sampler(ABC):
     @abstractmethod
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
-               tokenizer: nn.Module | None = None) -> SampleOutput:
-        """Generate ``model.num_tokens`` image tokens for each class id in ``class_ids`` [B]. ``tokenizer`` is
-        for samplers that read it (LANTERN's latent neighbourhoods come from its codebook)."""
+               tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
+        """Generate ``model.num_tokens`` image tokens for each class id in ``class_ids`` [B]. ``tokenizer`` and
+        ``draft_head`` are for samplers that use them (LANTERN's latent neighbourhoods come from the codebook;
+        a speculative sampler may draft with the head)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self)}

@@ -8,6 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig
 from vgen.samplers import ARSampler, SamplingParams, build_processors, get_sampler
 from vgen.samplers.logits import apply_cfg
@@ -22,8 +23,21 @@ def ar_tokens(model, params: SamplingParams, classes: torch.Tensor = CLASSES) ->
     return ARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(0)).tokens
 
 
-def run(model, sampler, params: SamplingParams, seed: int = 0, classes: torch.Tensor = CLASSES, **kwargs):
-    return get_sampler(sampler, **kwargs).sample(model, classes, params, generator=torch.Generator().manual_seed(seed))
+def run(model, sampler, params: SamplingParams, seed: int = 0, classes: torch.Tensor = CLASSES, draft_head=None,
+        **kwargs):
+    return get_sampler(sampler, **kwargs).sample(model, classes, params, generator=torch.Generator().manual_seed(seed),
+                                                 draft_head=draft_head)
+
+
+def random_head(model, seed: int = 0) -> DraftHead:
+    """An untrained draft head with noisy weights: its drafts are poor, which losslessness must not notice."""
+    torch.manual_seed(seed)
+    head = DraftHead(DraftHeadConfig.for_target(model.config))
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.ndim > 1:
+                p.normal_(std=0.2)
+    return head.eval()
 
 
 class NoisyOracle(Drafter):
@@ -57,7 +71,7 @@ def test_greedy_speculative_equals_greedy_ar(params, window, accept, tiny_gpt_fa
     model = tiny_gpt_factory(GRID_GPT)
     expected = ar_tokens(model, params)
     oracle = NoisyOracle(expected, GRID_GPT.vocab_size, noise=0.2)
-    monkeypatch.setattr(sampler_module, "build_drafter", lambda name, options, model: oracle)
+    monkeypatch.setattr(sampler_module, "build_drafter", lambda name, options, model, context: oracle)
     tokenizer = FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4, generator=torch.Generator().manual_seed(0)))
     out = get_sampler("speculative", accept=accept, window=window).sample(
         model, CLASSES, params, generator=torch.Generator().manual_seed(0), tokenizer=tokenizer)
@@ -75,6 +89,15 @@ def test_greedy_sjd_with_jacobi_drafts_equals_greedy_ar(params, init, tiny_gpt_f
     model = tiny_gpt_factory(GRID_GPT)
     out = run(model, "sjd", params, draft_init=init, window=6)
     assert torch.equal(out.tokens, ar_tokens(model, params))
+
+
+@pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
+def test_greedy_sjd_with_a_draft_head_equals_greedy_ar(params, tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(GRID_GPT)
+    out = run(model, "sjd", params, draft_head=random_head(model), drafter="head", window=5)
+    assert torch.equal(out.tokens, ar_tokens(model, params))
+    assert out.stats.details["drafter"] == "head"
+    assert out.stats.draft_forward_passes == 1 + (out.stats.forward_passes - 1) * 4  # prefill read + L - 1 per pass
 
 
 class FakeTokenizer(torch.nn.Module):
@@ -104,10 +127,11 @@ def exact_joint(model, params: SamplingParams, class_id: int) -> torch.Tensor:
 
 
 def sequence_counts(model, sampler: str, params: SamplingParams, batches: int = 4, batch: int = 2000,
-                    **kwargs) -> torch.Tensor:
+                    draft_head=None, **kwargs) -> torch.Tensor:
     counts = torch.zeros(256)
     for seed in range(batches):
-        tokens = run(model, sampler, params, seed=seed, classes=torch.ones(batch, dtype=torch.long), **kwargs).tokens
+        tokens = run(model, sampler, params, seed=seed, classes=torch.ones(batch, dtype=torch.long),
+                     draft_head=draft_head, **kwargs).tokens
         codes = (tokens * torch.tensor([64, 16, 4, 1])).sum(-1)
         counts += torch.bincount(codes, minlength=256)
     return counts
@@ -129,12 +153,14 @@ LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cf
 @pytest.mark.parametrize("params", LOSSLESS_PARAMS.values(), ids=LOSSLESS_PARAMS.keys())
 @pytest.mark.parametrize(("sampler", "kwargs"), [("ar", {}), ("sjd", dict(window=3)),
                                                  ("sjd", dict(window=4, draft_init="left")),
+                                                 ("sjd", dict(window=3, drafter="head")),
                                                  ("speculative", dict(accept="match", window=3))])
 def test_lossless_samplers_match_the_exact_joint_distribution(params, sampler, kwargs, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(SEQ_GPT)
     probs = exact_joint(model, params, class_id=1)
     torch.testing.assert_close(probs.sum(), torch.tensor(1.0))
-    counts = sequence_counts(model, sampler, params, **kwargs)
+    head = random_head(model) if kwargs.get("drafter") == "head" else None
+    counts = sequence_counts(model, sampler, params, draft_head=head, **kwargs)
     assert chi_square_p(counts, probs) > 1e-3
 
 
@@ -171,7 +197,7 @@ def test_rows_advance_independently(tiny_gpt_factory, monkeypatch) -> None:
     expected = ar_tokens(model, params, CLASSES[:2])
     oracle = NoisyOracle(expected, GRID_GPT.vocab_size, noise=0.0)
     oracle.answer = torch.stack([expected[0], (expected[1] + 1) % GRID_GPT.vocab_size])
-    monkeypatch.setattr(sampler_module, "build_drafter", lambda name, options, model: oracle)
+    monkeypatch.setattr(sampler_module, "build_drafter", lambda name, options, model, context: oracle)
     out = get_sampler("sjd", window=8).sample(model, CLASSES[:2], params)
     assert torch.equal(out.tokens, expected)
     last_pass = out.stats.accept_step[:, -1]
@@ -203,8 +229,23 @@ def test_lantern_needs_a_tokenizer(tiny_gpt_factory) -> None:
 
 
 def test_a_missing_draft_head_is_a_clear_error(tiny_gpt_factory) -> None:
-    with pytest.raises(ValueError, match="draft head"):
+    with pytest.raises(ValueError, match="needs a draft head, and this model ships none"):
         run(tiny_gpt_factory(GRID_GPT), "speculative", SamplingParams(), drafter="head")
+
+
+def test_lantern_drafts_with_the_head_when_there_is_one(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(GRID_GPT)
+    out = get_sampler("lantern", window=4).sample(model, CLASSES, SamplingParams(), draft_head=random_head(model),
+                                                  tokenizer=FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4)))
+    assert out.stats.details["drafter"] == "head" and out.stats.draft_forward_passes > 0
+
+
+def test_a_head_for_another_model_is_refused(tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(GRID_GPT)
+    other = random_head(tiny_gpt_factory(GPTConfig(vocab_size=64, dim=32, n_layer=1, n_head=4, num_classes=5,
+                                                   block_size=36)))
+    with pytest.raises(ValueError, match="does not fit a target"):
+        run(model, "sjd", SamplingParams(), draft_head=other, drafter="head")
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

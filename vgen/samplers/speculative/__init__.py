@@ -4,7 +4,7 @@ Importing this package registers the rules (exact, lantern, gsd, match), the dra
 samplers ``speculative``, ``sjd``, ``lantern`` and ``gsd``.
 """
 
-from vgen.samplers.speculative import exact, grouped, lantern, match  # noqa: F401  (register the rules)
+from vgen.samplers.speculative import exact, grouped, head, lantern, match  # noqa: F401  (register them)
 from vgen.samplers.speculative.drafters import Drafter, JacobiDrafter, Verification, available_drafters
 from vgen.samplers.speculative.rules import AcceptanceRule, available_rules
 from vgen.samplers.speculative.sampler import GSD, SJD, Lantern, Speculative

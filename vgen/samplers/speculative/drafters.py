@@ -16,7 +16,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vgen.samplers.base import SamplingParams
+
 DRAFT_INITS = ("random", "left", "vertical")
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What a drafter may need beyond the sampler's options: the run's sampling settings (a draft model forms
+    its distributions as the target's are: guidance, temperature, top-k, top-p) and the pipeline's draft head."""
+
+    params: SamplingParams
+    draft_head: nn.Module | None = None
 
 
 @dataclass
@@ -82,6 +93,8 @@ class JacobiDrafter(Drafter):
         else:
             carried_tokens, carried_probs, carried_count = self.carried
             fresh = torch.arange(count, device=device)[None] >= carried_count[:, None]
+            pad = count - carried_tokens.shape[1]  # after the prefill nothing is carried yet
+            carried_tokens, carried_probs = F.pad(carried_tokens, (0, pad)), F.pad(carried_probs, (0, 0, 0, pad))
         seq = tokens.clone()
         seq.scatter_(1, index, carried_tokens)
         if self.init == "random":
@@ -116,7 +129,8 @@ _DRAFTERS: dict[str, DrafterFactory] = {}
 
 
 def register_drafter(name: str, factory: DrafterFactory) -> None:
-    """Make a drafter available under ``name``; ``factory(options, model)`` builds it for one run."""
+    """Make a drafter available under ``name``; ``factory(options, model, context)`` builds it for one run
+    (``options``: the speculative sampler config; ``context``: a :class:`DraftContext`)."""
     if name in _DRAFTERS:
         raise ValueError(f"drafter {name!r} is already registered")
     _DRAFTERS[name] = factory
@@ -126,10 +140,11 @@ def available_drafters() -> list[str]:
     return sorted(_DRAFTERS)
 
 
-def build_drafter(name: str, options: object, model: nn.Module) -> Drafter:
+def build_drafter(name: str, options: object, model: nn.Module, context: DraftContext) -> Drafter:
     if name not in _DRAFTERS:
         raise ValueError(f"unknown drafter {name!r}; available: {', '.join(available_drafters())}")
-    return _DRAFTERS[name](options, model)
+    return _DRAFTERS[name](options, model, context)
 
 
-register_drafter("jacobi", lambda options, model: JacobiDrafter(model.vocab_size, model.grid[1], options.draft_init))
+register_drafter("jacobi",
+                 lambda options, model, context: JacobiDrafter(model.vocab_size, model.grid[1], options.draft_init))

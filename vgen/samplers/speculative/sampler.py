@@ -29,6 +29,7 @@ from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingPara
 from vgen.samplers.logits import apply_cfg, build_processors, sample_logits, sample_probs
 from vgen.samplers.speculative.drafters import (
     DRAFT_INITS,
+    DraftContext,
     Verification,
     available_drafters,
     build_drafter,
@@ -99,21 +100,21 @@ class Speculative(Sampler):
         if not self.gsd_dist_threshold >= 0:
             raise ValueError(f"gsd_dist_threshold must be >= 0, got {self.gsd_dist_threshold}")
 
-    def resolve_drafter(self, model: nn.Module) -> str:
-        """The drafter this run uses: ``auto`` becomes ``head`` when the model carries a draft head."""
+    def resolve_drafter(self, draft_head: nn.Module | None) -> str:
+        """The drafter this run uses: ``auto`` becomes ``head`` when there is a draft head, else ``jacobi``."""
         if self.drafter != "auto":
             return self.drafter
-        return "head" if getattr(model, "draft_head", None) is not None else "jacobi"
+        return "head" if draft_head is not None else "jacobi"
 
     @torch.no_grad()
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
-               tokenizer: nn.Module | None = None) -> SampleOutput:
+               tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         check_inputs(model, class_ids)
         start_time = time.perf_counter()
-        drafter_name = self.resolve_drafter(model)
+        drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
-        drafter = build_drafter(drafter_name, self, model)
+        drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head))
         device = next(model.parameters()).device
         class_ids = class_ids.to(device)
         batch, n, guided = class_ids.shape[0], model.num_tokens, params.guided
@@ -125,9 +126,13 @@ class Speculative(Sampler):
         tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
         steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
         cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
-        logits = model.prefill(cond, cache)
-        tokens[:, 0] = sample_logits(processors(apply_cfg(logits, params, 0)), params.greedy, generator)[0]
+        out = model.prefill(cond, cache, return_hidden=drafter.needs_hidden)
+        logits, hidden = out if drafter.needs_hidden else (out, None)
+        first, p = sample_logits(processors(apply_cfg(logits, params, 0)), params.greedy, generator)
+        tokens[:, 0] = first
         steps[:, 0] = passes = 1
+        zero = torch.zeros(batch, dtype=torch.long, device=device)
+        drafter.observe(Verification(zero, zero, p[:, None], first[:, None], hidden, tokens))
         pos = torch.ones(batch, dtype=torch.long, device=device)
         offsets = torch.arange(length, device=device)
         accepted_lengths: list[int] = []
