@@ -84,10 +84,11 @@ def test_greedy_speculative_equals_greedy_ar(params, window, accept, tiny_gpt_fa
 
 
 @pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
-@pytest.mark.parametrize("init", ["random", "left", "vertical"])
-def test_greedy_sjd_with_jacobi_drafts_equals_greedy_ar(params, init, tiny_gpt_factory) -> None:
+@pytest.mark.parametrize(("init", "coupling"), [("random", "none"), ("left", "none"), ("vertical", "none"),
+                                                ("random", "maximal"), ("vertical", "gumbel")])
+def test_greedy_sjd_with_jacobi_drafts_equals_greedy_ar(params, init, coupling, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(GRID_GPT)
-    out = run(model, "sjd", params, draft_init=init, window=6)
+    out = run(model, "sjd", params, draft_init=init, draft_coupling=coupling, window=6)
     assert torch.equal(out.tokens, ar_tokens(model, params))
 
 
@@ -154,6 +155,8 @@ LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cf
 @pytest.mark.parametrize(("sampler", "kwargs"), [("ar", {}), ("sjd", dict(window=3)),
                                                  ("sjd", dict(window=4, draft_init="left")),
                                                  ("sjd", dict(window=3, drafter="head")),
+                                                 ("sjd", dict(window=3, draft_coupling="maximal")),
+                                                 ("sjd", dict(window=4, draft_coupling="gumbel")),
                                                  ("speculative", dict(accept="match", window=3))])
 def test_lossless_samplers_match_the_exact_joint_distribution(params, sampler, kwargs, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(SEQ_GPT)
@@ -257,6 +260,7 @@ def test_a_head_for_another_model_is_refused(tiny_gpt_factory) -> None:
     (dict(drafter="eagle"), "unknown drafter 'eagle'"),
     (dict(accept="greedy"), "unknown acceptance rule 'greedy'"),
     (dict(draft_init="diagonal"), "draft_init must be one of"),
+    (dict(draft_coupling="optimal"), "draft_coupling must be one of"),
     (dict(gsd_p_threshold=2.0), "gsd_p_threshold must be in"),
 ])
 def test_bad_settings_are_rejected_on_construction(kwargs: dict, message: str) -> None:

@@ -17,8 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from vgen.samplers.base import SamplingParams
+from vgen.samplers.logits import sample_probs
+from vgen.samplers.speculative.exact import ExactRule
 
 DRAFT_INITS = ("random", "left", "vertical")
+DRAFT_COUPLINGS = ("none", "maximal", "gumbel")
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,8 @@ class Verification:
     ``pos`` [B]: index of the first drafted token before the pass; ``accepted`` [B]: drafts kept;
     ``probs`` [B, L, V] and ``proposals`` [B, L]: the target's processed distributions for tokens
     ``pos + j`` and one draw from each; ``hidden`` [B, L, dim]: the target's final hidden states (only when the
-    drafter asked for them); ``tokens`` [B, N + L]: the sequence after the pass (room past N for drafts).
+    drafter asked for them); ``tokens`` [B, N + L]: the sequence after the pass (room past N for drafts);
+    ``drafts`` [B, L - 1] and ``draft_probs`` [B, L - 1, V]: what was verified; ``generator``: the run's.
     """
 
     pos: torch.Tensor
@@ -46,6 +50,9 @@ class Verification:
     proposals: torch.Tensor
     hidden: torch.Tensor | None
     tokens: torch.Tensor
+    drafts: torch.Tensor
+    draft_probs: torch.Tensor
+    generator: torch.Generator | None = None
 
 
 class Drafter(ABC):
@@ -72,16 +79,27 @@ class JacobiDrafter(Drafter):
     fresh with a one-hot distribution: ``random`` (uniform over the vocabulary, SJD's default), ``left`` (repeat
     the token to the left) or ``vertical`` (repeat the token above, one grid row back; ``left`` in the first
     row), which SJD found to give the most acceleration.
+
+    ``coupling`` (MC-SJD) decides how a position's draft is refreshed from its new distribution ``p`` when it held
+    a draft ``x`` drawn from ``q``: ``none`` draws afresh (SJD); ``maximal`` keeps ``x`` with probability
+    ``min(1, p(x) / q(x))`` and otherwise draws from ``norm(max(0, p - q))``; ``gumbel`` gives every token
+    position one Gumbel noise vector ``g`` for the whole run and drafts ``argmax(log p + g)``. Each way the draft
+    is an exact sample of ``p``, so exact acceptance stays lossless, but coupled drafts change only when their
+    distribution does, which keeps the later drafts' context stable.
     """
 
     name = "jacobi"
 
-    def __init__(self, vocab_size: int, grid_width: int, init: str = "random") -> None:
+    def __init__(self, vocab_size: int, grid_width: int, init: str = "random", coupling: str = "none") -> None:
         super().__init__()
         if init not in DRAFT_INITS:
             raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {init!r}")
-        self.vocab_size, self.grid_width, self.init = vocab_size, grid_width, init
+        if coupling not in DRAFT_COUPLINGS:
+            raise ValueError(f"draft_coupling must be one of {list(DRAFT_COUPLINGS)}, got {coupling!r}")
+        self.vocab_size, self.grid_width, self.init, self.coupling = vocab_size, grid_width, init, coupling
         self.carried: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # tokens, probs, count
+        self.noise: torch.Tensor | None = None  # gumbel: [B, L, V] for the tokens of the last window's outputs
+        self.noise_pos: torch.Tensor | None = None  # ... which start at these token indices
 
     def propose(self, tokens: torch.Tensor, pos: torch.Tensor, count: int,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,12 +132,41 @@ class JacobiDrafter(Drafter):
             probs = torch.where(fresh[..., None], probs, carried_probs)
         return drafts, probs
 
+    def refresh(self, result: Verification) -> torch.Tensor:
+        """New draws [B, L] from this pass's distributions, coupled with the drafts they replace."""
+        probs, drafted = result.probs, result.drafts.shape[1]
+        if self.coupling == "gumbel":
+            return (probs.log() + self.shifted_noise(result)).argmax(-1)
+        if self.coupling == "none" or drafted == 0:
+            return result.proposals
+        p, q, x = probs[:, :drafted], result.draft_probs, result.drafts
+        rule = ExactRule()
+        keep = torch.rand(x.shape, generator=result.generator, device=x.device) < rule.accept_probs(p, q, x, x)
+        redrawn = sample_probs(rule.residual(p, q, x, x), result.generator)
+        return torch.cat([torch.where(keep, x, redrawn), result.proposals[:, drafted:]], dim=1)
+
+    def shifted_noise(self, result: Verification) -> torch.Tensor:
+        """The Gumbel noise [B, L, V] of the tokens this pass predicted (``pos + j``), kept from the last pass for
+        the tokens it already covered and drawn fresh for the others."""
+        shape, device = result.probs.shape, result.probs.device
+        fresh = -torch.log(-torch.log(torch.rand(shape, generator=result.generator, device=device).clamp_min(1e-20)))
+        if self.noise is None or self.noise.shape != shape:
+            self.noise = fresh
+        else:
+            # this pass's output j is token pos + j; the last pass's output j' was token noise_pos + j'
+            offset = (result.pos - self.noise_pos)[:, None] + torch.arange(shape[1], device=device)
+            old = self.noise.gather(1, offset.clamp(0, shape[1] - 1)[..., None].expand(-1, -1, shape[2]))
+            self.noise = torch.where(((offset >= 0) & (offset < shape[1]))[..., None], old, fresh)
+        self.noise_pos = result.pos
+        return self.noise
+
     def observe(self, result: Verification) -> None:
         length = result.proposals.shape[1]
         count = length - 1
+        drawn = self.refresh(result)
         source = (result.accepted[:, None] + 1 + torch.arange(count, device=result.accepted.device)).clamp(
             max=length - 1)
-        tokens = result.proposals.gather(1, source)
+        tokens = drawn.gather(1, source)
         probs = result.probs.gather(1, source[..., None].expand(-1, -1, result.probs.shape[-1]))
         self.carried = (tokens, probs, count - result.accepted)
 
@@ -146,5 +193,5 @@ def build_drafter(name: str, options: object, model: nn.Module, context: DraftCo
     return _DRAFTERS[name](options, model, context)
 
 
-register_drafter("jacobi",
-                 lambda options, model, context: JacobiDrafter(model.vocab_size, model.grid[1], options.draft_init))
+register_drafter("jacobi", lambda options, model, context: JacobiDrafter(model.vocab_size, model.grid[1],
+                                                                          options.draft_init, options.draft_coupling))

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
 from vgen.samplers.logits import apply_cfg, build_processors, sample_logits, sample_probs
 from vgen.samplers.speculative.drafters import (
+    DRAFT_COUPLINGS,
     DRAFT_INITS,
     DraftContext,
     Verification,
@@ -68,6 +69,7 @@ class Speculative(Sampler):
     accept: str = "exact"
     window: int = 16
     draft_init: str = "random"
+    draft_coupling: str = "none"
     lantern_k: int = 1000
     lantern_delta: float = 0.1
     lantern_mode: str = "tv"
@@ -84,6 +86,8 @@ class Speculative(Sampler):
             raise ValueError(f"window must be an integer >= 1 (the target positions per pass), got {self.window!r}")
         if self.draft_init not in DRAFT_INITS:
             raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {self.draft_init!r}")
+        if self.draft_coupling not in DRAFT_COUPLINGS:
+            raise ValueError(f"draft_coupling must be one of {list(DRAFT_COUPLINGS)}, got {self.draft_coupling!r}")
         if not _is_int(self.lantern_k) or self.lantern_k < 0:
             raise ValueError(f"lantern_k must be an integer >= 0 (latent neighbours per token), got {self.lantern_k!r}")
         if self.lantern_mode not in LANTERN_MODES:
@@ -132,7 +136,9 @@ class Speculative(Sampler):
         tokens[:, 0] = first
         steps[:, 0] = passes = 1
         zero = torch.zeros(batch, dtype=torch.long, device=device)
-        drafter.observe(Verification(zero, zero, p[:, None], first[:, None], hidden, tokens))
+        none = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        drafter.observe(Verification(zero, zero, p[:, None], first[:, None], hidden, tokens, none,
+                                     p.new_zeros(batch, 0, p.shape[-1]), generator))
         pos = torch.ones(batch, dtype=torch.long, device=device)
         offsets = torch.arange(length, device=device)
         accepted_lengths: list[int] = []
@@ -167,7 +173,7 @@ class Speculative(Sampler):
                 produced = accepted + emits.long()
                 accepted_lengths.extend(produced[pos < n].tolist())
                 bar.update(int(produced.sum()))
-                drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens))
+                drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens, drafts, q, generator))
                 pos = (nxt + emits.long()).clamp(max=n)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
