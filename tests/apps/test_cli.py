@@ -67,6 +67,14 @@ def test_same_seed_same_grid_other_seed_differs(tiny_pipeline_dir, tmp_path, cap
     (["--out", "/no/such/dir/x.png"], "directory /no/such/dir does not exist"),
     (["--out", "grid.txt"], "unsupported file type .txt"),
     (["--dtype", "int8"], "unknown dtype"),
+    (["--sampler", "sjd", "--window", "0"], "window must be an integer >= 1"),
+    (["--sampler", "lantern", "--lantern-k", "-1"], "lantern_k must be an integer >= 0"),
+    (["--sampler", "lantern", "--lantern-delta", "1.5"], "total-variation budget in [0, 1]"),
+    (["--sampler", "sjd", "--drafter", "head"], "needs a draft head, and this model ships none"),
+    (["--sampler", "sjd", "--accept", "nope"], "unknown acceptance rule 'nope'"),
+    (["--sampler", "ar", "--window", "4"], "unknown sampler 'ar' field(s) ['window']"),
+    (["--sampler", "gsd", "--draft-coupling", "x"], "draft_coupling must be one of"),
+    (["--acceptance-map", "map.txt"], "unsupported file type .txt"),
 ])
 def test_bad_input_gets_one_specific_line_and_exit_2(tiny_pipeline_dir, args, message, capsys):
     full = ["sample", "--model", str(tiny_pipeline_dir), *args] if "--model" not in args else ["sample", *args]
@@ -142,6 +150,18 @@ def test_python_dash_m_is_the_same_command(tiny_pipeline_dir, tmp_path):
                           str(tiny_pipeline_dir)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "vgen: error: unknown sampler 'x'; available: " + \
         ", ".join(__import__("vgen.samplers").samplers.available_samplers())
+
+
+def test_speculative_sampling_writes_an_acceptance_map(tiny_pipeline_dir, tmp_path, capsys):
+    out, amap, stats = tmp_path / "grid.png", tmp_path / "map.png", tmp_path / "stats.json"
+    code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--num-images", "3", "--sampler", "lantern",
+                           "--window", "4", "--lantern-k", "5", "--draft-coupling", "gumbel", "--out", str(out),
+                           "--acceptance-map", str(amap), "--stats", str(stats)], capsys)
+    assert code == 0 and "tokens per pass" in stdout
+    assert Image.open(amap).size[1] == 16 and Image.open(amap).size[0] > 3 * 2 * 16  # image + map per sample
+    s = json.loads(stats.read_text())
+    assert s["sampler"] == "lantern" and s["details"]["drafter"] == "jacobi" and s["details"]["lantern_k"] == 5
+    assert s["forward_passes"] < 16 and len(s["accept_step"]) == 3
 
 
 def test_models_and_samplers_are_listed(capsys):

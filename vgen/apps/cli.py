@@ -76,6 +76,7 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     spec.add_argument("--accept", default=None, help="acceptance rule: exact, lantern, gsd or match")
     spec.add_argument("--window", type=int, default=None, help="target positions per forward pass (drafts + 1)")
     spec.add_argument("--draft-init", default=None, help="fresh Jacobi drafts: random, left or vertical")
+    spec.add_argument("--draft-coupling", default=None, help="Jacobi draft refresh: none, maximal or gumbel (MC-SJD)")
     spec.add_argument("--lantern-k", type=int, default=None, help="latent neighbours per token")
     spec.add_argument("--lantern-delta", type=float, default=None,
                       help="total-variation budget in [0, 1] (mode tv) or lambda >= 1 (mode relative)")
@@ -114,8 +115,8 @@ def load_pipeline(args: argparse.Namespace):
     return pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
 
 
-SPECULATIVE_OPTIONS = ("drafter", "accept", "window", "draft_init", "lantern_k", "lantern_delta", "lantern_mode",
-                       "gsd_rank_window", "gsd_p_threshold", "gsd_dist_threshold")
+SPECULATIVE_OPTIONS = ("drafter", "accept", "window", "draft_init", "draft_coupling", "lantern_k", "lantern_delta",
+                       "lantern_mode", "gsd_rank_window", "gsd_p_threshold", "gsd_dist_threshold")
 
 
 def run_sample(args: argparse.Namespace) -> None:

@@ -1,0 +1,34 @@
+"""Acceptance maps: one colour per forward pass (dark early, bright late), white borders between passes."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vgen.visualize import acceptance_figure, acceptance_map, colormap
+
+
+def test_colormap_runs_from_dark_purple_to_yellow() -> None:
+    ends = colormap(np.array([0.0, 1.0]))
+    assert ends[0].tolist() == [68, 1, 84] and ends[1].tolist() == [253, 231, 37]
+    assert colormap(np.array([0.5]))[0].sum() > ends[0].sum()
+
+
+def test_tokens_of_one_pass_share_a_colour_and_passes_are_outlined() -> None:
+    steps = torch.tensor([1, 1, 2, 2, 1, 1, 2, 3, 3, 3, 3, 3, 4, 4, 4, 4])  # a 4 x 4 grid
+    pixels = np.asarray(acceptance_map(steps, (4, 4), size=32))  # 8 px per token
+    centre = lambda r, c: tuple(pixels[r * 8 + 3, c * 8 + 3])
+    assert centre(0, 0) == centre(0, 1) == centre(1, 1) and centre(0, 2) == centre(1, 2)
+    assert centre(0, 0) != centre(0, 2) != centre(3, 0)
+    assert tuple(pixels[3, 15]) == (255, 255, 255)  # border between pass 1 (column 1) and pass 2 (column 2)
+    assert tuple(pixels[3, 7]) != (255, 255, 255)  # no border inside a pass
+
+
+def test_figure_puts_each_image_beside_its_map() -> None:
+    images = [Image.new("RGB", (16, 16), (i * 50, 0, 0)) for i in range(3)]
+    steps = torch.arange(1, 17).repeat(3, 1)
+    figure = acceptance_figure(images, steps, (4, 4), cols=2)
+    assert figure.size == (2 * 32 + 2, 2 * 16 + 2)
+    assert figure.getpixel((0, 0)) == (0, 0, 0) and figure.getpixel((34, 0)) == (50, 0, 0)
+    with pytest.raises(ValueError, match="3 images but acceptance data for 2"):
+        acceptance_figure(images, steps[:2], (4, 4))
