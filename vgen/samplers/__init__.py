@@ -23,11 +23,12 @@ from vgen.samplers.logits import (
     sample_logits,
     sample_probs,
 )
-from vgen.samplers.speculative import GSD, SJD, Lantern, Speculative
+from vgen.samplers.speculative import GSD, MCSJD, SJD, Lantern, Speculative
 
 __all__ = [
     "ARSampler",
     "GSD",
+    "MCSJD",
     "SJD",
     "Lantern",
     "Speculative",

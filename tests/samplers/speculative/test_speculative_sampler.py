@@ -222,6 +222,8 @@ def test_presets_are_drafter_and_rule_pairs() -> None:
     assert (get_sampler("sjd").drafter, get_sampler("sjd").accept) == ("jacobi", "exact")
     assert (get_sampler("lantern").drafter, get_sampler("lantern").accept) == ("auto", "lantern")
     assert (get_sampler("gsd").drafter, get_sampler("gsd").accept) == ("jacobi", "gsd")
+    mcsjd = get_sampler("mcsjd")
+    assert (mcsjd.accept, mcsjd.draft_coupling, mcsjd.draft_init) == ("exact", "gumbel", "vertical")
     sampler = get_sampler("speculative", drafter="jacobi", accept="lantern", lantern_k=5, lantern_delta=0.2)
     assert get_sampler(sampler.to_dict()) == sampler
 
