@@ -68,6 +68,14 @@ class KVCache:
         self.values[layer].scatter_(2, index, v)
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    def row_slots(self, starts: torch.Tensor, count: int) -> tuple[torch.Tensor, int]:
+        """Slots [B, count] of a per-row write starting at ``starts`` [B], and their maximum + 1 (checked to fit)."""
+        slots = starts[:, None] + torch.arange(count, device=starts.device)
+        end = int(slots.max()) + 1
+        if end > self.max_len:
+            raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {self.max_len}")
+        return slots, end
+
     def buffers(self) -> list[torch.Tensor]:
         """Every key and value buffer (e.g. to mark their addresses static for CUDA graphs)."""
         return [*self.keys, *self.values]

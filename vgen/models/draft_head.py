@@ -86,10 +86,7 @@ class DraftHead(nn.Module):
     def decode_rows(self, features: torch.Tensor, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache,
                     target: LlamaGenGPT) -> torch.Tensor:
         """Cached pass with per-row starts (as :meth:`LlamaGenGPT.decode_rows`): predicted features [B, T, dim]."""
-        slots = starts[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
-        end = int(slots.max()) + 1
-        if end > cache.max_len:
-            raise ValueError(f"draft head cache overflow: slot {end - 1} requested, max_len {cache.max_len}")
+        slots, end = cache.row_slots(starts, tokens.shape[1])
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[slots.clamp(max=self.rope.shape[0] - 1)]

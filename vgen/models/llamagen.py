@@ -279,10 +279,7 @@ class LlamaGenGPT(nn.Module):
         s - 1; slot 0 the class). Slots past the last image token (a window running off the end) reuse the last
         rotary position; their outputs are meaningless and only need room in the cache (``new_cache(extra=)``).
         """
-        slots = starts[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
-        end = int(slots.max()) + 1
-        if end > cache.max_len:
-            raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {cache.max_len}")
+        slots, end = cache.row_slots(starts, tokens.shape[1])
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[slots.clamp(max=self.rope.shape[0] - 1)]
