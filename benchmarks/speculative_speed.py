@@ -50,21 +50,19 @@ def parse_sampler(spec: str) -> tuple[str, str, dict]:
 
 @torch.no_grad()
 def window_cost(model, window: int, batch: int, repeats: int = 20) -> float:
-    """Median time of a ``window``-token forward / a 1-token forward, both at slot N/2 of a cache of ``batch``
-    rows (CFG rows included)."""
-    def timed(k: int) -> float:
-        cache = model.new_cache(batch, extra=k)
-        tokens = torch.zeros(batch, k, dtype=torch.long)
-        start = torch.full((batch,), model.num_tokens // 2)
-        model.decode_rows(tokens, start, cache)
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            model.decode_rows(tokens, start, cache)
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
+    """Median over interleaved pairs of (time of a ``window``-token forward / time of a 1-token forward), both at
+    slot N/2 of a cache of ``batch`` rows (CFG rows included); interleaving cancels drifts in machine load."""
+    cache = model.new_cache(batch, extra=window)
+    start = torch.full((batch,), model.num_tokens // 2)
 
-    return timed(window) / timed(1)
+    def timed(k: int) -> float:
+        tokens = torch.zeros(batch, k, dtype=torch.long)
+        t = time.perf_counter()
+        model.decode_rows(tokens, start, cache)
+        return time.perf_counter() - t
+
+    timed(1), timed(window)  # warm-up
+    return statistics.median(timed(window) / timed(1) for _ in range(repeats))
 
 
 def run_sampler(pipe, name: str, options: dict, class_ids: list[int], batch_size: int, seed: int,
@@ -76,7 +74,7 @@ def run_sampler(pipe, name: str, options: dict, class_ids: list[int], batch_size
         out = pipe(chunk, sampler=sampler, seed=seed + i, cfg_scale=cfg_scale)
         passes += out.stats.forward_passes
         wall += out.stats.wall_time_s
-        images.append(torch.stack([torch.from_numpy(np.asarray(im)) for im in out.images]))
+        images.append(torch.stack([torch.from_numpy(np.array(im)) for im in out.images]))
         lengths += out.stats.accepted_lengths
         drafter = out.stats.details.get("drafter", drafter)
     pixels = torch.cat(images).permute(0, 3, 1, 2).float() / 127.5 - 1
@@ -97,6 +95,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--windows", type=int, nargs="*", default=[1, 2, 4, 8, 12, 16, 24, 32])
+    ap.add_argument("--cost-repeats", type=int, default=20, help="timed forwards per window size (median)")
+    ap.add_argument("--cost-only", action="store_true", help="measure the k-token forward cost curve and stop")
     ap.add_argument("--json", default=None)
     ap.add_argument("--markdown", default=None)
     args = ap.parse_args()
@@ -104,8 +104,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     pipe = vgen.load(args.model)
     rows = 2 * args.batch_size if (args.cfg_scale or pipe.info.defaults.get("cfg_scale", 1)) > 1 else args.batch_size
-    costs = {k: window_cost(pipe.model, k, rows) for k in args.windows}
+    costs = {k: window_cost(pipe.model, k, rows, args.cost_repeats) for k in args.windows}
     print("k-token forward cost (x 1-token):", {k: round(v, 2) for k, v in costs.items()})
+    if args.cost_only:
+        return
     class_ids = [i % pipe.num_classes for i in range(args.num_images)]
     specs = [parse_sampler(s) for s in args.samplers]
     results = {}

@@ -27,8 +27,9 @@ def test_tokens_of_one_pass_share_a_colour_and_passes_are_outlined() -> None:
 def test_figure_puts_each_image_beside_its_map() -> None:
     images = [Image.new("RGB", (16, 16), (i * 50, 0, 0)) for i in range(3)]
     steps = torch.arange(1, 17).repeat(3, 1)
-    figure = acceptance_figure(images, steps, (4, 4), cols=2)
+    figure = acceptance_figure(images, steps, (4, 4), cols=2, min_size=16)
     assert figure.size == (2 * 32 + 2, 2 * 16 + 2)
     assert figure.getpixel((0, 0)) == (0, 0, 0) and figure.getpixel((34, 0)) == (50, 0, 0)
     with pytest.raises(ValueError, match="3 images but acceptance data for 2"):
         acceptance_figure(images, steps[:2], (4, 4))
+    assert acceptance_figure(images, steps, (4, 4), cols=1).size == (2 * 128, 3 * 128 + 2 * 8)  # enlarged

@@ -44,17 +44,18 @@ def acceptance_map(accept_step: torch.Tensor, grid: tuple[int, int], size: int, 
 
 
 def acceptance_figure(images: Sequence[Image.Image], accept_step: torch.Tensor, grid: tuple[int, int],
-                      cols: int = 4) -> Image.Image:
-    """Each image beside its acceptance map, ``cols`` pairs per row, one colour scale for the whole batch."""
+                      cols: int = 4, min_size: int = 128) -> Image.Image:
+    """Each image beside its acceptance map, ``cols`` pairs per row, one colour scale for the whole batch; small
+    images are enlarged (nearest neighbour) to ``min_size`` so the token cells stay visible."""
     if len(images) != accept_step.shape[0]:
         raise ValueError(f"{len(images)} images but acceptance data for {accept_step.shape[0]}")
-    size = images[0].size[0]
+    size = max(images[0].size[0], min_size)
     last = int(accept_step.max())
     rows = (len(images) + cols - 1) // cols
     gap = max(2, size // 16)
     out = Image.new("RGB", (cols * (2 * size + gap) - gap, rows * (size + gap) - gap), (255, 255, 255))
     for i, image in enumerate(images):
         x, y = (i % cols) * (2 * size + gap), (i // cols) * (size + gap)
-        out.paste(image, (x, y))
+        out.paste(image.resize((size, size), Image.NEAREST), (x, y))
         out.paste(acceptance_map(accept_step[i], grid, size, last), (x + size, y))
     return out

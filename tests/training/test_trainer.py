@@ -11,10 +11,10 @@ from torch import nn
 from vgen.training.trainer import TrainConfig, Trainer, index_batches
 
 
-def _run(run_dir, steps_per_call: list[int], total: int) -> Trainer:
+def _run(run_dir, steps_per_call: list[int], total: int, log_every: int = 2) -> Trainer:
     data_x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     data_y = data_x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
-    cfg = TrainConfig(steps=total, lr=0.05, warmup_steps=2, ema_decay=0.9, bf16=False, log_every=2)
+    cfg = TrainConfig(steps=total, lr=0.05, warmup_steps=2, ema_decay=0.9, bf16=False, log_every=log_every)
     trainer = None
     for stop_at in steps_per_call:
         torch.manual_seed(123)  # a fresh process: model init is overwritten by the resume
@@ -80,3 +80,14 @@ def test_sigint_stops_after_the_current_step_and_saves(tmp_path):
     assert trainer.step == 4
     assert json.loads((tmp_path / "state.json").read_text())["step"] == 4
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+def test_the_first_log_after_a_mid_window_resume_averages_only_the_steps_it_ran(tmp_path):
+    """log_every 2, stopped at step 3: the step-4 entry after the resume is the loss of step 4 alone."""
+    _run(tmp_path / "resumed", [3, 6], 6)
+    _run(tmp_path / "every", [6], 6, log_every=1)
+    logs = {name: [json.loads(line) for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
+            for name in ("resumed", "every")}
+    resumed, every = ({r["step"]: r for r in rows} for rows in logs.values())
+    assert resumed[4]["loss"] == pytest.approx(every[4]["loss"], rel=1e-6)
+    assert resumed[6]["loss"] == pytest.approx((every[5]["loss"] + every[6]["loss"]) / 2, rel=1e-6)

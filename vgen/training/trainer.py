@@ -136,6 +136,7 @@ class Trainer:
         start = last_ckpt = time.time()
         bar = tqdm(total=self.cfg.steps, initial=self.step, desc=self.run_dir.name, dynamic_ncols=True)
         running: dict[str, float] = {}
+        counted = 0  # steps in ``running``: fewer than log_every in the first window after a resume
         self.model.train()
         last = min(self.cfg.steps, stop_at if stop_at is not None else self.cfg.steps)
         with _graceful_stop() as stop_requested:
@@ -143,14 +144,16 @@ class Trainer:
                 metrics = self._step(next(batches), step_fn)
                 for k, v in metrics.items():
                     running[k] = running.get(k, 0.0) + v
+                counted += 1
                 extra = on_step(self) if on_step else None
                 if extra:
                     self.log({"step": self.step, **extra})
                 if self.step % self.cfg.log_every == 0:
-                    avg = {k: v / self.cfg.log_every for k, v in running.items()}
+                    avg = {k: v / counted for k, v in running.items()}
                     self.log({"step": self.step, "lr": self.lr_at(self.step), "time": time.time(), **avg})
                     bar.set_postfix({k: f"{v:.4g}" for k, v in avg.items() if k in ("loss", "acc", "psnr")})
                     running.clear()
+                    counted = 0
                 bar.update(1)
                 now = time.time()
                 if now - last_ckpt > self.cfg.checkpoint_every_s:
