@@ -341,9 +341,34 @@ def build_parser() -> argparse.ArgumentParser:
     add_sample_parser(sub)
     add_train_parser(sub)
     add_quality_parser(sub)
+    add_app_parser(sub)
     sub.add_parser("models", help="list the embedded models").set_defaults(func=list_models)
     sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
     return parser
+
+
+def add_app_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("app", help="the Gradio web demo (needs the app extra: pip install -e '.[app]')")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--share", action=argparse.BooleanOptionalAction, default=False,
+                   help="a public gradio.live link (off by default)")
+    p.add_argument("--max-concurrency", type=int, default=2, help="generations that run at once")
+    p.add_argument("--model", default="shapes-c2i", help="the model selected when the page opens")
+    p.set_defaults(func=run_app)
+
+
+def run_app(args: argparse.Namespace) -> None:
+    if args.max_concurrency < 1:
+        raise UsageError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    try:
+        import gradio  # noqa: F401
+    except ImportError:
+        raise UsageError("the web demo needs gradio: pip install -e '.[app]'") from None
+    from vgen.apps.gradio_app import build_app
+
+    build_app(args.model, args.max_concurrency).launch(server_name=args.host, server_port=args.port,
+                                                       share=args.share)
 
 
 def main(argv: list[str] | None = None) -> int:

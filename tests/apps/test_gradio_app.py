@@ -1,0 +1,116 @@
+"""The web demo: the page's generate function over the pipeline API, then the live app on loopback driven with
+gradio_client: generate, compare with AR, bad input shown as a message while the app keeps serving, and 20
+concurrent requests."""
+
+from __future__ import annotations
+
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vgen.apps.gradio_app import InputError, build_app, generate, sampler_options
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.pipelines import ImagePipeline, PipelineInfo
+from vgen.tokenizers.vq import VQConfig, VQModel
+
+gradio_client = pytest.importorskip("gradio_client")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    torch.manual_seed(0)
+    gpt = LlamaGenGPT(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=16))
+    with torch.no_grad():
+        gpt.output.weight.normal_(std=0.5)
+    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    info = PipelineInfo(name="tiny", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
+    return str(ImagePipeline(gpt, vq, info).save_pretrained(tmp_path_factory.mktemp("app") / "tiny"))
+
+
+SETTINGS = dict(class_id=1, num_images=3, seed=0, cfg_scale=None, temperature=1.0, top_k=0, top_p=1.0)
+
+
+def test_generate_returns_images_an_acceptance_map_and_stats(tiny_model) -> None:
+    grid, amap, stats, ar = generate(tiny_model, "sjd", **SETTINGS, window=4)
+    assert grid.size == (3 * 16, 16) and amap is not None and ar is None
+    assert "tokens per forward" in stats and "| sampler | sjd |" in stats
+
+
+def test_compare_runs_vanilla_ar_on_the_same_seed(tiny_model) -> None:
+    grid, _, stats, ar = generate(tiny_model, "mcsjd", **{**SETTINGS, "temperature": 0.0}, compare=True)
+    assert "step compression vs AR" in stats and "latency ratio vs AR" in stats
+    assert ar.tobytes() == grid.tobytes()  # greedy: the lossless sampler draws AR's images
+
+
+def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_filled() -> None:
+    assert sampler_options("ar", {"window": 8}) == {}
+    assert sampler_options("lantern", {"window": 8.0, "lantern_delta": None, "draft_init": ""}) == {"window": 8}
+    with pytest.raises(InputError, match="window must be a whole number"):
+        sampler_options("sjd", {"window": 2.5})
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(model="no-such-model"), "unknown model 'no-such-model'"),
+    (dict(sampler="nope"), "unknown sampler 'nope'"),
+    (dict(class_id=7), "class id 7 is out of range"),
+    (dict(num_images=99), "number of images must be in 1..16"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(sampler="sjd", window=0), "window must be an integer >= 1"),
+    (dict(sampler="sjd", drafter="head"), "needs a draft head"),
+    (dict(gpt_ckpt="/no/such/gpt.pt", vq_ckpt="/no/such/vq.pt"), "checkpoint not found: /no/such/"),
+    (dict(gpt_ckpt="/no/such/gpt.pt"), "need both a GPT and a VQ checkpoint"),
+])
+def test_bad_input_raises_a_specific_message(tiny_model, kwargs, message) -> None:
+    args = {"model": tiny_model, "sampler": "ar", **SETTINGS, **kwargs}
+    with pytest.raises(Exception, match=message.replace("(", "\\(").replace(")", "\\)")):
+        generate(**args)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def live_app(tiny_model):
+    app = build_app(tiny_model, max_concurrency=2)
+    port = _free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+    app.close()
+
+
+def call(client, sampler: str = "sjd", **overrides):
+    values = dict(model=None, sampler=sampler, class_id=1, num_images=2, seed=0, cfg_scale=None, temperature=1.0,
+                  top_k=0, top_p=1.0, compare=False, gpt_ckpt="", vq_ckpt="", gpt_model="GPT-B", image_size=256,
+                  window=None, drafter="", accept="", draft_init="", draft_coupling="", lantern_k=None,
+                  lantern_delta=None, lantern_mode="", gsd_rank_window=None, gsd_p_threshold=None,
+                  gsd_dist_threshold=None)
+    values.update(overrides)
+    return client.predict(*values.values(), api_name="/generate")
+
+
+def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) -> None:
+    images, amap, stats, ar = call(live_app, model=tiny_model, window=4, compare=True)
+    pixels = np.asarray(Image.open(images))
+    assert pixels.shape == (16, 32, 3) and pixels.std() > 0
+    assert Image.open(amap).size[0] > 0 and "step compression vs AR" in stats and ar
+
+
+def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:
+    with pytest.raises(Exception, match="window must be an integer >= 1"):
+        call(live_app, model=tiny_model, window=0)
+    with pytest.raises(Exception, match="class id 9 is out of range"):
+        call(live_app, model=tiny_model, class_id=9)
+    assert call(live_app, model=tiny_model)[0]  # still serving
+
+
+def test_twenty_concurrent_requests_all_complete(live_app, tiny_model) -> None:
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(lambda seed: call(live_app, model=tiny_model, seed=seed), range(20)))
+    assert len(results) == 20 and all(r[0] for r in results)

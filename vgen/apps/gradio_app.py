@@ -1,0 +1,167 @@
+"""vgen's web demo (``vgen app``): a thin Gradio page over the pipeline API, with no generation logic of its own.
+
+The model list comes from :func:`vgen.available_models` (a pipeline folder path is accepted too, and LlamaGen
+checkpoint paths), the sampler list from the sampler registry, and a sampler's parameters are passed only when
+its config has them and the field is filled in (empty = the preset's own default). Bad input (an unknown
+model, a missing checkpoint, out-of-range settings, a sampler the model cannot use) is shown in the page as a
+message; the app keeps serving. ``gradio`` is imported lazily: it is the ``app`` extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from typing import Any
+
+from PIL import Image
+
+from vgen.hub import CheckpointError
+from vgen.pipelines import ImagePipeline, image_grid, load, load_llamagen
+from vgen.samplers import available_samplers, get_sampler
+from vgen.visualize import acceptance_figure
+
+# the sampler fields the page offers, in display order, with their widget kind
+SAMPLER_FIELDS: dict[str, str] = {
+    "window": "int", "drafter": "text", "accept": "text", "draft_init": "text", "draft_coupling": "text",
+    "lantern_k": "int", "lantern_delta": "float", "lantern_mode": "text", "gsd_rank_window": "int",
+    "gsd_p_threshold": "float", "gsd_dist_threshold": "float",
+}
+MAX_IMAGES = 16
+_LOAD_LOCK = threading.Lock()
+
+
+class InputError(ValueError):
+    """A problem with what the user entered, shown in the page."""
+
+
+@functools.lru_cache(maxsize=4)
+def _pipeline(model: str, gpt_ckpt: str, vq_ckpt: str, gpt_model: str, image_size: int) -> ImagePipeline:
+    if gpt_ckpt or vq_ckpt:
+        if not (gpt_ckpt and vq_ckpt):
+            raise InputError("LlamaGen checkpoints need both a GPT and a VQ checkpoint path")
+        return load_llamagen(gpt_ckpt, vq_ckpt, gpt_model, image_size)
+    return load(model)
+
+
+def get_pipeline(model: str, gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B",
+                 image_size: int = 256) -> ImagePipeline:
+    """A loaded pipeline, kept for reuse (loading is the slow part); one load at a time."""
+    with _LOAD_LOCK:
+        return _pipeline(model.strip(), gpt_ckpt.strip(), vq_ckpt.strip(), gpt_model, int(image_size))
+
+
+def sampler_options(sampler: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The filled-in ``values`` that ``sampler``'s config has (empty ones keep the preset's defaults)."""
+    fields = {f.name for f in dataclasses.fields(type(get_sampler(sampler)))}
+    options = {}
+    for name, value in values.items():
+        if name not in fields or value is None or value == "":
+            continue
+        kind = SAMPLER_FIELDS[name]
+        if kind == "int":
+            if float(value) != int(value):
+                raise InputError(f"{name} must be a whole number, got {value}")
+            value = int(value)
+        elif kind == "float":
+            value = float(value)
+        options[name] = value
+    return options
+
+
+def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> str:
+    rows = [("sampler", stats["sampler"]), ("target forward passes", stats["forward_passes"]),
+            ("tokens per forward", f"{stats['tokens_per_forward']:.2f}"),
+            ("wall time", f"{stats['wall_time_s']:.2f} s")]
+    if stats.get("draft_forward_passes"):
+        rows.append(("draft forward passes", stats["draft_forward_passes"]))
+    if stats.get("details", {}).get("drafter"):
+        rows.append(("drafter", stats["details"]["drafter"]))
+    if compare:
+        rows += [("vanilla AR forward passes", compare["ar_forward_passes"]),
+                 ("step compression vs AR", f"{compare['step_compression']:.2f}x"),
+                 ("latency ratio vs AR", f"{compare['latency_ratio']:.2f}x")]
+    return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, cfg_scale: float | None,
+             temperature: float, top_k: float, top_p: float, compare: bool = False, gpt_ckpt: str = "",
+             vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
+             **sampler_values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None]:
+    """Images (a grid), the acceptance map (speculative samplers), a stats table and, with ``compare``, vanilla AR
+    on the same seed. Raises :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
+    if not 1 <= int(num_images) <= MAX_IMAGES:
+        raise InputError(f"number of images must be in 1..{MAX_IMAGES}, got {num_images}")
+    if sampler not in available_samplers():
+        raise InputError(f"unknown sampler {sampler!r}; available: {', '.join(available_samplers())}")
+    pipe = get_pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, int(image_size))
+    settings = dict(num_images=int(num_images), seed=int(seed), cfg_scale=cfg_scale, temperature=temperature,
+                    top_k=int(top_k), top_p=top_p)
+    out = pipe([int(class_id)], sampler=get_sampler(sampler, **sampler_options(sampler, sampler_values)),
+               **settings)
+    cols = min(4, len(out.images))
+    amap = None
+    if out.stats.accepted_lengths:
+        amap = acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, cols=min(2, cols))
+    figures, ar_grid = None, None
+    if compare:
+        ar = pipe([int(class_id)], sampler="ar", **settings)
+        ar_grid = image_grid(ar.images, cols)
+        figures = {"ar_forward_passes": ar.stats.forward_passes,
+                   "step_compression": ar.stats.forward_passes / out.stats.forward_passes,
+                   "latency_ratio": ar.stats.wall_time_s / out.stats.wall_time_s}
+    return image_grid(out.images, cols), amap, stats_markdown(out.stats.to_dict(), figures), ar_grid
+
+
+def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
+    """The Gradio Blocks page, queued with at most ``max_concurrency`` generations at once."""
+    import gradio as gr
+
+    from vgen.pipelines import available_models
+
+    def run(*args):
+        names = ["model", "sampler", "class_id", "num_images", "seed", "cfg_scale", "temperature", "top_k",
+                 "top_p", "compare", "gpt_ckpt", "vq_ckpt", "gpt_model", "image_size", *SAMPLER_FIELDS]
+        values = dict(zip(names, args))
+        try:
+            return generate(**values)
+        except (ValueError, CheckpointError, FileNotFoundError) as e:  # InputError is a ValueError
+            raise gr.Error(str(e)) from None
+
+    with gr.Blocks(title="vgen") as app:
+        gr.Markdown("# vgen: visual autoregressive generation with fast samplers")
+        with gr.Row():
+            with gr.Column():
+                model = gr.Dropdown(available_models(), value=default_model, allow_custom_value=True,
+                                    label="model (embedded name or pipeline folder)")
+                sampler = gr.Dropdown(available_samplers(), value="sjd", label="sampler")
+                class_id = gr.Number(value=0, precision=0, label="class id")
+                num_images = gr.Slider(1, MAX_IMAGES, value=4, step=1, label="images")
+                seed = gr.Number(value=0, precision=0, label="seed")
+                cfg_scale = gr.Number(value=None, label="CFG scale (empty: the model's default)")
+                temperature = gr.Number(value=1.0, label="temperature (0 = greedy)")
+                top_k = gr.Number(value=0, precision=0, label="top-k (0 = off)")
+                top_p = gr.Number(value=1.0, label="top-p (1 = off)")
+                compare = gr.Checkbox(value=False, label="compare with vanilla AR on the same seed")
+                with gr.Accordion("sampler parameters (empty: the preset's default)", open=False):
+                    fields = [gr.Number(value=None, label=name, precision=0 if kind == "int" else None)
+                              if kind != "text" else gr.Textbox(value="", label=name)
+                              for name, kind in SAMPLER_FIELDS.items()]
+                with gr.Accordion("LlamaGen checkpoints (local paths; nothing is downloaded)", open=False):
+                    gpt_ckpt = gr.Textbox(value="", label="GPT checkpoint (.pt)")
+                    vq_ckpt = gr.Textbox(value="", label="VQ checkpoint (.pt)")
+                    gpt_model = gr.Dropdown(["GPT-B", "GPT-L", "GPT-XL", "GPT-XXL", "GPT-3B"], value="GPT-B",
+                                            label="GPT size")
+                    image_size = gr.Dropdown([256, 384, 512], value=256, label="image size")
+                button = gr.Button("Generate", variant="primary")
+            with gr.Column():
+                images = gr.Image(type="pil", label="images", format="png")
+                amap = gr.Image(type="pil", label="acceptance map (pass that produced each token)", format="png")
+                stats = gr.Markdown()
+                ar_images = gr.Image(type="pil", label="vanilla AR, same seed", format="png")
+        inputs = [model, sampler, class_id, num_images, seed, cfg_scale, temperature, top_k, top_p, compare,
+                  gpt_ckpt, vq_ckpt, gpt_model, image_size, *fields]
+        button.click(run, inputs, [images, amap, stats, ar_images], api_name="generate")
+        gr.Examples([[default_model, "ar", 0, 4, 0], [default_model, "mcsjd", 3, 4, 1],
+                     [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
+    return app.queue(default_concurrency_limit=max_concurrency)
