@@ -31,7 +31,7 @@ def tiny_model(tmp_path_factory) -> str:
     return str(ImagePipeline(gpt, vq, info).save_pretrained(tmp_path_factory.mktemp("app") / "tiny"))
 
 
-SETTINGS = dict(class_id=1, num_images=3, seed=0, cfg_scale=None, temperature=1.0, top_k=0, top_p=1.0)
+SETTINGS = dict(class_id=1, num_images=3, seed=0, cfg_scale="", temperature=1.0, top_k=0, top_p=1.0)
 
 
 def test_generate_returns_images_an_acceptance_map_and_stats(tiny_model) -> None:
@@ -48,9 +48,13 @@ def test_compare_runs_vanilla_ar_on_the_same_seed(tiny_model) -> None:
 
 def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_filled() -> None:
     assert sampler_options("ar", {"window": 8}) == {}
-    assert sampler_options("lantern", {"window": 8.0, "lantern_delta": None, "draft_init": ""}) == {"window": 8}
+    assert sampler_options("lantern", {"window": "8", "lantern_delta": "", "draft_init": " "}) == {"window": 8}
+    assert sampler_options("gsd", {"gsd_p_threshold": "0.2", "draft_coupling": "gumbel"}) == \
+        {"gsd_p_threshold": 0.2, "draft_coupling": "gumbel"}
     with pytest.raises(InputError, match="window must be a whole number"):
-        sampler_options("sjd", {"window": 2.5})
+        sampler_options("sjd", {"window": "2.5"})
+    with pytest.raises(InputError, match="lantern_k must be a number, got 'many'"):
+        sampler_options("lantern", {"lantern_k": "many"})
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -59,6 +63,7 @@ def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_f
     (dict(class_id=7), "class id 7 is out of range"),
     (dict(num_images=99), "number of images must be in 1..16"),
     (dict(top_p=0.0), "top_p"),
+    (dict(cfg_scale="strong"), "CFG scale must be a number"),
     (dict(sampler="sjd", window=0), "window must be an integer >= 1"),
     (dict(sampler="sjd", drafter="head"), "needs a draft head"),
     (dict(gpt_ckpt="/no/such/gpt.pt", vq_ckpt="/no/such/vq.pt"), "checkpoint not found: /no/such/"),
@@ -86,17 +91,16 @@ def live_app(tiny_model):
 
 
 def call(client, sampler: str = "sjd", **overrides):
-    values = dict(model=None, sampler=sampler, class_id=1, num_images=2, seed=0, cfg_scale=None, temperature=1.0,
+    values = dict(model=None, sampler=sampler, class_id=1, num_images=2, seed=0, cfg_scale="", temperature=1.0,
                   top_k=0, top_p=1.0, compare=False, gpt_ckpt="", vq_ckpt="", gpt_model="GPT-B", image_size=256,
-                  window=None, drafter="", accept="", draft_init="", draft_coupling="", lantern_k=None,
-                  lantern_delta=None, lantern_mode="", gsd_rank_window=None, gsd_p_threshold=None,
-                  gsd_dist_threshold=None)
+                  window="", drafter="", accept="", draft_init="", draft_coupling="", lantern_k="",
+                  lantern_delta="", lantern_mode="", gsd_rank_window="", gsd_p_threshold="", gsd_dist_threshold="")
     values.update(overrides)
     return client.predict(*values.values(), api_name="/generate")
 
 
 def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) -> None:
-    images, amap, stats, ar = call(live_app, model=tiny_model, window=4, compare=True)
+    images, amap, stats, ar = call(live_app, model=tiny_model, window="4", compare=True)
     pixels = np.asarray(Image.open(images))
     assert pixels.shape == (16, 32, 3) and pixels.std() > 0
     assert Image.open(amap).size[0] > 0 and "step compression vs AR" in stats and ar
@@ -104,7 +108,7 @@ def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) 
 
 def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:
     with pytest.raises(Exception, match="window must be an integer >= 1"):
-        call(live_app, model=tiny_model, window=0)
+        call(live_app, model=tiny_model, window="0")
     with pytest.raises(Exception, match="class id 9 is out of range"):
         call(live_app, model=tiny_model, class_id=9)
     assert call(live_app, model=tiny_model)[0]  # still serving

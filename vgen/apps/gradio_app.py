@@ -51,22 +51,28 @@ def get_pipeline(model: str, gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: s
         return _pipeline(model.strip(), gpt_ckpt.strip(), vq_ckpt.strip(), gpt_model, int(image_size))
 
 
+def parse_optional(name: str, value: Any, kind: str) -> Any:
+    """A field the page may leave empty: None when empty, else the value as ``kind`` (int, float or text)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if kind == "text":
+        return str(value).strip()
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number, got {value!r}") from None
+    if kind == "int":
+        if number != int(number):
+            raise InputError(f"{name} must be a whole number, got {value}")
+        return int(number)
+    return number
+
+
 def sampler_options(sampler: str, values: dict[str, Any]) -> dict[str, Any]:
     """The filled-in ``values`` that ``sampler``'s config has (empty ones keep the preset's defaults)."""
     fields = {f.name for f in dataclasses.fields(type(get_sampler(sampler)))}
-    options = {}
-    for name, value in values.items():
-        if name not in fields or value is None or value == "":
-            continue
-        kind = SAMPLER_FIELDS[name]
-        if kind == "int":
-            if float(value) != int(value):
-                raise InputError(f"{name} must be a whole number, got {value}")
-            value = int(value)
-        elif kind == "float":
-            value = float(value)
-        options[name] = value
-    return options
+    parsed = {name: parse_optional(name, value, SAMPLER_FIELDS[name]) for name, value in values.items()}
+    return {name: value for name, value in parsed.items() if name in fields and value is not None}
 
 
 def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> str:
@@ -81,10 +87,10 @@ def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> s
         rows += [("vanilla AR forward passes", compare["ar_forward_passes"]),
                  ("step compression vs AR", f"{compare['step_compression']:.2f}x"),
                  ("latency ratio vs AR", f"{compare['latency_ratio']:.2f}x")]
-    return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return "| figure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
-def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, cfg_scale: float | None,
+def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, cfg_scale: float | str | None,
              temperature: float, top_k: float, top_p: float, compare: bool = False, gpt_ckpt: str = "",
              vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
              **sampler_values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None]:
@@ -95,6 +101,7 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
     if sampler not in available_samplers():
         raise InputError(f"unknown sampler {sampler!r}; available: {', '.join(available_samplers())}")
     pipe = get_pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, int(image_size))
+    cfg_scale = parse_optional("CFG scale", cfg_scale, "float")
     settings = dict(num_images=int(num_images), seed=int(seed), cfg_scale=cfg_scale, temperature=temperature,
                     top_k=int(top_k), top_p=top_p)
     out = pipe([int(class_id)], sampler=get_sampler(sampler, **sampler_options(sampler, sampler_values)),
@@ -136,17 +143,15 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
                                     label="model (embedded name or pipeline folder)")
                 sampler = gr.Dropdown(available_samplers(), value="sjd", label="sampler")
                 class_id = gr.Number(value=0, precision=0, label="class id")
-                num_images = gr.Slider(1, MAX_IMAGES, value=4, step=1, label="images")
+                num_images = gr.Slider(1, MAX_IMAGES, value=4, step=1, label="number of images")
                 seed = gr.Number(value=0, precision=0, label="seed")
-                cfg_scale = gr.Number(value=None, label="CFG scale (empty: the model's default)")
+                cfg_scale = gr.Textbox(value="", label="CFG scale (empty: the model's default)")
                 temperature = gr.Number(value=1.0, label="temperature (0 = greedy)")
                 top_k = gr.Number(value=0, precision=0, label="top-k (0 = off)")
                 top_p = gr.Number(value=1.0, label="top-p (1 = off)")
                 compare = gr.Checkbox(value=False, label="compare with vanilla AR on the same seed")
                 with gr.Accordion("sampler parameters (empty: the preset's default)", open=False):
-                    fields = [gr.Number(value=None, label=name, precision=0 if kind == "int" else None)
-                              if kind != "text" else gr.Textbox(value="", label=name)
-                              for name, kind in SAMPLER_FIELDS.items()]
+                    fields = [gr.Textbox(value="", label=name) for name in SAMPLER_FIELDS]
                 with gr.Accordion("LlamaGen checkpoints (local paths; nothing is downloaded)", open=False):
                     gpt_ckpt = gr.Textbox(value="", label="GPT checkpoint (.pt)")
                     vq_ckpt = gr.Textbox(value="", label="VQ checkpoint (.pt)")
@@ -155,7 +160,7 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
                     image_size = gr.Dropdown([256, 384, 512], value=256, label="image size")
                 button = gr.Button("Generate", variant="primary")
             with gr.Column():
-                images = gr.Image(type="pil", label="images", format="png")
+                images = gr.Image(type="pil", label="images", format="png", height=192)
                 amap = gr.Image(type="pil", label="acceptance map (pass that produced each token)", format="png")
                 stats = gr.Markdown()
                 ar_images = gr.Image(type="pil", label="vanilla AR, same seed", format="png")
