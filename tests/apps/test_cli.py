@@ -169,3 +169,8 @@ def test_models_and_samplers_are_listed(capsys):
     assert "shapes-c2i" in capsys.readouterr().out.split()
     assert main(["samplers"]) == 0
     assert "ar" in capsys.readouterr().out.split()
+
+
+def test_app_rejects_a_bad_concurrency_before_starting(capsys):
+    code, _, err = run(["app", "--max-concurrency", "0"], capsys)
+    assert code == 2 and err.strip() == "vgen: error: --max-concurrency must be >= 1, got 0"
