@@ -1,0 +1,84 @@
+"""Image sets in every accepted layout, the shapes domain features, and ``vgen eval fid|stats`` end to end: two
+samples of the shapes data are close, shapes against noise are far apart."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vgen.apps.cli import main
+from vgen.data.shapes import sample_image
+from vgen.eval.features import extract, is_stats_file, load_images, shapes_features
+
+
+def shapes(seed: int, n: int) -> np.ndarray:
+    return np.stack([sample_image(seed, i)[0] for i in range(n)])
+
+
+@pytest.fixture(scope="module")
+def image_sets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sets")
+    a, b = shapes(10, 96), shapes(11, 96)
+    noise = np.random.default_rng(0).integers(0, 256, size=(96, 64, 64, 3), dtype=np.uint8)
+    (root / "a").mkdir()
+    for i, im in enumerate(a):
+        Image.fromarray(im).save(root / "a" / f"{i:03d}.png")
+    np.savez(root / "b.npz", arr_0=b)
+    np.save(root / "noise.npy", noise)
+    return root, a
+
+
+def test_every_layout_loads_the_same_uint8_images(image_sets) -> None:
+    root, a = image_sets
+    assert np.array_equal(load_images(root / "a"), a)
+    assert load_images(root / "b.npz").shape == (96, 64, 64, 3) and load_images(root / "noise.npy").dtype == np.uint8
+
+
+def test_bad_image_sets_are_named(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="image set not found"):
+        load_images(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no images"):
+        load_images(tmp_path / "empty")
+    np.savez(tmp_path / "x.npz", images=np.zeros((2, 8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match="no 'arr_0'"):
+        load_images(tmp_path / "x.npz")
+    np.save(tmp_path / "f.npy", np.zeros((2, 8, 8, 3), np.float32))
+    with pytest.raises(ValueError, match="expected uint8 images"):
+        load_images(tmp_path / "f.npy")
+    with pytest.raises(ValueError, match="unknown feature set 'inception'"):
+        extract("inception", np.zeros((2, 64, 64, 3), np.uint8))
+
+
+def test_shapes_features_resize_other_sizes(image_sets) -> None:
+    _, a = image_sets
+    big = np.stack([np.asarray(Image.fromarray(im).resize((128, 128), Image.BICUBIC)) for im in a[:4]])
+    f64, f128 = shapes_features(a[:4]), shapes_features(big)
+    assert f64.shape == (4, 192) and np.corrcoef(f64.ravel(), f128.ravel())[0, 1] > 0.9
+
+
+def test_eval_fid_and_stats_commands(image_sets, tmp_path, capsys) -> None:
+    root, _ = image_sets
+    assert main(["eval", "fid", "--real", str(root / "a"), "--fake", str(root / "b.npz"), "--kid-subsets", "5",
+                 "--kid-subset-size", "50", "--json", str(tmp_path / "close.json")]) == 0
+    close = json.loads((tmp_path / "close.json").read_text())
+    assert close["n_real"] == close["n_fake"] == 96 and close["kid_mean"] is not None
+    assert main(["eval", "stats", "--images", str(root / "a"), "--out", str(tmp_path / "a.npz")]) == 0
+    assert is_stats_file(tmp_path / "a.npz")
+    assert main(["eval", "fid", "--real", str(tmp_path / "a.npz"), "--fake", str(root / "noise.npy"),
+                 "--json", str(tmp_path / "far.json")]) == 0
+    far = json.loads((tmp_path / "far.json").read_text())
+    assert far["kid_mean"] is None  # one side is a stats file: no KID
+    assert far["fid"] > 10 * close["fid"] > 0
+
+
+def test_eval_errors_are_one_line(tmp_path, capsys) -> None:
+    assert main(["eval", "fid", "--real", str(tmp_path / "nope"), "--fake", str(tmp_path / "nope")]) == 2
+    assert "image set not found" in capsys.readouterr().err
+    assert main(["eval", "stats", "--images", "x", "--out", str(tmp_path / "s.txt")]) == 2
+    assert "unsupported file type .txt" in capsys.readouterr().err
+    assert main(["eval", "fid", "--real", "a", "--fake", "b", "--features", "inception"]) == 2
+    assert "unknown feature set 'inception'" in capsys.readouterr().err
