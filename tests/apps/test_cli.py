@@ -8,24 +8,9 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from PIL import Image
 
 from vgen.apps.cli import main
-from vgen.models.llamagen import GPTConfig, LlamaGenGPT
-from vgen.pipelines import ImagePipeline, PipelineInfo
-from vgen.tokenizers.vq import VQConfig, VQModel
-
-
-@pytest.fixture(scope="module")
-def tiny_pipeline_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    gpt = LlamaGenGPT(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=16))
-    with torch.no_grad():
-        gpt.output.weight.normal_(std=0.5)
-    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
-    info = PipelineInfo(name="tiny", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
-    return ImagePipeline(gpt, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny")
 
 
 def run(args, capsys):

@@ -9,26 +9,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from vgen.apps.gradio_app import InputError, build_app, generate, sampler_options
-from vgen.models.llamagen import GPTConfig, LlamaGenGPT
-from vgen.pipelines import ImagePipeline, PipelineInfo
-from vgen.tokenizers.vq import VQConfig, VQModel
 
 gradio_client = pytest.importorskip("gradio_client")
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    torch.manual_seed(0)
-    gpt = LlamaGenGPT(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=16))
-    with torch.no_grad():
-        gpt.output.weight.normal_(std=0.5)
-    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
-    info = PipelineInfo(name="tiny", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
-    return str(ImagePipeline(gpt, vq, info).save_pretrained(tmp_path_factory.mktemp("app") / "tiny"))
+def tiny_model(tiny_pipeline_dir) -> str:
+    return str(tiny_pipeline_dir)
 
 
 SETTINGS = dict(class_id=1, num_images=3, seed=0, cfg_scale="", temperature=1.0, top_k=0, top_p=1.0)
