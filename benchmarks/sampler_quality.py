@@ -79,10 +79,10 @@ def main() -> None:
             row["fid_vs_ar"] = frechet_distance(reference, stats).fid
         results[label] = row
         print(label, json.dumps(row))
-    lines = ["| sampler | tokens / pass | FID vs real | KID vs real (x1e3) | FID vs AR | class accuracy |",
+    lines = ["| sampler | tokens / pass | FID vs real | KID vs real | FID vs AR | class accuracy |",
              "|---|---|---|---|---|---|"]
     for label, r in results.items():
-        kid = f"{1e3 * r['kid_vs_real']:.2f}" if "kid_vs_real" in r else "-"
+        kid = f"{r['kid_vs_real']:.3f}" if "kid_vs_real" in r else "-"
         vs_ar = f"{r['fid_vs_ar']:.2f}" if "fid_vs_ar" in r else "(reference)"
         lines.append(f"| {label} | {r['tokens_per_forward']:.2f} | {r['fid_vs_real']:.2f} | {kid} | {vs_ar} | "
                      f"{100 * r['class_accuracy']:.1f}% |")
