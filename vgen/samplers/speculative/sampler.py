@@ -25,7 +25,15 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.base import (
+    SampleOutput,
+    Sampler,
+    SamplerStats,
+    SamplingParams,
+    _is_int,
+    check_inputs,
+    register_sampler,
+)
 from vgen.samplers.logits import apply_cfg, build_processors, sample_logits, sample_probs
 from vgen.samplers.speculative.drafters import (
     DRAFT_COUPLINGS,
@@ -47,10 +55,6 @@ def _write(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, mask
 def _row_pick(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     """``x[b, at[b]]`` for x [B, L, ...]."""
     return x[torch.arange(x.shape[0], device=x.device), at]
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 @register_sampler
