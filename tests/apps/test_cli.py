@@ -159,3 +159,11 @@ def test_models_and_samplers_are_listed(capsys):
 def test_app_rejects_a_bad_concurrency_before_starting(capsys):
     code, _, err = run(["app", "--max-concurrency", "0"], capsys)
     assert code == 2 and err.strip() == "vgen: error: --max-concurrency must be >= 1, got 0"
+
+
+def test_train_refuses_to_rerender_a_data_folder_with_another_background(tmp_path, capsys):
+    (tmp_path / "train_images.npy").write_bytes(b"")  # a folder already holding textured (default) renders
+    code, _, err = run(["train", "tokenizer", "--data-dir", str(tmp_path), "--background", "smooth",
+                        "--run-dir", str(tmp_path / "run")], capsys)
+    assert code == 2 and err.startswith("vgen: error: ") and "already holds images rendered with" in err
+    assert not (tmp_path / "run").exists()

@@ -11,10 +11,12 @@ from vgen.data.shapes import (
     ShapesConfig,
     ShapesDataset,
     cached_split,
+    data_config,
     image_rng,
     render,
     render_batch,
     sample_image,
+    set_data_config,
     to_tensor,
 )
 
@@ -50,10 +52,23 @@ def test_shapes_are_anti_aliased():
 def test_backgrounds_are_textured_not_flat_gradients():
     """The local pixel variation of the background (away from the shape) is far above a smooth gradient's."""
     images, _ = render_batch(seed=7, start=0, count=32)
+    assert np.median(second_difference(images)) > 4.0
+
+
+def second_difference(images: np.ndarray) -> np.ndarray:
+    """Mean absolute second difference along rows, per image: ~0 for linear gradients, large for textures."""
     x = images.astype(np.float32)
-    # mean absolute second difference along rows: ~0 for linear gradients, large for textures and noise
-    second = np.abs(x[:, :, 2:] - 2 * x[:, :, 1:-1] + x[:, :, :-2]).mean(axis=(1, 2, 3))
-    assert np.median(second) > 4.0
+    return np.abs(x[:, :, 2:] - 2 * x[:, :, 1:-1] + x[:, :, :-2]).mean(axis=(1, 2, 3))
+
+
+def test_smooth_backgrounds_are_gradients_and_keep_the_same_shapes():
+    """The smooth variant's images vary far less locally; labels follow the same index rule."""
+    smooth, labels = render_batch(seed=7, start=0, count=32, cfg=ShapesConfig(background="smooth"))
+    textured, labels2 = render_batch(seed=7, start=0, count=32)
+    np.testing.assert_array_equal(labels, labels2)
+    assert np.median(second_difference(smooth)) < 0.5 * np.median(second_difference(textured))  # edges remain
+    with pytest.raises(ValueError, match="background must be one of"):
+        ShapesConfig(background="plaid")
 
 
 def test_shape_is_large_enough_to_survive_16x16_tokens():
@@ -97,3 +112,14 @@ def test_cached_split_renders_once_and_reuses(tmp_path):
     np.testing.assert_array_equal(images[4], expected)
     with pytest.raises(ValueError, match="unknown split"):
         cached_split(tmp_path, "holdout", 4)
+
+
+def test_a_data_folder_records_its_rendering_config_and_refuses_to_change_it(tmp_path):
+    assert data_config(tmp_path) == ShapesConfig()  # nothing recorded: the default
+    smooth = ShapesConfig(background="smooth")
+    set_data_config(tmp_path, smooth)
+    images, _ = cached_split(tmp_path, "val", 4, workers=1)
+    np.testing.assert_array_equal(images[2], sample_image(1, 2, smooth)[0])
+    set_data_config(tmp_path, smooth)  # the same config again is fine
+    with pytest.raises(ValueError, match="already holds images rendered with"):
+        set_data_config(tmp_path, ShapesConfig())

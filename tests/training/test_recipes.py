@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
-from vgen.hub import from_pretrained
+from vgen.hub import CheckpointError, from_pretrained
 from vgen.models.llamagen import GPTConfig
 from vgen.tokenizers.vq import VQConfig
 from vgen.training.ar import ARRecipe, cached_codes, train_ar
@@ -47,6 +48,18 @@ def test_ar_recipe_caches_codes_and_exports_the_ema_model(tmp_path):
     exported = from_pretrained(tmp_path / "ar" / "export")
     for a, b in zip(model.state_dict().values(), exported.state_dict().values()):
         assert torch.equal(a, b)
+
+    # fine-tuning: a new run started from the export begins at its weights (zero steps leave them as they are)
+    tuned = train_ar(tmp_path / "tuned", tmp_path / "vq" / "export", tmp_path / "data",
+                     TrainConfig(steps=0, warmup_steps=1, bf16=False), ARRecipe(num_images=16, batch_size=4), gpt,
+                     init_from=tmp_path / "ar" / "export")
+    for a, b in zip(exported.state_dict().values(), tuned.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(CheckpointError, match="does not match"):
+        train_ar(tmp_path / "wrong", tmp_path / "vq" / "export", tmp_path / "data", TrainConfig(steps=0),
+                 ARRecipe(num_images=16, batch_size=4), GPTConfig(vocab_size=64, dim=16, n_layer=1, n_head=2,
+                                                                  num_classes=8, block_size=256),
+                 init_from=tmp_path / "ar" / "export")
 
 
 def test_drafter_recipe_trains_a_head_for_the_ar_model_and_exports_it(tmp_path):

@@ -9,8 +9,9 @@ shape itself stays recognisable at 16x16 tokens. Every image is a pure function 
 from __future__ import annotations
 
 import colorsys
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,14 +24,22 @@ NUM_CLASSES = len(CLASS_NAMES)
 
 @dataclass(frozen=True)
 class ShapesConfig:
-    """Rendering parameters. ``scale`` is the shape's outer diameter as a fraction of the image side."""
+    """Rendering parameters. ``scale`` is the shape's outer diameter as a fraction of the image side.
+
+    ``background`` is ``"textured"`` (the procedural texture families below) or ``"smooth"`` (a two-colour linear
+    gradient with faint low-frequency variation and no grain), which leaves the shape as most of an image's
+    information.
+    """
 
     image_size: int = 64
     min_scale: float = 0.45
     max_scale: float = 0.8
     supersample: int = 4
+    background: str = "textured"
 
     def __post_init__(self) -> None:
+        if self.background not in BACKGROUND_KINDS:
+            raise ValueError(f"background must be one of {BACKGROUND_KINDS}, got {self.background!r}")
         if self.image_size < 16:
             raise ValueError(f"image_size must be >= 16, got {self.image_size}")
         if not 0.1 <= self.min_scale <= self.max_scale <= 1.0:
@@ -120,14 +129,26 @@ def _plaid(rng, size):
 
 
 BACKGROUNDS = (_fractal, _stripes, _checker, _rings, _marble, _cells, _dots, _plaid)
+BACKGROUND_KINDS = ("textured", "smooth")
 
 
 def _random_rgb(rng: np.random.Generator, sat: tuple[float, float], val: tuple[float, float]) -> np.ndarray:
     return np.array(colorsys.hsv_to_rgb(rng.random(), rng.uniform(*sat), rng.uniform(*val)), np.float32)
 
 
-def _background(rng: np.random.Generator, size: int) -> np.ndarray:
-    """A textured RGB background in [0, 1], [S, S, 3]: a texture field mapped through a random 3-colour ramp."""
+def _smooth_background(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A two-colour linear gradient in a random direction, with faint large-scale variation: [S, S, 3] in [0, 1]."""
+    u, _ = _coords(rng, size)
+    field = (u - u.min()) / max(float(np.ptp(u)), 1e-6)
+    field = np.clip(0.85 * field + 0.15 * _smooth_noise(rng, size, 2), 0, 1)[..., None]
+    c0, c1 = (_random_rgb(rng, (0.1, 0.7), (0.15, 0.95)) for _ in range(2))
+    return c0 + (c1 - c0) * field
+
+
+def _background(rng: np.random.Generator, size: int, kind: str = "textured") -> np.ndarray:
+    """An RGB background in [0, 1], [S, S, 3]: smooth, or a texture field mapped through a random 3-colour ramp."""
+    if kind == "smooth":
+        return _smooth_background(rng, size)
     field = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))](rng, size)
     field = (field - field.min()) / max(float(np.ptp(field)), 1e-6)
     c0, c1, c2 = (_random_rgb(rng, (0.1, 0.8), (0.15, 0.95)) for _ in range(3))
@@ -221,7 +242,7 @@ def render(class_id: int, rng: np.random.Generator, cfg: ShapesConfig = ShapesCo
     if not 0 <= class_id < NUM_CLASSES:
         raise ValueError(f"class_id must be in [0, {NUM_CLASSES}), got {class_id}")
     size = cfg.image_size
-    bg = _background(rng, size)
+    bg = _background(rng, size, cfg.background)
     fill_a, outline_a = _shape_mask(CLASS_NAMES[class_id], rng, cfg)
     bg_luma = float(_luma(bg).mean())
     for _ in range(8):  # pick a saturated colour that stands out from the background's mean brightness
@@ -301,10 +322,32 @@ def render_to_arrays(seed: int, count: int, cfg: ShapesConfig = ShapesConfig(), 
 
 
 SPLIT_SEEDS = {"train": 0, "val": 1, "test": 2}
+DATA_CONFIG = "shapes.json"
+
+
+def data_config(cache_dir: str | Path) -> ShapesConfig:
+    """The rendering config of a data cache folder (the default config where the folder records none)."""
+    path = Path(cache_dir) / DATA_CONFIG
+    return ShapesConfig(**json.loads(path.read_text())) if path.exists() else ShapesConfig()
+
+
+def set_data_config(cache_dir: str | Path, cfg: ShapesConfig) -> None:
+    """Record ``cfg`` as the rendering config of a data cache folder; refuse to change the config of rendered data."""
+    cache_dir = Path(cache_dir)
+    current = data_config(cache_dir)
+    rendered = any(cache_dir.glob("*_images.npy"))
+    if rendered and current != cfg:
+        raise ValueError(f"{cache_dir} already holds images rendered with {current}; use another data folder "
+                         f"for {cfg}")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    (cache_dir / DATA_CONFIG).write_text(json.dumps(asdict(cfg), indent=1))
 
 
 def cached_split(cache_dir: str | Path, split: str, count: int, workers: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``count`` images of a split, rendered once into ``cache_dir`` and memory-mapped after that."""
+    """The first ``count`` images of a split, rendered once into ``cache_dir`` and memory-mapped after that.
+
+    Images are rendered with the folder's recorded config (``set_data_config``), the default one otherwise.
+    """
     if split not in SPLIT_SEEDS:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLIT_SEEDS)}")
     cache_dir = Path(cache_dir)
@@ -313,7 +356,7 @@ def cached_split(cache_dir: str | Path, split: str, count: int, workers: int = 2
         images, labels = np.load(img_path, mmap_mode="r"), np.load(lab_path)
         if len(images) >= count:
             return images[:count], labels[:count]
-    images, labels = render_to_arrays(SPLIT_SEEDS[split], count, workers=workers)
+    images, labels = render_to_arrays(SPLIT_SEEDS[split], count, data_config(cache_dir), workers=workers)
     cache_dir.mkdir(parents=True, exist_ok=True)
     np.save(img_path, images)
     np.save(lab_path, labels)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from vgen.data.shapes import cached_split, to_tensor
-from vgen.hub import from_pretrained, save_pretrained
+from vgen.hub import from_pretrained, load_weights, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.tokenizers.vq import VQModel
 from vgen.training.trainer import TrainConfig, Trainer, index_batches
@@ -103,11 +103,15 @@ def sample_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, p
 
 def train_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
              recipe: ARRecipe = ARRecipe(), gpt_config: GPTConfig = SHAPES_GPT, max_minutes: float | None = None,
-             evaluate: Callable[[LlamaGenGPT], dict] | None = None) -> LlamaGenGPT:
+             evaluate: Callable[[LlamaGenGPT], dict] | None = None,
+             init_from: str | Path | None = None) -> LlamaGenGPT:
+    """Train (or resume) an AR run; ``init_from`` starts a new run from an exported model's weights (fine-tuning)."""
     run_dir = Path(run_dir)
     codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_images, run_dir)
     codes_t, labels_t = torch.from_numpy(codes.astype(np.int64)), torch.from_numpy(labels)
     model = LlamaGenGPT(gpt_config)
+    if init_from is not None and not (run_dir / "state.json").exists():
+        load_weights(model, from_pretrained(init_from).state_dict(), source=str(init_from))
     trainer = Trainer(model, train, run_dir)
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
