@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from vgen.data.shapes import BACKGROUND_KINDS
 from vgen.hub import CheckpointError
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
@@ -162,10 +163,15 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t = tsub.add_parser(what, help=f"train the shapes {what}")
         t.add_argument("--run-dir", default=str(RUNS / f"shapes-{what}"), help="checkpoints and logs (resumes)")
         t.add_argument("--data-dir", default=str(RUNS / "data"), help="rendered data cache")
+        t.add_argument("--background", choices=BACKGROUND_KINDS, default=None,
+                       help="render the data folder with this background (recorded in it; default: what the "
+                            "folder records, else textured)")
         if what != "tokenizer":
             t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
                            help="trained tokenizer folder")
         if what == "ar":
+            t.add_argument("--init-from", default=None,
+                           help="start a new run from these model weights (an export folder) instead of random init")
             t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
                            help="domain classifier for the periodic class-accuracy probe (used once it exists)")
             t.add_argument("--eval-every", type=int, default=1000, help="steps between sample probes (0 = off)")
@@ -229,6 +235,10 @@ def run_train(args: argparse.Namespace) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.background:
+        from vgen.data.shapes import ShapesConfig, set_data_config
+
+        set_data_config(args.data_dir, ShapesConfig(background=args.background))
     common = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed)
     if args.what == "tokenizer":
         from vgen.training.tokenizer import TokenizerRecipe, train_tokenizer
@@ -241,7 +251,7 @@ def run_train(args: argparse.Namespace) -> None:
         probe = sample_probe(args.tokenizer, args.classifier) if args.eval_every else None
         train_ar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                  ARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
-                 max_minutes=args.max_minutes, evaluate=probe)
+                 max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "drafter":
         from vgen.training.drafter import DrafterRecipe, train_drafter
 
