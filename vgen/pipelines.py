@@ -37,16 +37,18 @@ class PipelineOutput:
 
 @dataclass
 class PipelineInfo:
-    """What a pipeline folder records beside its weights: names, image size, and recommended defaults."""
+    """What a pipeline folder records beside its weights: names, image size, recommended defaults, and the
+    rendering config of the ``vgen.data`` set it was trained on (so evaluation can render matching real images)."""
 
     name: str
     image_size: int
     class_names: list[str] | None = None
     defaults: dict = field(default_factory=dict)
+    data: dict | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "image_size": self.image_size, "class_names": self.class_names,
-                "defaults": self.defaults}
+                "defaults": self.defaults, "data": self.data}
 
 
 def tensor_to_pil(images: torch.Tensor) -> list[Image.Image]:

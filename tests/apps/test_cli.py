@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from PIL import Image
 
 from vgen.apps.cli import main
@@ -167,3 +168,20 @@ def test_train_refuses_to_rerender_a_data_folder_with_another_background(tmp_pat
                         "--run-dir", str(tmp_path / "run")], capsys)
     assert code == 2 and err.startswith("vgen: error: ") and "already holds images rendered with" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_package_assembles_a_loadable_pipeline_that_records_its_training_data(tiny_pipeline_dir, tmp_path, capsys):
+    from vgen.data.shapes import ShapesConfig, set_data_config
+    from vgen.pipelines import load
+
+    set_data_config(tmp_path / "data", ShapesConfig(background="smooth"))
+    out = tmp_path / "packaged"
+    code, printed, _ = run(["train", "package", "--gpt", str(tiny_pipeline_dir / "gpt"), "--vq",
+                            str(tiny_pipeline_dir / "vq"), "--data-dir", str(tmp_path / "data"), "--out", str(out),
+                            "--name", "packaged", "--dtype", "bf16"], capsys)
+    assert code == 0 and "wrote pipeline packaged" in printed
+    pipe = load(out)
+    assert pipe.info.data["background"] == "smooth" and pipe.info.defaults == {"cfg_scale": 2.0}
+    original = load(tiny_pipeline_dir)
+    for a, b in zip(original.model.state_dict().values(), pipe.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)  # bf16 storage

@@ -196,6 +196,8 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/)")
     t.add_argument("--vq", required=True, help="trained tokenizer folder")
     t.add_argument("--drafter", default=None, help="trained draft head folder (optional)")
+    t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
+                                                     "config is recorded in the pipeline)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
     t.add_argument("--name", default="shapes-c2i")
     t.add_argument("--cfg-scale", type=float, default=2.0, help="recommended CFG scale stored as the default")
@@ -207,7 +209,9 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
 def run_package(args: argparse.Namespace) -> None:
     import torch
 
-    from vgen.data.shapes import CLASS_NAMES
+    from dataclasses import asdict
+
+    from vgen.data.shapes import CLASS_NAMES, data_config
     from vgen.hub import from_pretrained, save_pretrained
     from vgen.pipelines import PIPELINE_CONFIG, PipelineInfo
 
@@ -222,8 +226,9 @@ def run_package(args: argparse.Namespace) -> None:
         head = from_pretrained(args.drafter)
         head.check_target(gpt)
         save_pretrained(head, out / "drafter", dtype=dtype)
+    data = asdict(data_config(args.data_dir)) if args.data_dir else None
     info = PipelineInfo(name=args.name, image_size=gpt.grid[0] * vq.downsample_factor, class_names=list(CLASS_NAMES),
-                        defaults={"cfg_scale": args.cfg_scale})
+                        defaults={"cfg_scale": args.cfg_scale}, data=data)
     (out / PIPELINE_CONFIG).write_text(json.dumps(info.to_dict(), indent=1))
     print(f"wrote pipeline {args.name} to {out}")
 
