@@ -207,9 +207,9 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
 
 
 def run_package(args: argparse.Namespace) -> None:
-    import torch
-
     from dataclasses import asdict
+
+    import torch
 
     from vgen.data.shapes import CLASS_NAMES, data_config
     from vgen.hub import from_pretrained, save_pretrained
