@@ -4,6 +4,7 @@ samples of the shapes data are close, shapes against noise are far apart."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from PIL import Image
 
 from vgen.apps.cli import main
 from vgen.data.shapes import sample_image
-from vgen.eval.features import extract, is_stats_file, load_images, shapes_features
+from vgen.eval.features import extract, is_stats_file, load_extractor, load_images, shapes_features
 
 
 def shapes(seed: int, n: int) -> np.ndarray:
@@ -49,8 +50,34 @@ def test_bad_image_sets_are_named(tmp_path) -> None:
     np.save(tmp_path / "f.npy", np.zeros((2, 8, 8, 3), np.float32))
     with pytest.raises(ValueError, match="expected uint8 images"):
         load_images(tmp_path / "f.npy")
-    with pytest.raises(ValueError, match="unknown feature set 'inception'"):
-        extract("inception", np.zeros((2, 64, 64, 3), np.uint8))
+    with pytest.raises(ValueError, match="unknown feature set 'clip'; available: shapes, inception, i3d"):
+        extract("clip", np.zeros((2, 64, 64, 3), np.uint8))
+    with pytest.raises(ValueError, match="'i3d' is for videos, not images; for images use shapes or inception"):
+        load_extractor("i3d", "images")
+    (tmp_path / "mixed").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "mixed" / "a.png")
+    Image.new("RGB", (8, 6)).save(tmp_path / "mixed" / "b.png")
+    with pytest.raises(ValueError, match=r"images in .*mixed differ in size: 6x8x3 \(b.png\), 8x8x3 \(a.png\)"):
+        load_images(tmp_path / "mixed")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "a.png").write_bytes(b"not a png")
+    with pytest.raises(ValueError, match="cannot read image .*a.png"):
+        load_images(tmp_path / "broken")
+
+
+def test_an_unreadable_folder_is_named(tmp_path, monkeypatch, capsys) -> None:
+    """Permissions cannot be taken from root (the CI user), so the folder listing itself is made to fail."""
+    (tmp_path / "locked").mkdir()
+
+    def deny(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", deny)
+    with pytest.raises(ValueError, match="cannot read folder .*locked: Permission denied"):
+        load_images(tmp_path / "locked")
+    assert main(["eval", "fid", "--real", str(tmp_path / "locked"), "--fake", str(tmp_path / "locked")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read folder" in err
 
 
 def test_shapes_features_resize_other_sizes(image_sets) -> None:
@@ -80,5 +107,5 @@ def test_eval_errors_are_one_line(tmp_path, capsys) -> None:
     assert "image set not found" in capsys.readouterr().err
     assert main(["eval", "stats", "--images", "x", "--out", str(tmp_path / "s.txt")]) == 2
     assert "unsupported file type .txt" in capsys.readouterr().err
-    assert main(["eval", "fid", "--real", "a", "--fake", "b", "--features", "inception"]) == 2
-    assert "unknown feature set 'inception'" in capsys.readouterr().err
+    assert main(["eval", "fid", "--real", "a", "--fake", "b", "--features", "clip"]) == 2
+    assert "unknown feature set 'clip'" in capsys.readouterr().err

@@ -4,10 +4,19 @@ unbiased polynomial-kernel MMD^2."""
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance
+from vgen.eval.fid import (
+    GaussianStats,
+    SampleSizeWarning,
+    check_comparable,
+    frechet_distance,
+    kernel_inception_distance,
+)
 
 
 def random_stats(rng: np.random.Generator, d: int, n: int = 400) -> tuple[GaussianStats, np.ndarray]:
@@ -41,7 +50,8 @@ def test_diagonal_closed_form_and_zero_for_identical_sets() -> None:
 
 def test_rank_deficient_covariances_stay_finite_and_report_the_clamping() -> None:
     rng = np.random.default_rng(1)
-    a, b = GaussianStats.of(rng.normal(size=(5, 12))), GaussianStats.of(rng.normal(size=(5, 12)))
+    with pytest.warns(SampleSizeWarning):
+        a, b = GaussianStats.of(rng.normal(size=(5, 12))), GaussianStats.of(rng.normal(size=(5, 12)))
     result = frechet_distance(a, b)
     assert np.isfinite(result.fid) and result.fid > 0
     assert result.min_eigenvalue <= 0 and abs(result.min_eigenvalue) < 1e-8
@@ -78,3 +88,32 @@ def test_stats_round_trip_and_bad_files(tmp_path) -> None:
         GaussianStats.of(np.zeros((1, 4)))
     with pytest.raises(ValueError, match="feature sizes differ"):
         frechet_distance(stats, GaussianStats.of(rng.normal(size=(10, 3))))
+
+
+def test_stats_keep_their_provenance_and_refuse_other_features(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(50, 6))
+    a = GaussianStats.of(x, features="inception", resolution=(256, 256), weights_sha256="ab" * 32)
+    a.save(str(tmp_path / "a.npz"))
+    loaded = GaussianStats.load(str(tmp_path / "a.npz"))
+    assert (loaded.features, loaded.resolution, loaded.weights_sha256) == ("inception", (256, 256), "ab" * 32)
+    assert check_comparable(a, loaded) == []
+    with pytest.raises(ValueError, match="different features: inception vs shapes"):
+        check_comparable(a, replace(a, features="shapes"))
+    with pytest.raises(ValueError, match=r"inception weights differ: SHA-256 abababababab\.\.\. vs cdcdcdcdcdcd"):
+        check_comparable(a, replace(a, weights_sha256="cd" * 32))
+    with pytest.raises(ValueError, match=r"differ in resolution \(images 256x256 vs images 64x64\)"):
+        check_comparable(a, replace(a, resolution=(64, 64)))
+    with pytest.raises(ValueError, match=r"differ in resolution \(images 256x256 vs videos 16x256x256\)"):
+        check_comparable(a, replace(a, resolution=(16, 256, 256)))
+    adm = GaussianStats(a.mu, a.sigma, 0)  # e.g. an ADM reference batch: mu and sigma only
+    assert "fake statistics record no feature set" in check_comparable(a, adm)[0]
+
+
+def test_too_few_samples_warn_and_say_what_it_means() -> None:
+    rng = np.random.default_rng(6)
+    with pytest.warns(SampleSizeWarning, match=r"only 8 samples for 16-d features: .*rank at most 7 < 16.*biased"):
+        GaussianStats.of(rng.normal(size=(8, 16)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GaussianStats.of(rng.normal(size=(17, 16)))  # more samples than dimensions: no warning

@@ -364,73 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="FID / KID between image sets, and reference statistics")
-    esub = p.add_subparsers(dest="what", required=True)
-    fid = esub.add_parser("fid", help="FID (and KID) between two image sets (folders, .npz, .npy or stats files)")
-    fid.add_argument("--real", required=True)
-    fid.add_argument("--fake", required=True)
-    fid.add_argument("--features", default="shapes", help="feature set: shapes (vgen's offline domain features)")
-    fid.add_argument("--kid-subsets", type=int, default=100)
-    fid.add_argument("--kid-subset-size", type=int, default=1000)
-    fid.add_argument("--batch-size", type=int, default=256)
-    fid.add_argument("--json", default=None, help="also write the figures here")
-    fid.set_defaults(func=run_eval_fid)
-    stats = esub.add_parser("stats", help="precompute an image set's feature statistics (mu, sigma) as .npz")
-    stats.add_argument("--images", required=True)
-    stats.add_argument("--out", required=True)
-    stats.add_argument("--features", default="shapes")
-    stats.add_argument("--batch-size", type=int, default=256)
-    stats.set_defaults(func=run_eval_stats)
+    from vgen.apps.eval_cli import add_eval_parser as add
 
-
-def check_features(name: str) -> None:
-    from vgen.eval.features import FEATURE_SETS
-
-    if name not in FEATURE_SETS:
-        raise UsageError(f"unknown feature set {name!r}; available: {', '.join(FEATURE_SETS)}")
-
-
-def _features_or_stats(path: str, args: argparse.Namespace):
-    """(features or None, GaussianStats) of one side of an evaluation."""
-    from vgen.eval.features import extract, is_stats_file, load_images
-    from vgen.eval.fid import GaussianStats
-
-    if is_stats_file(path):
-        return None, GaussianStats.load(path)
-    feats = extract(args.features, load_images(path), args.batch_size, progress=True)
-    return feats, GaussianStats.of(feats)
-
-
-def run_eval_fid(args: argparse.Namespace) -> None:
-    from vgen.eval.fid import frechet_distance, kernel_inception_distance
-
-    check_features(args.features)
-    check_writable(args.json, {".json"})
-    real_feats, real = _features_or_stats(args.real, args)
-    fake_feats, fake = _features_or_stats(args.fake, args)
-    result = frechet_distance(real, fake)
-    figures = {"features": args.features, "fid": result.fid, "n_real": real.count, "n_fake": fake.count,
-               "sqrt_max_imaginary": result.max_imaginary, "sqrt_min_eigenvalue": result.min_eigenvalue}
-    if real_feats is not None and fake_feats is not None:
-        figures["kid_mean"], figures["kid_std"] = kernel_inception_distance(
-            real_feats, fake_feats, args.kid_subsets, args.kid_subset_size)
-    else:
-        figures["kid_mean"] = figures["kid_std"] = None  # KID needs features, not a stats file
-    text = json.dumps(figures, indent=1)
-    if args.json:
-        Path(args.json).write_text(text)
-    print(text)
-
-
-def run_eval_stats(args: argparse.Namespace) -> None:
-    from vgen.eval.features import extract, load_images
-    from vgen.eval.fid import GaussianStats
-
-    check_features(args.features)
-    check_writable(args.out, {".npz"})
-    stats = GaussianStats.of(extract(args.features, load_images(args.images), args.batch_size, progress=True))
-    stats.save(args.out)
-    print(f"wrote statistics of {stats.count} images ({args.features} features) to {args.out}")
+    add(sub)
 
 
 def add_app_parser(sub: argparse._SubParsersAction) -> None:

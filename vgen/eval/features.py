@@ -1,15 +1,23 @@
-"""Image sets for evaluation and their features.
+"""Image sets for evaluation and the feature extractors that turn images or videos into vectors.
 
 An image set is a folder of image files (png, jpg, jpeg, webp; sorted by name), an ``.npz`` holding ``arr_0``
-[N, H, W, 3] uint8 (the layout LlamaGen's and ADM's samplers pack) or an ``.npy`` of that array. A statistics
-file (``.npz`` with ``mu`` and ``sigma``, written by ``vgen eval stats``) may stand in for either side of FID.
+[N, H, W, 3] uint8 (the layout LlamaGen's and ADM's samplers pack) or an ``.npy`` of that array (videos:
+:mod:`vgen.eval.videos`). A statistics file (``.npz`` with ``mu`` and ``sigma``, written by ``vgen eval stats``)
+may stand in for either side of an evaluation.
 
-Feature sets: ``shapes``, the 192-d pooled embedding of vgen's shipped domain classifier (offline, for the
-embedded default's domain; images are resized to its 64x64 input with PIL's bicubic filter).
+Feature sets (:data:`FEATURE_SETS`), each for images, videos or both:
+
+- ``shapes``: the 192-d pooled embedding of vgen's shipped domain classifier (offline, for the embedded default's
+  domain; images are resized to its 64x64 input with PIL's bicubic filter). For videos, the per-frame features
+  averaged over time.
+- ``inception``: Inception-v3 pool3 (2048-d) from the local FID weights file (:mod:`vgen.eval.inception`).
+- ``i3d``: I3D Kinetics-400 logits (400-d) from a local file, for FVD (:mod:`vgen.eval.i3d`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +26,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
-FEATURE_SETS = ("shapes",)
+FEATURE_SETS = {"shapes": ("images", "videos"), "inception": ("images",), "i3d": ("videos",)}
 
 
 def is_stats_file(path: str | Path) -> bool:
@@ -29,31 +37,61 @@ def is_stats_file(path: str | Path) -> bool:
         return "mu" in f and "sigma" in f
 
 
+def list_folder(path: Path, suffixes: tuple[str, ...], what: str) -> list[Path]:
+    """Files of ``path`` with one of ``suffixes``, sorted by name; an error if there are none or it is unreadable."""
+    try:
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes)
+    except OSError as e:
+        raise ValueError(f"cannot read folder {path}: {e.strerror or e}") from e
+    if not files:
+        raise ValueError(f"no {what} ({', '.join(suffixes)}) in {path}")
+    return files
+
+
+def check_array(array: np.ndarray, ndim: int, path: Path, layout: str) -> np.ndarray:
+    if array.ndim != ndim or array.shape[-1] != 3 or array.dtype != np.uint8:
+        raise ValueError(f"{path}: expected uint8 {layout}, got {array.dtype} {array.shape}")
+    return array
+
+
+def load_array(path: Path, ndim: int, layout: str) -> np.ndarray:
+    """``arr_0`` of an ``.npz`` or the array of an ``.npy``, checked to be uint8 ``layout``."""
+    if path.suffix == ".npz":
+        with np.load(path) as f:
+            if "arr_0" not in f:
+                raise ValueError(f"{path} holds no 'arr_0' array of {layout} (keys: {sorted(f.files)})")
+            array = f["arr_0"]
+    elif path.suffix == ".npy":
+        array = np.load(path)
+    else:
+        raise ValueError(f"unsupported input {path}: expected a folder, .npz or .npy")
+    return check_array(array, ndim, path, layout)
+
+
+def same_shapes(items: list[np.ndarray], files: list[Path], path: Path, what: str) -> np.ndarray:
+    shapes = sorted({im.shape for im in items})
+    if len(shapes) > 1:
+        first = {s: next(f.name for f, im in zip(files, items) if im.shape == s) for s in shapes}
+        listed = ", ".join(f"{'x'.join(map(str, s))} ({first[s]})" for s in shapes[:3])
+        raise ValueError(f"{what} in {path} differ in size: {listed}{', ...' if len(shapes) > 3 else ''}")
+    return np.stack(items)
+
+
 def load_images(path: str | Path) -> np.ndarray:
     """uint8 RGB images [N, H, W, 3] from a folder, an ``.npz`` (``arr_0``) or an ``.npy``."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"image set not found: {path}")
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise ValueError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {path}")
-        images = [np.asarray(Image.open(f).convert("RGB")) for f in files]
-        if len({im.shape for im in images}) > 1:
-            raise ValueError(f"images in {path} differ in size")
-        return np.stack(images)
-    if path.suffix == ".npz":
-        with np.load(path) as f:
-            if "arr_0" not in f:
-                raise ValueError(f"{path} holds no 'arr_0' image array (keys: {sorted(f.files)})")
-            array = f["arr_0"]
-    elif path.suffix == ".npy":
-        array = np.load(path)
-    else:
-        raise ValueError(f"unsupported image set {path}: expected a folder, .npz or .npy")
-    if array.ndim != 4 or array.shape[-1] != 3 or array.dtype != np.uint8:
-        raise ValueError(f"{path}: expected uint8 images [N, H, W, 3], got {array.dtype} {array.shape}")
-    return array
+    if not path.is_dir():
+        return load_array(path, 4, "images [N, H, W, 3]")
+    files = list_folder(path, IMAGE_SUFFIXES, "images")
+    images = []
+    for f in files:
+        try:
+            images.append(np.asarray(Image.open(f).convert("RGB")))
+        except OSError as e:
+            raise ValueError(f"cannot read image {f}: {e}") from e
+    return same_shapes(images, files, path, "images")
 
 
 @torch.no_grad()
@@ -73,7 +111,95 @@ def shapes_features(images: np.ndarray, batch_size: int = 256, progress: bool = 
     return np.concatenate(out)
 
 
+def shipped_classifier_sha256() -> str:
+    from vgen.eval.classifier import SHIPPED_CLASSIFIER
+    from vgen.eval.weights import sha256_of
+    from vgen.pipelines import ASSETS
+
+    return sha256_of(ASSETS / SHIPPED_CLASSIFIER / "model.safetensors")
+
+
+@dataclass
+class Extractor:
+    """A loaded feature set: ``extractor(array)`` maps uint8 images [N, H, W, 3] or videos [N, T, H, W, 3] to
+    float64 features [N, dim]. ``weights_sha256`` identifies the weights; ``weights_verified`` is True when they
+    are the reference file, None when no reference hash is known, False when a different file was allowed."""
+
+    name: str
+    media: str
+    dim: int
+    weights_sha256: str
+    weights_verified: bool | None
+    fn: Callable[[np.ndarray, int, bool], np.ndarray]
+
+    def __call__(self, data: np.ndarray, batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        return self.fn(data, batch_size, progress)
+
+
+def load_extractor(name: str, media: str = "images", weights: str | Path | None = None, verify: bool = True,
+                   device: str = "cpu") -> Extractor:
+    """The feature set ``name`` for ``media`` ("images" or "videos"), its weights found as in
+    :mod:`vgen.eval.weights` (``weights`` is the ``--weights`` flag)."""
+    if name not in FEATURE_SETS:
+        raise ValueError(f"unknown feature set {name!r}; available: {', '.join(FEATURE_SETS)}")
+    if media not in FEATURE_SETS[name]:
+        usable = [n for n, m in FEATURE_SETS.items() if media in m]
+        raise ValueError(f"feature set {name!r} is for {' and '.join(FEATURE_SETS[name])}, not {media}; for {media} "
+                         f"use {' or '.join(usable)}")
+    if name == "shapes":
+        if weights is not None:
+            raise ValueError("--weights does not apply to the shapes features (the classifier ships with vgen)")
+        fn = shapes_features if media == "images" else per_frame_mean(shapes_features)
+        return Extractor(name, media, 192, shipped_classifier_sha256(), None, fn)
+    if name == "inception":
+        return _inception(weights, verify, device)
+    return _i3d(weights, verify, device)
+
+
+def per_frame_mean(image_fn: Callable[[np.ndarray, int, bool], np.ndarray]):
+    """Video features as the mean over time of per-frame image features."""
+    def fn(videos: np.ndarray, batch_size: int, progress: bool) -> np.ndarray:
+        n, t = videos.shape[:2]
+        return image_fn(videos.reshape(n * t, *videos.shape[2:]), batch_size, progress).reshape(n, t, -1).mean(1)
+    return fn
+
+
+def _inception(weights, verify: bool, device: str) -> Extractor:
+    from vgen.eval.inception import FID_INCEPTION_WEIGHTS, load_fid_inception
+    from vgen.eval.weights import check_hash, find_weights
+
+    path = find_weights(FID_INCEPTION_WEIGHTS, weights)
+    digest, verified = check_hash(FID_INCEPTION_WEIGHTS, path, verify)
+    model = load_fid_inception(path).to(device)
+
+    @torch.no_grad()
+    def fn(images: np.ndarray, batch_size: int, progress: bool) -> np.ndarray:
+        out, step = [], max(1, min(batch_size, 32))  # 299x299 activations: keep batches small
+        for i in tqdm(range(0, len(images), step), desc="inception", disable=not progress):
+            x = torch.from_numpy(np.ascontiguousarray(images[i:i + step])).permute(0, 3, 1, 2).to(device)
+            out.append(model(x).double().cpu().numpy())
+        return np.concatenate(out)
+    return Extractor("inception", "images", 2048, digest, verified, fn)
+
+
+def _i3d(weights, verify: bool, device: str) -> Extractor:
+    from vgen.eval.i3d import I3D_TORCHSCRIPT, I3D_WEIGHTS, I3DFeatures
+    from vgen.eval.weights import WeightsSpec, check_hash, find_weights
+
+    either = WeightsSpec(" or ".join(s.title for s in I3D_WEIGHTS), sum((s.filenames for s in I3D_WEIGHTS), ()),
+                         None, "; ".join(s.source for s in I3D_WEIGHTS))
+    path = find_weights(either, weights)
+    spec = next((s for s in I3D_WEIGHTS if path.name in s.filenames), I3D_TORCHSCRIPT)
+    digest, verified = check_hash(spec, path, verify)
+    model = I3DFeatures(path, device)
+
+    def fn(videos: np.ndarray, batch_size: int, progress: bool) -> np.ndarray:
+        step = max(1, min(batch_size, 8))
+        chunks = range(0, len(videos), step)
+        return np.concatenate([model(videos[i:i + step], step) for i in tqdm(chunks, desc="i3d", disable=not progress)])
+    return Extractor("i3d", "videos", 400, digest, verified, fn)
+
+
 def extract(features: str, images: np.ndarray, batch_size: int = 256, progress: bool = False) -> np.ndarray:
-    if features not in FEATURE_SETS:
-        raise ValueError(f"unknown feature set {features!r}; available: {', '.join(FEATURE_SETS)}")
-    return shapes_features(images, batch_size, progress)
+    """Features [N, d] of uint8 images with the feature set ``features`` (weights found as usual)."""
+    return load_extractor(features, "images")(images, batch_size, progress)

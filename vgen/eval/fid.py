@@ -12,37 +12,86 @@ tiny. KID is the unbiased MMD^2 with the polynomial kernel ``(x . y / d + 1)^3``
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 
+class SampleSizeWarning(UserWarning):
+    """Fewer samples than feature dimensions: the statistics are valid but the distance is strongly biased."""
+
+
+def sample_size_warning(count: int, dim: int) -> str | None:
+    """Why ``count`` samples of ``dim``-d features give a distance that is only comparable at the same count."""
+    if count > dim:
+        return None
+    return (f"only {count} samples for {dim}-d features: their covariance has rank at most {count - 1} < {dim}, so "
+            f"the Fréchet distance is biased upward by the small sample (it falls as the count grows) and is "
+            f"comparable only with distances computed from the same number of samples (the usual counts are 50,000 "
+            f"images for FID and 2,048 videos for FVD; use more than {dim} at the very least)")
+
+
 @dataclass(frozen=True)
 class GaussianStats:
-    """Mean [d] and covariance [d, d] (float64) of ``count`` feature vectors."""
+    """Mean [d] and covariance [d, d] (float64) of ``count`` feature vectors, with where they came from: the feature
+    set's name, the resolution of the inputs ([H, W] for images, [T, H, W] for videos) and the SHA-256 of the
+    extractor's weights. Stats files written by other tools (ADM's reference batches) have no provenance (None)."""
 
     mu: np.ndarray
     sigma: np.ndarray
     count: int
+    features: str | None = None
+    resolution: tuple[int, ...] | None = None
+    weights_sha256: str | None = None
 
     @classmethod
-    def of(cls, features: np.ndarray | torch.Tensor) -> GaussianStats:
-        x = np.asarray(features, dtype=np.float64)
+    def of(cls, vectors: np.ndarray | torch.Tensor, /, **provenance) -> GaussianStats:
+        """Fit to feature vectors [N, d]; warns (:class:`SampleSizeWarning`) when N <= d."""
+        x = np.asarray(vectors, dtype=np.float64)
         if x.ndim != 2 or x.shape[0] < 2:
             raise ValueError(f"need at least 2 feature vectors [N, d] to fit a Gaussian, got shape {x.shape}")
-        return cls(x.mean(0), np.cov(x, rowvar=False), x.shape[0])
+        message = sample_size_warning(*x.shape)
+        if message:
+            warnings.warn(message, SampleSizeWarning, stacklevel=2)
+        return cls(x.mean(0), np.cov(x, rowvar=False), x.shape[0], **provenance)
 
     def save(self, path: str) -> None:
-        np.savez(path, mu=self.mu, sigma=self.sigma, count=self.count)
+        meta = {k: v for k, v in (("features", self.features), ("weights_sha256", self.weights_sha256)) if v}
+        if self.resolution:
+            meta["resolution"] = np.asarray(self.resolution, dtype=np.int64)
+        np.savez(path, mu=self.mu, sigma=self.sigma, count=self.count, **meta)
 
     @classmethod
     def load(cls, path: str) -> GaussianStats:
         with np.load(path) as f:
             if "mu" not in f or "sigma" not in f:
                 raise ValueError(f"{path} is not a statistics file (it needs arrays 'mu' and 'sigma')")
-            return cls(f["mu"].astype(np.float64), f["sigma"].astype(np.float64), int(f["count"]) if "count" in f
-                       else 0)
+            text = lambda key: str(f[key]) if key in f else None
+            return cls(f["mu"].astype(np.float64), f["sigma"].astype(np.float64),
+                       int(f["count"]) if "count" in f else 0, text("features"),
+                       tuple(int(v) for v in f["resolution"]) if "resolution" in f else None, text("weights_sha256"))
+
+
+def check_comparable(a: GaussianStats, b: GaussianStats) -> list[str]:
+    """Raise if two statistics were made with different feature extractors, weights or input resolutions (their
+    distance would be a number without meaning); return warnings for what cannot be checked."""
+    if a.features and b.features and a.features != b.features:
+        raise ValueError(f"the two sides use different features: {a.features} vs {b.features}")
+    if a.weights_sha256 and b.weights_sha256 and a.weights_sha256 != b.weights_sha256:
+        raise ValueError(f"the two sides' {a.features or 'feature'} weights differ: SHA-256 {a.weights_sha256[:12]}... "
+                         f"vs {b.weights_sha256[:12]}...")
+    if a.resolution and b.resolution and a.resolution != b.resolution:
+        kinds = {2: "images", 3: "videos"}
+        what = " vs ".join(f"{kinds.get(len(r), 'inputs')} {'x'.join(map(str, r))}"
+                           for r in (a.resolution, b.resolution))
+        raise ValueError(f"the two sides differ in resolution ({what}); resize one set to the other's size first")
+    if a.mu.shape != b.mu.shape:
+        raise ValueError(f"feature sizes differ: {a.mu.shape[0]} vs {b.mu.shape[0]}")
+    unknown = [side for side, s in (("real", a), ("fake", b)) if s.features is None]
+    return [f"the {' and '.join(unknown)} statistics record no feature set or resolution (a file from another tool?): "
+            f"vgen cannot check that both sides were made the same way"] if unknown else []
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,106 @@
+"""``vgen eval fid|fvd|stats``: FID / FVD (and KID / KVD) between two sets, and reference statistics.
+
+With ``--json`` every command prints exactly one JSON object on one line of stdout (``--json PATH`` also writes it
+to PATH); warnings go to stderr as ``vgen: warning: ...`` and into the object's ``warnings`` list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from vgen.apps.cli import UsageError, check_writable
+
+JSON_HELP = "print the result as one JSON object on one line (and write it to PATH if given)"
+
+
+def add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="FID / FVD (and KID) between image or video sets, and reference statistics")
+    esub = p.add_subparsers(dest="what", required=True)
+    fid = esub.add_parser("fid", help="FID and KID between two image sets (folders, .npz, .npy or stats files)")
+    _add_sides(fid, "shapes or inception (default: what a stats side records, else shapes)")
+    fvd = esub.add_parser("fvd", help="FVD and KVD between two video sets (folders of mp4/gif, .npz, .npy or stats)")
+    _add_sides(fvd, "shapes (per-frame, averaged over time) or i3d (default: what a stats side records, else shapes)")
+    fvd.add_argument("--num-frames", type=int, default=16, help="frames per clip (the first ones; default 16)")
+    stats = esub.add_parser("stats", help="precompute a set's feature statistics (mu, sigma, provenance) as .npz")
+    src = stats.add_mutually_exclusive_group(required=True)
+    src.add_argument("--images", help="image set: folder, .npz (arr_0) or .npy")
+    src.add_argument("--videos", help="video set: folder of mp4/gif, .npz (arr_0) or .npy")
+    stats.add_argument("--out", required=True, help=".npz to write")
+    _add_features(stats, "shapes, inception (images) or i3d (videos); default shapes")
+    stats.add_argument("--num-frames", type=int, default=16, help="frames per clip for --videos (default 16)")
+    for parser, func in ((fid, run_eval_fid), (fvd, run_eval_fvd), (stats, run_eval_stats)):
+        parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help=JSON_HELP)
+        parser.set_defaults(func=func)
+
+
+def _add_sides(p: argparse.ArgumentParser, features_help: str) -> None:
+    p.add_argument("--real", required=True)
+    p.add_argument("--fake", required=True)
+    _add_features(p, features_help)
+    p.add_argument("--kid-subsets", type=int, default=100)
+    p.add_argument("--kid-subset-size", type=int, default=1000)
+
+
+def _add_features(p: argparse.ArgumentParser, features_help: str) -> None:
+    p.add_argument("--features", default=None, help=features_help)
+    p.add_argument("--weights", default=None, help="weights file of the feature extractor (default: looked up in "
+                                                   "$VGEN_WEIGHTS_DIR, then ~/.cache/vgen)")
+    p.add_argument("--no-verify-weights", action="store_true",
+                   help="accept a weights file whose SHA-256 differs from the reference (its hash is recorded)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-size", type=int, default=64)
+
+
+def _settings(args: argparse.Namespace, media: str):
+    from vgen.eval.evaluate import EvalSettings
+
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    num_frames = getattr(args, "num_frames", 16)
+    if num_frames < 1:
+        raise UsageError(f"--num-frames must be >= 1, got {num_frames}")
+    return EvalSettings(media, args.features, args.weights, not args.no_verify_weights, args.device, args.batch_size,
+                        num_frames, progress=True)
+
+
+def _emit(result: dict, args: argparse.Namespace, text: str | None = None) -> None:
+    for warning in result.get("warnings", []):
+        print(f"vgen: warning: {warning}", file=sys.stderr)
+    line = json.dumps(result)
+    if args.json not in (None, "-"):
+        Path(args.json).write_text(line + "\n")
+    if args.json is not None:
+        print(line)
+    else:
+        print(text if text is not None else json.dumps(result, indent=1))
+
+
+def _run_frechet(args: argparse.Namespace, media: str) -> None:
+    from vgen.eval.evaluate import frechet_report
+
+    check_writable(None if args.json in (None, "-") else args.json, {".json"})
+    if args.kid_subsets < 1 or args.kid_subset_size < 2:
+        raise UsageError("--kid-subsets must be >= 1 and --kid-subset-size >= 2")
+    _emit(frechet_report(args.real, args.fake, _settings(args, media), args.kid_subsets, args.kid_subset_size), args)
+
+
+def run_eval_fid(args: argparse.Namespace) -> None:
+    _run_frechet(args, "images")
+
+
+def run_eval_fvd(args: argparse.Namespace) -> None:
+    _run_frechet(args, "videos")
+
+
+def run_eval_stats(args: argparse.Namespace) -> None:
+    from vgen.eval.evaluate import compute_stats
+
+    check_writable(args.out, {".npz"})
+    check_writable(None if args.json in (None, "-") else args.json, {".json"})
+    media = "images" if args.images else "videos"
+    result = compute_stats(args.images or args.videos, args.out, _settings(args, media))
+    _emit(result, args, f"wrote statistics of {result['count']} {media} ({result['features']} features) to "
+                        f"{args.out}")
