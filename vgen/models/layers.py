@@ -54,14 +54,34 @@ def rope_2d_table(grid_size: int, head_dim: int, base: float = 10000.0, num_pref
     ``head_dim // 4`` frequencies each. Prefix (condition) positions get cos = sin = 0, which zeroes their queries
     and keys exactly as LlamaGen does; their values still reach every later token.
     """
-    half = head_dim // 2
+    return rope_grid_table((grid_size, grid_size), head_dim, base, num_prefix)
+
+
+def rope_grid_table(shape: tuple[int, ...], head_dim: int, base: float = 10000.0,
+                    num_prefix: int = 1) -> torch.Tensor:
+    """Rotary table of a raster grid of any rank (rows x columns, frames x rows x columns, ...),
+    [num_prefix + prod(shape), head_dim // 2, 2] of (cos, sin), zero at the prefix positions.
+
+    The ``head_dim // 2`` rotation pairs are split into one block per axis, in axis order: every axis but the
+    first gets ``pairs // rank`` pairs, the first the rest; an axis with ``k`` pairs turns pair ``j`` with its
+    coordinate at frequency ``base ** (-j / k)``. For a square 2-D grid this is LlamaGen's table exactly.
+    """
+    pairs, rank = head_dim // 2, len(shape)
+    if head_dim % 2 or pairs < rank or min(shape, default=0) < 1:
+        raise ValueError(f"a rotary table for grid {tuple(shape)} needs positive sizes and an even head_dim >= "
+                         f"{2 * rank}, got head_dim {head_dim}")
     cpu = torch.device("cpu")  # explicit, so that building a model on the meta device still gets a real table
-    freqs = 1.0 / (base ** (torch.arange(0, half, 2, device=cpu)[: half // 2].float() / half))
-    t = torch.arange(grid_size, dtype=torch.float32, device=cpu)
-    f = torch.outer(t, freqs)
-    grid = torch.cat([f[:, None, :].expand(-1, grid_size, -1), f[None, :, :].expand(grid_size, -1, -1)], dim=-1)
-    table = torch.stack([torch.cos(grid), torch.sin(grid)], dim=-1).flatten(0, 1)
-    return torch.cat([torch.zeros(num_prefix, half, 2, device=cpu), table])
+    counts = [pairs - (rank - 1) * (pairs // rank)] + [pairs // rank] * (rank - 1)
+    coords = torch.cartesian_prod(*(torch.arange(n, dtype=torch.float32, device=cpu) for n in shape))
+    coords = coords.reshape(-1, rank)
+    angles = []
+    for axis, k in enumerate(counts):
+        sub = 2 * k
+        freqs = 1.0 / (base ** (torch.arange(0, sub, 2, device=cpu)[:k].float() / sub))
+        angles.append(torch.outer(coords[:, axis], freqs))
+    grid = torch.cat(angles, dim=-1)
+    table = torch.stack([torch.cos(grid), torch.sin(grid)], dim=-1)
+    return torch.cat([torch.zeros(num_prefix, pairs, 2, device=cpu), table])
 
 
 def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
