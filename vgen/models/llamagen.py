@@ -103,11 +103,14 @@ class Attention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.resid_dropout_p)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
-                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
+                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         """Without ``slot`` or ``rows``: causal attention over the cached keys (``cache.length`` of them) and the
         new ones. With ``slot`` (LongTensor [1], one new token): static shapes, see
         :meth:`LlamaGenGPT.decode_step`. With ``rows`` (slots [B, t] per row and their maximum + 1): each row
-        writes at its own positions, see :meth:`LlamaGenGPT.decode_rows`."""
+        writes at its own positions, see :meth:`LlamaGenGPT.decode_rows`. ``mask`` (bool, True = attend,
+        broadcasting to [B, heads, t, keys]) replaces the causal pattern of any of these modes, for backbones
+        whose tokens do not see exactly their raster prefix (NAR's proximity mask)."""
         b, t, _ = x.shape
         nq, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
         qkv = self.wqkv(x)
@@ -116,23 +119,27 @@ class Attention(nn.Module):
         q, k = qk.split([nq, nkv], dim=1)
         v = qkv[..., (nq + nkv) * hd:].view(b, t, nkv, hd).transpose(1, 2)
         if cache is None:
-            mask, causal = None, True
+            default, causal = None, True
         elif rows is not None:
             slots, end = rows
             k, v = cache.write_rows(layer, k, v, slots, end)
             # each row's query i sees its keys up to its own slot; stale keys of other rows' lengths are masked
-            mask = (torch.arange(end, device=x.device)[None, None, :] <= slots[:, :, None])[:, None]
+            default = (torch.arange(end, device=x.device)[None, None, :] <= slots[:, :, None])[:, None]
             causal = False
         elif slot is not None:
             k, v = cache.write(layer, k, v, slot)
-            mask = (torch.arange(cache.max_len, device=x.device) <= slot)[None]  # [1, max_len]: slots 0..slot
+            default = (torch.arange(cache.max_len, device=x.device) <= slot)[None]  # [1, max_len]: slots 0..slot
             causal = False
         else:
             start = cache.length
             k, v = cache.append(layer, k, v)
             # query i sits at position start + i and sees every key up to it; one query sees the whole cache
-            mask = None if t == 1 else (torch.arange(start + t, device=x.device)[None, :]
-                                        <= torch.arange(start, start + t, device=x.device)[:, None])
+            default = None if t == 1 else (torch.arange(start + t, device=x.device)[None, :]
+                                           <= torch.arange(start, start + t, device=x.device)[:, None])
+            causal = False
+        if mask is None:
+            mask = default
+        else:
             causal = False
         if nkv != nq:
             k = k.repeat_interleave(nq // nkv, dim=1)
@@ -155,8 +162,9 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
-                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), rope, cache, layer, slot, rows)
+                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, cache, layer, slot, rows, mask)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
