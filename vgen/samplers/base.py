@@ -214,9 +214,14 @@ def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -
     return _from_fields(cls, kwargs, f"sampler {cls.name!r}")
 
 
-def check_inputs(model: nn.Module, class_ids: torch.Tensor) -> None:
-    """Raise a ValueError unless ``model`` is in eval mode and ``class_ids`` is a 1-D integer tensor of valid
+def check_inputs(model: nn.Module, class_ids: torch.Tensor, token_order: str = "raster") -> None:
+    """Raise a ValueError unless ``model`` generates in ``token_order`` (its ``token_order`` attribute; models
+    without one, like LlamaGen's, are raster), is in eval mode, and ``class_ids`` is a 1-D integer tensor of valid
     (non-null) classes. Training mode would apply dropout and LlamaGen's class dropout while sampling."""
+    order = getattr(model, "token_order", "raster")
+    if order != token_order:
+        raise ValueError(f"{type(model).__name__} generates tokens in {order} order, but this sampler needs a "
+                         f"model with {token_order} order")
     if model.training:
         raise ValueError("the model is in training mode (dropout, class dropout); call model.eval() first")
     if class_ids.ndim != 1 or class_ids.dtype.is_floating_point or class_ids.dtype == torch.bool:
