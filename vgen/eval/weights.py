@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,9 +92,19 @@ def check_hash(spec: WeightsSpec, path: Path, verify: bool = True) -> tuple[str,
     return digest, False
 
 
+def is_torchscript(path: str | Path) -> bool:
+    """TorchScript archives are zip files holding a ``code/`` folder; state dicts saved by torch.save are not."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return any("/code/" in name for name in z.namelist())
+
+
 def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """Tensors of a ``.safetensors`` file or of a ``torch.save``-d state dict (loaded with ``weights_only=True``)."""
     path = Path(path)
+    if is_torchscript(path):
+        raise WeightsError(f"{path} is a TorchScript archive, not a state dict of the reference layout")
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
