@@ -50,3 +50,25 @@ def tiny_pipeline_dir(tmp_path_factory):
     info = PipelineInfo(name="tiny", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
     return ImagePipeline(gpt, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny")
 # ---- end apps ----------------------------------------------------------------------------------------------
+
+
+# ---- NAR: tiny next-neighbour models (image and video) with informative logits ------------------------------
+@pytest.fixture
+def tiny_nar_factory():
+    """``make(grid, seed=0, **config)``: an fp32 eval-mode NAR model whose weight matrices are N(0, 0.2) noise
+    (its output heads start at zero, which would make every distribution uniform)."""
+    from vgen.models.nar import NARConfig, NARTransformer
+
+    def make(grid: tuple[int, ...] = (3, 3), seed: int = 0, **overrides) -> NARTransformer:
+        config = {"vocab_size": 48, "dim": 32, "n_layer": 2, "n_head": 4, "multiple_of": 16, "num_classes": 5,
+                  **overrides}
+        torch.manual_seed(seed)
+        model = NARTransformer(NARConfig(grid=grid, **config))
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.ndim > 1:
+                    p.normal_(std=0.2)
+        return model.eval()
+
+    return make
+# ---- end NAR -----------------------------------------------------------------------------------------------

@@ -1,0 +1,266 @@
+"""NAR backbone against hand-written layouts and NAR's published rules (reference notes, section 1): the
+proximity mask on a 3x3 image and a 2x2x2 video written out cell by cell, the steps and their counts (including
+the paper's 31 passes for 16x16 and 34 for 4x16x16), the averaging of the dimension-oriented heads over the
+available predecessors, the depth each head reads, no leakage of a target into its own logits, and cached
+step-by-step decoding against the full forward under the proximity mask.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+
+from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.layers import apply_rope, rope_grid_table
+from vgen.models.nar import NARConfig, NARTransformer, NeighbourLayout
+
+
+def rows_of(text: str) -> torch.Tensor:
+    return torch.tensor([[c == "1" for c in line.split()] for line in text.strip().splitlines()])
+
+
+# slots: class, then raster positions; row = query, column = key
+MASK_3x3 = rows_of("""
+1 0 0 0 0 0 0 0 0 0
+1 1 0 0 0 0 0 0 0 0
+1 1 1 0 1 0 0 0 0 0
+1 1 1 1 1 1 0 1 0 0
+1 1 1 0 1 0 0 0 0 0
+1 1 1 1 1 1 0 1 0 0
+1 1 1 1 1 1 1 1 1 0
+1 1 1 1 1 1 0 1 0 0
+1 1 1 1 1 1 1 1 1 0
+1 1 1 1 1 1 1 1 1 1
+""")
+
+# raster p = 4t + 2h + w; distances 0 1 1 2 1 2 2 3
+MASK_2x2x2 = rows_of("""
+1 0 0 0 0 0 0 0 0
+1 1 0 0 0 0 0 0 0
+1 1 1 1 0 1 0 0 0
+1 1 1 1 0 1 0 0 0
+1 1 1 1 1 1 1 1 0
+1 1 1 1 0 1 0 0 0
+1 1 1 1 1 1 1 1 0
+1 1 1 1 1 1 1 1 0
+1 1 1 1 1 1 1 1 1
+""")
+
+
+def test_proximity_mask_of_a_3x3_image_cell_by_cell() -> None:
+    assert torch.equal(NeighbourLayout((3, 3)).mask, MASK_3x3)
+
+
+def test_proximity_mask_of_a_2x2x2_video_cell_by_cell() -> None:
+    assert torch.equal(NeighbourLayout((2, 2, 2)).mask, MASK_2x2x2)
+
+
+@pytest.mark.parametrize("grid", [(4, 6), (5, 2), (3, 2, 5)])
+def test_proximity_mask_follows_the_distance_rule(grid: tuple[int, ...]) -> None:
+    """Query i sees key j iff sum(coords j) <= sum(coords i); everyone sees the class, the class only itself."""
+    coords = list(itertools.product(*(range(n) for n in grid)))
+    n = len(coords)
+    expected = torch.zeros(1 + n, 1 + n, dtype=torch.bool)
+    expected[:, 0] = True
+    for i, j in itertools.product(range(n), repeat=2):
+        expected[1 + i, 1 + j] = sum(coords[j]) <= sum(coords[i])
+    assert torch.equal(NeighbourLayout(grid).mask, expected)
+
+
+def test_steps_of_small_grids_by_hand() -> None:
+    assert [s.tolist() for s in NeighbourLayout((3, 3)).steps] == [[0], [1, 3], [2, 4, 6], [5, 7], [8]]
+    assert [s.tolist() for s in NeighbourLayout((2, 2, 2)).steps] == [[0], [1, 2, 4], [3, 5, 6], [7]]
+    assert [s.tolist() for s in NeighbourLayout((2, 3)).steps] == [[0], [1, 3], [2, 4], [5]]
+
+
+@pytest.mark.parametrize(("grid", "steps"), [((3, 3), 5), ((2, 5), 6), ((1, 1), 1), ((1, 7), 7), ((16, 16), 31),
+                                             ((24, 24), 47), ((2, 2, 2), 4), ((4, 16, 16), 34), ((16, 8, 8), 30),
+                                             ((1, 1, 1), 1)])
+def test_step_count_is_h_plus_w_minus_1_or_t_plus_h_plus_w_minus_2(grid: tuple[int, ...], steps: int) -> None:
+    """16x16 -> 31 and 24x24 -> 47 passes, and 4x16x16 -> 34 for video, as in NAR's samplers."""
+    layout = NeighbourLayout(grid)
+    assert layout.num_steps == steps == len(layout.steps)
+
+
+@pytest.mark.parametrize("grid", [(3, 3), (4, 7), (7, 4), (1, 5), (3, 4, 5), (5, 1, 2)])
+def test_order_visits_every_position_exactly_once_by_distance(grid: tuple[int, ...]) -> None:
+    layout = NeighbourLayout(grid)
+    order = torch.cat(layout.steps)
+    assert sorted(order.tolist()) == list(range(len(order)))
+    coords = list(itertools.product(*(range(n) for n in grid)))
+    for s, positions in enumerate(layout.steps):
+        assert positions.tolist() == sorted(positions.tolist())  # raster order within a step
+        assert all(sum(coords[p]) == s for p in positions.tolist())
+
+
+def expected_combination(heads: list[torch.Tensor], grid: tuple[int, ...]) -> torch.Tensor:
+    """NAR's rule with explicit coordinates: target c takes the mean over axes a with c[a] > 0 of the head for
+    axis a (head index rank - 1 - a) at slot 1 + raster(c - e_a); the first token takes the mean of all heads
+    at the class slot."""
+    rank = len(grid)
+    coords = list(itertools.product(*(range(n) for n in grid)))
+    out = []
+    for c in coords:
+        if sum(c) == 0:
+            out.append(sum(h[:, 0] for h in heads) / rank)
+            continue
+        terms = []
+        for axis in range(rank):
+            if c[axis] > 0:
+                prev = list(c)
+                prev[axis] -= 1
+                terms.append(heads[rank - 1 - axis][:, 1 + coords.index(tuple(prev))])
+        out.append(sum(terms) / len(terms))
+    return torch.stack(out, dim=1)
+
+
+@pytest.mark.parametrize("grid", [(3, 3), (2, 4), (2, 2, 2), (2, 3, 2)])
+@torch.no_grad()
+def test_logits_average_the_heads_over_available_predecessors(tiny_nar_factory, grid: tuple[int, ...]) -> None:
+    model = tiny_nar_factory(grid)
+    tokens = torch.randint(0, model.vocab_size, (2, model.num_tokens), generator=torch.Generator().manual_seed(1))
+    classes = torch.tensor([1, 3])
+    heads = model.head_logits(classes, tokens)
+    assert len(heads) == len(grid)
+    logits = model(classes, tokens)
+    torch.testing.assert_close(logits, expected_combination(heads, grid), atol=1e-6, rtol=0)
+    if grid == (3, 3):  # a few cells spelled out: R = heads[0] (right), B = heads[1] (below)
+        r, b = heads
+        torch.testing.assert_close(logits[:, 0], (r[:, 0] + b[:, 0]) / 2)
+        torch.testing.assert_close(logits[:, 2], r[:, 2])  # (0,2) from (0,1)
+        torch.testing.assert_close(logits[:, 6], b[:, 4])  # (2,0) from (1,0)
+        torch.testing.assert_close(logits[:, 4], (r[:, 4] + b[:, 2]) / 2)  # (1,1) from (1,0) and (0,1)
+
+
+@torch.no_grad()
+def test_head_a_reads_the_hidden_state_after_n_layer_plus_a_blocks(tiny_nar_factory) -> None:
+    """Video: 2 + 2 blocks. Perturbing the last block moves only the time head; the one before it moves the
+    row head too; the right head depends on neither."""
+    model = tiny_nar_factory((2, 2, 3))
+    assert len(model.layers) == model.config.n_layer + 2
+    tokens = torch.randint(0, model.vocab_size, (2, model.num_tokens), generator=torch.Generator().manual_seed(2))
+    classes = torch.tensor([0, 4])
+    before = model.head_logits(classes, tokens)
+    changed = []
+    for block in (3, 2):
+        with torch.no_grad():
+            model.layers[block].feed_forward.w2.weight.add_(0.5)
+        after = model.head_logits(classes, tokens)
+        changed.append([not torch.allclose(x, y) for x, y in zip(before, after)])
+    assert changed == [[False, False, True], [False, True, True]]
+
+
+@pytest.mark.parametrize("grid", [(3, 3), (2, 2, 2)])
+@torch.no_grad()
+def test_no_target_reaches_its_own_logits(tiny_nar_factory, grid: tuple[int, ...]) -> None:
+    """The logits of step s do not change when every token at distance >= s changes; they do change with
+    the tokens of step s - 1."""
+    model = tiny_nar_factory(grid)
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, model.vocab_size, (2, model.num_tokens), generator=g)
+    classes = torch.tensor([2, 2])
+    base = model(classes, tokens)
+    distance = NeighbourLayout(grid).distance
+    for s in range(1, NeighbourLayout(grid).num_steps):
+        later = tokens.clone()
+        later[:, distance >= s] = torch.randint(0, model.vocab_size, (2, int((distance >= s).sum())), generator=g)
+        torch.testing.assert_close(model(classes, later)[:, distance == s], base[:, distance == s],
+                                   atol=1e-5, rtol=0)
+        earlier = tokens.clone()
+        earlier[:, distance == s - 1] = (earlier[:, distance == s - 1] + 1) % model.vocab_size
+        assert not torch.allclose(model(classes, earlier)[:, distance == s], base[:, distance == s], atol=1e-4)
+
+
+def decode_all(model: NARTransformer, classes: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits [B, N, V] from the prefill and one cached decode step per step, fed the given tokens."""
+    cache = model.new_cache(len(classes))
+    out = torch.full((len(classes), model.num_tokens, model.vocab_size), torch.nan)
+    steps = model.steps
+    out[:, steps[0]] = model.prefill(classes, cache)
+    for s in range(model.num_steps - 1):
+        out[:, steps[s + 1]] = model.decode(tokens[:, steps[s]], s, cache)
+    assert cache.length == 1 + model.num_tokens - len(steps[-1])
+    return out
+
+
+@pytest.mark.parametrize(("grid", "overrides"), [((3, 3), {}), ((2, 5), {}), ((4, 4), {"n_kv_head": 2}),
+                                                 ((2, 2, 2), {}), ((2, 3, 4), {"n_kv_head": 1}), ((1, 1), {})])
+@torch.no_grad()
+def test_cached_decoding_equals_the_full_forward(tiny_nar_factory, grid: tuple[int, ...], overrides: dict) -> None:
+    model = tiny_nar_factory(grid, **overrides)
+    tokens = torch.randint(0, model.vocab_size, (3, model.num_tokens), generator=torch.Generator().manual_seed(4))
+    classes = torch.tensor([0, 3, 5])  # 5 is the null class (CFG's unconditional row)
+    full = model(classes, tokens)
+    assert full.std() > 0.5  # informative logits, so that agreement means something
+    torch.testing.assert_close(decode_all(model, classes, tokens), full, atol=2e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_cache_holds_each_token_at_its_raster_slot_with_its_raster_rotation(tiny_nar_factory) -> None:
+    """Layer 0's cached key at slot 1 + p is the key of token p rotated for raster position p."""
+    grid = (3, 4)
+    model = tiny_nar_factory(grid)
+    tokens = torch.randint(0, model.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
+    cache = model.new_cache(1)
+    model.prefill(torch.tensor([1]), cache)
+    for s in range(model.num_steps - 1):
+        model.decode(tokens[:, model.steps[s]], s, cache)
+    layer = model.layers[0].attention
+    cfg = model.config
+    x = model.layers[0].attention_norm(model.tok_embeddings(tokens))
+    k = layer.wqkv(x)[..., cfg.dim:cfg.dim + cfg.kv_heads * cfg.head_dim].view(1, 12, cfg.kv_heads, cfg.head_dim)
+    k = apply_rope(k, rope_grid_table(grid, cfg.head_dim)[1:]).transpose(1, 2)
+    fed = torch.cat(model.steps[:-1])  # the last step is never fed back
+    torch.testing.assert_close(cache.keys[0][:, :, 1 + fed], k[:, :, fed], atol=1e-6, rtol=0)
+
+
+@torch.no_grad()
+def test_save_and_load_round_trip(tiny_nar_factory, tmp_path) -> None:
+    model = tiny_nar_factory((2, 3, 2))
+    save_pretrained(model, tmp_path / "nar")
+    meta = json.loads((tmp_path / "nar" / "config.json").read_text())
+    assert meta["class"] == "NARTransformer" and meta["config"]["grid"] == [2, 3, 2]
+    loaded = from_pretrained(tmp_path / "nar")
+    assert isinstance(loaded, NARTransformer) and loaded.config == model.config
+    tokens = torch.randint(0, model.vocab_size, (2, 12), generator=torch.Generator().manual_seed(6))
+    classes = torch.tensor([0, 1])
+    assert torch.equal(loaded(classes, tokens), model(classes, tokens))
+
+
+@pytest.mark.parametrize(("grid", "match"), [((16,), "grid must be"), ((2, 2, 2, 2), "grid must be"),
+                                             ((0, 4), "grid must be"), ((4, -1), "grid must be"),
+                                             ((4.0, 4), "grid must be"), ("16", "grid must be")])
+def test_config_rejects_grids_it_cannot_lay_out(grid, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        NARConfig(grid=grid, dim=32, n_head=4)
+
+
+def test_config_rejects_a_bad_head_split() -> None:
+    with pytest.raises(ValueError, match="heads of a size divisible by 4"):
+        NARConfig(grid=(4, 4), dim=48, n_head=8)
+    with pytest.raises(ValueError, match="n_layer must be >= 1"):
+        NARConfig(grid=(4, 4), dim=32, n_head=4, n_layer=0)
+
+
+@torch.no_grad()
+def test_bad_tokens_steps_and_caches_are_refused(tiny_nar_factory) -> None:
+    model = tiny_nar_factory((3, 3))
+    classes = torch.tensor([0])
+    with pytest.raises(ValueError, match=r"tokens must be \[batch, 9\] \(the whole 3 rows x 3 columns grid"):
+        model(classes, torch.zeros(1, 16, dtype=torch.long))
+    cache = model.new_cache(1)
+    model.prefill(classes, cache)
+    with pytest.raises(ValueError, match="prefill needs an empty cache"):
+        model.prefill(classes, cache)
+    with pytest.raises(ValueError, match="step 0 of the 3 rows x 3 columns grid has 1 tokens"):
+        model.decode(torch.zeros(1, 2, dtype=torch.long), 0, cache)
+    with pytest.raises(ValueError, match=r"step must be in 0\.\.3"):
+        model.decode(torch.zeros(1, 1, dtype=torch.long), 4, cache)
+    with pytest.raises(ValueError, match=r"decoding step 1 needs a cache holding the class and steps 0\.\.0 \(2 "):
+        model.decode(torch.zeros(1, 2, dtype=torch.long), 1, cache)
+    video = tiny_nar_factory((2, 2, 2))
+    with pytest.raises(ValueError, match="the whole 2 frames x 2 rows x 2 columns grid"):
+        video(classes, torch.zeros(1, 4, dtype=torch.long))

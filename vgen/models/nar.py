@@ -1,0 +1,310 @@
+"""NAR: a class-conditional neighbouring autoregressive transformer (He et al., arXiv 2503.10696) over an image
+grid H x W or a video grid T x H x W, built from LlamaGen's blocks.
+
+Order. Step ``s`` generates every token at Manhattan distance ``s`` from the first one (coordinates summing to
+``s``), in raster order within the step, as NAR's samplers do: ``H + W - 1`` steps for an image, ``T + H + W - 2``
+for a video. Step 0 is the prefill on the class position.
+
+Proximity mask. Token ``i`` sees token ``j`` iff ``d(j) <= d(i)``: every earlier step and the whole of its own
+step (NAR's ``setup_diagonal_mask``, bidirectional within a diagonal). Every token sees the class position, which
+sees only itself. No target leaks: a token at distance ``d`` only predicts neighbours at ``d + 1``.
+
+Dimension-oriented heads. Head ``a`` predicts the next token along axis ``rank - 1 - a`` (images: right, below;
+video: right, below, next frame) and reads the hidden state after ``n_layer + a`` blocks, each head with its own
+RMSNorm and output layer (NAR's R/B heads on images, R/D/B on video). The logits of a token are the mean over
+the heads whose predecessor exists (1 to ``rank`` of them); the first token takes the mean of every head at the
+class position.
+
+Sequence layout: slot 0 holds the class embedding and slot ``1 + p`` the token at raster position ``p``, which is
+where its keys and values are written in the KV cache whatever the step that produced it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from vgen.models.cache import KVCache
+from vgen.models.layers import RMSNorm, rope_grid_table
+from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
+
+AXIS_NAMES = {2: ("rows", "columns"), 3: ("frames", "rows", "columns")}
+
+
+@dataclass(frozen=True)
+class NARConfig:
+    """The token grid ((H, W) or (T, H, W)) and LlamaGen's ``ModelArgs``; the model has ``n_layer`` blocks plus
+    one more per extra head (``rank - 1``), as NAR stacks them."""
+
+    grid: tuple[int, ...] = (16, 16)
+    vocab_size: int = 16384
+    dim: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int | None = None
+    multiple_of: int = 256
+    ffn_dim_multiplier: float | None = None
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    num_classes: int = 1000
+    class_dropout_prob: float = 0.1
+    token_dropout_p: float = 0.1
+    attn_dropout_p: float = 0.0
+    resid_dropout_p: float = 0.1
+    ffn_dropout_p: float = 0.1
+
+    def __post_init__(self) -> None:
+        grid = self.grid
+        if isinstance(grid, list):  # from JSON
+            grid = tuple(grid)
+            object.__setattr__(self, "grid", grid)
+        if (not isinstance(grid, tuple) or len(grid) not in AXIS_NAMES
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in grid)):
+            raise ValueError(f"grid must be (rows, columns) or (frames, rows, columns) of positive integers, "
+                             f"got {self.grid!r}")
+        if self.n_layer < 1:
+            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
+        if self.dim % self.n_head or (self.dim // self.n_head) % 4:
+            raise ValueError(f"dim {self.dim} must split into {self.n_head} heads of a size divisible by 4")
+        self.block_config()  # LlamaGen's own checks (kv heads)
+
+    @property
+    def rank(self) -> int:
+        return len(self.grid)
+
+    @property
+    def num_tokens(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    def block_config(self) -> GPTConfig:
+        """The transformer-block settings (``block_size`` is unused by a block)."""
+        names = {f.name for f in fields(GPTConfig)} - {"block_size"}
+        return GPTConfig(**{k: v for k, v in asdict(self).items() if k in names}, block_size=1)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "grid": list(self.grid)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> NARConfig:
+        return cls(**d)
+
+
+class NeighbourLayout:
+    """Next-neighbour order on a raster grid: distances, steps, the proximity mask, and which input feeds which
+    head for each target. Pure bookkeeping, built once per model (index tensors on one device)."""
+
+    def __init__(self, grid: tuple[int, ...], device: torch.device | str = "cpu") -> None:
+        self.grid = tuple(grid)
+        rank = len(grid)
+        coords = torch.cartesian_prod(*(torch.arange(n, device=device) for n in grid)).reshape(-1, rank)
+        self.coords = coords  # [N, rank], raster order
+        self.distance = coords.sum(1)  # [N]
+        self.strides = [math.prod(grid[a + 1:]) for a in range(rank)]
+        self.num_steps = sum(grid) - rank + 1
+        self.steps = [torch.nonzero(self.distance == s).flatten() for s in range(self.num_steps)]
+        n = len(coords)
+        seen = torch.ones(1 + n, 1 + n, dtype=torch.bool, device=device)
+        seen[1:, 1:] = self.distance[None, :] <= self.distance[:, None]
+        seen[0, 1:] = False
+        self.mask = seen  # [1 + N, 1 + N] over slots: class, then raster positions
+        # slots fed at step s (the class at step 0, else step s - 1's tokens) and the keys they may see
+        self.inputs = [torch.zeros(1, dtype=torch.long, device=device)] + [1 + p for p in self.steps[:-1]]
+        self.links = [self.link(i, t) for i, t in zip(self.inputs, self.steps)]
+        self.key_ends = [int(torch.nonzero(seen[i].any(0)).max()) + 1 for i in self.inputs]
+        self.full_link = self.link(torch.arange(1 + n, device=device), torch.arange(n, device=device))
+        # slots cached before step s's tokens are fed: the class and steps 0..s-1
+        self.cached_before = [1 + sum(len(t) for t in self.steps[:s]) for s in range(self.num_steps)]
+
+    def link(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each head a and target, the row of ``inputs`` (slots) holding its predecessor and whether it exists:
+        ``src, valid`` [rank, len(targets)]. Head a's predecessor of position p is p minus one step along axis
+        ``rank - 1 - a``; the first position's predecessor is the class slot for every head."""
+        rank = len(self.grid)
+        row = torch.full((1 + len(self.coords),), -1, dtype=torch.long, device=inputs.device)
+        row[inputs] = torch.arange(len(inputs), device=inputs.device)
+        first = self.distance[targets] == 0
+        src, valid = [], []
+        for a in range(rank):
+            axis = rank - 1 - a
+            ok = (self.coords[targets, axis] > 0) | first
+            slot = torch.where(first, 0, 1 + targets - self.strides[axis])
+            src.append(torch.where(ok, row[slot.clamp(min=0)], 0))
+            valid.append(ok)
+        src, valid = torch.stack(src), torch.stack(valid)
+        if (src[valid] < 0).any():
+            raise ValueError("a predecessor of the targets is not among the inputs")
+        return src, valid
+
+    def to(self, device: torch.device) -> NeighbourLayout:
+        return NeighbourLayout(self.grid, device)
+
+
+def combine_heads(head_logits: list[torch.Tensor], src: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Logits [B, n_out, V] of the targets: per target the mean, over heads with a predecessor, of that head's
+    logits [B, n_in, V] at the predecessor's row (``src``, ``valid`` from :meth:`NeighbourLayout.link`)."""
+    total = None
+    for logits, s, ok in zip(head_logits, src, valid):
+        picked = logits[:, s] * ok[None, :, None]
+        total = picked if total is None else total + picked
+    return total / valid.sum(0)[None, :, None]
+
+
+class OutputHead(nn.Module):
+    """One dimension-oriented head: its own RMSNorm and output layer."""
+
+    def __init__(self, dim: int, vocab_size: int, eps: float) -> None:
+        super().__init__()
+        self.norm = RMSNorm(dim, eps)
+        self.output = nn.Linear(dim, vocab_size, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.output(self.norm(h)).float()
+
+
+class NARTransformer(nn.Module):
+    """Class-conditional NAR over ``config.grid``; tokens are always handled in raster order [B, N]."""
+
+    token_order: ClassVar[str] = "next-neighbour"
+
+    def __init__(self, config: NARConfig) -> None:
+        super().__init__()
+        self.config = config
+        block = config.block_config()
+        self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.tok_dropout = nn.Dropout(config.token_dropout_p)
+        self.layers = nn.ModuleList(TransformerBlock(block) for _ in range(config.n_layer + config.rank - 1))
+        self.heads = nn.ModuleList(OutputHead(config.dim, config.vocab_size, config.norm_eps)
+                                   for _ in range(config.rank))
+        # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
+        self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base)
+        self.layout = NeighbourLayout(config.grid)
+        self.apply(self._init_weights)
+        for head in self.heads:
+            nn.init.zeros_(head.output.weight)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear | nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    # -- token layout ------------------------------------------------------------------------------------------
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return self.config.grid
+
+    @property
+    def num_tokens(self) -> int:
+        return self.config.num_tokens
+
+    @property
+    def num_steps(self) -> int:
+        """Forward passes to generate a grid: ``H + W - 1`` (image) or ``T + H + W - 2`` (video)."""
+        return self.layout.num_steps
+
+    @property
+    def steps(self) -> list[torch.Tensor]:
+        """Raster positions generated at each step (ascending), on the model's device."""
+        return self._layout().steps
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
+        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
+        return torch.full_like(class_ids, self.config.num_classes)
+
+    def _layout(self) -> NeighbourLayout:
+        device = self.tok_embeddings.weight.device
+        if self.layout.mask.device != device:
+            self.layout = self.layout.to(device)
+        if self.rope.device != device:
+            self.rope = self.rope.to(device)
+        return self.layout
+
+    # -- forward passes ----------------------------------------------------------------------------------------
+    def _heads(self, h: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor, cache: KVCache | None,
+               slots: torch.Tensor | None = None, key_end: int = 0) -> list[torch.Tensor]:
+        """Run every block; head a reads the hidden state after ``n_layer + a`` blocks."""
+        if self.training:
+            h = self.tok_dropout(h)
+        rows = None if cache is None else (slots[None].expand(h.shape[0], -1), key_end)
+        outputs = []
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, cache, i, rows=rows, mask=mask)
+            if i >= self.config.n_layer - 1:
+                outputs.append(self.heads[len(outputs)](h))
+        if cache is not None:
+            cache.advance(h.shape[1])
+        return outputs
+
+    def head_logits(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Teacher-forced pass under the proximity mask: each head's logits [B, 1 + N, V] over the slots."""
+        n = self.num_tokens
+        if tokens.ndim != 2 or tokens.shape[1] != n:
+            raise ValueError(f"tokens must be [batch, {n}] (the whole {self._grid_text()} grid in raster order), "
+                             f"got shape {tuple(tokens.shape)}")
+        layout = self._layout()
+        h = torch.cat([self.cls_embedding(class_ids), self.tok_embeddings(tokens)], dim=1)
+        return self._heads(h, self.rope, layout.mask, None)
+
+    def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [B, N, V] in raster order: row p predicts token p from every token nearer the origin (training
+        and the reference for cached decoding). ``tokens`` is the whole grid, unshifted."""
+        return combine_heads(self.head_logits(class_ids, tokens), *self._layout().full_link)
+
+    def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None) -> KVCache:
+        """An empty cache with a slot for the class and for every raster position."""
+        p = self.tok_embeddings.weight
+        return KVCache(len(self.layers), batch_size, self.config.kv_heads, 1 + self.num_tokens,
+                       self.config.head_dim, dtype or p.dtype, device or p.device)
+
+    def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run the class position into an empty cache; logits [B, 1, V] of step 0 (the first token)."""
+        if cache.length != 0:
+            raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
+        return self._step(self.cls_embedding(class_ids), 0, cache)
+
+    def decode(self, tokens: torch.Tensor, step: int, cache: KVCache) -> torch.Tensor:
+        """Feed the tokens [B, n] generated at ``step`` (raster order within the step) and return the logits
+        [B, n', V] of step ``step + 1``; their keys and values go to the cache at their raster slots."""
+        layout = self._layout()
+        if not 0 <= step < self.num_steps - 1:
+            raise ValueError(f"step must be in 0..{self.num_steps - 2} (the last of {self.num_steps} steps feeds "
+                             f"nothing), got {step}")
+        count = len(layout.steps[step])
+        if tokens.ndim != 2 or tokens.shape[1] != count:
+            raise ValueError(f"step {step} of the {self._grid_text()} grid has {count} tokens, got tokens of shape "
+                             f"{tuple(tokens.shape)}")
+        held = layout.cached_before[step]
+        if cache.length != held:
+            raise ValueError(f"decoding step {step} needs a cache holding the class and steps 0..{step - 1} "
+                             f"({held} positions), this one holds {cache.length}")
+        return self._step(self.tok_embeddings(tokens), step + 1, cache)
+
+    def _step(self, h: torch.Tensor, target_step: int, cache: KVCache) -> torch.Tensor:
+        layout = self._layout()
+        slots, end = layout.inputs[target_step], layout.key_ends[target_step]
+        heads = self._heads(h, self.rope[slots], layout.mask[slots, :end], cache, slots, end)
+        return combine_heads(heads, *layout.links[target_step])
+
+    def _grid_text(self) -> str:
+        return " x ".join(f"{n} {name}" for n, name in zip(self.grid, AXIS_NAMES[self.config.rank]))
