@@ -39,7 +39,7 @@ from vgen.samplers.base import (
     check_inputs,
     register_sampler,
 )
-from vgen.samplers.logits import apply_cfg, build_processors, sample_logits
+from vgen.samplers.logits import draw, target_probs
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -123,12 +123,11 @@ class ARSampler(Sampler):
                 return logits
         else:
             step = functools.partial(compiled_step(mode), model)
-        processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             logits = model.prefill(cond, cache)
             for t in range(n):
-                sampled = sample_logits(processors(apply_cfg(logits, params, t)), params.greedy, generator)[0]
+                sampled = draw(target_probs(logits, params, t), params.greedy, generator)
                 tokens[:, t] = sampled
                 bar.update()
                 if t + 1 < n:

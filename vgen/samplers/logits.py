@@ -2,9 +2,10 @@
 
 The numerics are LlamaGen's ``sample()``: guided logits ``uncond + scale * (cond - uncond)``, divided by the
 temperature, top-k (keep values >= the k-th largest, so ties survive), top-p (HF nucleus: keep the smallest
-sorted prefix whose mass reaches ``top_p``, the first token always), softmax, one multinomial draw. Everything
-works on logits of any leading shape [..., V], so a speculative sampler processes a draft window [B, k, V] at
-once.
+sorted prefix whose mass reaches ``top_p``, the first token always; ties in the order of the vocabulary),
+softmax, one multinomial draw. Everything works on logits of any leading shape [..., V], so a speculative sampler
+processes a draft window [B, k, V] at once. :func:`target_probs` is the whole chain as one op (a fused Triton
+kernel on CUDA, ``vgen.kernels``), which every sampler calls.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from vgen.kernels.dispatch import kernel_op
 from vgen.samplers.base import SamplingParams
 
 
@@ -52,7 +54,8 @@ class TopK(LogitsProcessor):
 
 
 class TopP(LogitsProcessor):
-    """Nucleus filtering: drop a token once the mass ranked above it exceeds ``top_p``; 1.0 is off."""
+    """Nucleus filtering: drop a token once the mass ranked above it exceeds ``top_p``; 1.0 is off. Equal logits
+    rank in vocabulary order (a stable sort), so ties at the boundary are cut the same way on every device."""
 
     def __init__(self, top_p: float) -> None:
         if not 0 < top_p <= 1:
@@ -62,7 +65,7 @@ class TopP(LogitsProcessor):
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         if self.top_p == 1:
             return logits
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
         mass = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
         drop_sorted = torch.zeros_like(mass, dtype=torch.bool)
         drop_sorted[..., 1:] = mass[..., :-1] > self.top_p
@@ -117,15 +120,40 @@ def sample_probs(probs: torch.Tensor, generator: torch.Generator | None = None) 
     return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
 
 
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` [..., V] (not necessarily normalised) for given uniform draws [...] in
+    [0, 1): the first token whose running mass exceeds ``uniforms`` times the total, summed in float64. The draws
+    are explicit so that a kernel handed the same numbers picks the same tokens."""
+    cdf = probs.double().cumsum(-1)
+    index = (cdf <= uniforms.double()[..., None] * cdf[..., -1:]).sum(-1)
+    last = torch.where(probs > 0, torch.arange(probs.shape[-1], device=probs.device), 0).amax(-1)
+    return torch.minimum(index, last)  # a draw rounding up to the total takes the last possible token
+
+
+def to_probs(logits: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+    """The distribution [..., V] of processed logits: ``softmax``, or under greedy decoding the one-hot argmax
+    (the limit of temperature -> 0)."""
+    if greedy:
+        return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+    return logits.softmax(dim=-1)
+
+
+def draw(probs: torch.Tensor, greedy: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Tokens [...] from distributions [..., V]: the argmax under greedy decoding (drawing nothing from
+    ``generator``), else one multinomial draw per row."""
+    return probs.argmax(dim=-1) if greedy else sample_probs(probs, generator)
+
+
 def sample_logits(logits: torch.Tensor, greedy: bool = False,
                   generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens [...] and their distribution [..., V] from processed logits [..., V].
+    """Tokens [...] and their distribution [..., V] from processed logits [..., V] (:func:`to_probs`, :func:`draw`)."""
+    probs = to_probs(logits, greedy)
+    return draw(probs, greedy, generator), probs
 
-    Sampling draws from ``softmax(logits)``; greedy takes the argmax (drawing nothing from ``generator``) and
-    returns its one-hot distribution, the limit of temperature -> 0.
-    """
-    if greedy:
-        tokens = logits.argmax(dim=-1)
-        return tokens, torch.nn.functional.one_hot(tokens, logits.shape[-1]).to(logits.dtype)
-    probs = logits.softmax(dim=-1)
-    return sample_probs(probs, generator), probs
+
+@kernel_op("probs", "vgen.kernels.probs:target_probs")
+def target_probs(logits: torch.Tensor, params: SamplingParams, token_index: int | torch.Tensor) -> torch.Tensor:
+    """The target distribution [B, ..., V] from the model's logits [R, ..., V] (R = 2B, [cond; null], under
+    guidance) predicting image tokens ``token_index`` (as in :func:`apply_cfg`): CFG merge, temperature, top-k,
+    top-p and softmax (the one-hot argmax when greedy), for every position of a window at once."""
+    return to_probs(build_processors(params)(apply_cfg(logits, params, token_index)), params.greedy)

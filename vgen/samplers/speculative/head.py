@@ -14,7 +14,7 @@ from torch import nn
 
 from vgen.models.cache import KVCache
 from vgen.models.draft_head import DraftHead
-from vgen.samplers.logits import apply_cfg, build_processors, sample_logits
+from vgen.samplers.logits import draw, target_probs
 from vgen.samplers.speculative.drafters import DraftContext, Drafter, Verification, register_drafter
 
 
@@ -26,7 +26,6 @@ class HeadDrafter(Drafter):
         super().__init__()
         head.check_target(target)
         self.head, self.target, self.params = head, target, context.params
-        self.processors = build_processors(context.params)
         self.guided = context.params.guided
         self.cache: KVCache | None = None  # made at the first observe, for the run's batch
         self.features: torch.Tensor | None = None  # [R, dim]: the predicted feature for each row's next token
@@ -51,8 +50,8 @@ class HeadDrafter(Drafter):
         drafts, probs = [], []
         features = self.features
         for i in range(count):
-            logits = apply_cfg(self.target.output(features).float(), self.params, pos + i)
-            draft, q = sample_logits(self.processors(logits), self.params.greedy, generator)
+            q = target_probs(self.target.output(features).float(), self.params, pos + i)
+            draft = draw(q, self.params.greedy, generator)
             drafts.append(draft)
             probs.append(q)
             if i + 1 < count:

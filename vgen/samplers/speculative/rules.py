@@ -5,9 +5,12 @@ top-k, top-p) next-token distribution the target model gives at that position; t
 the drafter's distribution ``q`` [V] (a one-hot vector for a deterministic draft). The rule gives the
 probability of **accepting** ``x``; at the first rejection in a window, the verify loop draws a **recovered**
 token from the rule's ``residual`` distribution and stops. Every rule works on tensors of any leading shape
-[...] so a whole batch of windows is judged at once; left-to-right order is the verify loop's business.
+[...] so a whole batch of windows is judged at once.
 
-Each rule lives in its own small module and registers here with :func:`register_rule`.
+The verify loop calls two ops over a batch of windows, each a torch reference here and a fused Triton kernel
+on CUDA (``vgen.kernels``): :func:`accept_drafts` (acceptance probabilities, the left-to-right test against given
+uniform draws, the accepted length) and :func:`recover` (the residual at the first rejection and the recovered
+token). Each rule lives in its own small module and registers here with :func:`register_rule`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from vgen.kernels.dispatch import kernel_op
+from vgen.samplers.logits import inverse_cdf
+
 # a drafted token always has q(x) > 0; the clamp only keeps 0/0 out of rows the loop masks anyway
 _TINY = 1e-30
 
@@ -26,6 +32,11 @@ _TINY = 1e-30
 def gather_last(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``values[..., index]`` per leading position: values [..., V], index [...] -> [...]."""
     return values.gather(-1, index[..., None])[..., 0]
+
+
+def pick_rows(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """``x[b, at[b]]`` for x [B, L, ...]."""
+    return x[torch.arange(x.shape[0], device=x.device), at]
 
 
 def normalized_residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -74,3 +85,29 @@ def build_rule(name: str, options: object, model: nn.Module, tokenizer: nn.Modul
     if name not in _RULES:
         raise ValueError(f"unknown acceptance rule {name!r}; available: {', '.join(available_rules())}")
     return _RULES[name](options, model, tokenizer)
+
+
+@kernel_op("accept", "vgen.kernels.accept:accept_drafts")
+def accept_drafts(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                  proposals: torch.Tensor, uniforms: torch.Tensor,
+                  valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-to-right verification of windows of J drafts: ``p``, ``q`` [B, J, V]; ``drafts``, ``proposals``,
+    ``uniforms`` (draws in [0, 1)) and ``valid`` (bool: inside the image) [B, J].
+
+    Draft j is kept when ``uniforms < rule.accept_probs`` and it is valid. Returns the accepted length [B] (the
+    leading kept drafts, which is also the position of the first rejection when below J) and the acceptance
+    probabilities [B, J].
+    """
+    chance = rule.accept_probs(p, q, drafts, proposals)
+    keep = (uniforms < chance) & valid
+    return keep.long().cumprod(dim=1).sum(dim=1), chance
+
+
+@kernel_op("residual", "vgen.kernels.residual:recover")
+def recover(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
+            at: torch.Tensor, uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recovered token [B] at window position ``at[b]`` and the residual distribution [B, V] it comes from
+    (``p`` [B, L, V], ``q`` [B, J, V], ``drafts`` [B, J], ``proposals`` [B, L], L >= J > ``at``): its argmax when
+    ``uniforms`` is None (greedy), else :func:`inverse_cdf` at ``uniforms`` [B]."""
+    residual = rule.residual(pick_rows(p, at), pick_rows(q, at), pick_rows(drafts, at), pick_rows(proposals, at))
+    return (residual.argmax(-1) if uniforms is None else inverse_cdf(residual, uniforms)), residual

@@ -7,12 +7,15 @@ One pass of the loop, for every row b of the batch at once (L = window length, `
    batch as [cond; null]; the logits are CFG-merged and processed (temperature, top-k, top-p) into ``p``;
 3. the acceptance rule gives each draft's acceptance probability; drafts are **accepted** left to right until
    the first rejection (a uniform draw above the probability);
-4. at the rejection a **recovered** token is drawn from the rule's residual; if every draft was accepted, the
-   last position's distribution gives a free **bonus** token. Each pass thus yields 1 .. L tokens per row;
+4. at the rejection a **recovered** token is drawn from the rule's residual (by inverse CDF at a uniform draw);
+   if every draft was accepted, the last position's distribution gives a free **bonus** token. Each pass thus
+   yields 1 .. L tokens per row;
 5. the row's cache is "cropped" by moving its length to the accepted prefix: the next window overwrites the
    rejected slots.
 
-Rows advance independently (their own accepted lengths); a finished row idles until the batch is done.
+Rows advance independently (their own accepted lengths); a finished row idles until the batch is done. Steps 2-4
+are three ops (``target_probs``, ``accept_drafts``, ``recover``), fused Triton kernels on CUDA (``vgen.kernels``);
+every random number comes from the run's generator through torch, so both sides draw the same tokens.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from vgen.samplers.base import (
     check_inputs,
     register_sampler,
 )
-from vgen.samplers.logits import apply_cfg, build_processors, sample_logits, sample_probs
+from vgen.samplers.logits import draw, target_probs
 from vgen.samplers.speculative.drafters import (
     DRAFT_COUPLINGS,
     DRAFT_INITS,
@@ -44,17 +47,12 @@ from vgen.samplers.speculative.drafters import (
     build_drafter,
 )
 from vgen.samplers.speculative.lantern import LANTERN_MODES
-from vgen.samplers.speculative.rules import available_rules, build_rule
+from vgen.samplers.speculative.rules import accept_drafts, available_rules, build_rule, recover
 
 
 def _write(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> None:
     """``buffer[b, index[b, i]] = values[b, i]`` where ``mask[b, i]``, in place."""
     buffer.scatter_(1, index, torch.where(mask, values, buffer.gather(1, index)))
-
-
-def _row_pick(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """``x[b, at[b]]`` for x [B, L, ...]."""
-    return x[torch.arange(x.shape[0], device=x.device), at]
 
 
 @register_sampler
@@ -129,14 +127,14 @@ class Speculative(Sampler):
         length = min(self.window, max(n - 1, 1))
         double = (lambda x: torch.cat([x, x])) if guided else (lambda x: x)
         cache = model.new_cache(2 * batch if guided else batch, extra=length)
-        processors = build_processors(params)
 
         tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
         steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
         cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
         out = model.prefill(cond, cache, return_hidden=drafter.needs_hidden)
         logits, hidden = out if drafter.needs_hidden else (out, None)
-        first, p = sample_logits(processors(apply_cfg(logits, params, 0)), params.greedy, generator)
+        p = target_probs(logits, params, 0)
+        first = draw(p, params.greedy, generator)
         tokens[:, 0] = first
         steps[:, 0] = passes = 1
         zero = torch.zeros(batch, dtype=torch.long, device=device)
@@ -154,19 +152,18 @@ class Speculative(Sampler):
                 logits, hidden = out if drafter.needs_hidden else (out, None)
                 passes += 1
                 index = pos[:, None] + offsets  # the image token each window position predicts
-                proposals, p = sample_logits(processors(apply_cfg(logits, params, index)), params.greedy, generator)
+                p = target_probs(logits, params, index)
+                proposals = draw(p, params.greedy, generator)
                 # left to right: drafts kept until the first rejection (or the end of the image)
-                chance = rule.accept_probs(p[:, :-1], q, drafts, proposals[:, :-1])
-                keep = (torch.rand(chance.shape, generator=generator, device=device) < chance) & (index[:, :-1] < n)
-                accepted = keep.long().cumprod(dim=1).sum(dim=1)
+                uniforms = torch.rand(drafts.shape, generator=generator, device=device)
+                accepted = accept_drafts(rule, p[:, :-1], q, drafts, proposals[:, :-1], uniforms, index[:, :-1] < n)[0]
                 nxt = pos + accepted  # the recovered or bonus token's index
                 emits = nxt < n
                 token = proposals[:, -1]  # bonus: every draft accepted
                 if length > 1:
                     at = accepted.clamp(max=length - 2)
-                    residual = rule.residual(_row_pick(p, at), _row_pick(q, at), _row_pick(drafts, at),
-                                             _row_pick(proposals, at))
-                    recovered = residual.argmax(-1) if params.greedy else sample_probs(residual, generator)
+                    uniforms = None if params.greedy else torch.rand(batch, generator=generator, device=device)
+                    recovered = recover(rule, p, q, drafts, proposals, at, uniforms)[0]
                     token = torch.where(accepted < length - 1, recovered, token)
                 # commit: accepted drafts, then the recovered/bonus token, with the pass that produced them
                 kept = offsets[None, :-1] < accepted[:, None]

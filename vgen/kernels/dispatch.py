@@ -1,0 +1,139 @@
+"""Which implementation an op runs: its Triton kernel or its torch reference.
+
+Every op is its torch reference decorated with :func:`kernel_op`, so the reference is the one copy of the logic
+that CPU runs and tests compare the kernel against. In ``auto`` mode (the default) an op runs its Triton kernel
+only when
+
+- its first tensor argument is on a CUDA device,
+- ``triton`` imports, and
+- the op is not disabled by ``VGEN_DISABLE_TRITON`` (``1`` or ``all`` disables every op; otherwise a comma list
+  of op names, e.g. ``probs,accept``),
+
+and the kernel supports the call (a launcher returns ``NotImplemented`` for, say, an acceptance rule it does not
+know); the reference runs otherwise. :func:`use_backend` forces one side: ``"torch"``, or ``"triton"`` (tests
+and benchmarks; on CPU tensors the kernels must have been imported by :func:`load_interpreted`, since
+``@triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is defined). A forced Triton call that the kernel does
+not support raises instead of quietly running the reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import torch
+
+BACKENDS = ("auto", "torch", "triton")
+KERNEL_MODULES = ("vgen.kernels.probs", "vgen.kernels.accept", "vgen.kernels.residual")
+
+_BACKEND: ContextVar[str] = ContextVar("vgen_kernel_backend", default="auto")
+_INTERPRETED = False  # set by load_interpreted
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Whether ``import triton`` works here."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def disabled(op: str) -> bool:
+    """Whether ``VGEN_DISABLE_TRITON`` switches ``op``'s kernel off (read at every call)."""
+    value = os.environ.get("VGEN_DISABLE_TRITON", "").strip()
+    return value in ("1", "all") or op in {name.strip() for name in value.split(",")}
+
+
+@contextmanager
+def use_backend(backend: str) -> Iterator[None]:
+    """Within the block, ops run ``backend``: ``"auto"``, ``"torch"`` or ``"triton"`` (forced)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    token = _BACKEND.set(backend)
+    try:
+        yield
+    finally:
+        _BACKEND.reset(token)
+
+
+def choose(op: str, device: torch.device) -> str:
+    """``"triton"`` or ``"torch"`` for a call of ``op`` on tensors on ``device`` under the current backend."""
+    backend = _BACKEND.get()
+    if backend == "torch":
+        return "torch"
+    if backend == "triton":
+        if not triton_available():
+            raise RuntimeError(f"backend 'triton' was forced for op {op!r}, but triton does not import; "
+                               f"install the extra: pip install -e \".[triton]\"")
+        if device.type != "cuda" and not interpreted():
+            raise RuntimeError(f"backend 'triton' was forced for op {op!r} on {device.type} tensors, which needs "
+                               f"Triton's interpreter: call vgen.kernels.load_interpreted() before using the ops")
+        return "triton"
+    return "triton" if device.type == "cuda" and triton_available() and not disabled(op) else "torch"
+
+
+def interpreted() -> bool:
+    """Whether the kernels run in Triton's interpreter (:func:`load_interpreted`, or ``TRITON_INTERPRET=1``)."""
+    return _INTERPRETED or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def load_interpreted() -> None:
+    """Import the kernel modules with ``TRITON_INTERPRET=1``, so that forced Triton calls run on CPU tensors in
+    Triton's interpreter (slow: for tests and correctness checks). Call it before any kernel module is imported."""
+    global _INTERPRETED
+    if _INTERPRETED:
+        return
+    loaded = [name for name in KERNEL_MODULES if name in sys.modules]
+    if loaded:
+        raise RuntimeError(f"kernel modules {loaded} are already imported; call load_interpreted() first")
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        for name in KERNEL_MODULES:
+            importlib.import_module(name)
+        _INTERPRETED = True
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def _device(args: tuple, kwargs: dict) -> torch.device:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device
+    raise TypeError("a kernel op needs at least one tensor argument")
+
+
+def kernel_op(name: str, launcher: str) -> Callable[[F], F]:
+    """Decorate a torch reference into op ``name`` whose Triton side is ``launcher`` (``"module:function"``, same
+    signature, imported on first use). The reference stays reachable as ``op.reference``."""
+    module_name, _, function_name = launcher.partition(":")
+
+    def wrap(reference: F) -> F:
+        @functools.wraps(reference)
+        def op(*args: Any, **kwargs: Any) -> Any:
+            if choose(name, _device(args, kwargs)) == "triton":
+                out = getattr(importlib.import_module(module_name), function_name)(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+                if _BACKEND.get() == "triton":
+                    raise NotImplementedError(f"backend 'triton' was forced, but op {name!r} has no kernel for "
+                                              f"these arguments")
+            return reference(*args, **kwargs)
+
+        op.reference = reference
+        op.op_name = name
+        return op
+
+    return wrap
