@@ -23,6 +23,7 @@ from vgen.samplers.logits import (
     sample_logits,
     sample_probs,
 )
+from vgen.samplers.nar import NARSampler
 from vgen.samplers.speculative import GSD, MCSJD, SJD, Lantern, Speculative
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "MCSJD",
     "SJD",
     "Lantern",
+    "NARSampler",
     "Speculative",
     "LogitsProcessor",
     "LogitsProcessorList",

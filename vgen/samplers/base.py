@@ -156,6 +156,8 @@ class Sampler(ABC):
     """A sampling algorithm as a small, validated, JSON-round-tripping config object."""
 
     name: ClassVar[str]
+    # the generation order of the models it samples (a model's ``token_order`` attribute; see check_inputs)
+    token_order: ClassVar[str] = "raster"
 
     @abstractmethod
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
@@ -194,8 +196,10 @@ def register_sampler(cls: type[S]) -> type[S]:
     return cls
 
 
-def available_samplers() -> list[str]:
-    return sorted(_REGISTRY)
+def available_samplers(token_order: str | None = None) -> list[str]:
+    """Registered sampler names; with ``token_order``, only those for models of that order (e.g. a model's
+    ``getattr(model, "token_order", "raster")``)."""
+    return sorted(n for n, cls in _REGISTRY.items() if token_order in (None, cls.token_order))
 
 
 def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -> Sampler:

@@ -1,0 +1,147 @@
+"""NARSampler against a naive loop with no cache: step s reruns the full forward under the proximity mask on
+the grid drawn so far (undrawn cells hold a placeholder, which the mask hides), takes the logits of every cell at
+distance s, guides, processes and draws them in one multinomial call, as the sampler contract says. The tokens
+must agree exactly, so the cache, the step bookkeeping, CFG batching and the interval are all checked; the stats
+must count the forward passes the model really ran (H + W - 1, T + H + W - 2).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from vgen.samplers import ARSampler, NARSampler, SamplingParams, available_samplers, build_processors, get_sampler
+from vgen.samplers.speculative import SJD
+
+CLASSES = torch.tensor([0, 4, 2])
+
+
+def distances(grid: tuple[int, ...]) -> torch.Tensor:
+    return torch.tensor([sum(c) for c in itertools.product(*(range(n) for n in grid))])
+
+
+def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    guided = params.cfg_scale > 1.0
+    cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
+    dist = distances(model.grid)
+    seq = torch.full((len(class_ids), model.num_tokens), 7)  # placeholder for cells not drawn yet
+    drawn = 0
+    with torch.no_grad():
+        for s in range(int(dist.max()) + 1):
+            cells = dist == s
+            logits = model(cond, torch.cat([seq, seq]) if guided else seq)[:, cells]
+            if guided:
+                c, u = logits.chunk(2)
+                # guided while the index of the step's first token is <= cfg_interval + 1 (as AR's token index)
+                on = params.cfg_interval < 0 or drawn <= params.cfg_interval + 1
+                logits = u + (c - u) * params.cfg_scale if on else c
+            logits = build_processors(params)(logits)
+            if params.temperature == 0:
+                tokens = logits.argmax(-1)
+            else:
+                probs = logits.softmax(-1)
+                tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+                tokens = tokens.view(len(class_ids), -1)
+            seq[:, cells] = tokens
+            drawn += int(cells.sum())
+    return seq
+
+
+def run(model, params: SamplingParams, seed: int = 0, classes: torch.Tensor = CLASSES):
+    return NARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(seed))
+
+
+PARAMS = {
+    "greedy": SamplingParams(temperature=0.0),
+    "greedy-cfg": SamplingParams(temperature=0.0, cfg_scale=4.0),
+    "sampled": SamplingParams(),
+    "sampled-cfg": SamplingParams(cfg_scale=4.0),
+    "filtered-cfg": SamplingParams(temperature=0.8, top_k=20, top_p=0.9, cfg_scale=2.5),
+    "interval": SamplingParams(temperature=1.2, cfg_scale=3.0, cfg_interval=2),
+}
+
+
+@pytest.mark.parametrize("grid", [(3, 3), (2, 4), (2, 2, 2)])
+@pytest.mark.parametrize("name", list(PARAMS))
+def test_tokens_equal_the_uncached_full_forward_loop(tiny_nar_factory, grid: tuple[int, ...], name: str) -> None:
+    model = tiny_nar_factory(grid)
+    params = PARAMS[name]
+    out = run(model, params, seed=11)
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=11))
+
+
+def test_the_interval_switches_guidance_off_for_later_steps(tiny_nar_factory) -> None:
+    """Guidance on everywhere, off after the first steps, and off everywhere but the prefill differ."""
+    model = tiny_nar_factory((3, 3))
+    base = dict(temperature=0.0, cfg_scale=8.0)
+    outs = [run(model, SamplingParams(**base, cfg_interval=k)).tokens for k in (-1, 2, 0)]
+    assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
+
+
+@pytest.mark.parametrize(("grid", "passes"), [((3, 3), 5), ((2, 5), 6), ((4, 4), 7), ((2, 2, 2), 4),
+                                              ((2, 3, 4), 7)])
+def test_forward_passes_are_counted_from_the_model_calls(tiny_nar_factory, grid: tuple[int, ...], passes: int,
+                                                         monkeypatch) -> None:
+    model = tiny_nar_factory(grid)
+    calls = []
+    for method in ("prefill", "decode"):
+        real = getattr(model, method)
+        monkeypatch.setattr(model, method, lambda *a, _real=real, _m=method, **k: calls.append(_m) or _real(*a, **k))
+    out = run(model, SamplingParams(cfg_scale=2.0))
+    assert len(calls) == out.stats.forward_passes == passes
+    assert calls[0] == "prefill" and calls.count("prefill") == 1
+    n = model.num_tokens
+    assert out.stats.tokens == len(CLASSES) * n and out.stats.batch_size == len(CLASSES)
+    assert out.stats.tokens_per_forward == pytest.approx(n / passes)
+    assert out.stats.wall_time_s > 0 and out.stats.details == {"grid": list(grid)}
+    # the pass that produced each cell: its distance from the origin + 1
+    assert torch.equal(out.stats.accept_step, (distances(grid) + 1).repeat(len(CLASSES), 1))
+    assert out.tokens.shape == (len(CLASSES), n) and out.tokens.min() >= 0 and out.tokens.max() < model.vocab_size
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens(tiny_nar_factory) -> None:
+    model = tiny_nar_factory((4, 4))
+    params = SamplingParams(cfg_scale=2.0, top_k=30)
+    a, b, c = run(model, params, seed=5), run(model, params, seed=5), run(model, params, seed=6)
+    assert torch.equal(a.tokens, b.tokens)
+    assert not torch.equal(a.tokens, c.tokens)
+    assert len({tuple(r) for r in a.tokens.tolist()}) == len(CLASSES)  # batch rows are not copies
+
+
+def test_registered_and_round_trips() -> None:
+    sampler = get_sampler("nar")
+    assert isinstance(sampler, NARSampler)
+    assert get_sampler(sampler.to_dict()) == sampler and sampler.to_dict() == {"name": "nar"}
+    assert available_samplers("next-neighbour") == ["nar"]
+    assert "nar" in available_samplers() and "nar" not in available_samplers("raster")
+
+
+def test_nar_sampler_refuses_a_raster_model(tiny_gpt) -> None:
+    with pytest.raises(ValueError, match="LlamaGenGPT generates tokens in raster order, but this sampler needs a "
+                                         "model with next-neighbour order"):
+        NARSampler().sample(tiny_gpt, torch.tensor([0]), SamplingParams())
+
+
+@pytest.mark.parametrize("sampler", [ARSampler(), SJD()])
+def test_raster_samplers_refuse_a_nar_model(tiny_nar_factory, sampler) -> None:
+    with pytest.raises(ValueError, match="NARTransformer generates tokens in next-neighbour order, but this sampler "
+                                         "needs a model with raster order"):
+        sampler.sample(tiny_nar_factory((3, 3)), torch.tensor([0]), SamplingParams())
+
+
+@pytest.mark.parametrize(("class_ids", "match"), [(torch.tensor([0, 5]), "class id 5 is out of range for a model with "
+                                                                         r"5 classes \(valid: 0\.\.4\)"),
+                                                  (torch.tensor([-1]), "class id -1 is out of range"),
+                                                  (torch.tensor([[0]]), "class_ids must be a 1-D integer tensor"),
+                                                  (torch.tensor([0.0]), "class_ids must be a 1-D integer tensor")])
+def test_bad_class_ids_are_refused(tiny_nar_factory, class_ids: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        NARSampler().sample(tiny_nar_factory((2, 2)), class_ids, SamplingParams())
+
+
+def test_a_model_in_training_mode_is_refused(tiny_nar_factory) -> None:
+    with pytest.raises(ValueError, match="training mode"):
+        NARSampler().sample(tiny_nar_factory((2, 2)).train(), torch.tensor([0]), SamplingParams())
