@@ -50,6 +50,24 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample", help="generate images and save them as a grid",
                        description="Generate class-conditional images. With no arguments: a grid of every class "
                                    "from the embedded default model.")
+    add_model_args(p)
+    gen = add_sampler_args(p)
+    gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
+                     help="class to generate (repeatable; default: every class in turn)")
+    gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids cycle)")
+    gen.add_argument("--seed", type=int, default=0)
+    out = p.add_argument_group("output")
+    out.add_argument("--out", default="samples.png", help="image grid to write (default: samples.png)")
+    out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
+    out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
+    out.add_argument("--acceptance-map", default=None,
+                     help="write each image beside the map of the forward pass that produced each token")
+    add_device_args(out)
+    p.set_defaults(func=run_sample)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """--model, or LlamaGen checkpoints and their architecture (read by :func:`load_pipeline`)."""
     src = p.add_argument_group("model (an embedded default / pipeline folder, or LlamaGen checkpoints)")
     src.add_argument("--model", default=None, help="embedded model name or pipeline folder (default: shapes-c2i)")
     src.add_argument("--gpt-ckpt", help="LlamaGen GPT checkpoint (.pt)")
@@ -60,17 +78,24 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--codebook-size", type=int, default=16384)
     src.add_argument("--codebook-embed-dim", type=int, default=8)
     src.add_argument("--num-classes", type=int, default=1000)
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The settings every sampler shares (unset = the model's recommended value); read by
+    :func:`sampling_overrides`."""
     gen = p.add_argument_group("generation")
-    gen.add_argument("--sampler", default="ar", help="sampler name (see `vgen samplers`)")
-    gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
-                     help="class to generate (repeatable; default: every class in turn)")
-    gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids cycle)")
-    gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--cfg-scale", type=float, default=None)
     gen.add_argument("--cfg-interval", type=int, default=None)
     gen.add_argument("--top-k", type=int, default=None)
     gen.add_argument("--top-p", type=float, default=None)
     gen.add_argument("--temperature", type=float, default=None)
+    return gen
+
+
+def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """--sampler and its settings (read by :func:`sampler_options`) on top of :func:`add_sampling_args`."""
+    gen = add_sampling_args(p)
+    gen.add_argument("--sampler", default="ar", help="sampler name (see `vgen samplers`)")
     gen.add_argument("--compile", action="store_true", help="torch.compile the decode step (slow first call)")
     spec = p.add_argument_group("speculative samplers (sjd, lantern, gsd, speculative); unset = the preset's value")
     spec.add_argument("--drafter", default=None, help="jacobi, head or auto")
@@ -85,16 +110,13 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     spec.add_argument("--gsd-rank-window", type=int, default=None, help="candidates within +-this many ranks")
     spec.add_argument("--gsd-p-threshold", type=float, default=None)
     spec.add_argument("--gsd-dist-threshold", type=float, default=None)
-    out = p.add_argument_group("output")
-    out.add_argument("--out", default="samples.png", help="image grid to write (default: samples.png)")
-    out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
-    out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
-    out.add_argument("--acceptance-map", default=None,
-                     help="write each image beside the map of the forward pass that produced each token")
-    out.add_argument("--device", default="cpu")
-    out.add_argument("--dtype", default="fp32", help="backbone dtype: fp32, bf16 or fp16")
-    out.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run_sample)
+    return gen
+
+
+def add_device_args(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--device", default="cpu")
+    group.add_argument("--dtype", default="fp32", help="backbone dtype: fp32, bf16 or fp16")
+    group.add_argument("--no-progress", action="store_true")
 
 
 def load_pipeline(args: argparse.Namespace):
@@ -118,6 +140,19 @@ def load_pipeline(args: argparse.Namespace):
 
 SPECULATIVE_OPTIONS = ("drafter", "accept", "window", "draft_init", "draft_coupling", "lantern_k", "lantern_delta",
                        "lantern_mode", "gsd_rank_window", "gsd_p_threshold", "gsd_dist_threshold")
+SAMPLING_OPTIONS = ("cfg_scale", "cfg_interval", "temperature", "top_k", "top_p")
+
+
+def sampler_options(args: argparse.Namespace) -> dict:
+    """The sampler fields set on the command line (:func:`add_sampler_args`)."""
+    options = {"compile": True} if args.compile else {}
+    options.update({name: getattr(args, name) for name in SPECULATIVE_OPTIONS if getattr(args, name) is not None})
+    return options
+
+
+def sampling_overrides(args: argparse.Namespace) -> dict:
+    """The shared sampling settings set on the command line (:func:`add_sampling_args`)."""
+    return {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
 
 
 def run_sample(args: argparse.Namespace) -> None:
@@ -130,8 +165,7 @@ def run_sample(args: argparse.Namespace) -> None:
     check_writable(args.acceptance_map, IMAGE_SUFFIXES)
     if args.cols is not None and args.cols < 1:
         raise UsageError(f"--cols must be >= 1, got {args.cols}")
-    options = {"compile": True} if args.compile else {}
-    options.update({name: getattr(args, name) for name in SPECULATIVE_OPTIONS if getattr(args, name) is not None})
+    options = sampler_options(args)
     get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
     pipe = load_pipeline(args)
     start = time.perf_counter()
@@ -358,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_quality_parser(sub)
     add_app_parser(sub)
     add_eval_parser(sub)
+    add_sample_many_parser(sub)
     sub.add_parser("models", help="list the embedded models").set_defaults(func=list_models)
     sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
     return parser
@@ -365,6 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     from vgen.apps.eval_cli import add_eval_parser as add
+
+    add(sub)
+
+
+def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
+    from vgen.apps.sample_many_cli import add_sample_many_parser as add
 
     add(sub)
 

@@ -1,0 +1,119 @@
+"""``vgen sample-many``: two gloo processes under torchrun pack the same .npz as one process, resume after lost
+files or a stop, and the label options hold in the packed file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from vgen.apps.cli import main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def sample_many(*args):
+    return [sys.executable, "-m", "vgen", "sample-many", *map(str, args), "--no-progress"]
+
+
+def torchrun(nproc, *args):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "vgen",
+            "sample-many", *map(str, args), "--no-progress"]
+
+
+def check(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def packed(path):
+    with np.load(path) as f:
+        return f["arr_0"], f["arr_1"]
+
+
+@pytest.mark.slow
+def test_two_processes_pack_the_same_npz_as_one_and_resume_lost_files(tiny_pipeline_dir, tmp_path):
+    common = ["--model", tiny_pipeline_dir, "--num-samples", 13, "--batch-size", 3, "--seed", 4, "--sampler", "sjd"]
+    assert "drew 15 images in this run on 1 process" in check(sample_many(*common, "--out", tmp_path / "one"))
+    out = check(torchrun(2, *common, "--out", tmp_path / "two"))
+    assert "wrote 13 samples" in out and "drew 15 images in this run on 2 processes, kept 0" in out
+    one, two = packed(tmp_path / "one.npz"), packed(tmp_path / "two.npz")
+    assert one[0].shape == (13, 16, 16, 3)
+    assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
+    for i in (1, 4, 7, 14):  # in batches 0, 1, 2 and 4 of 5 (ranks 0, 1, 0, 0); batch 3 stays whole
+        (tmp_path / "two" / f"{i:06d}.png").unlink()
+    (tmp_path / "two.npz").unlink()
+    assert "drew 12 images in this run on 2 processes, kept 3" in check(torchrun(2, *common, "--out", tmp_path / "two"))
+    resumed = packed(tmp_path / "two.npz")
+    assert np.array_equal(one[0], resumed[0]) and np.array_equal(one[1], resumed[1])
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumes_to_the_same_npz(tiny_pipeline_dir, tmp_path):
+    common = ["--model", tiny_pipeline_dir, "--num-samples", 200, "--batch-size", 2]
+    proc = subprocess.Popen(torchrun(2, *common, "--out", tmp_path / "run"), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list((tmp_path / "run").glob("*.png"))) < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # as a scheduler preempting the job: torchrun stops its workers
+    proc.wait(timeout=60)
+    names = {p.name for p in (tmp_path / "run").glob("*.png")}
+    time.sleep(1)
+    assert names == {p.name for p in (tmp_path / "run").glob("*.png")}  # nothing is still running
+    assert 10 <= len(names) < 200 and not (tmp_path / "run.npz").exists()  # it was stopped part way
+    whole = sum({f"{2 * k:06d}.png", f"{2 * k + 1:06d}.png"} <= names for k in range(100))
+    assert f"drew {200 - 2 * whole} images in this run on 2 processes, kept {2 * whole}" in check(
+        torchrun(2, *common, "--out", tmp_path / "run"))
+    check(sample_many(*common, "--out", tmp_path / "ref"))
+    for a, b in zip(packed(tmp_path / "run.npz"), packed(tmp_path / "ref.npz")):
+        assert np.array_equal(a, b)
+
+
+def run(args, capsys):
+    code = main(["sample-many", *map(str, args), "--no-progress"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_balanced_labels_and_class_restriction_hold_in_the_npz(tiny_pipeline_dir, tmp_path, capsys):
+    code, out, _ = run(["--model", tiny_pipeline_dir, "--num-samples", 10, "--batch-size", 4, "--balanced",
+                        "--out", tmp_path / "bal"], capsys)
+    assert code == 0 and "wrote 10 samples" in out
+    assert Counter(packed(tmp_path / "bal.npz")[1].tolist()) == {0: 4, 1: 3, 2: 3}
+    code, _, _ = run(["--model", tiny_pipeline_dir, "--num-samples", 12, "--class-id", 2, "--class-id", 0,
+                      "--out", tmp_path / "two-classes", "--npz", tmp_path / "x.npz"], capsys)
+    labels = packed(tmp_path / "x.npz")[1]
+    assert code == 0 and set(labels.tolist()) == {0, 2} and len(labels) == 12
+    code, _, _ = run(["--model", tiny_pipeline_dir, "--num-samples", 6, "--class-id", 1, "--class-id", 2,
+                      "--balanced", "--out", tmp_path / "bal2"], capsys)
+    assert code == 0 and packed(tmp_path / "bal2.npz")[1].tolist() == [1, 2, 1, 2, 1, 2]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-samples", "0"], "--num-samples must be >= 1"),
+    (["--class-id", "3"], "class id 3 is out of range"),
+    (["--batch-size", "0"], "batch size must be >= 1"),
+    (["--seed", "-1"], "seed must be in"),
+    (["--sampler", "nope"], "unknown sampler 'nope'"),
+    (["--npz", "x.txt"], "unsupported file type .txt"),
+])
+def test_bad_input_gets_one_specific_line_and_exit_2(tiny_pipeline_dir, tmp_path, args, message, capsys):
+    full = ["--model", tiny_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "run", *args]
+    code, _, err = run(full, capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_out_must_be_a_folder_in_an_existing_directory(tiny_pipeline_dir, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    for out, message in ((tmp_path / "file", "exists and is not a folder"),
+                         (tmp_path / "no" / "run", "does not exist")):
+        code, _, err = run(["--model", tiny_pipeline_dir, "--num-samples", 2, "--out", out], capsys)
+        assert code == 2 and message in err

@@ -1,0 +1,175 @@
+"""Many samples: which seed and label each index gets, that a run is exactly the pipeline's batches, and that
+interrupted, damaged or extended runs resume to the same packed file (the multi-process runs are in
+tests/apps/test_sample_many_cli.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from vgen.eval.sample_many import MANIFEST, SamplePlan, pack_npz, sample_many, weights_fingerprint
+from vgen.pipelines import load
+from vgen.samplers import SamplingParams, get_sampler
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_pipeline_dir):
+    return load(tiny_pipeline_dir)
+
+
+def run(pipe, out, n, plan, sampler="ar", **params):
+    params = SamplingParams(**{**pipe.info.defaults, **params})
+    return sample_many(pipe, out, n, plan, get_sampler(sampler), params, progress=False)
+
+
+def packed(path):
+    with np.load(path) as f:
+        return f["arr_0"], f["arr_1"]
+
+
+def test_labels_are_a_pure_function_of_the_index_and_seed():
+    plan = SamplePlan(3, 4, (0, 1, 2))
+    labels = plan.labels(range(40))
+    assert labels == [plan.labels([i])[0] for i in range(40)]
+    assert labels == SamplePlan(3, 7, (0, 1, 2)).labels(range(40))  # the batch size does not enter
+    assert labels != SamplePlan(4, 4, (0, 1, 2)).labels(range(40))
+
+
+def test_balanced_labels_count_every_class_equally_in_every_prefix():
+    plan = SamplePlan(0, 4, (2, 5, 7), balanced=True)
+    for n in range(1, 31):
+        counts = Counter(plan.labels(range(n)))
+        assert set(counts) <= {2, 5, 7}
+        assert max(counts.values()) - min(counts[c] for c in (2, 5, 7)) <= 1
+    assert Counter(plan.labels(range(30))) == {2: 10, 5: 10, 7: 10}
+
+
+def test_uniform_labels_are_uniform_over_the_given_classes_only():
+    counts = Counter(SamplePlan(1, 4, (1, 4, 6)).labels(range(6000)))
+    assert set(counts) == {1, 4, 6}
+    sigma = (6000 * (1 / 3) * (2 / 3)) ** 0.5
+    assert all(abs(c - 2000) < 5 * sigma for c in counts.values())
+
+
+def test_batch_seeds_are_distinct_across_global_seeds_and_batches():
+    seeds = [SamplePlan(s, 8, (0,)).batch_seed(k) for s in range(4) for k in range(1000)]
+    assert len(set(seeds)) == len(seeds)
+    assert SamplePlan(2, 8, (0,)).batch_seed(5) == 2 * 2**32 + 5
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(seed=-1, batch_size=4, class_ids=(0,)), "seed must be in"),
+    (dict(seed=2**31, batch_size=4, class_ids=(0,)), "seed must be in"),
+    (dict(seed=0, batch_size=0, class_ids=(0,)), "batch size must be >= 1"),
+    (dict(seed=0, batch_size=4, class_ids=()), "no class ids"),
+])
+def test_bad_plans_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplePlan(**kwargs)
+
+
+def test_a_run_is_the_pipelines_batches_with_their_seeds_and_labels(pipe, tmp_path):
+    plan = SamplePlan(5, 3, (0, 1, 2))
+    result = run(pipe, tmp_path / "run", 7, plan)
+    assert result.npz == tmp_path / "run.npz" and (result.generated, result.reused) == (9, 0)
+    images, labels = packed(result.npz)
+    assert images.shape == (7, 16, 16, 3) and images.dtype == np.uint8
+    assert labels.dtype == np.int64 and labels.tolist() == plan.labels(range(7))
+    for k in range(3):
+        idx = plan.batch_indices(k)
+        expected = pipe(plan.labels(idx), seed=plan.batch_seed(k)).images
+        for i, image in zip(idx, expected):
+            assert (tmp_path / "run" / f"{i:06d}.png").is_file()  # whole batches: 9 PNGs for 7 samples
+            if i < 7:
+                assert np.array_equal(images[i], np.asarray(image))
+    assert len({im.tobytes() for im in images}) == 7
+
+
+class Interrupting:
+    """The pipeline, interrupted (Ctrl-C) on its ``after + 1``-th call."""
+
+    def __init__(self, pipe, after):
+        self.pipe, self.after, self.calls = pipe, after, 0
+
+    def __getattr__(self, name):
+        return getattr(self.pipe, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls > self.after:
+            raise KeyboardInterrupt
+        return self.pipe(*args, **kwargs)
+
+
+def test_an_interrupted_or_damaged_run_resumes_to_the_same_npz(pipe, tmp_path):
+    plan = SamplePlan(0, 2, (0, 1, 2))
+    reference = packed(run(pipe, tmp_path / "ref", 9, plan, sampler="sjd").npz)
+    with pytest.raises(KeyboardInterrupt):
+        sample_many(Interrupting(pipe, 2), tmp_path / "run", 9, plan, get_sampler("sjd"),
+                    SamplingParams(**pipe.info.defaults), progress=False)
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.png")) == [f"{i:06d}.png" for i in range(4)]
+    assert not (tmp_path / "run.npz").exists()
+    result = run(pipe, tmp_path / "run", 9, plan, sampler="sjd")
+    assert (result.generated, result.reused) == (6, 4)
+    for a, b in zip(packed(result.npz), reference):
+        assert np.array_equal(a, b)
+    (tmp_path / "run" / "000005.png").unlink()
+    result = run(pipe, tmp_path / "run", 9, plan, sampler="sjd")
+    assert (result.generated, result.reused) == (2, 8)
+    for a, b in zip(packed(result.npz), reference):
+        assert np.array_equal(a, b)
+
+
+def test_a_larger_count_extends_a_finished_run(pipe, tmp_path):
+    plan = SamplePlan(0, 4, (0, 1, 2), balanced=True)
+    small = packed(run(pipe, tmp_path / "run", 6, plan).npz)
+    result = run(pipe, tmp_path / "run", 11, plan)
+    assert (result.generated, result.reused) == (4, 8)
+    big = packed(result.npz)
+    assert np.array_equal(big[0][:6], small[0]) and np.array_equal(big[1][:6], small[1])
+    assert np.array_equal(big[0], packed(run(pipe, tmp_path / "fresh", 11, plan).npz)[0])
+
+
+def test_a_folder_made_with_other_settings_is_refused(pipe, tmp_path):
+    plan = SamplePlan(0, 2, (0, 1, 2))
+    run(pipe, tmp_path / "run", 2, plan)
+    with pytest.raises(ValueError, match=r"other settings \(plan: .*\"seed\": 0.* -> .*\"seed\": 1"):
+        run(pipe, tmp_path / "run", 2, SamplePlan(1, 2, (0, 1, 2)))
+    with pytest.raises(ValueError, match=r"other settings \(sampling: .*\"cfg_scale\": 2.0.* -> .*3.0"):
+        run(pipe, tmp_path / "run", 2, plan, cfg_scale=3.0)
+    with pytest.raises(ValueError, match=r"other settings \(sampler: "):
+        run(pipe, tmp_path / "run", 2, plan, sampler="sjd")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "run" / "000000.png").rename(tmp_path / "foreign" / "000000.png")
+    with pytest.raises(ValueError, match=f"no {MANIFEST}: not a vgen sample-many folder"):
+        run(pipe, tmp_path / "foreign", 2, plan)
+    (tmp_path / "run" / MANIFEST).write_text("{")
+    with pytest.raises(ValueError, match="unreadable"):
+        run(pipe, tmp_path / "run", 2, plan)
+
+
+def test_packing_names_missing_samples(pipe, tmp_path):
+    plan = SamplePlan(0, 2, (0, 1, 2))
+    run(pipe, tmp_path / "run", 4, plan)
+    (tmp_path / "run" / "000002.png").unlink()
+    with pytest.raises(ValueError, match="1 of the first 4 samples are missing .* 000002.png"):
+        pack_npz(tmp_path / "run", tmp_path / "x.npz", 4, plan)
+
+
+def test_the_manifest_fingerprints_the_weights(tiny_pipeline_dir):
+    a, b = load(tiny_pipeline_dir), load(tiny_pipeline_dir)
+    assert weights_fingerprint(a) == weights_fingerprint(b)
+    with torch.no_grad():
+        b.tokenizer.post_quant_conv.weight[0, 0, 0, 0] += 1e-3
+    assert weights_fingerprint(a) != weights_fingerprint(b)
+
+
+def test_out_of_range_classes_and_counts_are_refused(pipe, tmp_path):
+    with pytest.raises(ValueError, match="class id 5 is out of range"):
+        run(pipe, tmp_path / "run", 2, SamplePlan(0, 2, (0, 5)))
+    with pytest.raises(ValueError, match="number of samples must be >= 1"):
+        run(pipe, tmp_path / "run", 0, SamplePlan(0, 2, (0,)))
+    assert not (tmp_path / "run").exists()  # refused before anything was written
