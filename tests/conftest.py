@@ -72,3 +72,21 @@ def tiny_nar_factory():
 
     return make
 # ---- end NAR -----------------------------------------------------------------------------------------------
+
+
+# ---- eval: the tiny pipeline as a model of the shapes domain (records its vgen.data set) ---------------------
+@pytest.fixture(scope="session")
+def tiny_shapes_pipeline_dir(tiny_pipeline_dir, tmp_path_factory):
+    """``tiny_pipeline_dir`` whose pipeline.json names the first three shapes classes and records 16-px smooth
+    shapes data, so ``vgen bench`` renders real images and judges class accuracy for it."""
+    import json
+    import shutil
+
+    from vgen.data.shapes import CLASS_NAMES
+
+    path = shutil.copytree(tiny_pipeline_dir, tmp_path_factory.mktemp("pipe") / "tiny-shapes")
+    info = json.loads((path / "pipeline.json").read_text())
+    info.update(class_names=list(CLASS_NAMES[:3]), data={"image_size": 16, "background": "smooth"})
+    (path / "pipeline.json").write_text(json.dumps(info))
+    return path
+# ---- end eval ----------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""Acceptance maps: one colour per forward pass (dark early, bright late), white borders between passes."""
+"""Acceptance maps: one colour per forward pass (dark early, bright late), white borders between passes; scatter
+plots: round ticks, and each marker where its data coordinates say."""
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from vgen.visualize import acceptance_figure, acceptance_map, colormap
+from vgen.visualize import PALETTE, PlotAxes, acceptance_figure, acceptance_map, colormap, nice_ticks, scatter_plot
 
 
 def test_colormap_runs_from_dark_purple_to_yellow() -> None:
@@ -33,3 +34,33 @@ def test_figure_puts_each_image_beside_its_map() -> None:
     with pytest.raises(ValueError, match="3 images but acceptance data for 2"):
         acceptance_figure(images, steps[:2], (4, 4))
     assert acceptance_figure(images, steps, (4, 4), cols=1).size == (2 * 128, 3 * 128 + 2 * 8)  # enlarged
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    (0.0, 1.0, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+    (0.93, 4.07, [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]),
+    (14.298, 14.322, [14.3, 14.305, 14.31, 14.315, 14.32]),
+    (-3.0, 12.0, [-2.5, 0.0, 2.5, 5.0, 7.5, 10.0]),
+])
+def test_ticks_are_round_numbers_inside_the_range(lo, hi, expected):
+    assert nice_ticks(lo, hi) == pytest.approx(expected)
+
+
+def test_each_marker_lands_where_its_coordinates_say():
+    points = [("ar", 1.0, 10.0), ("fast", 3.0, 20.0), ("mid", 2.0, 12.0)]
+    image = scatter_plot(points, "speed", "FID", "title", size=(400, 300))
+    axes = PlotAxes.fit([1.0, 3.0, 2.0], [10.0, 20.0, 12.0], (400, 300))
+    assert image.size == (400, 300) and axes.xlim == pytest.approx((0.8, 3.2)) and axes.ylim == pytest.approx((9, 21))
+    left, top, right, bottom = axes.box
+    assert axes.pixel(0.8, 9) == (left, bottom) and axes.pixel(3.2, 21) == (right, top)
+    for i, (_, x, y) in enumerate(points):
+        assert image.getpixel(axes.pixel(x, y)) == PALETTE[i]
+    assert image.getpixel((left, (top + bottom) // 2)) == (0, 0, 0)  # the frame
+
+
+def test_a_single_point_gets_a_range_and_no_points_is_an_error():
+    image = scatter_plot([("only", 2.0, 5.0)], "x", "y")
+    axes = PlotAxes.fit([2.0], [5.0], image.size)
+    assert image.getpixel(axes.pixel(2.0, 5.0)) == PALETTE[0]
+    with pytest.raises(ValueError, match="no points to plot"):
+        scatter_plot([], "x", "y")

@@ -1,4 +1,4 @@
-"""Pictures of how a sampler worked: the acceptance map of speculative decoding.
+"""Pictures of how samplers worked: the acceptance map of speculative decoding, and speed-quality scatter plots.
 
 For each image, a map of its token grid in which every token is coloured by the target forward pass that
 produced it (early passes dark blue, late ones yellow), with borders between tokens produced by different
@@ -8,11 +8,13 @@ speculative sampler gives long runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 # a few anchors of the viridis colour map, interpolated linearly
 _ANCHORS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float64)
@@ -59,3 +61,92 @@ def acceptance_figure(images: Sequence[Image.Image], accept_step: torch.Tensor, 
         out.paste(image.resize((size, size), Image.NEAREST), (x, y))
         out.paste(acceptance_map(accept_step[i], grid, size, last), (x + size, y))
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Labelled scatter plots (speed against quality in ``vgen bench``), drawn with PIL: matplotlib is not a dependency.
+
+PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
+MARGINS = (72, 36, 20, 52)  # left, top, right, bottom
+
+
+def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
+    """Round ticks in [lo, hi], 1, 2, 2.5 or 5 times a power of ten apart, as close to ``target`` of them as that
+    allows."""
+    magnitude = 10 ** math.floor(math.log10((hi - lo) / max(target, 1)))
+    step = min((m * magnitude for m in (1, 2, 2.5, 5, 10)), key=lambda d: abs((hi - lo) / d - target))
+    first = math.ceil(lo / step - 1e-9)
+    return [round(i * step, 12) for i in range(first, math.floor(hi / step + 1e-9) + 1)]
+
+
+def _limits(values: Sequence[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    pad = 0.1 * (hi - lo) if hi > lo else 0.1 * max(abs(hi), 1.0)
+    return lo - pad, hi + pad
+
+
+@dataclass(frozen=True)
+class PlotAxes:
+    """Where data coordinates land in a plot image: the plotting box (left, top, right, bottom) and the limits."""
+
+    box: tuple[int, int, int, int]
+    xlim: tuple[float, float]
+    ylim: tuple[float, float]
+
+    @classmethod
+    def fit(cls, xs: Sequence[float], ys: Sequence[float], size: tuple[int, int]) -> PlotAxes:
+        left, top, right, bottom = MARGINS
+        return cls((left, top, size[0] - right, size[1] - bottom), _limits(xs), _limits(ys))
+
+    def pixel(self, x: float, y: float) -> tuple[int, int]:
+        left, top, right, bottom = self.box
+        fx = (x - self.xlim[0]) / (self.xlim[1] - self.xlim[0])
+        fy = (y - self.ylim[0]) / (self.ylim[1] - self.ylim[0])
+        return round(left + fx * (right - left)), round(bottom - fy * (bottom - top))
+
+
+def scatter_plot(points: Sequence[tuple[str, float, float]], xlabel: str, ylabel: str, title: str = "",
+                 size: tuple[int, int] = (520, 400)) -> Image.Image:
+    """One coloured, labelled marker per ``(label, x, y)`` on axes with round ticks and a light grid (labels that
+    would overlap are moved down)."""
+    if not points:
+        raise ValueError("no points to plot")
+    axes = PlotAxes.fit([p[1] for p in points], [p[2] for p in points], size)
+    image = Image.new("RGB", size, (255, 255, 255))
+    draw = ImageDraw.Draw(image)
+    font, small = ImageFont.load_default(size=14), ImageFont.load_default(size=12)
+    left, top, right, bottom = axes.box
+    for v in nice_ticks(*axes.xlim):
+        x = axes.pixel(v, axes.ylim[0])[0]
+        draw.line([(x, top), (x, bottom)], fill=(230, 230, 230))
+        draw.line([(x, bottom), (x, bottom + 4)], fill=(0, 0, 0))
+        draw.text((x, bottom + 6), f"{v:g}", fill=(0, 0, 0), font=small, anchor="mt")
+    for v in nice_ticks(*axes.ylim):
+        y = axes.pixel(axes.xlim[0], v)[1]
+        draw.line([(left, y), (right, y)], fill=(230, 230, 230))
+        draw.line([(left - 4, y), (left, y)], fill=(0, 0, 0))
+        draw.text((left - 6, y), f"{v:g}", fill=(0, 0, 0), font=small, anchor="rm")
+    draw.rectangle(axes.box, outline=(0, 0, 0))
+    draw.text(((left + right) // 2, size[1] - 4), xlabel, fill=(0, 0, 0), font=font, anchor="md")
+    draw.text(((left + right) // 2, top // 2), title, fill=(0, 0, 0), font=font, anchor="mm")
+    label = Image.new("RGB", (bottom - top, 20), (255, 255, 255))
+    ImageDraw.Draw(label).text(((bottom - top) // 2, 10), ylabel, fill=(0, 0, 0), font=font, anchor="mm")
+    image.paste(label.rotate(90, expand=True), (2, top))
+    taken: list[tuple[int, int, int, int]] = []
+    order = sorted(range(len(points)), key=lambda i: axes.pixel(*points[i][1:])[1])
+    for i in order:
+        name, x, y = points[i]
+        px, py = axes.pixel(x, y)
+        colour = PALETTE[i % len(PALETTE)]
+        draw.ellipse([px - 5, py - 5, px + 5, py + 5], fill=colour, outline=(0, 0, 0))
+        anchor, ax, ay = "lm", px + 8, py
+        if draw.textbbox((ax, ay), name, font=small, anchor=anchor)[2] > right:  # no room: label left of the marker
+            anchor, ax = "rm", px - 8
+        box = draw.textbbox((ax, ay), name, font=small, anchor=anchor)
+        while any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in taken):
+            ay += 4
+            box = draw.textbbox((ax, ay), name, font=small, anchor=anchor)
+        taken.append(box)
+        draw.text((ax, ay), name, fill=tuple(c // 2 for c in colour), font=small, anchor=anchor)
+    return image

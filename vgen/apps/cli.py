@@ -393,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_app_parser(sub)
     add_eval_parser(sub)
     add_sample_many_parser(sub)
+    add_bench_parser(sub)
     sub.add_parser("models", help="list the embedded models").set_defaults(func=list_models)
     sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
     return parser
@@ -406,6 +407,12 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
     from vgen.apps.sample_many_cli import add_sample_many_parser as add
+
+    add(sub)
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    from vgen.apps.bench_cli import add_bench_parser as add
 
     add(sub)
 

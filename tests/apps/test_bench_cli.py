@@ -1,0 +1,62 @@
+"""``vgen bench``: one run writes consistent JSON, Markdown and plot files; bad input gets one specific line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from vgen.apps.cli import main
+from vgen.samplers import available_samplers
+
+
+def run(args, capsys):
+    code = main(["bench", *map(str, args), "--no-progress"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_bench_writes_json_table_and_plot(tiny_shapes_pipeline_dir, tmp_path, capsys):
+    code, out, err = run(["--model", tiny_shapes_pipeline_dir, "--samplers", "sjd,ar", "gsd4=gsd:window=4",
+                          "--num-samples", 4, "--batch-size", 2, "--num-real", 32, "--cfg-scale", 3.0,
+                          "--out", tmp_path / "b"], capsys)
+    assert code == 0, err
+    result = json.loads((tmp_path / "b" / "bench.json").read_text())
+    rows = result["results"]
+    assert [r["label"] for r in rows] == ["sjd", "ar", "gsd4"] and rows[2]["options"] == {"window": 4}
+    ar = rows[1]
+    assert ar["step_compression"] == 1 and result["setup"]["reference"] == "ar"
+    assert all(r["step_compression"] == ar["forward_passes"] / r["forward_passes"] for r in rows)
+    assert result["setup"]["sampling"]["cfg_scale"] == 3.0 and result["setup"]["num_samples"] == 4
+    table = (tmp_path / "b" / "bench.md").read_text()
+    assert [line.split("|")[1].strip() for line in table.splitlines()[4:]] == ["sjd", "ar", "gsd4"]
+    assert table.split("\n\n", 1)[1] in out and Image.open(tmp_path / "b" / "bench.png").size == (1040, 400)
+    assert "vgen: warning: only 4 samples for 192-d features" in err  # and it is recorded
+    assert any(w.startswith("only 4 samples") for w in result["warnings"])
+
+
+def test_default_samplers_are_every_registered_one_for_the_model(tiny_shapes_pipeline_dir, tmp_path, capsys):
+    code, _, err = run(["--model", tiny_shapes_pipeline_dir, "--num-samples", 2, "--batch-size", 2,
+                        "--num-real", 8, "--out", tmp_path / "b"], capsys)
+    assert code == 0, err
+    labels = [r["label"] for r in json.loads((tmp_path / "b" / "bench.json").read_text())["results"]]
+    assert labels == available_samplers("raster") and labels[0] == "ar" and "nar" not in labels
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--samplers", "ar,nope"], "sampler 'nope': unknown sampler 'nope'; available: "),
+    (["--samplers", "sjd:window=0"], "window must be an integer >= 1"),
+    (["--samplers", "sjd,sjd"], "labels must be unique; repeated: sjd"),
+    (["--num-samples", "1"], "--num-samples and --num-real must be >= 2"),
+    (["--real", "/no/such/images"], "--real /no/such/images does not exist"),
+])
+def test_bad_input_gets_one_specific_line_and_exit_2(tiny_shapes_pipeline_dir, tmp_path, args, message, capsys):
+    code, out, err = run(["--model", tiny_shapes_pipeline_dir, "--out", tmp_path / "b", *args], capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_model_without_a_data_set_needs_real_images(tiny_pipeline_dir, tmp_path, capsys):
+    code, _, err = run(["--model", tiny_pipeline_dir, "--samplers", "ar", "--out", tmp_path / "b"], capsys)
+    assert code == 2 and "records no vgen.data set to render real images from; give real images" in err

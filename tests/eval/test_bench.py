@@ -1,0 +1,166 @@
+"""``vgen bench``'s measurement: sampler specs, the AR reference, ratios that follow from the counts, quality
+figures that equal an independent computation on the same images, and a table that is the JSON."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vgen.eval.bench import (
+    COLUMNS,
+    SamplerSpec,
+    bench_table,
+    parse_sampler_list,
+    parse_sampler_spec,
+    real_reference,
+    run_bench,
+    with_reference,
+    write_outputs,
+)
+from vgen.eval.classifier import load_shapes_classifier
+from vgen.eval.features import shapes_features
+from vgen.eval.fid import GaussianStats, frechet_distance
+from vgen.eval.quality import class_accuracy
+from vgen.eval.sample_many import SamplePlan, sample_many
+from vgen.pipelines import load
+from vgen.samplers import SamplingParams, get_sampler
+
+pytestmark = pytest.mark.filterwarnings("ignore:only .* samples for 192-d features")  # tiny sets on purpose
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_shapes_pipeline_dir):
+    return load(tiny_shapes_pipeline_dir)
+
+
+@pytest.fixture(scope="module")
+def real(pipe):
+    return real_reference(pipe, num_real=48)
+
+
+@pytest.fixture(scope="module")
+def result(pipe, real):
+    specs = parse_sampler_list(["ar,sjd", "loose=lantern:lantern_delta=0.5,drafter=jacobi"])
+    return run_bench(pipe, specs, num_samples=6, seed=3, batch_size=3, real=real)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("sjd", SamplerSpec("sjd", "sjd")),
+    ("sjd:window=8,draft_init=vertical", SamplerSpec("sjd:window=8,draft_init=vertical", "sjd",
+                                                     {"window": 8, "draft_init": "vertical"})),
+    ("loose=lantern:lantern_delta=2.0,lantern_mode=relative",
+     SamplerSpec("loose", "lantern", {"lantern_delta": 2.0, "lantern_mode": "relative"})),
+    ("ar-reseed=ar:seed=3", SamplerSpec("ar-reseed", "ar", {}, 3)),
+    ("plain=gsd", SamplerSpec("plain", "gsd")),
+])
+def test_specs_name_a_sampler_its_overrides_and_a_label(text, expected):
+    assert parse_sampler_spec(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("nope", "unknown sampler 'nope'; available: ar, "),
+    ("sjd:windoww=8", r"unknown sampler 'sjd' field\(s\) \['windoww'\]"),
+    ("sjd:window", "bad sampler option 'window' in 'sjd:window': expected key=value"),
+    ("sjd:window=0", "window must be an integer >= 1"),
+    ("ar:seed=x", "seed in 'ar:seed=x' must be an integer"),
+])
+def test_bad_specs_are_named(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_sampler_spec(text)
+
+
+def test_lists_take_comma_separated_names_and_whole_specs():
+    specs = parse_sampler_list(["ar,sjd", "x=gsd:window=4,draft_init=left", "lantern"])
+    assert [(s.label, s.name) for s in specs] == [("ar", "ar"), ("sjd", "sjd"), ("x", "gsd"), ("lantern", "lantern")]
+    assert specs[2].options == {"window": 4, "draft_init": "left"}
+    with pytest.raises(ValueError, match="labels must be unique; repeated: sjd"):
+        parse_sampler_list(["sjd,ar,sjd"])
+    with pytest.raises(ValueError, match="no samplers given"):
+        parse_sampler_list([","])
+
+
+def test_vanilla_ar_is_the_reference_and_is_added_when_missing():
+    ar, sjd, reseeded = SamplerSpec("ar", "ar"), SamplerSpec("sjd", "sjd"), SamplerSpec("again", "ar", seed=1)
+    assert with_reference([sjd, ar]) == ([sjd, ar], "ar")
+    assert with_reference([sjd]) == ([ar, sjd], "ar")
+    assert with_reference([reseeded]) == ([ar, reseeded], "ar")  # another seed cannot be the reference
+    clash = SamplerSpec("ar", "sjd")
+    assert with_reference([clash]) == ([SamplerSpec("ar-reference", "ar"), clash], "ar-reference")
+
+
+def test_ratios_follow_from_the_counts(result):
+    rows = {r["label"]: r for r in result["results"]}
+    assert list(rows) == ["ar", "sjd", "loose"]
+    ar = rows["ar"]
+    assert ar["forward_passes"] == 2 * 16  # two batches, one pass per token of a 4 x 4 grid (prefill included)
+    assert ar["step_compression"] == 1 and ar["latency_ratio"] == 1 and ar["tokens_per_forward"] == 1
+    assert ar["fid_vs_ar"] is None and ar["mean_accepted_length"] == 1
+    for r in rows.values():
+        assert r["step_compression"] == ar["forward_passes"] / r["forward_passes"]
+        assert r["latency_ratio"] == ar["wall_time_s"] / r["wall_time_s"]
+        assert r["tokens_per_forward"] == pytest.approx(6 * 16 / (3 * r["forward_passes"]))
+    assert rows["loose"]["step_compression"] > 1 and rows["loose"]["drafter"] == "jacobi"
+    assert rows["sjd"]["fid_vs_ar"] >= 0 and rows["loose"]["fid_vs_ar"] >= 0
+    assert result["setup"]["reference"] == "ar" and result["setup"]["real_count"] == 48
+
+
+def test_quality_equals_an_independent_computation_on_sample_many_images(pipe, real, result, tmp_path):
+    plan = SamplePlan(3, 3, (0, 1, 2), balanced=True)
+    params = SamplingParams(**pipe.info.defaults)
+    with np.load(sample_many(pipe, tmp_path / "ar", 6, plan, get_sampler("ar"), params, progress=False).npz) as f:
+        images, labels = f["arr_0"], f["arr_1"]
+    ar = result["results"][0]
+    assert ar["fid"] == pytest.approx(frechet_distance(real.stats, GaussianStats.of(shapes_features(images))).fid)
+    pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 127.5 - 1
+    expected = class_accuracy(load_shapes_classifier(), pixels, labels.tolist())["class_accuracy"]
+    assert ar["class_accuracy"] == expected and result["results"][1]["class_accuracy"] is not None
+
+
+def test_a_lossless_sampler_under_greedy_decoding_draws_the_same_images(pipe, real):
+    greedy = SamplingParams(**{**pipe.info.defaults, "temperature": 0.0})
+    r = run_bench(pipe, [SamplerSpec("sjd", "sjd")], 4, 0, 2, greedy, real)["results"]
+    assert r[0]["label"] == "ar" and r[1]["fid"] == pytest.approx(r[0]["fid"], abs=1e-9)
+    assert r[1]["fid_vs_ar"] == pytest.approx(0, abs=1e-6) and r[1]["step_compression"] >= 1
+
+
+def test_real_images_identical_to_ars_give_fid_zero_and_stats_files_give_no_kid(pipe, tmp_path):
+    plan = SamplePlan(0, 2, (0, 1, 2), balanced=True)
+    npz = sample_many(pipe, tmp_path / "ar", 4, plan, get_sampler("ar"), SamplingParams(**pipe.info.defaults),
+                      progress=False).npz
+    rows = run_bench(pipe, [SamplerSpec("ar", "ar")], 4, 0, 2, real=real_reference(pipe, npz))["results"]
+    assert rows[0]["fid"] == pytest.approx(0, abs=1e-6) and isinstance(rows[0]["kid"], float)
+    GaussianStats.of(shapes_features(np.load(npz)["arr_0"])).save(str(tmp_path / "stats.npz"))
+    from_stats = real_reference(pipe, tmp_path / "stats.npz")
+    assert from_stats.features is None and from_stats.stats.count == 4
+    rows = run_bench(pipe, [SamplerSpec("ar", "ar")], 4, 0, 2, real=from_stats)["results"]
+    assert rows[0]["fid"] == pytest.approx(0, abs=1e-6) and rows[0]["kid"] is None
+
+
+def test_a_model_of_another_domain_needs_real_images_and_gets_no_class_accuracy(tiny_pipeline_dir, real):
+    other = load(tiny_pipeline_dir)  # records no vgen.data set
+    with pytest.raises(ValueError, match="model 'tiny' records no vgen.data set .* \\(--real\\)"):
+        real_reference(other)
+    rows = run_bench(other, [SamplerSpec("ar", "ar")], 2, 0, 2, real=real)["results"]
+    assert rows[0]["class_accuracy"] is None
+
+
+def test_the_table_is_the_json(result, tmp_path):
+    paths = write_outputs(result, tmp_path / "out")
+    assert json.loads(paths["json"].read_text()) == result
+    lines = [line for line in paths["markdown"].read_text().splitlines() if line.startswith("|")]
+    assert lines[0] == "| " + " | ".join(COLUMNS) + " |" and len(lines) == 2 + len(result["results"])
+    for line, r in zip(lines[2:], result["results"]):
+        cells = dict(zip(COLUMNS, (c.strip() for c in line.strip("|").split("|"))))
+        assert cells["sampler"] == r["label"] and int(cells["forward passes"]) == r["forward_passes"]
+        assert cells["step compression"] == f"{r['step_compression']:.2f}x"
+        assert cells["latency ratio"] == f"{r['latency_ratio']:.2f}x"
+        assert float(cells["tokens / forward"]) == pytest.approx(r["tokens_per_forward"], abs=0.005)
+        assert float(cells["FID vs real"]) == pytest.approx(r["fid"], abs=0.005)
+        assert cells["FID vs AR"] == ("-" if r["fid_vs_ar"] is None else f"{r['fid_vs_ar']:.2f}")
+        assert cells["class accuracy"] == f"{100 * r['class_accuracy']:.1f}%"
+    assert bench_table(result) in paths["markdown"].read_text()
+    assert Image.open(paths["plot"]).size == (1040, 400)

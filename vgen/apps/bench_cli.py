@@ -1,0 +1,78 @@
+"""``vgen bench``: the speed x quality table of samplers on one model, as JSON, Markdown and a plot.
+
+The measurement is :mod:`vgen.eval.bench`; this module only reads the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from vgen.apps.cli import (
+    UsageError,
+    add_device_args,
+    add_model_args,
+    add_sampling_args,
+    load_pipeline,
+    sampling_overrides,
+)
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="speed x quality of samplers on one model (JSON, Markdown table, plot)",
+                       description="Draw the same images (classes in turn, the same seeds and batches) with every "
+                                   "sampler and report forward passes, step compression and latency ratio against "
+                                   "vanilla AR, tokens per forward, FID/KID in vgen's shapes features against real "
+                                   "images and against AR's, and class accuracy. Writes bench.json, bench.md and "
+                                   "bench.png into --out.")
+    add_model_args(p)
+    b = p.add_argument_group("benchmark")
+    b.add_argument("--samplers", nargs="+", default=None, metavar="SPEC",
+                   help="comma-separated names (ar,sjd,lantern,gsd) and/or specs label=name:key=value,... "
+                        "(e.g. sjd8=sjd:window=8,draft_init=vertical; seed=K draws that row with other seeds); "
+                        "vanilla AR is added first if missing (default: every registered sampler for the model)")
+    b.add_argument("--num-samples", type=int, default=64, help="images per sampler")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--batch-size", type=int, default=8)
+    b.add_argument("--real", default=None, help="real images (folder, .npz, .npy) or a stats file in shapes features "
+                                                "(default: render the validation split of the model's vgen.data set)")
+    b.add_argument("--num-real", type=int, default=1024, help="real images to render when --real is not given")
+    add_sampling_args(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--out", default="bench", help="folder for bench.json, bench.md and bench.png (default: bench)")
+    add_device_args(out)
+    p.set_defaults(func=run_bench_command)
+
+
+def run_bench_command(args: argparse.Namespace) -> None:
+    from vgen.eval.bench import bench_table, parse_sampler_list, real_reference, run_bench, setup_line, write_outputs
+    from vgen.samplers import SamplingParams, available_samplers
+
+    if args.num_samples < 2 or args.batch_size < 1 or args.num_real < 2:
+        raise UsageError("--num-samples and --num-real must be >= 2 and --batch-size >= 1")
+    specs = parse_sampler_list(args.samplers) if args.samplers else None  # bad specs fail before the model loads
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out} exists and is not a folder")
+    if not out.parent.is_dir():
+        raise UsageError(f"cannot create {args.out}: directory {out.parent} does not exist")
+    if args.real is not None and not Path(args.real).exists():
+        raise UsageError(f"--real {args.real} does not exist")
+    pipe = load_pipeline(args)
+    if specs is None:
+        specs = parse_sampler_list([",".join(available_samplers(getattr(pipe.model, "token_order", "raster")))])
+    params = SamplingParams(**{**pipe.info.defaults, **sampling_overrides(args)})
+    with warnings.catch_warnings(record=True) as caught:  # e.g. fewer samples than feature dimensions
+        warnings.simplefilter("always")
+        real = real_reference(pipe, args.real, args.num_real)
+        result = run_bench(pipe, specs, args.num_samples, args.seed, args.batch_size, params, real,
+                           progress=not args.no_progress)
+    result["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
+    for message in result["warnings"]:
+        print(f"vgen: warning: {message}", file=sys.stderr)
+    paths = write_outputs(result, out)
+    print(setup_line(result))
+    print(bench_table(result))
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -1,0 +1,272 @@
+"""Speed x quality of every requested sampler on one model, in one run (what ``vgen bench`` prints).
+
+Every sampler draws the same images: ``num_samples`` of them, classes in turn, in batches seeded as
+:class:`~vgen.eval.sample_many.SamplePlan` seeds them (so vanilla AR's images are the first ``num_samples`` of
+``vgen sample-many --balanced`` with the same seed and batch size). Per sampler, relative to vanilla AR in the same
+run (DESIGN.md's units):
+
+- ``forward_passes`` (target-model calls, each serving a whole batch) and ``step_compression`` = AR's / the
+  sampler's; ``wall_time_s`` (sampling only) and ``latency_ratio`` = AR's / the sampler's;
+- ``tokens_per_forward``: tokens per sample per target pass (a batch runs until its slowest row is done);
+- ``fid``, ``kid``: in vgen's offline ``shapes`` features against real images (the validation split of the
+  ``vgen.data.shapes`` set the pipeline records, rendered; or ``real``: a folder, ``.npz``, ``.npy`` or stats
+  file); ``fid_vs_ar``: against vanilla AR's images (a lossless sampler stays at the level of two AR runs);
+- ``class_accuracy``: the shipped shapes classifier's, for models trained on ``vgen.data.shapes``.
+
+With fewer samples than the features' 192 dimensions FID is strongly biased upward: compare the rows of one run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance
+from vgen.eval.sample_many import SamplePlan
+from vgen.pipelines import ImagePipeline, image_grid
+from vgen.samplers import Sampler, SamplingParams, get_sampler
+
+REFERENCE = "ar"
+OUTPUTS = {"json": "bench.json", "markdown": "bench.md", "plot": "bench.png"}
+COLUMNS = ("sampler", "drafter", "forward passes", "step compression", "wall time (s)", "latency ratio",
+           "tokens / forward", "FID vs real", "KID vs real", "FID vs AR", "class accuracy")
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """One row of the benchmark: a label, a registered sampler with field overrides, and optionally its own seed
+    (``ar-reseed=ar:seed=1``: vanilla AR on other seeds, the noise floor of the quality columns)."""
+
+    label: str
+    name: str
+    options: dict = field(default_factory=dict)
+    seed: int | None = None
+
+    def sampler(self) -> Sampler:
+        return get_sampler(self.name, **self.options)
+
+
+def parse_sampler_spec(spec: str) -> SamplerSpec:
+    """``name``, ``name:key=value,...`` or ``label=name:key=value,...`` (e.g. ``sjd8=sjd:window=8``); values are
+    JSON where they parse (numbers, true/false), else strings. Checked against the registry (ValueError)."""
+    label, sep, rest = spec.partition("=")
+    if not sep or ":" in label:
+        label, rest = spec, spec
+    name, _, opts = rest.partition(":")
+    options = {}
+    for item in filter(None, opts.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"bad sampler option {item!r} in {spec!r}: expected key=value")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    seed = options.pop("seed", None)
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ValueError(f"seed in {spec!r} must be an integer, got {seed!r}")
+    parsed = SamplerSpec(label, name, options, seed)
+    try:
+        parsed.sampler()
+    except ValueError as e:
+        raise ValueError(f"sampler {spec!r}: {e}") from None
+    return parsed
+
+
+def parse_sampler_list(items: Sequence[str]) -> list[SamplerSpec]:
+    """Specs from command-line items, each a comma-separated list of names (``ar,sjd,gsd``) or one spec with
+    options (``sjd8=sjd:window=8,draft_init=vertical``, whose commas separate options)."""
+    specs = []
+    for item in items:
+        parts = [item] if ":" in item else [p for p in item.split(",") if p]
+        specs += [parse_sampler_spec(p) for p in parts]
+    if not specs:
+        raise ValueError("no samplers given")
+    labels = [s.label for s in specs]
+    repeated = sorted({x for x in labels if labels.count(x) > 1})
+    if repeated:
+        raise ValueError(f"sampler labels must be unique; repeated: {', '.join(repeated)} (name them: label=name)")
+    return specs
+
+
+def with_reference(specs: list[SamplerSpec]) -> tuple[list[SamplerSpec], str]:
+    """The specs, with plain vanilla AR prepended when none is asked for, and the label of the AR reference row."""
+    for s in specs:
+        if s.name == REFERENCE and s.seed is None:
+            return specs, s.label
+    label = REFERENCE if REFERENCE not in {s.label for s in specs} else f"{REFERENCE}-reference"
+    return [SamplerSpec(label, REFERENCE), *specs], label
+
+
+@dataclass
+class RealReference:
+    """Statistics of the real images in the shapes features, their features when available (for KID), and where
+    they came from."""
+
+    stats: GaussianStats
+    features: np.ndarray | None
+    source: str
+
+
+def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real: int = 1024,
+                   batch_size: int = 256) -> RealReference:
+    """``real`` (image set or stats file), else ``num_real`` rendered validation images of the pipeline's data."""
+    from vgen.eval.features import is_stats_file, load_images, shapes_features
+
+    if real is not None:
+        if is_stats_file(real):
+            return RealReference(GaussianStats.load(str(real)), None, str(real))
+        feats = shapes_features(load_images(real), batch_size)
+        return RealReference(GaussianStats.of(feats), feats, str(real))
+    if pipe.info.data is None:
+        raise ValueError(f"model {pipe.info.name!r} records no vgen.data set to render real images from; give real "
+                         f"images or statistics (--real)")
+    from vgen.data.shapes import SPLIT_SEEDS, ShapesConfig, render_batch
+
+    if num_real < 2:
+        raise ValueError(f"need at least 2 real images, got {num_real}")
+    images, _ = render_batch(SPLIT_SEEDS["val"], 0, num_real, ShapesConfig(**pipe.info.data))
+    feats = shapes_features(images, batch_size)
+    return RealReference(GaussianStats.of(feats), feats, f"{num_real} rendered validation images of vgen.data.shapes "
+                                                         f"({json.dumps(pipe.info.data)})")
+
+
+@dataclass
+class Draw:
+    """One sampler's images (uint8 [N, H, W, 3]) and what drawing them cost, summed over batches."""
+
+    images: np.ndarray
+    forward_passes: int
+    tokens: int
+    row_passes: int  # sum over batches of rows x forward passes
+    wall_time_s: float
+    accepted_lengths: list[int]
+    drafter: str | None
+
+
+def draw(pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, num_samples: int, params: SamplingParams,
+         progress: bool = False) -> Draw:
+    """The first ``num_samples`` images of ``plan`` (the last batch cut short), with their cost."""
+    from tqdm.auto import tqdm
+
+    images, stats = [], []
+    for k in tqdm(range(plan.num_batches(num_samples)), desc=sampler.name, disable=not progress):
+        indices = plan.batch_indices(k)[:num_samples - k * plan.batch_size]
+        out = pipe(plan.labels(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
+        images += [np.asarray(im) for im in out.images]
+        stats.append(out.stats)
+    return Draw(np.stack(images), sum(s.forward_passes for s in stats), sum(s.tokens for s in stats),
+                sum(s.batch_size * s.forward_passes for s in stats), sum(s.wall_time_s for s in stats),
+                [n for s in stats for n in s.accepted_lengths], stats[-1].details.get("drafter"))
+
+
+def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: int, seed: int = 0,
+              batch_size: int = 8, params: SamplingParams | None = None, real: RealReference | None = None,
+              progress: bool = False) -> dict:
+    """Measure every sampler of ``specs`` (vanilla AR added first when missing) on the same images; returns
+    ``{"setup": ..., "results": [one row per sampler]}`` ready for JSON."""
+    from vgen.eval.features import shapes_features
+
+    if num_samples < 2:
+        raise ValueError(f"need at least 2 samples per sampler for FID, got {num_samples}")
+    specs, reference = with_reference(list(specs))
+    params = params or SamplingParams(**pipe.info.defaults)
+    real = real or real_reference(pipe)
+    classifier = None
+    if pipe.info.data is not None:
+        from vgen.eval.classifier import load_shapes_classifier
+
+        classifier = load_shapes_classifier()
+    classes = tuple(range(pipe.num_classes))
+    labels = SamplePlan(seed, batch_size, classes, balanced=True).labels(range(num_samples))
+    rows, stats_of = [], {}
+    start = time.perf_counter()
+    for spec in specs:
+        plan = SamplePlan(seed if spec.seed is None else spec.seed, batch_size, classes, balanced=True)
+        d = draw(pipe, spec.sampler(), plan, num_samples, params, progress)
+        feats = shapes_features(d.images)
+        stats = GaussianStats.of(feats)
+        row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed,
+               "drafter": d.drafter, "forward_passes": d.forward_passes, "wall_time_s": d.wall_time_s,
+               "tokens_per_forward": d.tokens / d.row_passes,
+               "mean_accepted_length": statistics.mean(d.accepted_lengths) if d.accepted_lengths else 1.0,
+               "fid": frechet_distance(real.stats, stats).fid,
+               "kid": None if real.features is None else kernel_inception_distance(real.features, feats)[0],
+               "fid_vs_ar": None, "class_accuracy": None}
+        if classifier is not None:
+            from vgen.eval.quality import class_accuracy
+
+            pixels = torch.from_numpy(d.images).permute(0, 3, 1, 2).float() / 127.5 - 1
+            row["class_accuracy"] = class_accuracy(classifier, pixels, labels)["class_accuracy"]
+        stats_of[spec.label] = stats
+        rows.append(row)
+    base = next(row for row in rows if row["label"] == reference)
+    for row in rows:
+        row["step_compression"] = base["forward_passes"] / row["forward_passes"]
+        row["latency_ratio"] = base["wall_time_s"] / row["wall_time_s"]
+        if row is not base:
+            row["fid_vs_ar"] = frechet_distance(stats_of[reference], stats_of[row["label"]]).fid
+    setup = {"model": pipe.info.name, "num_samples": num_samples, "batch_size": batch_size, "seed": seed,
+             "sampling": params.to_dict(), "reference": reference, "real": real.source, "real_count": real.stats.count,
+             "features": "shapes", "device": str(pipe.device),
+             "dtype": str(pipe.model.output.weight.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
+             "torch": torch.__version__,
+             "total_time_s": time.perf_counter() - start}
+    return {"setup": setup, "results": rows}
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def bench_table(result: dict) -> str:
+    """The results as a Markdown table, one row per sampler in run order."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
+    for r in result["results"]:
+        acc = None if r["class_accuracy"] is None else 100 * r["class_accuracy"]
+        lines.append(f"| {r['label']} | {r['drafter'] or '-'} | {r['forward_passes']} | "
+                     f"{r['step_compression']:.2f}x | {r['wall_time_s']:.2f} | {r['latency_ratio']:.2f}x | "
+                     f"{r['tokens_per_forward']:.2f} | {r['fid']:.2f} | {_fmt(r['kid'], '.4f')} | "
+                     f"{_fmt(r['fid_vs_ar'], '.2f')} | {_fmt(acc, '.1f', '%')} |")
+    return "\n".join(lines)
+
+
+def setup_line(result: dict) -> str:
+    s, p = result["setup"], result["setup"]["sampling"]
+    return (f"{s['model']}, {s['num_samples']} samples per sampler (classes in turn), batch {s['batch_size']}, "
+            f"seed {s['seed']}, CFG {p['cfg_scale']}, temperature {p['temperature']}, top-k {p['top_k']}, "
+            f"top-p {p['top_p']}; {s['device']} {s['dtype']}, {s['threads']} thread(s); "
+            f"FID/KID in shapes features against {s['real']} ({s['real_count']} images); ratios against "
+            f"`{s['reference']}`; {s['total_time_s']:.0f} s in all.")
+
+
+def speed_quality_plot(result: dict) -> Image.Image:
+    """Two panels, FID against real images over step compression and over latency ratio, one labelled point per
+    sampler."""
+    from vgen.visualize import scatter_plot
+
+    rows = result["results"]
+    panels = [scatter_plot([(r["label"], r[key], r["fid"]) for r in rows], xlabel, "FID vs real (lower is better)",
+                           title) for key, xlabel, title in (
+        ("step_compression", "step compression vs AR (x)", "forward passes"),
+        ("latency_ratio", "latency ratio vs AR (x)", "wall time"))]
+    return image_grid(panels, len(panels))
+
+
+def write_outputs(result: dict, out_dir: str | Path) -> dict[str, Path]:
+    """``bench.json``, ``bench.md`` (setup line and table) and ``bench.png`` (the plot) in ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {kind: out_dir / name for kind, name in OUTPUTS.items()}
+    paths["json"].write_text(json.dumps(result, indent=1) + "\n")
+    paths["markdown"].write_text(f"{setup_line(result)}\n\n{bench_table(result)}\n")
+    speed_quality_plot(result).save(paths["plot"])
+    return paths
