@@ -11,9 +11,9 @@ only when
 
 and the kernel supports the call (a launcher returns ``NotImplemented`` for, say, an acceptance rule it does not
 know); the reference runs otherwise. :func:`use_backend` forces one side: ``"torch"``, or ``"triton"`` (tests
-and benchmarks; on CPU tensors the kernels must have been imported by :func:`load_interpreted`, since
-``@triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is defined). A forced Triton call that the kernel does
-not support raises instead of quietly running the reference.
+and benchmarks; on CPU tensors the kernels run in Triton's interpreter, set up by :func:`load_interpreted` before
+they are imported, since ``@triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is defined). A forced Triton
+call that the kernel does not support raises instead of quietly running the reference.
 """
 
 from __future__ import annotations
@@ -87,25 +87,20 @@ def interpreted() -> bool:
 
 
 def load_interpreted() -> None:
-    """Import the kernel modules with ``TRITON_INTERPRET=1``, so that forced Triton calls run on CPU tensors in
-    Triton's interpreter (slow: for tests and correctness checks). Call it before any kernel module is imported."""
+    """Run forced Triton calls on CPU tensors in Triton's interpreter (slow: for tests and correctness checks):
+    sets ``TRITON_INTERPRET=1`` for the rest of the process (the interpreter reads it at launches too) and imports
+    the kernel modules under it. Call it before any kernel module is imported."""
     global _INTERPRETED
     if _INTERPRETED:
         return
     loaded = [name for name in KERNEL_MODULES if name in sys.modules]
-    if loaded:
-        raise RuntimeError(f"kernel modules {loaded} are already imported; call load_interpreted() first")
-    before = os.environ.get("TRITON_INTERPRET")
+    if loaded and not interpreted():
+        raise RuntimeError(f"kernel modules {loaded} are already compiled for a GPU; call load_interpreted() before "
+                           f"their first use")
     os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        for name in KERNEL_MODULES:
-            importlib.import_module(name)
-        _INTERPRETED = True
-    finally:
-        if before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = before
+    for name in KERNEL_MODULES:
+        importlib.import_module(name)
+    _INTERPRETED = True
 
 
 def _device(args: tuple, kwargs: dict) -> torch.device:
