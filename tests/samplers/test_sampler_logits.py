@@ -19,6 +19,7 @@ from vgen.samplers import (
     sample_logits,
     sample_probs,
 )
+from vgen.samplers.logits import inverse_cdf, target_probs
 
 
 def reference_filter(row: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -68,6 +69,12 @@ def test_top_p_keeps_the_smallest_prefix_reaching_the_mass() -> None:
     logits = torch.tensor([0.15, 0.5, 0.1, 0.25]).log()  # sorted masses: .5, .75, .9, 1
     kept = {p: (~torch.isinf(TopP(p)(logits))).nonzero().flatten().tolist() for p in (0.4, 0.7, 0.8, 0.95)}
     assert kept == {0.4: [1], 0.7: [1, 3], 0.8: [0, 1, 3], 0.95: [0, 1, 2, 3]}
+
+
+def test_top_p_ranks_equal_logits_in_vocabulary_order() -> None:
+    logits = torch.tensor([0.0, 0.0, 0.0, 0.0, -9.0])  # four ties of ~.25; the masses before them: 0, .25, .5, .75
+    assert (~torch.isinf(TopP(0.5)(logits))).tolist() == [True, True, True, False, False]
+    assert (~torch.isinf(TopP(0.5)(logits.flip(0)))).tolist() == [False, True, True, True, False]
 
 
 def test_top_p_always_keeps_the_most_likely_token() -> None:
@@ -161,3 +168,27 @@ def test_sample_probs_follows_the_distribution_over_any_leading_shape() -> None:
     assert tokens.shape == (200, 100)
     freq = torch.bincount(tokens.flatten(), minlength=4).float() / tokens.numel()
     torch.testing.assert_close(freq, probs[0, 0], atol=0.015, rtol=0)  # 20000 draws: 4 standard errors
+
+
+def test_target_probs_is_the_guided_processed_softmax() -> None:
+    logits = torch.randn(4, 3, 30, generator=torch.Generator().manual_seed(0)) * 2
+    params = SamplingParams(temperature=0.8, top_k=10, top_p=0.9, cfg_scale=2.0, cfg_interval=3)
+    index = torch.arange(3, 6)
+    expected = build_processors(params)(apply_cfg(logits, params, index)).softmax(-1)
+    torch.testing.assert_close(target_probs(logits, params, index), expected)
+    greedy = target_probs(logits, SamplingParams(temperature=0.0), 0)
+    assert torch.equal(greedy, F.one_hot(logits.argmax(-1), 30).float())
+
+
+def test_inverse_cdf_takes_the_first_token_whose_running_mass_exceeds_the_draw() -> None:
+    probs = torch.tensor([0.0, 0.25, 0.0, 0.25, 0.5, 0.0])  # running mass .25, .5, 1 at tokens 1, 3, 4 (exact)
+    draws = torch.tensor([0.0, 0.24, 0.25, 0.49, 0.5, 0.99, 1 - 2 ** -24])
+    assert inverse_cdf(probs.expand(7, 6), draws).tolist() == [1, 1, 3, 3, 4, 4, 4]
+    assert inverse_cdf(probs * 3, draws).tolist() == [1, 1, 3, 3, 4, 4, 4]  # unnormalised weights, same law
+
+
+def test_inverse_cdf_of_uniform_draws_follows_the_distribution() -> None:
+    probs = torch.tensor([0.1, 0.0, 0.2, 0.3, 0.4])
+    tokens = inverse_cdf(probs.expand(20000, 5), torch.rand(20000, generator=torch.Generator().manual_seed(0)))
+    freq = torch.bincount(tokens, minlength=5).float() / tokens.numel()
+    torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)  # 20000 draws: 4 standard errors

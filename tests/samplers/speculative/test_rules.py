@@ -5,7 +5,7 @@ import torch
 
 from vgen.samplers.speculative.exact import ExactRule
 from vgen.samplers.speculative.match import MatchRule
-from vgen.samplers.speculative.rules import available_rules, build_rule, normalized_residual
+from vgen.samplers.speculative.rules import accept_drafts, available_rules, build_rule, normalized_residual, recover
 
 P = torch.tensor([0.5, 0.3, 0.2, 0.0])
 Q = torch.tensor([0.1, 0.6, 0.1, 0.2])
@@ -65,3 +65,25 @@ def test_registry_lists_the_rules_and_rejects_unknown_names() -> None:
     assert {"exact", "lantern", "gsd", "match"} <= set(available_rules())
     with pytest.raises(ValueError, match="unknown acceptance rule 'nope'; available: .*exact"):
         build_rule("nope", None, None, None)
+
+
+def test_accept_drafts_keeps_the_prefix_before_the_first_rejection() -> None:
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0]).expand(2, 4, 4)
+    drafts = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 0]])
+    q = torch.nn.functional.one_hot(drafts, 4).float()  # acceptance = p(draft): .5 / .3
+    uniforms = torch.tensor([[0.4, 0.2, 0.9, 0.1], [0.1, 0.3, 0.1, 0.1]])
+    valid = torch.tensor([[True] * 4, [True, True, False, True]])
+    accepted, chance = accept_drafts(ExactRule(), p, q, drafts, drafts, uniforms, valid)
+    torch.testing.assert_close(chance, torch.tensor([[0.5, 0.3, 0.5, 0.5], [0.3, 0.5, 0.5, 0.5]]))
+    assert accepted.tolist() == [2, 2]  # row 0: .9 >= .5 rejects the third; row 1: the image ends at the third
+
+
+def test_recover_draws_from_the_residual_at_each_rows_rejection() -> None:
+    p = torch.tensor([[[0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.1, 0.7]]])
+    q = torch.nn.functional.one_hot(torch.tensor([[1, 3]]), 4).float()
+    tokens, residual = recover(ExactRule(), p, q, torch.tensor([[1, 3]]), torch.zeros(1, 2, dtype=torch.long),
+                               torch.tensor([1]), torch.tensor([0.99]))
+    torch.testing.assert_close(residual, torch.tensor([[1.0, 1.0, 1.0, 0.0]]) / 3)  # position 1, draft 3 removed
+    assert tokens.tolist() == [2]
+    assert recover(ExactRule(), p, q, torch.tensor([[1, 3]]), torch.zeros(1, 2, dtype=torch.long),
+                   torch.tensor([0]), None)[0].tolist() == [0]  # greedy: the argmax of [.5, 0, .2, 0] / .7

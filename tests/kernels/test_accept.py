@@ -1,0 +1,115 @@
+"""The accept_drafts kernel equals its torch reference for every built-in rule: the same acceptance probabilities
+(within float32 rounding) and the same accepted length per sample, edge cases included."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
+
+from vgen.kernels import accept  # noqa: E402
+from vgen.samplers.speculative.exact import ExactRule  # noqa: E402
+from vgen.samplers.speculative.grouped import GroupedRule  # noqa: E402
+from vgen.samplers.speculative.lantern import LanternRule, latent_neighbours  # noqa: E402
+from vgen.samplers.speculative.match import MatchRule  # noqa: E402
+from vgen.samplers.speculative.rules import accept_drafts  # noqa: E402
+
+V = 45  # not a power of two
+
+
+def make_rules(vocab: int = V) -> dict:
+    g = torch.Generator().manual_seed(0)
+    codebook, embeddings = torch.randn(vocab, 3, generator=g), torch.randn(vocab, 6, generator=g) * 0.4
+    return {
+        "exact": ExactRule(),
+        "match": MatchRule(),
+        "lantern-tv": LanternRule(latent_neighbours(codebook, 8), delta=0.2),
+        "lantern-relative": LanternRule(latent_neighbours(codebook, 8), delta=3.0, mode="relative"),
+        "lantern-k0": LanternRule(latent_neighbours(codebook, 0), delta=0.2),
+        "gsd": GroupedRule(embeddings, rank_window=4, p_threshold=0.05, dist_threshold=1.0),
+        "gsd-w0": GroupedRule(embeddings, rank_window=0),
+    }
+
+
+RULES = make_rules()
+
+
+def window(batch: int, count: int, seed: int, one_hot_q: bool):
+    """p [B, J, V] (a view of a [B, J + 1, V] window, as the sampler passes it), q, drafts, proposals."""
+    g = torch.Generator().manual_seed(seed)
+    p = (torch.randn(batch, count + 1, V, generator=g) * 2).softmax(-1)
+    drafts = torch.multinomial(p[:, :-1].reshape(-1, V), 1, generator=g).view(batch, count)  # plausible drafts
+    q = F.one_hot(drafts, V).float() if one_hot_q else (torch.randn(batch, count, V, generator=g) * 2).softmax(-1)
+    proposals = torch.where(torch.rand(batch, count + 1, generator=g) < 0.5, torch.randint(V, (batch, count + 1),
+                                                                                             generator=g), 0)
+    proposals[:, :-1] = torch.where(proposals[:, :-1] == 0, drafts, proposals[:, :-1])  # match: about half equal
+    return p[:, :-1], q, drafts, proposals[:, :-1], g
+
+
+def check(both, rule, p, q, drafts, proposals, uniforms, valid) -> tuple[torch.Tensor, torch.Tensor]:
+    (ref_len, ref_chance), (len_, chance) = both(accept_drafts, rule, p, q, drafts, proposals, uniforms, valid)
+    torch.testing.assert_close(chance, ref_chance, rtol=1e-5, atol=1e-7)
+    assert torch.equal(len_, ref_len) and len_.dtype == torch.long
+    return len_, chance
+
+
+@pytest.mark.parametrize("name", RULES)
+@pytest.mark.parametrize(("batch", "one_hot_q"), [(1, True), (4, False)])
+def test_random_windows_match_the_reference(name: str, batch: int, one_hot_q: bool, both) -> None:
+    p, q, drafts, proposals, g = window(batch, 5, seed=batch, one_hot_q=one_hot_q)
+    uniforms = torch.rand(drafts.shape, generator=g)
+    valid = torch.ones_like(drafts, dtype=torch.bool)
+    check(both, RULES[name], p, q, drafts, proposals, uniforms, valid)
+
+
+@pytest.mark.parametrize("name", ["exact", "lantern-tv", "gsd"])
+def test_all_accepted_all_rejected_and_the_end_of_the_image(name: str, both) -> None:
+    p, q, drafts, proposals, _ = window(3, 4, seed=7, one_hot_q=True)
+    valid = torch.ones_like(drafts, dtype=torch.bool)
+    rule = RULES[name]
+    accepted, chance = check(both, rule, p, q, drafts, proposals, torch.zeros(drafts.shape), valid)
+    assert bool((chance > 0).all()) and accepted.tolist() == [4, 4, 4]  # a draw of 0 keeps every draft
+    accepted, _ = check(both, rule, p, q, drafts, proposals, torch.ones(drafts.shape), valid)
+    assert accepted.tolist() == [0, 0, 0]  # a draw of 1 keeps none
+    valid[0, 2:], valid[1, :] = False, False  # the image ends inside the window
+    accepted, _ = check(both, rule, p, q, drafts, proposals, torch.zeros(drafts.shape), valid)
+    assert accepted.tolist() == [2, 0, 4]
+
+
+def test_the_first_rejection_stops_the_window(both) -> None:
+    """Exact rule, one-hot drafts: draft j is kept iff u_j < p_j(x_j); a later keep does not count."""
+    p, q, drafts, proposals, _ = window(2, 5, seed=3, one_hot_q=True)
+    target = p.gather(-1, drafts[..., None])[..., 0]
+    uniforms = torch.where(torch.tensor([[1, 1, 0, 1, 1], [0, 1, 1, 1, 1]], dtype=torch.bool), target / 2,
+                           (1 + target) / 2)
+    accepted, _ = check(both, RULES["exact"], p, q, drafts, proposals, uniforms, torch.ones_like(drafts).bool())
+    assert accepted.tolist() == [2, 0]
+
+
+def test_gsd_groups_over_tied_probabilities(both) -> None:
+    """Many equal target probabilities: the candidates are the draft's rank neighbours in the stable order."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randint(0, 3, (3, 6, V), generator=g).float()
+    p = logits.softmax(-1)
+    drafts = torch.randint(V, (3, 6), generator=g)
+    rule = GroupedRule(torch.randn(V, 2, generator=g), rank_window=5, p_threshold=0.5, dist_threshold=2.0)
+    _, chance = check(both, rule, p, F.one_hot(drafts, V).float(), drafts, drafts, torch.rand(3, 6, generator=g),
+                      torch.ones(3, 6, dtype=torch.bool))
+    assert bool((chance > p.gather(-1, drafts[..., None])[..., 0] + 1e-3).any())  # groups did form
+
+
+def test_an_empty_window_accepts_nothing(both) -> None:
+    p, q, drafts, proposals, _ = window(2, 0, seed=1, one_hot_q=True)
+    accepted, chance = check(both, RULES["exact"], p, q, drafts, proposals, torch.zeros(2, 0),
+                             torch.ones(2, 0, dtype=torch.bool))
+    assert accepted.tolist() == [0, 0] and chance.shape == (2, 0)
+
+
+def test_a_rule_without_a_kernel_is_declined() -> None:
+    class Stricter(ExactRule):
+        def accept_probs(self, p, q, drafts, proposals):
+            return super().accept_probs(p, q, drafts, proposals) / 2
+
+    p, q, drafts, proposals, _ = window(1, 2, seed=0, one_hot_q=True)
+    args = (p, q, drafts, proposals, torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool))
+    assert accept.accept_drafts(Stricter(), *args) is NotImplemented
