@@ -89,14 +89,13 @@ def interpreted() -> bool:
 def load_interpreted() -> None:
     """Run forced Triton calls on CPU tensors in Triton's interpreter (slow: for tests and correctness checks):
     sets ``TRITON_INTERPRET=1`` for the rest of the process (the interpreter reads it at launches too) and imports
-    the kernel modules under it. Call it before any kernel module is imported."""
+    triton and the kernel modules under it. Call it before anything imports triton."""
     global _INTERPRETED
     if _INTERPRETED:
         return
-    loaded = [name for name in KERNEL_MODULES if name in sys.modules]
-    if loaded and not interpreted():
-        raise RuntimeError(f"kernel modules {loaded} are already compiled for a GPU; call load_interpreted() before "
-                           f"their first use")
+    if "triton" in sys.modules and not interpreted():
+        raise RuntimeError("triton was imported before load_interpreted(), so its functions are built for a GPU; "
+                           "call load_interpreted() first (or set TRITON_INTERPRET=1 before starting Python)")
     os.environ["TRITON_INTERPRET"] = "1"
     for name in KERNEL_MODULES:
         importlib.import_module(name)
