@@ -1,7 +1,9 @@
 """Reconstruction quality of a VQ tokenizer on held-out shapes images, and a picture of it.
 
-Prints PSNR (dB, pixels in [0, 255]), codebook usage over the evaluated images, and the per-image token count;
-writes a grid with originals on the top row(s) and reconstructions below.
+Prints PSNR (dB, pixels in [0, 255]), codebook usage over the evaluated images, the per-image token count, and
+the domain classifier's accuracy on the originals and on their reconstructions (whether the class survives
+tokenization: the ceiling for generated samples); writes a grid with originals on the top row(s) and
+reconstructions below.
 
     python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 --picture docs/vq_reconstructions.png
 """
@@ -17,6 +19,7 @@ import torch
 import vgen
 from vgen.apps.cli import RUNS
 from vgen.data.shapes import cached_split, to_tensor
+from vgen.eval.classifier import load_shapes_classifier
 from vgen.pipelines import image_grid, tensor_to_pil
 
 
@@ -32,8 +35,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     tokenizer = vgen.load(args.model).tokenizer
-    images, _ = cached_split(args.data_dir, "val", args.num_images)
+    images, labels = cached_split(args.data_dir, "val", args.num_images)
+    classifier = load_shapes_classifier().eval()
     se, used, recon_first = 0.0, torch.zeros(tokenizer.codebook_size, dtype=torch.bool), None
+    right_real = right_rec = 0
     with torch.no_grad():
         for i in range(0, len(images), args.batch_size):
             batch = np.array(images[i:i + args.batch_size])
@@ -42,11 +47,15 @@ def main() -> None:
             original = torch.from_numpy(batch).permute(0, 3, 1, 2).float()
             se += ((rec_u8.float() - original) ** 2).sum().item()
             used[codes.flatten()] = True
+            truth = torch.from_numpy(np.asarray(labels[i:i + args.batch_size]))
+            right_real += int((classifier.predict(to_tensor(batch)) == truth).sum())
+            right_rec += int((classifier.predict(rec.clamp(-1, 1)) == truth).sum())
             recon_first = rec if recon_first is None else recon_first
     mse = se / (len(images) * images[0].size)
     figures = {"model": args.model, "num_images": len(images), "psnr_db": 10 * np.log10(255.0 ** 2 / mse),
                "codebook_usage": float(used.float().mean()), "codebook_size": tokenizer.codebook_size,
-               "tokens_per_image": int(codes[0].numel())}
+               "tokens_per_image": int(codes[0].numel()), "classifier_accuracy_real": right_real / len(images),
+               "classifier_accuracy_reconstructed": right_rec / len(images)}
     print(json.dumps(figures, indent=1))
     if args.picture:
         originals = tensor_to_pil(to_tensor(images[:8]))
