@@ -11,6 +11,7 @@ from vgen.samplers.base import (
     get_sampler,
     register_sampler,
 )
+from vgen.samplers.continuous import ContinuousARSampler, CSpD
 from vgen.samplers.logits import (
     LogitsProcessor,
     LogitsProcessorList,
@@ -28,6 +29,8 @@ from vgen.samplers.speculative import GSD, MCSJD, SJD, Lantern, Speculative
 
 __all__ = [
     "ARSampler",
+    "CSpD",
+    "ContinuousARSampler",
     "GSD",
     "MCSJD",
     "SJD",

@@ -1,0 +1,182 @@
+"""Continuous-token AR transformer with MAR's diffusion head, in raster order with a KV cache.
+
+The transformer is LlamaGen's (the same blocks, 2-D RoPE and class table with a null row for guidance), with a
+linear projection of continuous tokens [C] in place of the token embedding. Position 0 holds the class and the
+output at position p, after the final norm, is the condition ``z`` from which the diffusion head denoises token
+p. Raster order with a KV cache is what speculative decoding needs: :meth:`decode` / :meth:`decode_rows` append
+any number of tokens and return one condition per appended token, the last predicting the next token.
+
+Tokens are latents of the KL tokenizer multiplied by ``latent_scale`` (MAR's 0.2325 for its kl16), so that
+they have roughly unit variance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from vgen.models.cache import KVCache
+from vgen.models.diffusion_head import DiffusionHead, HeadConfig
+from vgen.models.gaussian_diffusion import training_loss
+from vgen.models.layers import RMSNorm, rope_2d_table
+from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
+
+
+@dataclass(frozen=True)
+class MARConfig:
+    """Transformer size, token grid and channels, and the diffusion head (MAR-B: dim 768, head w1024 d6)."""
+
+    token_channels: int = 16
+    grid_size: int = 16
+    dim: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    multiple_of: int = 256
+    num_classes: int = 1000
+    class_dropout_prob: float = 0.1
+    dropout_p: float = 0.1
+    head_width: int = 1024
+    head_depth: int = 6
+    num_train_steps: int = 1000
+    num_sampling_steps: int = 100
+    clip_x0: float = 0.0
+    diffusion_batch_mul: int = 4
+    latent_scale: float = 0.2325
+
+    def __post_init__(self) -> None:
+        if self.token_channels < 1 or self.grid_size < 1:
+            raise ValueError(f"token_channels and grid_size must be >= 1, got {self.token_channels}, "
+                             f"{self.grid_size}")
+        if self.diffusion_batch_mul < 1:
+            raise ValueError(f"diffusion_batch_mul must be >= 1, got {self.diffusion_batch_mul}")
+        self.transformer()  # validates dim / heads
+
+    def transformer(self) -> GPTConfig:
+        """The LlamaGen block settings of the transformer (its vocabulary is unused)."""
+        return GPTConfig(vocab_size=1, dim=self.dim, n_layer=self.n_layer, n_head=self.n_head,
+                         multiple_of=self.multiple_of, num_classes=self.num_classes, block_size=self.grid_size ** 2,
+                         class_dropout_prob=self.class_dropout_prob, token_dropout_p=self.dropout_p,
+                         resid_dropout_p=self.dropout_p, ffn_dropout_p=self.dropout_p)
+
+    def head(self) -> HeadConfig:
+        return HeadConfig(token_channels=self.token_channels, cond_dim=self.dim, width=self.head_width,
+                          depth=self.head_depth, num_train_steps=self.num_train_steps,
+                          num_sampling_steps=self.num_sampling_steps, clip_x0=self.clip_x0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MARConfig:
+        return cls(**d)
+
+
+class ContinuousAR(nn.Module):
+    """Class-conditional raster-order AR over ``grid_size ** 2`` continuous tokens with a diffusion head."""
+
+    token_order = "continuous"
+
+    def __init__(self, config: MARConfig) -> None:
+        super().__init__()
+        self.config = config
+        tcfg = config.transformer()
+        self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
+        self.token_proj = nn.Linear(config.token_channels, config.dim)
+        self.tok_dropout = nn.Dropout(config.dropout_p)
+        self.layers = nn.ModuleList(TransformerBlock(tcfg) for _ in range(config.n_layer))
+        self.norm = RMSNorm(config.dim, tcfg.norm_eps)
+        for m in self.modules():
+            if isinstance(m, nn.Linear | nn.Embedding):
+                nn.init.normal_(m.weight, std=0.02)
+        self.head = DiffusionHead(config.head())  # after the init above: the head has its own
+        self.rope = rope_2d_table(config.grid_size, tcfg.head_dim, tcfg.rope_base)
+
+    # -- layout ------------------------------------------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        return self.config.grid_size ** 2
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (self.config.grid_size, self.config.grid_size)
+
+    @property
+    def token_channels(self) -> int:
+        return self.config.token_channels
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(class_ids, self.config.num_classes)
+
+    # -- transformer -------------------------------------------------------------------------------------------
+    def _run(self, h: torch.Tensor, rope: torch.Tensor, cache: KVCache | None,
+             rows: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
+        if self.training:
+            h = self.tok_dropout(h)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, cache, i, rows=rows)
+        return self.norm(h)
+
+    def _rope(self, device: torch.device) -> torch.Tensor:
+        if self.rope.device != device:
+            self.rope = self.rope.to(device)
+        return self.rope
+
+    def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """Full causal pass: conditions [B, 1 + n, dim] for tokens [B, n, C]; position p conditions token p."""
+        h = self.cls_embedding(class_ids)
+        if tokens is not None and tokens.shape[1]:
+            h = torch.cat([h, self.token_proj(tokens.to(h.dtype))], dim=1)
+        if h.shape[1] > 1 + self.num_tokens:
+            raise ValueError(f"sequence of {h.shape[1]} positions exceeds 1 + {self.num_tokens} tokens")
+        return self._run(h, self._rope(h.device)[:h.shape[1]], None)
+
+    def loss(self, class_ids: torch.Tensor, tokens: torch.Tensor,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+        """Mean diffusion loss of every token given its prefix (each token noised ``diffusion_batch_mul`` times)."""
+        b, n, c = tokens.shape
+        z = self(class_ids, tokens[:, :-1])
+        mul = self.config.diffusion_batch_mul
+        x0 = tokens.reshape(b * n, c).repeat(mul, 1).float()
+        cond = z.reshape(b * n, -1).repeat(mul, 1)
+        return training_loss(self.head, self.head.train_schedule, x0, cond, generator).mean()
+
+    def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None, extra: int = 0) -> KVCache:
+        """An empty cache with room for the class position, every token and ``extra`` slots past the end."""
+        p = self.token_proj.weight
+        tcfg = self.config.transformer()
+        return KVCache(self.config.n_layer, batch_size, tcfg.kv_heads, 1 + self.num_tokens + extra, tcfg.head_dim,
+                       dtype or p.dtype, device or p.device)
+
+    def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run the class position into an empty cache; the condition [B, dim] of token 0."""
+        if cache.length != 0:
+            raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
+        cache.reserve(1)
+        z = self._run(self.cls_embedding(class_ids), self._rope(class_ids.device)[:1], cache)
+        cache.advance(1)
+        return z[:, -1]
+
+    def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Append tokens [B, k, C]; conditions [B, k, dim], row i for the token after appended token i."""
+        start = cache.reserve(tokens.shape[1])
+        rope = self._rope(tokens.device)[start:start + tokens.shape[1]]
+        z = self._run(self.token_proj(tokens.to(self.token_proj.weight.dtype)), rope, cache)
+        cache.advance(tokens.shape[1])
+        return z
+
+    def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Tokens [B, k, C] written at slots ``starts[b] .. starts[b] + k - 1`` of each row (rows advance on
+        their own, as in :meth:`LlamaGenGPT.decode_rows`); conditions [B, k, dim]. Slots past the last token
+        reuse its rotary position; their outputs are meaningless."""
+        slots, end = cache.row_slots(starts, tokens.shape[1])
+        rope = self._rope(tokens.device)
+        rope = rope[slots.clamp(max=rope.shape[0] - 1)]
+        return self._run(self.token_proj(tokens.to(self.token_proj.weight.dtype)), rope, cache, rows=(slots, end))
+

@@ -1,0 +1,263 @@
+"""Samplers for continuous-token AR models with a diffusion head: target-only AR and CSpD.
+
+Every token's denoising trajectory is driven by noise fixed up front, per (row, token): [steps + 1, C] draws,
+the initial token and one per reverse step. Target-only sampling feeds the target's head that noise; CSpD feeds
+the same noise to the draft and the target (trajectory alignment), so that where the two models agree their
+final Gaussians nearly coincide and the draft's token is accepted.
+
+CSpD (``cspd``), per iteration and per row, in raster order with KV caches:
+
+1. **Pre-filling**: the target alone generates the first ``ceil(prefill_ratio * N)`` tokens (at least one).
+2. **Drafting**: the draft model generates ``draft_length`` tokens autoregressively.
+3. **Verification**: one target forward over the last accepted token and the drafts gives the condition of each
+   draft position and of the position after them; the target's head denoises all of them at once, with the
+   same noise, giving its final Gaussians.
+4. **Acceptance** left to right (:mod:`vgen.samplers.continuous_rules`): the first rejected draft is replaced
+   by a residual sample and the rest are dropped; if every draft is kept, the target's own sample of the next
+   position is a bonus token. Caches are rolled back per row to the kept prefix.
+
+The reference (MAR's masked order) judges every draft independently; in raster order a draft after a rejected
+one was conditioned on a token that was replaced, so it cannot be kept. At temperature 0 the trajectories are
+deterministic, a draft is kept only if it equals the target's token, and the output equals target-only sampling.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from vgen.models.cache import KVCache
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
+
+TOKEN_ORDER = "continuous"
+
+
+def check_continuous_params(params: SamplingParams) -> None:
+    """Continuous tokens have no vocabulary to filter: refuse top-k / top-p instead of ignoring them."""
+    if params.top_k or params.top_p < 1:
+        raise ValueError(f"top-k / top-p filter a token vocabulary; continuous-token sampling takes neither "
+                         f"(got top_k={params.top_k}, top_p={params.top_p})")
+
+
+def trajectory_noise(model: nn.Module, batch: int, generator: torch.Generator | None,
+                     device: torch.device) -> torch.Tensor:
+    """The noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from ``generator`` (row b
+    gets the same noise whatever the batch size)."""
+    steps = len(model.head.sampling_schedule())
+    return torch.randn((batch, model.num_tokens, steps + 1, model.token_channels), generator=generator,
+                       device=device)
+
+
+def _guided(x: torch.Tensor, guided: bool) -> torch.Tensor:
+    return torch.cat([x, x]) if guided else x
+
+
+def denoise(model: nn.Module, z: torch.Tensor, noise: torch.Tensor,
+            params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tokens of several positions per row at once: conditions z [B', P, dim] ([cond; uncond] halves when
+    guided) and trajectory noise [B, P, steps + 1, C] -> (x, mean, std) of the last reverse step, each [B, P, C]."""
+    b, p, draws, c = noise.shape
+    zz = z.reshape(-1, z.shape[-1])  # [cond rows; uncond rows] stays in that order
+    x, mean, std = model.head.sample(zz, noise.reshape(b * p, draws, c).transpose(0, 1), params.temperature,
+                                     params.cfg_scale if params.guided else 1.0)
+    return x.reshape(b, p, c), mean.reshape(b, p, c), std.reshape(b, p, c)
+
+
+def _start(model: nn.Module, class_ids: torch.Tensor, params: SamplingParams,
+           extra: int) -> tuple[torch.Tensor, KVCache, torch.Tensor]:
+    cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
+    cache = model.new_cache(cond.shape[0], extra=extra)
+    return cond, cache, model.prefill(cond, cache)
+
+
+@register_sampler
+@dataclass(frozen=True)
+class ContinuousARSampler(Sampler):
+    """One target forward and one head trajectory per token (the baseline CSpD is lossless against)."""
+
+    name: ClassVar[str] = "continuous-ar"
+    token_order: ClassVar[str] = TOKEN_ORDER
+
+    @torch.no_grad()
+    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+               generator: torch.Generator | None = None, progress: bool = False,
+               tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
+        check_inputs(model, class_ids, self.token_order)
+        check_continuous_params(params)
+        start = time.perf_counter()
+        device = model.token_proj.weight.device
+        class_ids = class_ids.to(device)
+        batch, n = class_ids.shape[0], model.num_tokens
+        noise = trajectory_noise(model, batch, generator, device)
+        _, cache, z = _start(model, class_ids, params, extra=0)
+        tokens = torch.empty(batch, n, model.token_channels, device=device)
+        for i in tqdm(range(n), desc=self.name, unit="tok", disable=not progress):
+            tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params)[0][:, 0]
+            if i + 1 < n:
+                z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
+        stats = SamplerStats(sampler=self.name, forward_passes=n, tokens=batch * n,
+                             wall_time_s=time.perf_counter() - start, batch_size=batch,
+                             accept_step=torch.arange(1, n + 1).repeat(batch, 1))
+        return SampleOutput(tokens=tokens, stats=stats)
+
+
+def check_draft(target: nn.Module, draft: nn.Module | None) -> nn.Module:
+    """The draft must be a continuous-token model over the same token grid, channels and classes."""
+    if draft is None:
+        raise ValueError("cspd needs a draft model (a smaller continuous-token AR over the same latents)")
+    if getattr(draft, "token_order", None) != TOKEN_ORDER:
+        raise ValueError(f"the cspd draft must be a continuous-token model, got {type(draft).__name__}")
+    mine = (target.grid, target.token_channels, target.num_classes)
+    theirs = (draft.grid, draft.token_channels, draft.num_classes)
+    if mine != theirs:
+        raise ValueError(f"draft and target latents differ: target grid/channels/classes {mine}, draft {theirs}")
+    if len(draft.head.sampling_schedule()) != len(target.head.sampling_schedule()):
+        raise ValueError("draft and target heads use different numbers of sampling steps, so their "
+                         "trajectories cannot share noise")
+    if draft.training:
+        raise ValueError("the draft model is in training mode; call draft.eval() first")
+    return draft
+
+
+@register_sampler
+@dataclass(frozen=True)
+class CSpD(Sampler):
+    """Continuous speculative decoding: a small draft model proposes, the target verifies in one forward.
+
+    ``draft_length`` tokens per iteration; ``prefill_ratio`` in [0, 1) of the tokens come from the target alone
+    first; ``inner_temperature`` 1 is exact, larger values loosen acceptance (the reference uses 42; lossy);
+    ``max_residual_tries`` bounds the residual sampler (see :mod:`vgen.samplers.continuous_rules`).
+    """
+
+    name: ClassVar[str] = "cspd"
+    token_order: ClassVar[str] = TOKEN_ORDER
+    draft_length: int = 4
+    prefill_ratio: float = 0.05
+    inner_temperature: float = 1.0
+    max_residual_tries: int = 4096
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.draft_length, int) or self.draft_length < 1:
+            raise ValueError(f"draft_length must be an integer >= 1, got {self.draft_length!r}")
+        if not 0 <= self.prefill_ratio < 1:
+            raise ValueError(f"prefill_ratio must be in [0, 1), got {self.prefill_ratio}")
+        if not self.inner_temperature >= 1:
+            raise ValueError(f"inner_temperature must be >= 1 (1 = exact), got {self.inner_temperature}")
+        if not isinstance(self.max_residual_tries, int) or self.max_residual_tries < 1:
+            raise ValueError(f"max_residual_tries must be an integer >= 1, got {self.max_residual_tries!r}")
+
+    @torch.no_grad()
+    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+               generator: torch.Generator | None = None, progress: bool = False,
+               tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
+        """``draft_head`` is the draft model (a :class:`~vgen.models.mar.ContinuousAR`)."""
+        check_inputs(model, class_ids, self.token_order)
+        check_continuous_params(params)
+        draft = check_draft(model, draft_head)
+        start_time = time.perf_counter()
+        device = model.token_proj.weight.device
+        class_ids = class_ids.to(device)
+        batch, n, k, guided = class_ids.shape[0], model.num_tokens, self.draft_length, params.guided
+        rows = 2 * batch if guided else batch
+        noise = trajectory_noise(model, batch, generator, device)
+        tokens = torch.zeros(batch, n + k + 1, model.token_channels, device=device)
+        accept_step = torch.zeros(batch, n + k + 1, dtype=torch.long)
+        passes = draft_passes = fallbacks = 0
+        accepted_lengths: list[int] = []
+
+        # 1. pre-filling: the target alone, the same for every row
+        prefill = max(1, math.ceil(self.prefill_ratio * n))
+        cond, cache, z = _start(model, class_ids, params, extra=k + 1)
+        passes += 1
+        bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
+        for i in range(prefill):
+            tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params)[0][:, 0]
+            accept_step[:, i] = passes
+            if i + 1 < prefill:
+                z = model.decode(_guided(tokens[:, i:i + 1], guided), cache)[:, -1]
+                passes += 1
+        bar.update(prefill)
+        pos = torch.full((batch,), prefill, dtype=torch.long, device=device)  # tokens done per row
+
+        # the draft reads the prefix once; later rounds re-feed each row's last two tokens
+        draft_cache = draft.new_cache(rows, extra=k + 1)
+        draft.prefill(cond, draft_cache)
+        zq = draft.decode(_guided(tokens[:, :prefill], guided), draft_cache)[:, -1] if prefill else None
+        draft_passes += 2
+        first_round = True
+        ar = torch.arange(batch, device=device)
+        while bool((pos < n).any()):
+            # 2. drafting
+            if not first_round:
+                two = torch.stack([tokens[ar, pos - 2], tokens[ar, pos - 1]], 1)
+                zq = draft.decode_rows(_guided(two, guided), _guided(pos - 1, guided), draft_cache)[:, -1]
+                draft_passes += 1
+            first_round = False
+            drafts, mean_q, std_q = [], [], []
+            for j in range(k):
+                idx = (pos + j).clamp(max=n - 1)[:, None]
+                x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx], params))
+                drafts.append(x)
+                mean_q.append(m)
+                std_q.append(sd)
+                if j + 1 < k:
+                    zq = draft.decode_rows(_guided(x[:, None], guided), _guided(pos + j + 1, guided),
+                                           draft_cache)[:, -1]
+                    draft_passes += 1
+            drafts_t = torch.stack(drafts, 1)  # [B, k, C]
+            # 3. verification: last accepted token + drafts, written from slot pos (slot s holds token s - 1)
+            window = torch.cat([tokens[ar, pos - 1][:, None], drafts_t], 1)
+            zp = model.decode_rows(_guided(window, guided), _guided(pos, guided), cache)  # [B', k + 1, dim]
+            passes += 1
+            positions = (pos[:, None] + torch.arange(k + 1, device=device)).clamp(max=n - 1)  # [B, k + 1]
+            xp, mean_p, std_p = denoise(model, zp, noise[ar[:, None], positions], params)
+            # 4. acceptance, left to right
+            mq, sq = torch.stack(mean_q, 1), torch.stack(std_q, 1)
+            if params.temperature == 0:
+                ok = (drafts_t == xp[:, :k]).all(-1)
+            else:
+                log_ratio = acceptance_log_ratio(drafts_t, mq, sq, mean_p[:, :k], std_p[:, :k],
+                                                 self.inner_temperature)
+                u = torch.rand(log_ratio.shape, generator=generator, device=device)
+                ok = u.log() < log_ratio
+            kept = torch.cumprod(ok.long(), 1).sum(1)  # [B] drafts kept
+            kept = torch.minimum(kept, (n - pos).clamp(min=0))
+            new = torch.zeros(batch, model.token_channels, device=device)
+            full = kept == k
+            new[full] = xp[full, k]
+            rej = ~full
+            if bool(rej.any()):
+                r = ar[rej]
+                j = kept[rej]
+                if params.temperature == 0:
+                    new[rej] = xp[r, j]
+                else:
+                    new[rej], fell = sample_residual(mean_p[r, j], std_p[r, j], mq[r, j], sq[r, j], xp[r, j],
+                                                     generator, self.max_residual_tries)
+                    fallbacks += int(fell.sum())
+            for b in range(batch):
+                if pos[b] >= n:
+                    continue
+                p0, m = int(pos[b]), int(kept[b])
+                tokens[b, p0:p0 + m] = drafts_t[b, :m]
+                tokens[b, p0 + m] = new[b]
+                accept_step[b, p0:p0 + m + 1] = passes
+                accepted_lengths.append(min(m + 1, n - p0))
+                bar.update(min(m + 1, n - p0))
+            pos = torch.where(pos < n, pos + kept + 1, pos)
+        bar.close()
+        stats = SamplerStats(sampler=self.name, forward_passes=passes, tokens=batch * n,
+                             wall_time_s=time.perf_counter() - start_time, batch_size=batch,
+                             draft_forward_passes=draft_passes, accepted_lengths=accepted_lengths,
+                             accept_step=accept_step[:, :n],
+                             details={"prefill_tokens": prefill, "draft_length": k,
+                                      "inner_temperature": self.inner_temperature,
+                                      "residual_fallbacks": fallbacks})
+        return SampleOutput(tokens=tokens[:, :n], stats=stats)
