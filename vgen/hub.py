@@ -29,12 +29,13 @@ def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
     from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
     from vgen.models.draft_head import DraftHead, DraftHeadConfig
     from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+    from vgen.models.mar import ContinuousAR, MARConfig
     from vgen.models.nar import NARConfig, NARTransformer
     from vgen.tokenizers.vq import VQConfig, VQModel
 
     return {"LlamaGenGPT": (LlamaGenGPT, GPTConfig), "VQModel": (VQModel, VQConfig),
             "ShapesClassifier": (ShapesClassifier, ClassifierConfig), "DraftHead": (DraftHead, DraftHeadConfig),
-            "NARTransformer": (NARTransformer, NARConfig)}
+            "NARTransformer": (NARTransformer, NARConfig), "ContinuousAR": (ContinuousAR, MARConfig)}
 
 
 def register_model_class(name: str, model_cls: type[nn.Module], config_cls: type) -> None:

@@ -1,0 +1,137 @@
+"""Target-only and CSpD sampling of continuous-token AR models: CSpD is lossless against the target."""
+
+import copy
+
+import pytest
+import torch
+from scipy import stats
+
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.models.mar import ContinuousAR, MARConfig
+from vgen.samplers import CSpD, SamplingParams, get_sampler
+
+CLASS_MEANS = torch.tensor([[-1.0, 0.5], [0.0, -0.5], [1.0, 1.0]])
+
+
+def toy_batch(n, gen, shift=0.0):
+    """Four 2-channel tokens per sample: a class mean plus a random walk, so later tokens depend on earlier."""
+    cls = torch.randint(0, 3, (n,), generator=gen)
+    walk = torch.cumsum(0.3 * torch.randn(n, 4, 2, generator=gen), 1)
+    return cls, CLASS_MEANS[cls][:, None] + shift + walk
+
+
+def train_toy(seed, shift=0.0, steps=150, **overrides):
+    torch.manual_seed(seed)
+    cfg = MARConfig(**{**dict(token_channels=2, grid_size=2, dim=32, n_layer=2, n_head=2, num_classes=3,
+                                head_width=64, head_depth=2, num_sampling_steps=20, clip_x0=4.0, dropout_p=0.0),
+                       **overrides})
+    model = ContinuousAR(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        cls, x = toy_batch(128, gen, shift)
+        loss = model.loss(cls, x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def target():
+    return train_toy(0)
+
+
+@pytest.fixture(scope="module")
+def draft():
+    return train_toy(1, shift=0.6, steps=100, dim=16, head_width=32)
+
+
+def run(name, model, classes, params, seed, **kwargs):
+    sampler = kwargs.pop("sampler", None) or get_sampler(name)
+    return sampler.sample(model, classes, params, generator=torch.Generator().manual_seed(seed), **kwargs)
+
+
+def test_target_only_sampling_learns_the_toy_distribution(target):
+    out = run("continuous-ar", target, torch.arange(3).repeat(200), SamplingParams(), 0)
+    assert out.tokens.shape == (600, 4, 2) and out.stats.forward_passes == 4
+    for k in range(3):
+        mean = out.tokens[k::3, 0].mean(0)
+        assert torch.allclose(mean, CLASS_MEANS[k], atol=0.15)
+
+
+def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_every_draft(target):
+    classes = torch.tensor([0, 1, 2, 1])
+    for params in (SamplingParams(), SamplingParams(cfg_scale=2.0)):
+        ref = run("continuous-ar", target, classes, params, 3)
+        out = run("cspd", target, classes, params, 3, sampler=CSpD(draft_length=2, prefill_ratio=0.0),
+                  draft_head=copy.deepcopy(target))
+        assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
+        # 1 prefill token, then one verification gives 2 drafts + 1 bonus = the remaining 3 tokens
+        assert out.stats.forward_passes == 2 and out.stats.accepted_lengths == [3] * 4
+
+
+def test_cspd_at_temperature_zero_equals_target_only_sampling(target, draft):
+    classes = torch.tensor([0, 1, 2])
+    params = SamplingParams(temperature=0.0)
+    ref = run("continuous-ar", target, classes, params, 0)
+    out = run("cspd", target, classes, params, 0, draft_head=draft)  # same seed: the initial noise x_T
+    # equal up to float rounding: the target denoises a verified window as one batch, target-only one token
+    assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
+
+
+def test_cspd_output_distribution_equals_the_target_s(target, draft):
+    """Two-sample KS per token and channel: CSpD with a visibly different draft against target-only sampling
+    on other seeds; the draft's own samples fail the same test (so it can fail)."""
+    classes = torch.arange(3).repeat(300)
+    params = SamplingParams()
+    ref = run("continuous-ar", target, classes, params, 11).tokens
+    out = run("cspd", target, classes, params, 12, sampler=CSpD(draft_length=3, prefill_ratio=0.0),
+              draft_head=draft)
+    own = run("continuous-ar", draft, classes, params, 13).tokens
+    pvalues = [stats.ks_2samp(out.tokens[:, n, c], ref[:, n, c]).pvalue for n in range(4) for c in range(2)]
+    assert min(pvalues) > 1e-3 / 8
+    assert min(stats.ks_2samp(own[:, n, c], ref[:, n, c]).pvalue for n in range(4) for c in range(2)) < 1e-6
+    assert out.stats.details["residual_fallbacks"] == 0
+
+
+def test_inner_temperature_trades_fidelity_for_acceptance(target, draft):
+    classes = torch.arange(3).repeat(100)
+    exact = run("cspd", target, classes, SamplingParams(), 5, draft_head=draft)
+    loose = run("cspd", target, classes, SamplingParams(), 5, sampler=CSpD(inner_temperature=42.0),
+                draft_head=draft)
+    def mean_accepted(out):
+        return sum(out.stats.accepted_lengths) / len(out.stats.accepted_lengths)
+
+    assert mean_accepted(loose) > mean_accepted(exact) + 0.5
+
+
+def test_stats_count_passes_and_tokens(target, draft):
+    out = run("cspd", target, torch.tensor([0, 2]), SamplingParams(), 0, draft_head=draft)
+    st = out.stats
+    assert st.tokens == 8 and st.batch_size == 2
+    assert st.accept_step.shape == (2, 4) and int(st.accept_step.max()) == st.forward_passes
+    assert sum(st.accepted_lengths) + 2 * st.details["prefill_tokens"] == 8
+    assert st.draft_forward_passes > 0
+
+
+def test_bad_input_is_refused(target, draft):
+    params = SamplingParams()
+    with pytest.raises(ValueError, match="latents differ"):
+        run("cspd", target, torch.tensor([0]), params, 0, draft_head=train_toy(2, steps=0, grid_size=4))
+    with pytest.raises(ValueError, match="needs a draft"):
+        run("cspd", target, torch.tensor([0]), params, 0)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="prefill_ratio"):
+            CSpD(prefill_ratio=bad)
+    with pytest.raises(ValueError, match="inner_temperature"):
+        CSpD(inner_temperature=0.5)
+    with pytest.raises(ValueError, match="top-k"):
+        run("cspd", target, torch.tensor([0]), SamplingParams(top_k=5), 0, draft_head=draft)
+    with pytest.raises(ValueError, match="out of range"):
+        run("continuous-ar", target, torch.tensor([3]), params, 0)
+    discrete = LlamaGenGPT(GPTConfig(vocab_size=16, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=4)).eval()
+    with pytest.raises(ValueError, match="continuous order"):
+        run("cspd", discrete, torch.tensor([0]), params, 0, draft_head=draft)
+    with pytest.raises(ValueError, match="raster order"):
+        run("ar", target, torch.tensor([0]), params, 0)
