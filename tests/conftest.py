@@ -49,6 +49,26 @@ def tiny_pipeline_dir(tmp_path_factory):
     vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
     info = PipelineInfo(name="tiny", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
     return ImagePipeline(gpt, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_continuous_pipeline_dir(tmp_path_factory):
+    """A saved 3-class continuous-token pipeline (16-px images, 4x4 tokens of 2 channels) with a draft model."""
+    from vgen.models.mar import ContinuousAR, MARConfig
+    from vgen.pipelines import ImagePipeline, PipelineInfo
+    from vgen.tokenizers.kl import KLConfig, KLTokenizer
+
+    def model(seed: int, dim: int) -> ContinuousAR:
+        torch.manual_seed(seed)
+        return ContinuousAR(MARConfig(token_channels=2, grid_size=4, dim=dim, n_layer=1, n_head=2, num_classes=3,
+                                      multiple_of=16, head_width=16, head_depth=1, num_sampling_steps=5,
+                                      clip_x0=3.0))
+
+    kl = KLTokenizer(KLConfig(block_out_channels=(8, 8, 8), norm_num_groups=4, image_size=16, latent_channels=2))
+    info = PipelineInfo(name="tiny-continuous", image_size=16, class_names=["a", "b", "c"],
+                        defaults={"cfg_scale": 2.0})
+    pipe = ImagePipeline(model(0, 32), kl, info, model(1, 16))
+    return pipe.save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-continuous")
 # ---- end apps ----------------------------------------------------------------------------------------------
 
 

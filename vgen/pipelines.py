@@ -16,9 +16,10 @@ import torch
 from PIL import Image
 
 from vgen.hub import CheckpointError, from_pretrained, load_weights, read_torch_checkpoint, save_pretrained
-from vgen.models.draft_head import DraftHead
 from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
-from vgen.samplers import Sampler, SamplerStats, SamplingParams, get_sampler
+from vgen.samplers import ContinuousARSampler, Sampler, SamplerStats, SamplingParams, get_sampler
+from vgen.samplers.continuous import TOKEN_ORDER, check_draft
+from vgen.tokenizers.kl import KLTokenizer
 from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
 
 ASSETS = Path(__file__).parent / "assets"
@@ -27,7 +28,8 @@ PIPELINE_CONFIG = "pipeline.json"
 
 @dataclass
 class PipelineOutput:
-    """Generated images (PIL), their token grids [B, h*w], the class ids asked for, and the sampler's stats."""
+    """Generated images (PIL), their tokens ([B, h*w] codes or [B, h*w, C] continuous), the class ids asked for,
+    and the sampler's stats."""
 
     images: list[Image.Image]
     tokens: torch.Tensor
@@ -69,26 +71,48 @@ def image_grid(images: Sequence[Image.Image], cols: int) -> Image.Image:
     return grid
 
 
-class ImagePipeline:
-    """Class-conditional image generation with a token backbone, a VQ tokenizer and, optionally, a trained draft
-    head for speculative samplers (``drafter="head"``, and what ``lantern`` picks when present)."""
+def is_continuous(model: torch.nn.Module) -> bool:
+    """Whether ``model`` generates continuous tokens (a diffusion-head AR) rather than codebook indices."""
+    return getattr(model, "token_order", "raster") == TOKEN_ORDER
 
-    def __init__(self, model: LlamaGenGPT, tokenizer: VQModel, info: PipelineInfo,
-                 draft_head: DraftHead | None = None) -> None:
+
+def default_sampler(model: torch.nn.Module) -> str:
+    """The plain one-token-per-pass sampler for ``model``'s token kind."""
+    return ContinuousARSampler.name if is_continuous(model) else "ar"
+
+
+class ImagePipeline:
+    """Class-conditional image generation with a token backbone, its tokenizer and, optionally, a drafter.
+
+    Discrete backbones (LlamaGen) pair with a VQ tokenizer; their drafter is a trained draft head for the
+    speculative samplers (``drafter="head"``, and what ``lantern`` picks when present). Continuous backbones
+    (a diffusion-head AR) pair with a KL tokenizer; their drafter is a small draft model for ``cspd``.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: torch.nn.Module, info: PipelineInfo,
+                 draft_head: torch.nn.Module | None = None) -> None:
         grid = model.grid
         if info.image_size != grid[0] * tokenizer.downsample_factor:
             raise ValueError(f"image size {info.image_size} does not match the model's {grid[0]}x{grid[1]} token "
                              f"grid with a tokenizer downsampling by {tokenizer.downsample_factor}")
-        if model.vocab_size != tokenizer.codebook_size:
-            raise ValueError(f"model vocabulary {model.vocab_size} != tokenizer codebook {tokenizer.codebook_size}")
-        if draft_head is not None:
-            draft_head.check_target(model)
-            draft_head.eval()
+        if is_continuous(model):
+            if getattr(tokenizer.config, "latent_channels", None) != model.token_channels:
+                raise ValueError(f"the model's tokens have {model.token_channels} channels; the tokenizer "
+                                 f"({type(tokenizer).__name__}) does not give latents of that many")
+            if draft_head is not None:
+                check_draft(model, draft_head.eval())
+        else:
+            if model.vocab_size != getattr(tokenizer, "codebook_size", None):
+                raise ValueError(f"model vocabulary {model.vocab_size} != tokenizer codebook "
+                                 f"{getattr(tokenizer, 'codebook_size', None)}")
+            if draft_head is not None:
+                draft_head.check_target(model)
+                draft_head.eval()
         self.model, self.tokenizer, self.info, self.draft_head = model.eval(), tokenizer.eval(), info, draft_head
 
     @property
     def device(self) -> torch.device:
-        return self.model.output.weight.device
+        return next(self.model.parameters()).device
 
     @property
     def num_classes(self) -> int:
@@ -114,18 +138,21 @@ class ImagePipeline:
 
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor) -> list[Image.Image]:
-        """Token grids [B, h*w] -> PIL images."""
-        tokens = tokens.to(self.tokenizer.post_quant_conv.weight.device)
+        """Token grids [B, h*w] (codes) or [B, h*w, C] (continuous tokens) -> PIL images."""
+        tokens = tokens.to(next(self.tokenizer.parameters()).device)
+        if is_continuous(self.model):
+            return tensor_to_pil(self.tokenizer.decode(tokens))
         return tensor_to_pil(self.tokenizer.decode_code(tokens, self.model.grid))
 
     @torch.no_grad()
     def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_images: int | None = None,
-                 sampler: str | Sampler = "ar", seed: int | None = 0, generator: torch.Generator | None = None,
+                 sampler: str | Sampler | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
                  cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, progress: bool = False,
                  **sampler_options) -> PipelineOutput:
         """Generate one image per entry of ``class_ids`` (repeated ``num_images`` times if given).
 
+        ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
         Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
         ``torch.Generator`` (ignored when ``generator`` is given): the same seed gives the same images.
         """
@@ -144,7 +171,7 @@ class ImagePipeline:
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
                  "top_k": top_k, "top_p": top_p}
         params = SamplingParams(**{**self.info.defaults, **{k: v for k, v in given.items() if v is not None}})
-        sampler_obj = get_sampler(sampler, **sampler_options)
+        sampler_obj = get_sampler(sampler or default_sampler(self.model), **sampler_options)
         if generator is None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(0 if seed is None else seed)
@@ -154,14 +181,20 @@ class ImagePipeline:
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` (and ``drafter/``) model folders (safetensors)."""
+        """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` or ``kl/`` (and ``drafter/``) model folders
+        (safetensors)."""
         path = Path(path)
         save_pretrained(self.model, path / "gpt")
-        save_pretrained(self.tokenizer, path / "vq")
+        save_pretrained(self.tokenizer, path / tokenizer_folder(self.tokenizer))
         if self.draft_head is not None:
             save_pretrained(self.draft_head, path / "drafter")
         (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
         return path
+
+
+def tokenizer_folder(tokenizer: torch.nn.Module) -> str:
+    """A pipeline folder's tokenizer subfolder: ``kl`` for a KL tokenizer, ``vq`` otherwise."""
+    return "kl" if isinstance(tokenizer, KLTokenizer) else "vq"
 
 
 def available_models() -> list[str]:
@@ -187,7 +220,8 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
     except (json.JSONDecodeError, TypeError) as e:
         raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
     head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
-    pipe = ImagePipeline(from_pretrained(path / "gpt"), from_pretrained(path / "vq"), info, head)
+    tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
+    pipe = ImagePipeline(from_pretrained(path / "gpt"), from_pretrained(tokenizer_dir), info, head)
     return pipe.to(device, dtype)
 
 

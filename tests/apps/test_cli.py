@@ -185,3 +185,33 @@ def test_package_assembles_a_loadable_pipeline_that_records_its_training_data(ti
     original = load(tiny_pipeline_dir)
     for a, b in zip(original.model.state_dict().values(), pipe.model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)  # bf16 storage
+
+
+def test_continuous_model_samples_with_cspd_and_its_own_default(tiny_continuous_pipeline_dir, tmp_path, capsys):
+    model = str(tiny_continuous_pipeline_dir)
+    out, stats, amap = tmp_path / "c.png", tmp_path / "c.json", tmp_path / "map.png"
+    code, stdout, err = run(["sample", "--model", model, "--sampler", "cspd", "--draft-length", "3",
+                             "--prefill-ratio", "0.25", "--num-images", "2", "--out", str(out), "--stats", str(stats),
+                             "--acceptance-map", str(amap)], capsys)
+    assert code == 0, err
+    s = json.loads(stats.read_text())
+    assert s["sampler"] == "cspd" and s["tokens"] == 2 * 16 and s["details"]["prefill_tokens"] == 4
+    assert s["details"]["draft_length"] == 3 and Image.open(amap).size[0] > 0
+    code, _, _ = run(["sample", "--model", model, "--num-images", "1", "--out", str(out), "--stats", str(stats)],
+                     capsys)
+    assert code == 0 and json.loads(stats.read_text())["sampler"] == "continuous-ar"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sampler", "cspd"], "needs a model with continuous order"),
+    (["--sampler", "cspd", "--prefill-ratio", "1.0"], "prefill_ratio must be in [0, 1)"),
+])
+def test_cspd_on_a_discrete_model_or_with_bad_settings_is_refused(tiny_pipeline_dir, tmp_path, args, message, capsys):
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), *args, "--out", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_discrete_sampler_on_a_continuous_model_is_refused(tiny_continuous_pipeline_dir, tmp_path, capsys):
+    code, _, err = run(["sample", "--model", str(tiny_continuous_pipeline_dir), "--sampler", "sjd",
+                        "--out", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and "needs a model with raster order" in err

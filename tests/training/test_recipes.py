@@ -82,3 +82,36 @@ def test_drafter_recipe_trains_a_head_for_the_ar_model_and_exports_it(tmp_path):
     exported.check_target(from_pretrained(tmp_path / "ar" / "export"))
     log = [json.loads(line) for line in (tmp_path / "head" / "log.jsonl").read_text().splitlines()]
     assert {"ce", "feat", "agree"} <= set(log[-1])
+
+
+def test_kl_and_mar_recipes_train_export_and_package_into_a_continuous_pipeline(tmp_path):
+    from vgen.models.mar import MARConfig
+    from vgen.pipelines import ImagePipeline, PipelineInfo, load
+    from vgen.tokenizers.kl import KLConfig
+    from vgen.training.kl import KLRecipe, train_kl
+    from vgen.training.mar import MARRecipe, cached_latents, train_mar
+
+    kl_cfg = KLConfig(block_out_channels=(8, 8, 8), norm_num_groups=4, latent_channels=2)
+    kl = train_kl(tmp_path / "kl", tmp_path / "data", TrainConfig(steps=2, warmup_steps=1, bf16=False),
+                  KLRecipe(num_images=16, batch_size=8, scale_images=16), kl_cfg)
+    # the exported scale makes the tokens of the training images unit-variance
+    tokens, labels = cached_latents(tmp_path / "kl" / "export", tmp_path / "data", "train", 16, tmp_path / "mar")
+    assert tokens.shape == (16, 256, 2) and tokens.dtype == np.float16
+    assert float(np.std(tokens.astype(np.float32))) == pytest.approx(1.0, abs=0.02)
+    assert kl.config.latent_scale != 1.0
+    small = dict(token_channels=2, grid_size=16, dim=16, n_layer=1, n_head=2, num_classes=8, head_width=16,
+                 head_depth=1, num_sampling_steps=4, multiple_of=16)
+    target = train_mar(tmp_path / "mar", tmp_path / "kl" / "export", tmp_path / "data",
+                       TrainConfig(steps=2, warmup_steps=1, bf16=False), MARRecipe(num_images=16, batch_size=4),
+                       MARConfig(**small))
+    draft = from_pretrained(tmp_path / "mar" / "export")
+    for a, b in zip(target.state_dict().values(), draft.state_dict().values()):
+        assert torch.equal(a, b)  # the export is the EMA model the recipe returns
+    pipe = ImagePipeline(target, from_pretrained(tmp_path / "kl" / "export"), PipelineInfo("toy", 64), draft)
+    pipe.save_pretrained(tmp_path / "pipe")
+    loaded = load(tmp_path / "pipe")
+    out = loaded([1, 2], sampler="cspd", seed=0)
+    assert len(out.images) == 2 and out.images[0].size == (64, 64) and out.tokens.shape == (2, 256, 2)
+    with pytest.raises(ValueError, match="tokens"):
+        train_mar(tmp_path / "bad", tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0),
+                  MARRecipe(num_images=16, batch_size=4), MARConfig(**{**small, "token_channels": 3}))

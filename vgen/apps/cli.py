@@ -95,7 +95,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """--sampler and its settings (read by :func:`sampler_options`) on top of :func:`add_sampling_args`."""
     gen = add_sampling_args(p)
-    gen.add_argument("--sampler", default="ar", help="sampler name (see `vgen samplers`)")
+    gen.add_argument("--sampler", default=None,
+                     help="sampler name (see `vgen samplers`; default: ar, or continuous-ar for a continuous model)")
     gen.add_argument("--compile", action="store_true", help="torch.compile the decode step (slow first call)")
     spec = p.add_argument_group("speculative samplers (sjd, lantern, gsd, speculative); unset = the preset's value")
     spec.add_argument("--drafter", default=None, help="jacobi, head or auto")
@@ -110,6 +111,12 @@ def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     spec.add_argument("--gsd-rank-window", type=int, default=None, help="candidates within +-this many ranks")
     spec.add_argument("--gsd-p-threshold", type=float, default=None)
     spec.add_argument("--gsd-dist-threshold", type=float, default=None)
+    cont = p.add_argument_group("continuous speculative decoding (cspd); unset = its default")
+    cont.add_argument("--draft-length", type=int, default=None, help="tokens the draft model proposes per pass")
+    cont.add_argument("--prefill-ratio", type=float, default=None,
+                      help="share in [0, 1) of the tokens the target generates alone first")
+    cont.add_argument("--inner-temperature", type=float, default=None,
+                      help="1 = exact; > 1 widens both Gaussians in the acceptance test (lossy; the reference uses 42)")
     return gen
 
 
@@ -139,7 +146,8 @@ def load_pipeline(args: argparse.Namespace):
 
 
 SPECULATIVE_OPTIONS = ("drafter", "accept", "window", "draft_init", "draft_coupling", "lantern_k", "lantern_delta",
-                       "lantern_mode", "gsd_rank_window", "gsd_p_threshold", "gsd_dist_threshold")
+                       "lantern_mode", "gsd_rank_window", "gsd_p_threshold", "gsd_dist_threshold", "draft_length",
+                       "prefill_ratio", "inner_temperature")
 SAMPLING_OPTIONS = ("cfg_scale", "cfg_interval", "temperature", "top_k", "top_p")
 
 
@@ -166,7 +174,8 @@ def run_sample(args: argparse.Namespace) -> None:
     if args.cols is not None and args.cols < 1:
         raise UsageError(f"--cols must be >= 1, got {args.cols}")
     options = sampler_options(args)
-    get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
+    if args.sampler is not None:
+        get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
     pipe = load_pipeline(args)
     start = time.perf_counter()
     out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
@@ -192,7 +201,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the embedded default models (resumable)")
     tsub = p.add_subparsers(dest="what", required=True)
     defaults = {"tokenizer": (900, 1e-3, 32, 100), "ar": (40000, 1e-3, 32, 500), "classifier": (3000, 2e-3, 64, 100),
-                "drafter": (1500, 1e-3, 32, 100)}
+                "drafter": (1500, 1e-3, 32, 100), "kl": (800, 1e-3, 32, 50),
+                "mar": (3000, 1e-3, 32, 100)}
     for what, (steps, lr, batch, warmup) in defaults.items():
         t = tsub.add_parser(what, help=f"train the shapes {what}")
         t.add_argument("--run-dir", default=str(RUNS / f"shapes-{what}"), help="checkpoints and logs (resumes)")
@@ -200,7 +210,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--background", choices=BACKGROUND_KINDS, default=None,
                        help="render the data folder with this background (recorded in it; default: what the "
                             "folder records, else textured)")
-        if what != "tokenizer":
+        if what not in ("tokenizer", "kl"):
             t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
                            help="trained tokenizer folder")
         if what == "ar":
@@ -209,6 +219,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
                            help="domain classifier for the periodic class-accuracy probe (used once it exists)")
             t.add_argument("--eval-every", type=int, default=1000, help="steps between sample probes (0 = off)")
+        if what == "mar":
+            t.add_argument("--size", choices=("target", "draft"), default="target",
+                           help="the target model or the small CSpD draft model")
+            t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
+                           help="domain classifier for the periodic class-accuracy probe (used once it exists)")
+            t.add_argument("--eval-every", type=int, default=500, help="steps between sample probes (0 = off)")
         if what == "drafter":
             t.add_argument("--target", default=str(RUNS / "shapes-ar" / "export"), help="trained AR model folder")
             t.add_argument("--codes-dir", default=str(RUNS / "shapes-ar"),
@@ -217,7 +233,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--lr", type=float, default=lr)
         t.add_argument("--batch-size", type=int, default=batch)
         t.add_argument("--warmup-steps", type=int, default=warmup)
-        t.add_argument("--num-images", type=int, default=16000 if what == "drafter" else 80000)
+        t.add_argument("--num-images", type=int, default=16000 if what in ("drafter", "kl", "mar") else 80000)
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         t.add_argument("--seed", type=int, default=0)
@@ -228,8 +244,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t = tsub.add_parser("package", help="assemble trained models into a pipeline folder (e.g. vgen/assets/...)")
     t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/)")
-    t.add_argument("--vq", required=True, help="trained tokenizer folder")
-    t.add_argument("--drafter", default=None, help="trained draft head folder (optional)")
+    t.add_argument("--vq", required=True, help="trained tokenizer folder (VQ, or KL for a continuous model)")
+    t.add_argument("--drafter", default=None,
+                   help="trained draft head folder, or draft model folder for a continuous model (optional)")
     t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
                                                      "config is recorded in the pipeline)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
@@ -247,22 +264,22 @@ def run_package(args: argparse.Namespace) -> None:
 
     from vgen.data.shapes import CLASS_NAMES, data_config
     from vgen.hub import from_pretrained, save_pretrained
-    from vgen.pipelines import PIPELINE_CONFIG, PipelineInfo
+    from vgen.pipelines import PIPELINE_CONFIG, ImagePipeline, PipelineInfo, tokenizer_folder
 
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
     gpt, vq = from_pretrained(args.gpt), from_pretrained(args.vq)
+    head = from_pretrained(args.drafter) if args.drafter else None
     out = Path(args.out)
     dtype = getattr(torch, DTYPES[args.dtype])
-    save_pretrained(gpt, out / "gpt", dtype=dtype)
-    save_pretrained(vq, out / "vq", dtype=dtype)
-    if args.drafter:
-        head = from_pretrained(args.drafter)
-        head.check_target(gpt)
-        save_pretrained(head, out / "drafter", dtype=dtype)
     data = asdict(data_config(args.data_dir)) if args.data_dir else None
     info = PipelineInfo(name=args.name, image_size=gpt.grid[0] * vq.downsample_factor, class_names=list(CLASS_NAMES),
                         defaults={"cfg_scale": args.cfg_scale}, data=data)
+    ImagePipeline(gpt, vq, info, head)  # the parts must fit together before anything is written
+    save_pretrained(gpt, out / "gpt", dtype=dtype)
+    save_pretrained(vq, out / tokenizer_folder(vq), dtype=dtype)
+    if head is not None:
+        save_pretrained(head, out / "drafter", dtype=dtype)
     (out / PIPELINE_CONFIG).write_text(json.dumps(info.to_dict(), indent=1))
     print(f"wrote pipeline {args.name} to {out}")
 
@@ -284,6 +301,18 @@ def run_train(args: argparse.Namespace) -> None:
 
         train_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
                         TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes)
+    elif args.what == "kl":
+        from vgen.training.kl import KLRecipe, train_kl
+
+        train_kl(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
+                 KLRecipe(num_images=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+    elif args.what == "mar":
+        from vgen.training.mar import SIZES, MARRecipe, mar_probe, train_mar
+
+        probe = mar_probe(args.tokenizer, args.classifier) if args.eval_every else None
+        train_mar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
+                  MARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
+                  SIZES[args.size], max_minutes=args.max_minutes, evaluate=probe)
     elif args.what == "ar":
         from vgen.training.ar import ARRecipe, sample_probe, train_ar
 

@@ -47,6 +47,7 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_sample_many(args: argparse.Namespace) -> None:
     from vgen.eval.sample_many import SamplePlan, init_distributed, sample_many
+    from vgen.pipelines import default_sampler
     from vgen.samplers import SamplingParams, get_sampler
 
     if args.num_samples < 1:
@@ -58,11 +59,13 @@ def run_sample_many(args: argparse.Namespace) -> None:
         raise UsageError(f"cannot create {args.out}: directory {out.parent} does not exist")
     npz = args.npz or str(out.with_name(out.name + ".npz"))
     check_writable(npz, {".npz"})
-    sampler = get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
+    if args.sampler is not None:
+        get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
     ctx = init_distributed(args.device)
     try:
         args.device = ctx.device
         pipe = load_pipeline(args)
+        sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
         params = SamplingParams(**{**pipe.info.defaults, **sampling_overrides(args)})
         plan = SamplePlan(args.seed, args.batch_size, tuple(args.class_ids or range(pipe.num_classes)), args.balanced)
         result = sample_many(pipe, out, args.num_samples, plan, sampler, params, npz, ctx, not args.no_progress)

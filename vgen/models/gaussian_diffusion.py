@@ -118,7 +118,7 @@ def training_loss(head: HeadFn, schedule: DiffusionSchedule, x0: torch.Tensor, c
     index = torch.randint(0, len(schedule), (b,), device=x0.device, generator=generator)
     noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
     xt = schedule.q_sample(x0, index, noise)
-    out = head(xt, schedule.timesteps.to(x0.device)[index], cond)
+    out = head(xt, schedule.timesteps.to(x0.device)[index], cond).float()
     eps, v = out[:, :c], out[:, c:]
     mse = (eps - noise).pow(2).mean(-1)
     mean, logvar = schedule.p_mean_logvar(eps.detach(), v, xt, index)

@@ -6,8 +6,8 @@ output at position p, after the final norm, is the condition ``z`` from which th
 p. Raster order with a KV cache is what speculative decoding needs: :meth:`decode` / :meth:`decode_rows` append
 any number of tokens and return one condition per appended token, the last predicting the next token.
 
-Tokens are latents of the KL tokenizer multiplied by ``latent_scale`` (MAR's 0.2325 for its kl16), so that
-they have roughly unit variance.
+Tokens are the KL tokenizer's latents scaled to unit variance (the tokenizer holds the scale, as MAR's 0.2325
+for its kl16), which is what the head's noise schedule expects.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ class MARConfig:
     num_sampling_steps: int = 100
     clip_x0: float = 0.0
     diffusion_batch_mul: int = 4
-    latent_scale: float = 0.2325
 
     def __post_init__(self) -> None:
         if self.token_channels < 1 or self.grid_size < 1:

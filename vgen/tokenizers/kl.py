@@ -1,0 +1,95 @@
+"""Continuous tokenizer: a small KL-regularised autoencoder (diffusers' ``AutoencoderKL``) to a token grid.
+
+The shapes default maps 64x64 images to a 16x16 grid of 4-channel latents (three resolution levels, a 4x
+reduction), as MAR's kl16 maps 256x256 images to 16x16x16. Tokens for an AR model are the posterior means in
+raster order, multiplied by ``latent_scale`` (fitted after training so that they have unit standard deviation,
+the role of MAR's 0.2325) so that the diffusion head's noise schedule sees unit-scale data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    block_out_channels: tuple[int, ...] = (32, 64, 64)
+    layers_per_block: int = 1
+    latent_channels: int = 4
+    norm_num_groups: int = 16
+    image_size: int = 64
+    latent_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_out_channels", tuple(self.block_out_channels))
+        if any(c % self.norm_num_groups for c in self.block_out_channels):
+            raise ValueError(f"every channel count in {self.block_out_channels} must be divisible by "
+                             f"norm_num_groups {self.norm_num_groups}")
+        if self.image_size % self.downsample_factor:
+            raise ValueError(f"image_size {self.image_size} is not divisible by the downsampling "
+                             f"{self.downsample_factor}")
+
+    @property
+    def downsample_factor(self) -> int:
+        return 2 ** (len(self.block_out_channels) - 1)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["block_out_channels"] = list(self.block_out_channels)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KLConfig:
+        return cls(**d)
+
+
+class KLTokenizer(nn.Module):
+    """Images in [-1, 1] [B, 3, H, W] <-> continuous tokens [B, h * w, C] (raster order, scaled)."""
+
+    def __init__(self, config: KLConfig = KLConfig()) -> None:
+        super().__init__()
+        from diffusers import AutoencoderKL
+
+        self.config = config
+        n = len(config.block_out_channels)
+        self.vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
+                                 up_block_types=("UpDecoderBlock2D",) * n,
+                                 block_out_channels=config.block_out_channels,
+                                 layers_per_block=config.layers_per_block, latent_channels=config.latent_channels,
+                                 norm_num_groups=config.norm_num_groups, sample_size=config.image_size)
+
+    @property
+    def downsample_factor(self) -> int:
+        return self.config.downsample_factor
+
+    @property
+    def grid_size(self) -> int:
+        return self.config.image_size // self.downsample_factor
+
+    def posterior(self, images: torch.Tensor):
+        """diffusers' diagonal Gaussian posterior over latents [B, C, h, w] (unscaled)."""
+        return self.vae.encode(images).latent_dist
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Unscaled latents [B, C, h, w] -> images [B, 3, H, W]."""
+        return self.vae.decode(latents).sample
+
+    @torch.no_grad()
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        """Images -> tokens [B, h * w, C]: the posterior means, scaled, in raster order."""
+        mean = self.posterior(images.to(self.vae.dtype)).mean * self.config.latent_scale
+        return mean.flatten(2).transpose(1, 2).float()
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Tokens [B, h * w, C] -> images in [-1, 1] [B, 3, H, W]."""
+        b, n, c = tokens.shape
+        side = self.grid_size
+        if n != side * side or c != self.config.latent_channels:
+            raise ValueError(f"expected tokens [B, {side * side}, {self.config.latent_channels}], got "
+                             f"{tuple(tokens.shape)}")
+        latents = (tokens / self.config.latent_scale).transpose(1, 2).reshape(b, c, side, side)
+        return self.decode_latents(latents.to(self.vae.dtype)).float().clamp(-1, 1)
