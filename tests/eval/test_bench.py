@@ -164,3 +164,10 @@ def test_the_table_is_the_json(result, tmp_path):
         assert cells["class accuracy"] == f"{100 * r['class_accuracy']:.1f}%"
     assert bench_table(result) in paths["markdown"].read_text()
     assert Image.open(paths["plot"]).size == (1040, 400)
+
+
+def test_a_continuous_model_is_measured_against_target_only_sampling(tiny_continuous_pipeline_dir, real):
+    pipe = load(tiny_continuous_pipeline_dir)
+    rows = run_bench(pipe, [SamplerSpec("cspd", "cspd")], 2, 0, 2, real=real)["results"]
+    assert [r["label"] for r in rows] == ["continuous-ar", "cspd"]
+    assert rows[0]["step_compression"] == 1 and rows[1]["fid_vs_ar"] is not None

@@ -31,7 +31,7 @@ from PIL import Image
 
 from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance
 from vgen.eval.sample_many import SamplePlan
-from vgen.pipelines import ImagePipeline, image_grid
+from vgen.pipelines import ImagePipeline, default_sampler, image_grid
 from vgen.samplers import Sampler, SamplingParams, get_sampler
 
 REFERENCE = "ar"
@@ -97,13 +97,14 @@ def parse_sampler_list(items: Sequence[str]) -> list[SamplerSpec]:
     return specs
 
 
-def with_reference(specs: list[SamplerSpec]) -> tuple[list[SamplerSpec], str]:
-    """The specs, with plain vanilla AR prepended when none is asked for, and the label of the AR reference row."""
+def with_reference(specs: list[SamplerSpec], reference: str = REFERENCE) -> tuple[list[SamplerSpec], str]:
+    """The specs, with the plain one-token-per-pass sampler ``reference`` (vanilla AR, or ``continuous-ar`` for a
+    continuous model) prepended when none is asked for, and the label of the reference row."""
     for s in specs:
-        if s.name == REFERENCE and s.seed is None:
+        if s.name == reference and s.seed is None:
             return specs, s.label
-    label = REFERENCE if REFERENCE not in {s.label for s in specs} else f"{REFERENCE}-reference"
-    return [SamplerSpec(label, REFERENCE), *specs], label
+    label = reference if reference not in {s.label for s in specs} else f"{reference}-reference"
+    return [SamplerSpec(label, reference), *specs], label
 
 
 @dataclass
@@ -177,7 +178,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
 
     if num_samples < 2:
         raise ValueError(f"need at least 2 samples per sampler for FID, got {num_samples}")
-    specs, reference = with_reference(list(specs))
+    specs, reference = with_reference(list(specs), default_sampler(pipe.model))
     params = params or SamplingParams(**pipe.info.defaults)
     real = real or real_reference(pipe)
     classifier = None
@@ -217,7 +218,8 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
     setup = {"model": pipe.info.name, "num_samples": num_samples, "batch_size": batch_size, "seed": seed,
              "sampling": params.to_dict(), "reference": reference, "real": real.source, "real_count": real.stats.count,
              "features": "shapes", "device": str(pipe.device),
-             "dtype": str(pipe.model.output.weight.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
+             "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."),
+             "threads": torch.get_num_threads(),
              "torch": torch.__version__,
              "total_time_s": time.perf_counter() - start}
     return {"setup": setup, "results": rows}
