@@ -17,7 +17,7 @@ from typing import Any
 from PIL import Image
 
 from vgen.hub import CheckpointError
-from vgen.pipelines import ImagePipeline, image_grid, load, load_llamagen
+from vgen.pipelines import ImagePipeline, default_sampler, image_grid, load, load_llamagen
 from vgen.samplers import available_samplers, get_sampler
 from vgen.visualize import acceptance_figure
 
@@ -94,8 +94,9 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
              temperature: float, top_k: float, top_p: float, compare: bool = False, gpt_ckpt: str = "",
              vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
              **sampler_values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None]:
-    """Images (a grid), the acceptance map (speculative samplers), a stats table and, with ``compare``, vanilla AR
-    on the same seed. Raises :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
+    """Images (a grid), the acceptance map (speculative samplers), a stats table and, with ``compare``, one token
+    per pass (vanilla AR, or target-only sampling for a continuous model) on the same seed. Raises
+    :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
     if not 1 <= int(num_images) <= MAX_IMAGES:
         raise InputError(f"number of images must be in 1..{MAX_IMAGES}, got {num_images}")
     if sampler not in available_samplers():
@@ -112,7 +113,7 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
         amap = acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, cols=min(2, cols))
     figures, ar_grid = None, None
     if compare:
-        ar = pipe([int(class_id)], sampler="ar", **settings)
+        ar = pipe([int(class_id)], sampler=default_sampler(pipe.model), **settings)
         ar_grid = image_grid(ar.images, cols)
         figures = {"ar_forward_passes": ar.stats.forward_passes,
                    "step_compression": ar.stats.forward_passes / out.stats.forward_passes,
