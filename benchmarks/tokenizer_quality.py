@@ -1,11 +1,13 @@
-"""Reconstruction quality of a VQ tokenizer on held-out shapes images, and a picture of it.
+"""Reconstruction quality of a pipeline's tokenizer (VQ or KL) on held-out shapes images, and a picture of it.
 
-Prints PSNR (dB, pixels in [0, 255]), codebook usage over the evaluated images, the per-image token count, and
+Prints PSNR (dB, pixels in [0, 255]), codebook usage over the evaluated images (VQ only), the per-image token
+count, and
 the domain classifier's accuracy on the originals and on their reconstructions (whether the class survives
 tokenization: the ceiling for generated samples); writes a grid with originals on the top row(s) and
 reconstructions below.
 
     python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 --picture docs/vq_reconstructions.png
+    python benchmarks/tokenizer_quality.py --model shapes-c2i-continuous --data-dir ~/.cache/vgen/runs/data-smooth
 """
 
 from __future__ import annotations
@@ -37,23 +39,29 @@ def main() -> None:
     tokenizer = vgen.load(args.model).tokenizer
     images, labels = cached_split(args.data_dir, "val", args.num_images)
     classifier = load_shapes_classifier().eval()
-    se, used, recon_first = 0.0, torch.zeros(tokenizer.codebook_size, dtype=torch.bool), None
+    discrete = hasattr(tokenizer, "codebook_size")
+    se, used, recon_first = 0.0, torch.zeros(getattr(tokenizer, "codebook_size", 1), dtype=torch.bool), None
     right_real = right_rec = 0
     with torch.no_grad():
         for i in range(0, len(images), args.batch_size):
             batch = np.array(images[i:i + args.batch_size])
-            rec, codes, _ = tokenizer(to_tensor(batch))
+            if discrete:
+                rec, codes, _ = tokenizer(to_tensor(batch))
+                used[codes.flatten()] = True
+            else:
+                codes = tokenizer.encode(to_tensor(batch))[..., 0]  # [B, tokens]
+                rec = tokenizer.decode(tokenizer.encode(to_tensor(batch)))
             rec_u8 = (rec * 127.5 + 128).clamp(0, 255).to(torch.uint8)  # the mapping the pipelines save with
             original = torch.from_numpy(batch).permute(0, 3, 1, 2).float()
             se += ((rec_u8.float() - original) ** 2).sum().item()
-            used[codes.flatten()] = True
             truth = torch.from_numpy(np.asarray(labels[i:i + args.batch_size]))
             right_real += int((classifier.predict(to_tensor(batch)) == truth).sum())
             right_rec += int((classifier.predict(rec.clamp(-1, 1)) == truth).sum())
             recon_first = rec if recon_first is None else recon_first
     mse = se / (len(images) * images[0].size)
     figures = {"model": args.model, "num_images": len(images), "psnr_db": 10 * np.log10(255.0 ** 2 / mse),
-               "codebook_usage": float(used.float().mean()), "codebook_size": tokenizer.codebook_size,
+               "codebook_usage": float(used.float().mean()) if discrete else None,
+               "codebook_size": getattr(tokenizer, "codebook_size", None),
                "tokens_per_image": int(codes[0].numel()), "classifier_accuracy_real": right_real / len(images),
                "classifier_accuracy_reconstructed": right_rec / len(images)}
     print(json.dumps(figures, indent=1))
