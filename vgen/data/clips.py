@@ -3,7 +3,7 @@ background, bounces off the frame borders and rotates.
 
 The class is the shape's outline (``CLASS_NAMES`` of the shapes data set), not the motion: start position,
 velocity, angular velocity, size, colour and background vary freely within a class. The shape is drawn with the
-shapes renderer's primitives (outline, fill, shading), so a frame looks like a shapes image at ``frame_size``.
+shapes renderer's primitives (outline and fill), so a frame looks like a shapes image at ``frame_size``.
 
 Motion. The centre moves at a constant velocity and is folded back into ``[e, size - e]`` on each axis (``e`` the
 farthest any shape reaches from its centre, ``EXTENT`` times its radius, plus one pixel of outline), which is an

@@ -1,0 +1,68 @@
+"""Writing videos: uint8 frames [T, H, W, 3] as ``.mp4`` (H.264 through the ffmpeg binary that imageio-ffmpeg
+ships), ``.gif`` (looping) or a frame-grid ``.png`` (frames tiled row-major with :func:`vgen.pipelines.image_grid`).
+:func:`vgen.eval.videos.read_video` reads the first two back."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+VIDEO_FORMATS = (".mp4", ".gif", ".png")
+
+
+def check_video_path(path: str | Path) -> Path:
+    """``path`` as a Path if its extension is a supported video output, else a ValueError naming the formats."""
+    path = Path(path)
+    if path.suffix.lower() not in VIDEO_FORMATS:
+        raise ValueError(f"unsupported video output {path.name!r}: the extension must be one of "
+                         f"{', '.join(VIDEO_FORMATS)}")
+    return path
+
+
+def frame_grid(frames: np.ndarray, cols: int | None = None) -> Image.Image:
+    """The frames tiled row-major into one picture, ``cols`` per row (about square by default)."""
+    from vgen.pipelines import image_grid
+
+    frames = _check_frames(frames)
+    cols = cols or math.ceil(math.sqrt(len(frames)))
+    if cols < 1:
+        raise ValueError(f"cols must be >= 1, got {cols}")
+    return image_grid([Image.fromarray(f) for f in frames], cols)
+
+
+def write_video(frames: np.ndarray, path: str | Path, fps: int = 8) -> Path:
+    """Write ``frames`` (uint8 [T, H, W, 3]) to ``path``; its extension picks the format. Returns the path.
+
+    mp4 frames must have even sides (yuv420p); mp4 is lossy, GIF is exact below 256 colours per frame.
+    """
+    path = check_video_path(path)
+    frames = _check_frames(frames)
+    if not fps > 0:
+        raise ValueError(f"fps must be > 0, got {fps}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        frame_grid(frames).save(path)
+        return path
+    import imageio.v3 as iio
+
+    if suffix == ".gif":
+        iio.imwrite(path, frames, extension=".gif", duration=1000 / fps, loop=0)
+    else:
+        if frames.shape[1] % 2 or frames.shape[2] % 2:
+            raise ValueError(f"mp4 needs even frame sides, got {frames.shape[2]}x{frames.shape[1]}; "
+                             f"write a .gif or .png instead")
+        # macro_block_size 1: keep the frame size (imageio would otherwise resize to multiples of 16)
+        iio.imwrite(path, frames, extension=".mp4", fps=fps, macro_block_size=1)
+    return path
+
+
+def _check_frames(frames: np.ndarray) -> np.ndarray:
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or len(frames) < 1:
+        raise ValueError(f"frames must be uint8 [T, H, W, 3] with T >= 1, got {frames.dtype} of shape "
+                         f"{tuple(frames.shape)}")
+    return frames
