@@ -70,6 +70,17 @@ def denoise(model: nn.Module, z: torch.Tensor, noise: torch.Tensor,
     return x.reshape(b, p, c), mean.reshape(b, p, c), std.reshape(b, p, c)
 
 
+def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch.Tensor, params: SamplingParams,
+                 tokens: torch.Tensor, count: int, bar: tqdm) -> None:
+    """Target-only generation of the first ``count`` tokens into ``tokens`` [B, >= count, C], starting from the
+    prefill's condition ``z``: one head trajectory and (but for the last token) one decode pass per token."""
+    for i in range(count):
+        tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params)[0][:, 0]
+        bar.update(1)
+        if i + 1 < count:
+            z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
+
+
 def _start(model: nn.Module, class_ids: torch.Tensor, params: SamplingParams,
            extra: int) -> tuple[torch.Tensor, KVCache, torch.Tensor]:
     cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
@@ -98,10 +109,8 @@ class ContinuousARSampler(Sampler):
         noise = trajectory_noise(model, batch, generator, device)
         _, cache, z = _start(model, class_ids, params, extra=0)
         tokens = torch.empty(batch, n, model.token_channels, device=device)
-        for i in tqdm(range(n), desc=self.name, unit="tok", disable=not progress):
-            tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params)[0][:, 0]
-            if i + 1 < n:
-                z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
+        with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
+            one_per_pass(model, z, cache, noise, params, tokens, n, bar)
         stats = SamplerStats(sampler=self.name, forward_passes=n, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start, batch_size=batch,
                              accept_step=torch.arange(1, n + 1).repeat(batch, 1))
@@ -177,13 +186,9 @@ class CSpD(Sampler):
         cond, cache, z = _start(model, class_ids, params, extra=k + 1)
         passes += 1
         bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
-        for i in range(prefill):
-            tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params)[0][:, 0]
-            accept_step[:, i] = passes
-            if i + 1 < prefill:
-                z = model.decode(_guided(tokens[:, i:i + 1], guided), cache)[:, -1]
-                passes += 1
-        bar.update(prefill)
+        one_per_pass(model, z, cache, noise, params, tokens, prefill, bar)
+        accept_step[:, :prefill] = torch.arange(1, prefill + 1)
+        passes += prefill - 1
         pos = torch.full((batch,), prefill, dtype=torch.long, device=device)  # tokens done per row
 
         # the draft reads the prefix once; later rounds re-feed each row's last two tokens

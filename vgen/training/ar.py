@@ -22,7 +22,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import from_pretrained, load_weights, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import TrainConfig, Trainer, index_batches
+from vgen.training.trainer import TrainConfig, Trainer, index_batches, save_array_atomic
 
 SHAPES_GPT = GPTConfig(vocab_size=4096, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        block_size=256, class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0,
@@ -62,12 +62,7 @@ def cached_codes(tokenizer_dir: str | Path, data_dir: str | Path, split: str, co
                          if int(p.stem.rsplit("_", 1)[1]) < count)
         done = np.load(smaller[-1][1]) if smaller else np.zeros((0, 0), np.int16)
         rest = tokenize_split(from_pretrained(tokenizer_dir), images[len(done):])
-        codes = np.concatenate([done, rest]) if len(done) else rest
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".partial")
-        with open(tmp, "wb") as f:
-            np.save(f, codes)
-        tmp.replace(path)
+        save_array_atomic(np.concatenate([done, rest]) if len(done) else rest, path)
     return np.load(path), np.asarray(labels)
 
 

@@ -21,7 +21,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.tokenizers.kl import KLTokenizer
-from vgen.training.trainer import TrainConfig, Trainer, index_batches
+from vgen.training.trainer import TrainConfig, Trainer, index_batches, save_array_atomic
 
 SHAPES_MAR = MARConfig(token_channels=4, grid_size=16, dim=256, n_layer=4, n_head=4, multiple_of=64, num_classes=8,
                        dropout_p=0.0, head_width=256, head_depth=3, diffusion_batch_mul=2,
@@ -54,12 +54,7 @@ def cached_latents(tokenizer_dir: str | Path, data_dir: str | Path, split: str, 
     path = Path(cache_dir) / f"{split}_latents_{count}.npy"
     images, labels = cached_split(data_dir, split, count)
     if not path.exists():
-        tokens = encode_split(from_pretrained(tokenizer_dir), images)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".partial")
-        with open(tmp, "wb") as f:
-            np.save(f, tokens)
-        tmp.replace(path)
+        save_array_atomic(encode_split(from_pretrained(tokenizer_dir), images), path)
     return np.load(path), np.asarray(labels)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -66,6 +67,16 @@ def _atomic_save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
     os.replace(tmp, path)
+
+
+def save_array_atomic(array: np.ndarray, path: str | Path) -> None:
+    """``np.save`` to a temporary name, then rename: a killed run never leaves a truncated cache behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "wb") as f:
+        np.save(f, array)
+    tmp.replace(path)
 
 
 class Trainer:
