@@ -69,6 +69,7 @@ def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_ever
         assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
         # 1 prefill token, then one verification gives 2 drafts + 1 bonus = the remaining 3 tokens
         assert out.stats.forward_passes == 2 and out.stats.accepted_lengths == [3] * 4
+        assert out.stats.details["median_draft_gap_in_target_stds"] < 0.05
 
 
 def test_cspd_at_temperature_zero_equals_target_only_sampling(target, draft):
@@ -93,6 +94,7 @@ def test_cspd_output_distribution_equals_the_target_s(target, draft):
     assert min(pvalues) > 1e-3 / 8
     assert min(stats.ks_2samp(own[:, n, c], ref[:, n, c]).pvalue for n in range(4) for c in range(2)) < 1e-6
     assert out.stats.details["residual_fallbacks"] == 0
+    assert out.stats.details["median_draft_gap_in_target_stds"] > 1  # a different draft: far apart
 
 
 def test_inner_temperature_trades_fidelity_for_acceptance(target, draft):
