@@ -31,12 +31,14 @@ def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
     from vgen.models.llamagen import GPTConfig, LlamaGenGPT
     from vgen.models.mar import ContinuousAR, MARConfig
     from vgen.models.nar import NARConfig, NARTransformer
+    from vgen.models.nbp import NBPConfig, NBPTransformer
     from vgen.tokenizers.kl import KLConfig, KLTokenizer
     from vgen.tokenizers.vq import VQConfig, VQModel
 
     return {"LlamaGenGPT": (LlamaGenGPT, GPTConfig), "VQModel": (VQModel, VQConfig),
             "ShapesClassifier": (ShapesClassifier, ClassifierConfig), "DraftHead": (DraftHead, DraftHeadConfig),
-            "NARTransformer": (NARTransformer, NARConfig), "ContinuousAR": (ContinuousAR, MARConfig),
+            "NARTransformer": (NARTransformer, NARConfig), "NBPTransformer": (NBPTransformer, NBPConfig),
+            "ContinuousAR": (ContinuousAR, MARConfig),
             "KLTokenizer": (KLTokenizer, KLConfig)}
 
 

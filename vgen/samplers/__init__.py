@@ -25,6 +25,7 @@ from vgen.samplers.logits import (
     sample_probs,
 )
 from vgen.samplers.nar import NARSampler
+from vgen.samplers.nbp import NBPSampler
 from vgen.samplers.speculative import GSD, MCSJD, SJD, Lantern, Speculative
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "SJD",
     "Lantern",
     "NARSampler",
+    "NBPSampler",
     "Speculative",
     "LogitsProcessor",
     "LogitsProcessorList",

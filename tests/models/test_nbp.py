@@ -1,0 +1,161 @@
+"""NBP backbone against hand-written layouts and NBP's published rules (reference notes, section 2): the
+block-causal mask on small grids written out cell by cell, block sizes and step counts, no leakage of a block into
+its own logits (perturbation), token j of a block reading the token j before it through the begin-of-video slots,
+and cached block-by-block decoding against the full forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.nbp import NBPConfig, NBPTransformer, block_causal_mask
+
+
+def rows_of(text: str) -> torch.Tensor:
+    return torch.tensor([[c == "1" for c in line.split()] for line in text.strip().splitlines()])
+
+
+def tiny(grid=(2, 3), block="row", seed=0, **overrides) -> NBPTransformer:
+    """An fp32 eval-mode NBP model with N(0, 0.2) weights (its zero-initialised output would be uniform)."""
+    config = {"vocab_size": 40, "dim": 48, "n_layer": 2, "n_head": 4, "multiple_of": 16, "num_classes": 5,
+              **overrides}
+    torch.manual_seed(seed)
+    model = NBPTransformer(NBPConfig(grid=grid, block=block, **config))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.2)
+    return model.eval()
+
+
+# slots: class, then input blocks of 3 (begin-of-video, then block 0's tokens); row = query, column = key
+MASK_2x3_ROWS = rows_of("""
+1 0 0 0 0 0 0
+1 1 1 1 0 0 0
+1 1 1 1 0 0 0
+1 1 1 1 0 0 0
+1 1 1 1 1 1 1
+1 1 1 1 1 1 1
+1 1 1 1 1 1 1
+""")
+
+# a 3 x 1 x 2 video in frame blocks of 2: three input blocks
+MASK_3x1x2_FRAMES = rows_of("""
+1 0 0 0 0 0 0
+1 1 1 0 0 0 0
+1 1 1 0 0 0 0
+1 1 1 1 1 0 0
+1 1 1 1 1 0 0
+1 1 1 1 1 1 1
+1 1 1 1 1 1 1
+""")
+
+
+def test_block_causal_mask_cell_by_cell() -> None:
+    assert torch.equal(block_causal_mask(2, 3), MASK_2x3_ROWS)
+    assert torch.equal(block_causal_mask(3, 2), MASK_3x1x2_FRAMES)
+    assert torch.equal(tiny((2, 3)).mask, MASK_2x3_ROWS)
+    assert torch.equal(tiny((3, 1, 2), "frame").mask, MASK_3x1x2_FRAMES)
+
+
+@pytest.mark.parametrize("grid, block, block_size, steps", [
+    ((16, 8, 8), "frame", 64, 16),  # the shapes-video layout: 1024 tokens in 16 passes
+    ((16, 8, 8), "row", 8, 128),
+    ((4, 5), "row", 5, 4),
+    ((5, 16, 16), "row", 16, 80),  # NBP's UCF layout without the hybrid start: 1280 tokens, 16 per step
+])
+def test_block_size_and_step_count(grid, block, block_size, steps) -> None:
+    config = NBPConfig(grid=grid, block=block, dim=32, n_head=2, n_layer=1)
+    assert (config.block_size, config.num_blocks) == (block_size, steps)
+    assert config.num_blocks * config.block_size == config.num_tokens
+
+
+@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((2, 2, 3), "row")])
+def test_a_block_sees_only_earlier_blocks(grid, block) -> None:
+    """Perturbing the tokens of block k changes the logits of blocks k+1.. and nothing before them."""
+    model = tiny(grid, block)
+    b, n = model.block_size, model.num_tokens
+    tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(1))
+    cls = torch.tensor([1, 3])
+    base = model(cls, tokens)
+    for k in range(model.num_steps):
+        changed = tokens.clone()
+        changed[:, k * b:(k + 1) * b] = (changed[:, k * b:(k + 1) * b] + 1) % 40
+        diff = (model(cls, changed) - base).abs().amax(dim=(0, 2))
+        assert diff[:(k + 1) * b].max() == 0, f"block {k} leaked into its own or earlier logits"
+        if k + 1 < model.num_steps:
+            assert (diff[(k + 1) * b:(k + 2) * b] > 1e-6).all()
+            # full attention inside a block: the last token of block k reaches every token of block k + 1 (under a
+            # plain causal mask it would reach only the last one)
+            last = tokens.clone()
+            last[:, (k + 1) * b - 1] = (last[:, (k + 1) * b - 1] + 1) % 40
+            diff = (model(cls, last) - base).abs().amax(dim=(0, 2))
+            assert (diff[(k + 1) * b:(k + 2) * b] > 1e-6).all()
+
+
+def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of_video_slots() -> None:
+    model = tiny((3, 4))
+    tokens = torch.randint(0, 40, (1, 12), generator=torch.Generator().manual_seed(2))
+    a, b = model(torch.tensor([0]), tokens), model(torch.tensor([4]), tokens)
+    assert ((a - b).abs().amax(dim=(0, 2)) > 1e-6).all()
+    with torch.no_grad():
+        model.bov[1] += 1.0  # the begin-of-video slot of column 1 feeds every later block too, through attention
+    assert not torch.allclose(model(torch.tensor([0]), tokens)[:, :4], a[:, :4])
+
+
+@pytest.mark.parametrize("grid, block, kv", [((3, 4), "row", None), ((4, 2, 2), "frame", None),
+                                             ((2, 2, 3), "row", 2)])
+def test_cached_block_decoding_equals_the_full_forward(grid, block, kv) -> None:
+    model = tiny(grid, block, n_kv_head=kv)
+    b, n = model.block_size, model.num_tokens
+    cls = torch.tensor([0, 2, 4])
+    tokens = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(3))
+    full = model(cls, tokens)
+    cache = model.new_cache(3)
+    steps = [model.prefill(cls, cache)]
+    for k in range(model.num_steps - 1):
+        steps.append(model.decode(tokens[:, k * b:(k + 1) * b], cache))
+    assert len(steps) == model.num_steps and cache.length == 1 + n
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_round_trips_through_save_and_from_pretrained(tmp_path) -> None:
+    model = tiny((3, 2, 2), "frame")
+    save_pretrained(model, tmp_path / "m")
+    loaded = from_pretrained(tmp_path / "m").eval()
+    assert isinstance(loaded, NBPTransformer) and loaded.config == model.config
+    tokens = torch.randint(0, 40, (1, 12))
+    torch.testing.assert_close(loaded(torch.tensor([1]), tokens), model(torch.tensor([1]), tokens))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(grid=(4,)), "grid must be"),
+    (dict(grid=(2, 0), block="row"), "grid must be"),
+    (dict(grid=(3, 4), block="column"), "block must be one of"),
+    (dict(grid=(3, 4), block="frame"), "frame blocks need a video grid"),
+    (dict(grid=(1, 4, 4), block="frame"), "NBP needs >= 2"),
+    (dict(grid=(3, 4), block="row", n_layer=0), "n_layer must be >= 1"),
+    (dict(grid=(3, 4), block="row", dim=30, n_head=4), "divisible"),
+])
+def test_bad_config_raises_a_specific_error(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        NBPConfig(**kwargs)
+
+
+def test_bad_tokens_and_cache_states_raise() -> None:
+    model = tiny((3, 4))
+    cls = torch.tensor([0])
+    with pytest.raises(ValueError, match=r"tokens must be \[batch, 12\] \(the whole 3 rows x 4 columns grid"):
+        model(cls, torch.zeros(1, 11, dtype=torch.long))
+    cache = model.new_cache(1)
+    with pytest.raises(ValueError, match="call prefill first"):
+        model.decode(torch.zeros(1, 4, dtype=torch.long), cache)
+    model.prefill(cls, cache)
+    with pytest.raises(ValueError, match="prefill needs an empty cache"):
+        model.prefill(cls, cache)
+    with pytest.raises(ValueError, match="has 4 tokens, got tokens of shape"):
+        model.decode(torch.zeros(1, 3, dtype=torch.long), cache)
+    for _ in range(2):
+        model.decode(torch.zeros(1, 4, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="all 3 blocks are generated"):
+        model.decode(torch.zeros(1, 4, dtype=torch.long), cache)

@@ -1,0 +1,119 @@
+"""NBPSampler against a naive loop with no cache: step k reruns the full forward on the grid drawn so far (undrawn
+blocks hold a placeholder, which the block-causal mask hides from block k), guides, processes and draws block k's
+tokens in one multinomial call, as the sampler contract says. Tokens must agree exactly, so the cache, the block
+bookkeeping, CFG batching, the interval and the linear schedule are all checked; the stats must count the forward
+passes the model really ran (one per block)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vgen.models.nbp import NBPConfig, NBPTransformer
+from vgen.samplers import NBPSampler, SamplingParams, available_samplers, build_processors, get_sampler
+
+CLASSES = torch.tensor([0, 4, 2])
+
+
+def tiny(grid=(3, 4), block="row", seed=0) -> NBPTransformer:
+    torch.manual_seed(seed)
+    model = NBPTransformer(NBPConfig(grid=grid, block=block, vocab_size=40, dim=48, n_layer=2, n_head=4,
+                                     multiple_of=16, num_classes=5))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.2)
+    return model.eval()
+
+
+def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "constant", seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    guided = params.cfg_scale > 1.0
+    cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
+    b, k_total = model.block_size, model.num_steps
+    seq = torch.full((len(class_ids), model.num_tokens), 7)
+    with torch.no_grad():
+        for k in range(k_total):
+            logits = model(cond, torch.cat([seq, seq]) if guided else seq)[:, k * b:(k + 1) * b]
+            if guided:
+                c, u = logits.chunk(2)
+                if schedule == "linear":
+                    scale = 1 + (params.cfg_scale - 1) * (k + 1) / k_total
+                else:  # guided while the block's first token index is <= cfg_interval + 1 (AR's token index)
+                    on = params.cfg_interval < 0 or k * b <= params.cfg_interval + 1
+                    scale = params.cfg_scale if on else 1.0
+                logits = u + (c - u) * scale
+            logits = build_processors(params)(logits)
+            if params.temperature == 0:
+                tokens = logits.argmax(-1)
+            else:
+                probs = logits.softmax(-1)
+                tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+                tokens = tokens.view(len(class_ids), -1)
+            seq[:, k * b:(k + 1) * b] = tokens
+    return seq
+
+
+PARAMS = {
+    "greedy": SamplingParams(temperature=0.0),
+    "greedy-cfg": SamplingParams(temperature=0.0, cfg_scale=4.0),
+    "sampled": SamplingParams(),
+    "sampled-cfg": SamplingParams(cfg_scale=4.0),
+    "filtered-cfg": SamplingParams(temperature=0.8, top_k=20, top_p=0.9, cfg_scale=2.5),
+    "interval": SamplingParams(temperature=1.2, cfg_scale=3.0, cfg_interval=4),
+}
+
+
+@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((4, 2, 2), "frame"), ((2, 2, 3), "row")])
+@pytest.mark.parametrize("name", list(PARAMS))
+def test_tokens_equal_the_uncached_full_forward_loop(grid, block, name) -> None:
+    model, params = tiny(grid, block), PARAMS[name]
+    out = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(11))
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=11))
+
+
+@pytest.mark.parametrize("name", ["greedy-cfg", "sampled-cfg"])
+def test_the_linear_schedule_equals_the_naive_ramp_and_differs_from_constant(name) -> None:
+    model, params = tiny((4, 2, 2), "frame"), PARAMS[name]
+    out = NBPSampler(cfg_schedule="linear").sample(model, CLASSES, params, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, "linear", seed=5))
+    const = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(5))
+    assert not torch.equal(out.tokens, const.tokens)
+    assert out.stats.details["cfg_schedule"] == "linear"
+
+
+@pytest.mark.parametrize("grid, block, steps", [((3, 4), "row", 3), ((4, 2, 2), "frame", 4), ((4, 2, 2), "row", 8)])
+def test_one_forward_pass_per_block_counted_and_run(grid, block, steps) -> None:
+    model = tiny(grid, block)
+    calls = []
+    model.layers[0].register_forward_hook(lambda *_: calls.append(1))
+    out = NBPSampler().sample(model, CLASSES, SamplingParams(cfg_scale=2.0), generator=torch.Generator().manual_seed(0))
+    assert out.stats.forward_passes == len(calls) == steps == model.num_steps
+    assert out.stats.tokens == 3 * model.num_tokens and out.stats.tokens_per_forward == model.block_size
+    b = model.block_size
+    assert torch.equal(out.stats.accept_step[0], torch.arange(model.num_tokens) // b + 1)
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens() -> None:
+    model = tiny()
+    run = lambda seed: NBPSampler().sample(model, CLASSES, SamplingParams(),  # noqa: E731
+                                           generator=torch.Generator().manual_seed(seed)).tokens
+    assert torch.equal(run(3), run(3))
+    assert not torch.equal(run(3), run(4))
+
+
+def test_registered_for_next_block_models_only(tiny_nar_factory) -> None:
+    assert available_samplers("next-block") == ["nbp"]
+    assert isinstance(get_sampler("nbp"), NBPSampler)
+    assert get_sampler({"name": "nbp", "cfg_schedule": "linear"}) == NBPSampler("linear")
+    with pytest.raises(ValueError, match="next-neighbour order, but this sampler needs a model with next-block"):
+        NBPSampler().sample(tiny_nar_factory((3, 3)), CLASSES, SamplingParams())
+
+
+def test_bad_input_raises() -> None:
+    model = tiny()
+    with pytest.raises(ValueError, match="cfg_schedule must be one of"):
+        NBPSampler(cfg_schedule="cosine")
+    with pytest.raises(ValueError, match=r"class id 5 is out of range for a model with 5 classes \(valid: 0..4\)"):
+        NBPSampler().sample(model, torch.tensor([5]), SamplingParams())
+    with pytest.raises(ValueError, match="training mode"):
+        NBPSampler().sample(model.train(), CLASSES, SamplingParams())

@@ -1,0 +1,244 @@
+"""NBP: a class-conditional next-block-prediction transformer (Ren et al., arXiv 2502.07737) over an image grid
+H x W or a video grid T x H x W, built from LlamaGen's blocks.
+
+Blocks. The raster token sequence is cut into equal blocks: a row (``W`` tokens) or, for video, a frame
+(``H * W`` tokens). A grid of ``N`` tokens has ``K = N / B`` blocks and takes ``K`` forward passes.
+
+Sequence layout (NBP's ``[c, bov x B, z_0 .. z_{N-B-1}]``): slot 0 holds the class embedding, slots ``1 .. B``
+the ``B`` learned begin-of-video embeddings, and slot ``1 + B + p`` the token at raster position ``p`` of every
+block but the last. Input block ``k`` (the begin-of-video block for ``k = 0``, else the tokens of block
+``k - 1``) fills slots ``1 + kB .. (k + 1)B``, and the output at its ``j``-th slot predicts token ``j`` of block
+``k``: token ``j`` of one block predicts token ``j`` of the next. Slot ``s >= 1`` is rotated with the grid
+coordinates of the token it predicts (raster position ``s - 1``), the class slot not at all (LlamaGen).
+
+Block-causal mask. A slot in input block ``k`` sees the class slot and every slot of input blocks ``0 .. k``
+(full attention inside its block, causal across blocks: NBP's ``get_attn_mask``); the class slot sees itself.
+No target leaks: the slots of block ``k`` hold tokens of blocks ``< k`` only.
+
+KV cache. :meth:`NBPTransformer.prefill` runs the class and begin-of-video slots (step 1), and each
+:meth:`NBPTransformer.decode` feeds one generated block and returns the next block's logits (steps 2 .. K); the
+keys and values of every block stay cached, so a step computes only its own ``B`` slots.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from vgen.models.cache import KVCache
+from vgen.models.layers import RMSNorm, rope_grid_table
+from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
+
+BLOCK_KINDS = ("row", "frame")
+
+
+@dataclass(frozen=True)
+class NBPConfig:
+    """The token grid ((H, W) or (T, H, W)), the block kind (``"row"`` or, for video, ``"frame"``) and LlamaGen's
+    ``ModelArgs``."""
+
+    grid: tuple[int, ...] = (16, 8, 8)
+    block: str = "frame"
+    vocab_size: int = 1024
+    dim: int = 384
+    n_layer: int = 8
+    n_head: int = 6
+    n_kv_head: int | None = None
+    multiple_of: int = 64
+    ffn_dim_multiplier: float | None = None
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    num_classes: int = 8
+    class_dropout_prob: float = 0.1
+    token_dropout_p: float = 0.1
+    attn_dropout_p: float = 0.0
+    resid_dropout_p: float = 0.1
+    ffn_dropout_p: float = 0.1
+
+    def __post_init__(self) -> None:
+        grid = tuple(self.grid) if isinstance(self.grid, list) else self.grid  # a list from JSON
+        object.__setattr__(self, "grid", grid)
+        if (not isinstance(grid, tuple) or len(grid) not in (2, 3)
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in grid)):
+            raise ValueError(f"grid must be (rows, columns) or (frames, rows, columns) of positive integers, "
+                             f"got {self.grid!r}")
+        if self.block not in BLOCK_KINDS:
+            raise ValueError(f"block must be one of {BLOCK_KINDS}, got {self.block!r}")
+        if self.block == "frame" and len(grid) != 3:
+            raise ValueError(f"frame blocks need a video grid (frames, rows, columns), got {grid}")
+        if self.num_blocks < 2:
+            raise ValueError(f"a {grid} grid in {self.block} blocks has {self.num_blocks} block; NBP needs >= 2")
+        if self.n_layer < 1:
+            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
+        self.block_config()  # LlamaGen's own checks (heads, kv heads, head_dim divisible by 4)
+
+    @property
+    def num_tokens(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block: a row (``W``) or a frame (``H * W``)."""
+        return self.grid[-1] if self.block == "row" else self.grid[-1] * self.grid[-2]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.num_tokens // self.block_size
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    def block_config(self) -> GPTConfig:
+        """The transformer-block settings (``block_size`` is unused by a block)."""
+        names = {f.name for f in fields(GPTConfig)} - {"block_size"}
+        return GPTConfig(**{k: v for k, v in asdict(self).items() if k in names}, block_size=1)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "grid": list(self.grid)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> NBPConfig:
+        return cls(**d)
+
+
+def block_causal_mask(num_blocks: int, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bool [1 + K*B, 1 + K*B] (True = attend) over the slots: the class slot, then ``K`` input blocks of ``B``.
+
+    A slot of input block ``k`` sees the class slot and the slots of blocks ``0 .. k``; the class slot sees itself.
+    """
+    block = torch.arange(num_blocks * block_size, device=device) // block_size
+    mask = torch.ones(1 + len(block), 1 + len(block), dtype=torch.bool, device=device)
+    mask[1:, 1:] = block[None, :] <= block[:, None]
+    mask[0, 1:] = False
+    return mask
+
+
+class NBPTransformer(nn.Module):
+    """Class-conditional next-block prediction over ``config.grid``; tokens are handled in raster order [B, N]."""
+
+    token_order: ClassVar[str] = "next-block"
+
+    def __init__(self, config: NBPConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
+        self.bov = nn.Parameter(torch.zeros(config.block_size, config.dim))
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.tok_dropout = nn.Dropout(config.token_dropout_p)
+        block = config.block_config()
+        self.layers = nn.ModuleList(TransformerBlock(block) for _ in range(config.n_layer))
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
+        self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base)
+        self.mask = block_causal_mask(config.num_blocks, config.block_size)
+        self.apply(self._init_weights)
+        nn.init.normal_(self.bov, std=0.02)
+        nn.init.zeros_(self.output.weight)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear | nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    # -- token layout ------------------------------------------------------------------------------------------
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return self.config.grid
+
+    @property
+    def num_tokens(self) -> int:
+        return self.config.num_tokens
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
+
+    @property
+    def num_steps(self) -> int:
+        """Forward passes to generate a grid: one per block."""
+        return self.config.num_blocks
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
+        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
+        return torch.full_like(class_ids, self.config.num_classes)
+
+    # -- forward passes ----------------------------------------------------------------------------------------
+    def _run(self, h: torch.Tensor, start: int, cache: KVCache | None) -> torch.Tensor:
+        """Slots ``start .. start + len(h) - 1`` through every block under the block-causal mask; logits [B, t, V]."""
+        device = h.device
+        if self.rope.device != device:
+            self.rope, self.mask = self.rope.to(device), self.mask.to(device)
+        end = start + h.shape[1]
+        if self.training:
+            h = self.tok_dropout(h)
+        rope, mask = self.rope[start:end], self.mask[start:end, :end]
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, cache, i, mask=mask)
+        if cache is not None:
+            cache.advance(h.shape[1])
+        return self.output(self.norm(h)).float()
+
+    def _bov(self, batch: int) -> torch.Tensor:
+        return self.bov[None].expand(batch, -1, -1).to(self.tok_embeddings.weight.dtype)
+
+    def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced pass (training, and the reference for cached decoding): logits [B, N, V] in raster
+        order, row p predicting token p from the blocks before its own. ``tokens`` is the whole grid [B, N]."""
+        n, b = self.num_tokens, self.block_size
+        if tokens.ndim != 2 or tokens.shape[1] != n:
+            raise ValueError(f"tokens must be [batch, {n}] (the whole {self._grid_text()} grid in raster order), "
+                             f"got shape {tuple(tokens.shape)}")
+        h = torch.cat([self.cls_embedding(class_ids), self._bov(len(class_ids)),
+                       self.tok_embeddings(tokens[:, :n - b])], dim=1)
+        return self._run(h, 0, None)[:, 1:]
+
+    def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None) -> KVCache:
+        """An empty cache with a slot for the class and every input slot (``1 + N``)."""
+        p = self.tok_embeddings.weight
+        return KVCache(self.config.n_layer, batch_size, self.config.kv_heads, 1 + self.num_tokens,
+                       self.config.head_dim, dtype or p.dtype, device or p.device)
+
+    def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run the class and begin-of-video slots into an empty cache; logits [B, block_size, V] of block 0."""
+        if cache.length != 0:
+            raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
+        h = torch.cat([self.cls_embedding(class_ids), self._bov(len(class_ids))], dim=1)
+        return self._run(h, 0, cache)[:, 1:]
+
+    def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Feed block ``k`` [B, block_size] (the cache holding the class and blocks before it) and return the logits
+        [B, block_size, V] of block ``k + 1``."""
+        b = self.block_size
+        if tokens.ndim != 2 or tokens.shape[1] != b:
+            raise ValueError(f"a block of the {self._grid_text()} grid in {self.config.block} blocks has {b} "
+                             f"tokens, got tokens of shape {tuple(tokens.shape)}")
+        start = cache.length
+        if start < 1 + b or (start - 1) % b:
+            raise ValueError(f"decode needs a cache holding the class and whole blocks (1 + k * {b} positions, "
+                             f"k >= 1: call prefill first), this one holds {start}")
+        if start + b > 1 + self.num_tokens:
+            raise ValueError(f"all {self.num_steps} blocks are generated; the last block feeds nothing")
+        return self._run(self.tok_embeddings(tokens), start, cache)
+
+    def _grid_text(self) -> str:
+        names = ("frames", "rows", "columns")[-len(self.grid):]
+        return " x ".join(f"{n} {name}" for n, name in zip(self.grid, names))

@@ -1,0 +1,82 @@
+"""Next-block sampling for NBP backbones (:mod:`vgen.models.nbp`): one forward pass per block.
+
+Step ``k`` (1-based) feeds the block drawn at step ``k - 1`` (the begin-of-video slots at step 1) and draws all
+``B`` tokens of block ``k - 1`` at once, each independently (temperature, top-k, top-p, then a draw), as NBP's
+``sample_with_past`` does. The step count equals the number of blocks.
+
+Classifier-free guidance is LlamaGen's ``u + s (c - u)`` on a doubled batch [cond; null]. NBP writes it as
+``(1 + t) c - t u``, the same thing with ``s = 1 + t``. ``cfg_schedule="constant"`` keeps ``s`` for every block
+(LlamaGen; ``cfg_interval`` is read as for AR with a block's first token index, so a block is guided iff a
+raster-order token with that index would be); ``"linear"`` ramps the guidance weight ``t = s - 1`` linearly over
+the blocks, ``t_k = (s - 1)(k + 1) / K`` for block ``k`` of ``K``, NBP's ``scale_cfg`` (``t = ratio * n``)
+normalised so that the last block gets the full scale.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from tqdm.auto import tqdm
+
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.logits import apply_cfg, build_processors, cfg_merge, sample_logits
+
+CFG_SCHEDULES = ("constant", "linear")
+
+
+@register_sampler
+@dataclass(frozen=True)
+class NBPSampler(Sampler):
+    """All tokens of one block (a row or a frame) per forward pass (NBP models only)."""
+
+    name: ClassVar[str] = "nbp"
+    token_order: ClassVar[str] = "next-block"
+    cfg_schedule: str = "constant"
+
+    def __post_init__(self) -> None:
+        if self.cfg_schedule not in CFG_SCHEDULES:
+            raise ValueError(f"cfg_schedule must be one of {CFG_SCHEDULES}, got {self.cfg_schedule!r}")
+
+    def guide(self, logits: torch.Tensor, params: SamplingParams, block: int, num_blocks: int,
+              first_token: int) -> torch.Tensor:
+        """The logits of the samples [B, n, V] from the CFG batch's [2B, n, V] for block ``block`` of
+        ``num_blocks`` whose first raster index is ``first_token``."""
+        if self.cfg_schedule == "constant" or not params.guided:
+            return apply_cfg(logits, params, first_token)
+        cond, uncond = logits.chunk(2)
+        return cfg_merge(cond, uncond, 1 + (params.cfg_scale - 1) * (block + 1) / num_blocks)
+
+    @torch.no_grad()
+    def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+               generator: torch.Generator | None = None, progress: bool = False,
+               tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
+        check_inputs(model, class_ids, self.token_order)
+        start = time.perf_counter()
+        device = next(model.parameters()).device
+        class_ids = class_ids.to(device)
+        batch, n, b, guided = class_ids.shape[0], model.num_tokens, model.block_size, params.guided
+        num_blocks = model.num_steps
+        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
+        cache = model.new_cache(cond.shape[0])
+        processors = build_processors(params)
+        tokens = torch.empty(batch, n, dtype=torch.long, device=device)
+        with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
+            logits = model.prefill(cond, cache)
+            for k in range(num_blocks):
+                guided_logits = self.guide(logits, params, k, num_blocks, k * b)
+                block = sample_logits(processors(guided_logits), params.greedy, generator)[0]
+                tokens[:, k * b:(k + 1) * b] = block
+                bar.update(b)
+                if k + 1 < num_blocks:
+                    logits = model.decode(torch.cat([block, block]) if guided else block, cache)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        step_of = (torch.arange(n) // b + 1).repeat(batch, 1)
+        stats = SamplerStats(sampler=self.name, forward_passes=num_blocks, tokens=batch * n,
+                             wall_time_s=time.perf_counter() - start, batch_size=batch, accept_step=step_of,
+                             details={"grid": list(model.grid), "block": model.config.block, "block_size": b,
+                                      "cfg_schedule": self.cfg_schedule})
+        return SampleOutput(tokens=tokens, stats=stats)
