@@ -17,7 +17,14 @@ from PIL import Image
 
 from vgen.hub import CheckpointError, from_pretrained, load_weights, read_torch_checkpoint, save_pretrained
 from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
-from vgen.samplers import ContinuousARSampler, Sampler, SamplerStats, SamplingParams, get_sampler
+from vgen.samplers import (
+    ContinuousARSampler,
+    Sampler,
+    SamplerStats,
+    SamplingParams,
+    available_samplers,
+    get_sampler,
+)
 from vgen.samplers.continuous import TOKEN_ORDER, check_draft
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
@@ -77,8 +84,12 @@ def is_continuous(model: torch.nn.Module) -> bool:
 
 
 def default_sampler(model: torch.nn.Module) -> str:
-    """The plain one-token-per-pass sampler for ``model``'s token kind."""
-    return ContinuousARSampler.name if is_continuous(model) else "ar"
+    """The plain one-token-per-pass sampler for ``model``'s token kind; for a parallel-order backbone (NAR, NBP)
+    the sampler of its order."""
+    if is_continuous(model):
+        return ContinuousARSampler.name
+    order = getattr(model, "token_order", "raster")
+    return "ar" if order == "raster" else available_samplers(order)[0]
 
 
 class ImagePipeline:
@@ -221,7 +232,12 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
         raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
     head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
     tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
-    pipe = ImagePipeline(from_pretrained(path / "gpt"), from_pretrained(tokenizer_dir), info, head)
+    model = from_pretrained(path / "gpt")
+    if len(model.grid) == 3:  # frames x rows x columns
+        from vgen.video_pipeline import VideoPipeline
+
+        return VideoPipeline(model, from_pretrained(tokenizer_dir), info, head).to(device, dtype)
+    pipe = ImagePipeline(model, from_pretrained(tokenizer_dir), info, head)
     return pipe.to(device, dtype)
 
 

@@ -57,7 +57,10 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids cycle)")
     gen.add_argument("--seed", type=int, default=0)
     out = p.add_argument_group("output")
-    out.add_argument("--out", default="samples.png", help="image grid to write (default: samples.png)")
+    out.add_argument("--out", default="samples.png",
+                     help="image grid to write (default: samples.png); for a video model an .mp4, .gif or "
+                          "frame-grid .png")
+    out.add_argument("--fps", type=int, default=8, help="frames per second of a video output")
     out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
     out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
     out.add_argument("--acceptance-map", default=None,
@@ -166,9 +169,10 @@ def sampling_overrides(args: argparse.Namespace) -> dict:
 def run_sample(args: argparse.Namespace) -> None:
     from vgen.pipelines import image_grid
     from vgen.samplers import get_sampler
+    from vgen.video_io import VIDEO_FORMATS
     from vgen.visualize import acceptance_figure
 
-    check_writable(args.out, IMAGE_SUFFIXES)
+    check_writable(args.out, IMAGE_SUFFIXES | set(VIDEO_FORMATS))
     check_writable(args.stats, {".json"})
     check_writable(args.acceptance_map, IMAGE_SUFFIXES)
     if args.cols is not None and args.cols < 1:
@@ -177,6 +181,11 @@ def run_sample(args: argparse.Namespace) -> None:
     if args.sampler is not None:
         get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
     pipe = load_pipeline(args)
+    if hasattr(pipe, "num_frames"):
+        return run_sample_video(args, pipe, options)
+    if Path(args.out).suffix.lower() not in IMAGE_SUFFIXES:
+        raise UsageError(f"{pipe.info.name} generates images; write them to one of {sorted(IMAGE_SUFFIXES)}, "
+                         f"not {Path(args.out).suffix}")
     start = time.perf_counter()
     out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
                cfg_scale=args.cfg_scale, cfg_interval=args.cfg_interval, temperature=args.temperature,
@@ -194,6 +203,31 @@ def run_sample(args: argparse.Namespace) -> None:
           f"{out.stats.tokens_per_forward:.2f} tokens per pass, {out.stats.wall_time_s:.2f} s sampling)")
 
 
+def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
+    """``vgen sample`` for a video pipeline: the clips side by side as one mp4 / GIF, or a frame-grid PNG."""
+    from vgen.video_io import VIDEO_FORMATS, write_video
+    from vgen.video_pipeline import tile_clips
+
+    if Path(args.out).suffix.lower() not in VIDEO_FORMATS:
+        raise UsageError(f"{pipe.info.name} generates videos; write them to one of {', '.join(VIDEO_FORMATS)}, "
+                         f"not {Path(args.out).suffix}")
+    if args.acceptance_map:
+        raise UsageError("--acceptance-map is for image models")
+    start = time.perf_counter()
+    out = pipe(args.class_ids, num_videos=args.num_images, sampler=args.sampler, seed=args.seed,
+               progress=not args.no_progress, **sampling_overrides(args), **options)
+    elapsed = time.perf_counter() - start
+    clip = tile_clips(out.videos, args.cols or min(4, len(out.videos)))
+    write_video(clip, args.out, fps=args.fps)
+    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids, "total_time_s": elapsed,
+             "frames_per_second": out.videos.shape[0] * out.videos.shape[1] / out.stats.wall_time_s}
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=1))
+    print(f"wrote {len(out.videos)} clips of {pipe.num_frames} frames to {args.out} ({out.stats.forward_passes} "
+          f"forward passes, {out.stats.tokens_per_forward:.2f} tokens per pass, {out.stats.wall_time_s:.2f} s "
+          f"sampling)")
+
+
 # -- vgen train -----------------------------------------------------------------------------------------------
 
 
@@ -202,7 +236,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     tsub = p.add_subparsers(dest="what", required=True)
     defaults = {"tokenizer": (900, 1e-3, 32, 100), "ar": (40000, 1e-3, 32, 500), "classifier": (3000, 2e-3, 64, 100),
                 "drafter": (1500, 1e-3, 32, 100), "kl": (800, 1e-3, 32, 50),
-                "mar": (3000, 1e-3, 32, 100)}
+                "mar": (3000, 1e-3, 32, 100), "nbp": (20000, 1e-3, 16, 500)}
     for what, (steps, lr, batch, warmup) in defaults.items():
         t = tsub.add_parser(what, help=f"train the shapes {what}")
         t.add_argument("--run-dir", default=str(RUNS / f"shapes-{what}"), help="checkpoints and logs (resumes)")
@@ -233,7 +267,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--lr", type=float, default=lr)
         t.add_argument("--batch-size", type=int, default=batch)
         t.add_argument("--warmup-steps", type=int, default=warmup)
-        t.add_argument("--num-images", type=int, default=16000 if what in ("drafter", "kl", "mar") else 80000)
+        t.add_argument("--num-images", type=int,
+                       default={"drafter": 16000, "kl": 16000, "mar": 16000, "nbp": 4000}.get(what, 80000),
+                       help="training images (clips for nbp)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         t.add_argument("--seed", type=int, default=0)
@@ -273,9 +309,15 @@ def run_package(args: argparse.Namespace) -> None:
     out = Path(args.out)
     dtype = getattr(torch, DTYPES[args.dtype])
     data = asdict(data_config(args.data_dir)) if args.data_dir else None
-    info = PipelineInfo(name=args.name, image_size=gpt.grid[0] * vq.downsample_factor, class_names=list(CLASS_NAMES),
-                        defaults={"cfg_scale": args.cfg_scale}, data=data)
-    ImagePipeline(gpt, vq, info, head)  # the parts must fit together before anything is written
+    info = PipelineInfo(name=args.name, image_size=gpt.grid[-1] * vq.downsample_factor,
+                        class_names=list(CLASS_NAMES), defaults={"cfg_scale": args.cfg_scale}, data=data)
+    if len(gpt.grid) == 3:  # a video backbone: frames x rows x columns
+        from vgen.video_pipeline import VideoPipeline
+
+        info.data = None  # the data record describes shapes images
+        VideoPipeline(gpt, vq, info, head)
+    else:
+        ImagePipeline(gpt, vq, info, head)  # the parts must fit together before anything is written
     save_pretrained(gpt, out / "gpt", dtype=dtype)
     save_pretrained(vq, out / tokenizer_folder(vq), dtype=dtype)
     if head is not None:
@@ -320,6 +362,11 @@ def run_train(args: argparse.Namespace) -> None:
         train_ar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                  ARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
                  max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
+    elif args.what == "nbp":
+        from vgen.training.nbp import NBPRecipe, train_nbp
+
+        train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
+                  NBPRecipe(num_clips=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
     elif args.what == "drafter":
         from vgen.training.drafter import DrafterRecipe, train_drafter
 

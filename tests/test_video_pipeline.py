@@ -1,0 +1,127 @@
+"""Video pipelines on a tiny randomly initialised NBP model saved as a folder: loading picks VideoPipeline, clips
+are the tokenizer's per-frame decoding of the sampled tokens, one forward pass per frame block, seeded; and
+``vgen sample`` / ``vgen train package`` write and assemble them (mp4, GIF, frame-grid PNG), with one error line
+per bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vgen.apps.cli import main
+from vgen.eval.videos import read_video
+from vgen.models.nbp import NBPConfig, NBPTransformer
+from vgen.pipelines import PipelineInfo, load, tensor_to_pil
+from vgen.tokenizers.vq import VQConfig, VQModel
+from vgen.video_pipeline import VideoPipeline, tile_clips
+
+
+def parts():
+    torch.manual_seed(0)
+    model = NBPTransformer(NBPConfig(grid=(3, 4, 4), block="frame", vocab_size=32, dim=32, n_layer=1, n_head=2,
+                                     multiple_of=16, num_classes=3))
+    with torch.no_grad():
+        model.output.weight.normal_(std=0.5)
+    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    info = PipelineInfo(name="tiny-video", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
+    return model, vq, info
+
+
+@pytest.fixture(scope="module")
+def video_dir(tmp_path_factory):
+    return VideoPipeline(*parts()).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-video")
+
+
+def test_load_gives_a_video_pipeline_whose_clips_decode_the_tokens_frame_by_frame(video_dir) -> None:
+    pipe = load(video_dir)
+    assert isinstance(pipe, VideoPipeline) and pipe.num_frames == 3
+    out = pipe([1, 2], seed=3)
+    assert out.videos.shape == (2, 3, 16, 16, 3) and out.videos.dtype == np.uint8
+    assert out.stats.sampler == "nbp" and out.stats.forward_passes == 3 and out.tokens.shape == (2, 48)
+    for b in range(2):
+        for t in range(3):
+            frame = pipe.tokenizer.decode_code(out.tokens[b:b + 1, 16 * t:16 * (t + 1)], (4, 4))
+            np.testing.assert_array_equal(out.videos[b, t], np.asarray(tensor_to_pil(frame)[0]))
+    assert np.array_equal(pipe([1, 2], seed=3).videos, out.videos)
+    assert not np.array_equal(pipe([1, 2], seed=4).videos, out.videos)
+    assert pipe(0, num_videos=3).class_ids == [0, 0, 0]
+
+
+def test_parts_that_do_not_fit_are_refused() -> None:
+    model, vq, info = parts()
+    with pytest.raises(ValueError, match="frame size 32 does not match the model's 4x4 tokens per frame"):
+        VideoPipeline(model, vq, PipelineInfo(name="x", image_size=32))
+    image_model = NBPTransformer(NBPConfig(grid=(3, 4), block="row", vocab_size=32, dim=32, n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match=r"needs a backbone over \(frames, rows, columns\) tokens, got grid \(3, 4\)"):
+        VideoPipeline(image_model, vq, info)
+
+
+def test_tile_clips_puts_clips_side_by_side_per_frame() -> None:
+    clips = np.arange(2 * 3 * 2 * 2 * 3, dtype=np.uint8).reshape(2, 3, 2, 2, 3)
+    tiled = tile_clips(clips, 2)
+    assert tiled.shape == (3, 2, 4, 3)
+    np.testing.assert_array_equal(tiled[:, :, :2], clips[0])
+    np.testing.assert_array_equal(tiled[:, :, 2:], clips[1])
+
+
+def run(args, capsys):
+    code = main([*args, "--no-progress"] if args[0] == "sample" else args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_vgen_sample_writes_a_clip_that_reads_back(video_dir, tmp_path, capsys, suffix) -> None:
+    out, stats = tmp_path / f"clip{suffix}", tmp_path / "s.json"
+    code, stdout, err = run(["sample", "--model", str(video_dir), "--class-id", "2", "--out", str(out),
+                             "--stats", str(stats)], capsys)
+    assert code == 0, err
+    assert "wrote 1 clips of 3 frames" in stdout
+    frames = read_video(out)
+    assert frames.shape == (3, 16, 16, 3)
+    expected = load(video_dir)(2, seed=0).videos[0]
+    assert np.abs(frames.astype(int) - expected.astype(int)).mean() < 20  # lossy codecs, same clip
+    s = json.loads(stats.read_text())
+    assert s["forward_passes"] == 3 and s["tokens"] == 48 and s["frames_per_second"] > 0
+
+
+def test_vgen_sample_png_is_the_frame_grid_of_the_tiled_clips(video_dir, tmp_path, capsys) -> None:
+    out = tmp_path / "grid.png"
+    assert run(["sample", "--model", str(video_dir), "--num-images", "2", "--out", str(out)], capsys)[0] == 0
+    grid = np.asarray(Image.open(out).convert("RGB"))
+    videos = load(video_dir)([0, 1], seed=0).videos
+    assert grid.shape == (2 * 16, 2 * 32, 3)  # 3 frames of 16 x 32 (two clips side by side) -> 2 x 2 grid cells
+    np.testing.assert_array_equal(grid[:16, 32:64], tile_clips(videos, 2)[1])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "clip.jpg"], "tiny-video generates videos; write them to one of .mp4, .gif, .png, not .jpg"),
+    (["--out", "clip.avi"], "unsupported file type .avi"),
+    (["--class-id", "5"], "class id 5 is out of range"),
+    (["--acceptance-map", "m.png"], "--acceptance-map is for image models"),
+])
+def test_vgen_sample_bad_video_input_is_one_error_line(video_dir, tmp_path, capsys, args, message) -> None:
+    args = [a if not a.endswith((".jpg", ".avi", ".png")) else str(tmp_path / a) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "c.gif")]
+    code, _, err = run(["sample", "--model", str(video_dir), *args], capsys)
+    assert code == 2 and err.startswith("vgen: error: ") and message in err and err.count("\n") == 1
+
+
+def test_an_image_model_refuses_a_video_output(tiny_pipeline_dir, tmp_path, capsys) -> None:
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), "--out", str(tmp_path / "x.mp4")], capsys)
+    assert code == 2 and "tiny generates images" in err and not (tmp_path / "x.mp4").exists()
+
+
+def test_package_assembles_a_video_pipeline(video_dir, tmp_path, capsys) -> None:
+    out = tmp_path / "packaged"
+    code, printed, err = run(["train", "package", "--gpt", str(video_dir / "gpt"), "--vq", str(video_dir / "vq"),
+                              "--out", str(out), "--name", "packaged-video"], capsys)
+    assert code == 0, err
+    pipe = load(out)
+    assert isinstance(pipe, VideoPipeline) and pipe.info.image_size == 16
+    assert np.array_equal(pipe(1, seed=0).videos, load(video_dir)(1, seed=0).videos)

@@ -1,0 +1,63 @@
+"""NBP training: ln V on a fresh model, a loss that falls over a few steps on tiny tokenised clips, a resumable run
+that exports a loadable model on the tokenizer's grid, and the shapes-video-nbp size (1024 tokens, 16 blocks)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from vgen.data.clips import ClipsConfig
+from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.nbp import NBPConfig, NBPTransformer
+from vgen.tokenizers.vq import VQConfig, VQModel
+from vgen.training.nbp import SHAPES_FRAME_VQ, SHAPES_VIDEO_NBP, NBPRecipe, nbp_loss, train_nbp, video_config
+from vgen.training.trainer import TrainConfig
+
+TOY = dict(dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=8, class_dropout_prob=0.1, token_dropout_p=0.0,
+           resid_dropout_p=0.0, ffn_dropout_p=0.0)
+CLIPS = ClipsConfig(num_frames=4, frame_size=16, supersample=1)
+
+
+def test_a_fresh_model_scores_ln_v() -> None:
+    torch.manual_seed(0)
+    model = NBPTransformer(NBPConfig(grid=(3, 2, 2), block="frame", vocab_size=16, **TOY))
+    tokens = torch.randint(0, 16, (4, 12))
+    loss, _ = nbp_loss(model, torch.tensor([0, 1, 2, 3]), tokens)
+    assert loss.item() == pytest.approx(math.log(16), abs=1e-6)
+
+
+def test_the_shapes_video_layout_is_1024_tokens_in_16_frame_blocks() -> None:
+    tokenizer = VQModel(SHAPES_FRAME_VQ)
+    config = video_config(tokenizer, ClipsConfig(), SHAPES_VIDEO_NBP)
+    assert config.grid == (16, 8, 8) and config.num_tokens == 1024 and config.num_blocks == 16
+    assert SHAPES_FRAME_VQ.downsample_factor == 4 and config.vocab_size == SHAPES_FRAME_VQ.codebook_size
+    with pytest.raises(ValueError, match="frame size 18 is not a multiple of the tokenizer's downsample factor 4"):
+        video_config(tokenizer, ClipsConfig(frame_size=18), SHAPES_VIDEO_NBP)
+
+
+@pytest.fixture(scope="module")
+def tiny_vq_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    return save_pretrained(vq, tmp_path_factory.mktemp("vq") / "vq")
+
+
+def test_a_few_steps_reduce_the_loss_and_the_run_resumes_and_exports(tiny_vq_dir, tmp_path) -> None:
+    run, data = tmp_path / "run", tmp_path / "data"
+    cfg = NBPConfig(grid=(2, 2, 2), block="frame", vocab_size=2, **TOY)  # grid and vocabulary follow the tokenizer
+    train = dict(lr=3e-3, warmup_steps=5, log_every=5, bf16=False, ema_decay=0.9)
+    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=40, **train), NBPRecipe(num_clips=16, batch_size=8), cfg,
+              CLIPS)
+    logs = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in logs if "loss" in r]
+    assert losses[0] > 2.5 and losses[-1] < losses[0] - 0.5, losses  # from about ln 32 = 3.47
+    model = from_pretrained(run / "export")
+    assert isinstance(model, NBPTransformer) and model.grid == (4, 4, 4) and model.vocab_size == 32
+    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=45, **train), NBPRecipe(num_clips=16, batch_size=8), cfg,
+              CLIPS)
+    assert json.loads((run / "state.json").read_text())["step"] == 45
+    steps = [r["step"] for r in (json.loads(line) for line in (run / "log.jsonl").read_text().splitlines())]
+    assert steps[-1] == 45 and steps.count(40) == 1  # resumed at 40, not restarted
