@@ -54,10 +54,13 @@ def test_uniform_labels_are_uniform_over_the_given_classes_only():
     assert all(abs(c - 2000) < 5 * sigma for c in counts.values())
 
 
-def test_batch_seeds_are_distinct_across_global_seeds_and_batches():
+def test_batch_seeds_are_distinct_32_bit_seeds_across_global_seeds_and_batches():
     seeds = [SamplePlan(s, 8, (0,)).batch_seed(k) for s in range(4) for k in range(1000)]
-    assert len(set(seeds)) == len(seeds)
-    assert SamplePlan(2, 8, (0,)).batch_seed(5) == 2 * 2**32 + 5
+    assert len(set(seeds)) == len(seeds) and max(seeds) < 2**32
+    # what matters: torch's CPU generator, which keeps only the low 32 bits, gives different noise
+    low = {torch.randn(4, generator=torch.Generator().manual_seed(s)).sum().item() for s in seeds[::250]}
+    assert len(low) == len(seeds[::250])
+    assert SamplePlan(2, 8, (0,)).batch_seed(5) == SamplePlan(2, 8, (0,)).batch_seed(5)
 
 
 @pytest.mark.parametrize("kwargs, message", [

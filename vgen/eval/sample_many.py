@@ -2,12 +2,13 @@
 
 **What each sample is.** Sample ``i`` of a run is a pure function of ``i`` and the run's settings, whatever the
 number of processes. Samples are made in batches of ``batch_size`` consecutive indices; batch ``k`` (indices
-``k*B .. k*B+B-1``) is drawn with a ``torch.Generator`` seeded with ``seed * 2**32 + k``. Its labels are, per index,
+``k*B .. k*B+B-1``) is drawn with a ``torch.Generator`` seeded with a 32-bit mix of ``(seed, k)``
+(:meth:`SamplePlan.batch_seed`). Its labels are, per index,
 ``class_ids[i % C]`` with ``balanced`` (classes in turn, so every prefix of the run is balanced to within one
 sample per class) and otherwise a uniform draw from ``class_ids`` seeded by ``(seed, i)``. LlamaGen's
 ``sample_c2i_ddp.py`` seeds each *rank* instead (``global_seed * world_size + rank``) and draws labels and noise
-from that per-rank stream, so its samples change with the number of GPUs; vgen keeps the form (global seed times a
-stride plus a stream number) with the batch as the stream, so the packed ``.npz`` is the same for any number of
+from that per-rank stream, so its samples change with the number of GPUs; vgen derives the stream from the global
+seed and the batch instead, so the packed ``.npz`` is the same for any number of
 processes, given the same batch size, settings, weights and deterministic kernels (CPU; one GPU model).
 
 **Sharding.** Batch ``k`` belongs to rank ``k % world_size``. As in LlamaGen, whole batches are always made
@@ -40,7 +41,6 @@ from tqdm.auto import tqdm
 from vgen.pipelines import ImagePipeline
 from vgen.samplers import Sampler, SamplingParams
 
-SEED_STRIDE = 2**32
 MAX_SEED = 2**31
 MANIFEST = "sample_many.json"
 
@@ -70,7 +70,9 @@ class SamplePlan:
         return range(k * self.batch_size, (k + 1) * self.batch_size)
 
     def batch_seed(self, k: int) -> int:
-        return self.seed * SEED_STRIDE + k
+        """A 32-bit seed mixed from (seed, batch) by numpy's SeedSequence: torch's CPU generator keeps only the
+        low 32 bits of a seed, so a plain ``seed * 2**32 + k`` would give every global seed the same images."""
+        return int(np.random.SeedSequence([self.seed, k]).generate_state(1)[0])
 
     def labels(self, indices: Iterable[int]) -> list[int]:
         c = self.class_ids
