@@ -43,3 +43,22 @@ def test_shipped_classifier_loads_and_matches_the_classes():
     clf = load_shapes_classifier()
     assert clf.config.num_classes == len(CLASS_NAMES)
     assert clf(torch.zeros(2, 3, 64, 64)).shape == (2, len(CLASS_NAMES))
+
+
+def test_the_continuous_default_is_shipped_small_with_its_draft_model():
+    assert "shapes-c2i-continuous" in vgen.available_models()
+    for part in ("gpt", "kl", "drafter"):
+        size = sum(f.stat().st_size for f in (ASSETS / "shapes-c2i-continuous" / part).rglob("*") if f.is_file())
+        assert 0 < size < 25 * 2**20
+    pipe = vgen.load("shapes-c2i-continuous")
+    assert pipe.info.image_size == 64 and pipe.model.grid == (16, 16) and pipe.info.class_names == list(CLASS_NAMES)
+    assert pipe.draft_head.token_channels == pipe.model.token_channels == pipe.tokenizer.config.latent_channels
+
+
+@pytest.mark.slow
+def test_the_continuous_default_samples_with_cspd(tmp_path, capsys):
+    stats = tmp_path / "stats.json"
+    assert main(["sample", "--model", "shapes-c2i-continuous", "--sampler", "cspd", "--inner-temperature", "42",
+                 "--class-id", "0", "--out", str(tmp_path / "x.png"), "--stats", str(stats), "--no-progress"]) == 0
+    s = json.loads(stats.read_text())
+    assert s["tokens"] == 256 and s["forward_passes"] < 256 and s["draft_forward_passes"] > 0
