@@ -180,24 +180,23 @@ class CSpD(Sampler):
         noise = trajectory_noise(model, batch, generator, device)
         tokens = torch.zeros(batch, n + k + 1, model.token_channels, device=device)
         accept_step = torch.zeros(batch, n + k + 1, dtype=torch.long)
-        passes = draft_passes = fallbacks = 0
+        draft_passes = fallbacks = 0
         gaps: list[torch.Tensor] = []  # per draft: |mean_p - mean_q| in units of std_p, averaged over channels
         accepted_lengths: list[int] = []
 
         # 1. pre-filling: the target alone, the same for every row
         prefill = max(1, math.ceil(self.prefill_ratio * n))
         cond, cache, z = _start(model, class_ids, params, extra=k + 1)
-        passes += 1
         bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
         one_per_pass(model, z, cache, noise, params, tokens, prefill, bar)
         accept_step[:, :prefill] = torch.arange(1, prefill + 1)
-        passes += prefill - 1
+        passes = prefill  # the prefill pass, then one decode pass per pre-filled token but the last
         pos = torch.full((batch,), prefill, dtype=torch.long, device=device)  # tokens done per row
 
         # the draft reads the prefix once; later rounds re-feed each row's last two tokens
         draft_cache = draft.new_cache(rows, extra=k + 1)
         draft.prefill(cond, draft_cache)
-        zq = draft.decode(_guided(tokens[:, :prefill], guided), draft_cache)[:, -1] if prefill else None
+        zq = draft.decode(_guided(tokens[:, :prefill], guided), draft_cache)[:, -1]
         draft_passes += 2
         first_round = True
         ar = torch.arange(batch, device=device)
