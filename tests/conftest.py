@@ -110,3 +110,33 @@ def tiny_shapes_pipeline_dir(tiny_pipeline_dir, tmp_path_factory):
     (path / "pipeline.json").write_text(json.dumps(info))
     return path
 # ---- end eval ----------------------------------------------------------------------------------------------
+
+
+# ---- block diffusion: a tiny streaming model with informative (non-zero) weights -----------------------------
+from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer  # noqa: E402
+
+TINY_BLOCKDIFF = BlockDiffConfig(frame_size=16, patch_size=4, frames_per_block=2, train_frames=8, dim=48,
+                                 n_layer=2, n_head=4, num_classes=3)
+
+
+def make_tiny_blockdiff(config: BlockDiffConfig = TINY_BLOCKDIFF, seed: int = 0) -> BlockDiffusionTransformer:
+    """An eval-mode block-diffusion model whose weights are N(0, 0.1) noise (adaLN-Zero starts every branch
+    closed, which would make the output independent of its input)."""
+    torch.manual_seed(seed)
+    model = BlockDiffusionTransformer(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.1)
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_blockdiff() -> BlockDiffusionTransformer:
+    return make_tiny_blockdiff()
+
+
+@pytest.fixture
+def tiny_blockdiff_factory():
+    """``make_tiny_blockdiff`` for tests that need another config or seed."""
+    return make_tiny_blockdiff
+# ---- end block diffusion ------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ class CheckpointError(ValueError):
 
 def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
     from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
+    from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
     from vgen.models.draft_head import DraftHead, DraftHeadConfig
     from vgen.models.llamagen import GPTConfig, LlamaGenGPT
     from vgen.models.mar import ContinuousAR, MARConfig
@@ -39,7 +40,8 @@ def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
             "ShapesClassifier": (ShapesClassifier, ClassifierConfig), "DraftHead": (DraftHead, DraftHeadConfig),
             "NARTransformer": (NARTransformer, NARConfig), "NBPTransformer": (NBPTransformer, NBPConfig),
             "ContinuousAR": (ContinuousAR, MARConfig),
-            "KLTokenizer": (KLTokenizer, KLConfig)}
+            "KLTokenizer": (KLTokenizer, KLConfig),
+            "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig)}
 
 
 def register_model_class(name: str, model_cls: type[nn.Module], config_cls: type) -> None:

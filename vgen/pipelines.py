@@ -230,6 +230,10 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
         info = PipelineInfo(**meta)
     except (json.JSONDecodeError, TypeError) as e:
         raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
+    if (path / "blockdiff").is_dir():  # a streaming block-diffusion pipeline: no tokenizer, no sampler
+        from vgen.stream_pipeline import StreamPipeline
+
+        return StreamPipeline(from_pretrained(path / "blockdiff"), info).to(device, dtype)
     head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
     tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
     model = from_pretrained(path / "gpt")

@@ -1,0 +1,303 @@
+"""A class-conditional block-diffusion video transformer: diffusion inside a block of frames, autoregression across
+blocks through a key/value cache (the model family that Inferix serves: CausVid, Self-Forcing, MAGI-1).
+
+Tokens. Frames (pixels in [-1, 1], [B, T, S, S, 3]) are cut into ``patch_size`` patches: ``(S / p)**2`` tokens per
+frame, ``frames_per_block`` frames per block. Every token carries its block's noise level and the class through
+adaptive layer norm (DiT's adaLN-Zero), so each block can sit at its own noise level (diffusion forcing).
+
+Attention is block-causal: a token sees every token of its own block and of the blocks before it. Rotary
+positions run over (frame, row, column). The frame coordinate is the frame's place in the *attended sequence*, not
+its absolute index: keys are cached before rotation and rotated when they are read, so a rolling cache that drops
+old frames keeps its positions inside ``[0, train_frames)``, the range the model was trained on (StreamingLLM
+assigns positions inside the cache the same way).
+
+Flow matching (the Wan / Self-Forcing parameterisation): ``x_s = (1 - s) x_0 + s e`` for noise level ``s`` in
+[0, 1], and the network predicts the velocity ``v = e - x_0``, so ``x_0 = x_s - s v``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_grid_table, swiglu_hidden_dim
+
+KV = tuple[torch.Tensor, torch.Tensor]  # keys and values of one layer, [B, heads, tokens, head_dim], not rotated
+
+
+@dataclass(frozen=True)
+class BlockDiffConfig:
+    """Frame geometry, block length, the number of frames trained on (the longest attended sequence) and the
+    transformer's size."""
+
+    frame_size: int = 32
+    channels: int = 3
+    patch_size: int = 4
+    frames_per_block: int = 2
+    train_frames: int = 16
+    dim: int = 192
+    n_layer: int = 4
+    n_head: int = 6
+    multiple_of: int = 64
+    num_classes: int = 8
+    class_dropout_prob: float = 0.1
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.frame_size % self.patch_size:
+            raise ValueError(f"frame_size {self.frame_size} is not a multiple of patch_size {self.patch_size}")
+        if self.frames_per_block < 1 or self.train_frames % self.frames_per_block:
+            raise ValueError(f"train_frames {self.train_frames} must be a positive multiple of frames_per_block "
+                             f"{self.frames_per_block}")
+        if self.dim % self.n_head or (self.dim // self.n_head) % 2 or self.dim // self.n_head < 6:
+            raise ValueError(f"dim {self.dim} / n_head {self.n_head} must give an even head_dim >= 6 "
+                             f"(three rotary axes)")
+        if self.n_layer < 1 or self.num_classes < 1:
+            raise ValueError(f"need n_layer >= 1 and num_classes >= 1, got {self.n_layer}, {self.num_classes}")
+
+    @property
+    def grid_side(self) -> int:
+        return self.frame_size // self.patch_size
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return self.grid_side ** 2
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.frames_per_block * self.tokens_per_frame
+
+    @property
+    def patch_dim(self) -> int:
+        return self.patch_size ** 2 * self.channels
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BlockDiffConfig:
+        return cls(**d)
+
+
+def block_causal_frame_mask(num_frames: int, frames_per_block: int, tokens_per_frame: int,
+                            device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bool [N, N] (True = attend) over ``num_frames`` frames of tokens: token i sees token j iff j's block is not
+    after i's."""
+    block = torch.arange(num_frames * tokens_per_frame, device=device) // (frames_per_block * tokens_per_frame)
+    return block[None, :] <= block[:, None]
+
+
+def timestep_embedding(sigma: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal features of ``1000 * sigma`` (any shape) -> [..., dim], as DiT embeds diffusion timesteps."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=sigma.device, dtype=torch.float32) / half)
+    args = 1000.0 * sigma.float()[..., None] * freqs
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+class Attention(nn.Module):
+    """Multi-head attention whose new keys/values are returned unrotated (for the cache) and whose context
+    keys/values are rotated on read, at the positions the caller gives."""
+
+    def __init__(self, cfg: BlockDiffConfig) -> None:
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, context: KV | None,
+                mask: torch.Tensor | None) -> tuple[torch.Tensor, KV]:
+        """``x`` [B, t, dim] attends to ``context`` (cached, [B, H, c, D]) and to itself under ``mask``
+        ([t, c + t] or None for full attention); ``rope`` [c + t, D/2, 2] holds the rotation of every key, the
+        last ``t`` rows those of the queries. Returns the output and this layer's new (k, v)."""
+        b, t, _ = x.shape
+        q, k, v = rearrange(self.wqkv(x), "b t (three h d) -> three b h t d", three=3, h=self.n_head)
+        q, k = self.q_norm(q), self.k_norm(k)  # QK-norm keeps the logits of a tiny model in range
+        new_kv = (k, v)
+        if context is not None:
+            k, v = torch.cat([context[0].to(k.dtype), k], dim=2), torch.cat([context[1].to(v.dtype), v], dim=2)
+        q = apply_rope(q.transpose(1, 2), rope[-t:]).transpose(1, 2)
+        k = apply_rope(k.transpose(1, 2), rope).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo(rearrange(out, "b h t d -> b t (h d)")), new_kv
+
+
+class DiTBlock(nn.Module):
+    """Pre-norm attention + SwiGLU with per-token adaLN-Zero modulation (shift, scale, gate for each half)."""
+
+    def __init__(self, cfg: BlockDiffConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.dim, elementwise_affine=False, eps=1e-6)
+        self.attn = Attention(cfg)
+        self.norm2 = nn.LayerNorm(cfg.dim, elementwise_affine=False, eps=1e-6)
+        self.mlp = FeedForward(cfg.dim, swiglu_hidden_dim(cfg.dim, cfg.multiple_of))
+        self.modulation = nn.Linear(cfg.dim, 6 * cfg.dim)
+
+    def forward(self, x: torch.Tensor, cond: torch.Tensor, rope: torch.Tensor, context: KV | None,
+                mask: torch.Tensor | None) -> tuple[torch.Tensor, KV]:
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.modulation(F.silu(cond)).chunk(6, dim=-1)
+        h, kv = self.attn(self.norm1(x) * (1 + scale1) + shift1, rope, context, mask)
+        x = x + gate1 * h
+        x = x + gate2 * self.mlp(self.norm2(x) * (1 + scale2) + shift2)
+        return x, kv
+
+
+class BlockDiffusionTransformer(nn.Module):
+    """Velocity prediction for video blocks at per-block noise levels, block-causal across blocks."""
+
+    def __init__(self, config: BlockDiffConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.patch_embed = nn.Linear(c.patch_dim, c.dim)
+        self.class_embedding = nn.Embedding(c.num_classes + 1, c.dim)  # the last row is the null class (CFG)
+        self.time_mlp = nn.Sequential(nn.Linear(c.dim, c.dim), nn.SiLU(), nn.Linear(c.dim, c.dim))
+        self.layers = nn.ModuleList(DiTBlock(c) for _ in range(c.n_layer))
+        self.final_norm = nn.LayerNorm(c.dim, elementwise_affine=False, eps=1e-6)
+        self.final_modulation = nn.Linear(c.dim, 2 * c.dim)
+        self.output = nn.Linear(c.dim, c.patch_dim)
+        # a plain attribute, not a buffer: the rotary table stays fp32 when the model is cast
+        self.rope = rope_grid_table((c.train_frames, c.grid_side, c.grid_side), c.head_dim, c.rope_base,
+                                    num_prefix=0)
+        self.apply(self._init_weights)
+        for layer in self.layers:  # adaLN-Zero: every residual branch starts closed
+            nn.init.zeros_(layer.modulation.weight)
+            nn.init.zeros_(layer.modulation.bias)
+        for m in (self.final_modulation, self.output):
+            nn.init.zeros_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    @property
+    def frames_per_block(self) -> int:
+        return self.config.frames_per_block
+
+    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
+        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
+        return torch.full_like(class_ids, self.config.num_classes)
+
+    # -- patches -----------------------------------------------------------------------------------------------
+    def patchify(self, frames: torch.Tensor) -> torch.Tensor:
+        """[B, T, S, S, C] -> [B, T * tokens_per_frame, patch_dim] in (frame, row, column) raster order."""
+        p = self.config.patch_size
+        return rearrange(frames, "b t (h p) (w q) c -> b (t h w) (p q c)", p=p, q=p)
+
+    def unpatchify(self, tokens: torch.Tensor, num_frames: int) -> torch.Tensor:
+        g, p = self.config.grid_side, self.config.patch_size
+        return rearrange(tokens, "b (t h w) (p q c) -> b t (h p) (w q) c", t=num_frames, h=g, w=g, p=p, q=p)
+
+    # -- forward -----------------------------------------------------------------------------------------------
+    def _condition(self, sigma: torch.Tensor, class_ids: torch.Tensor) -> torch.Tensor:
+        """Per-token conditioning [B, N, dim]: the block's noise level (``sigma`` [B, blocks]) plus the class
+        (``class_ids`` [B], or [B, blocks] for a class per block)."""
+        c = self.config
+        t_emb = self.time_mlp(timestep_embedding(sigma, c.dim).to(self.patch_embed.weight.dtype))
+        cls = self.class_embedding(class_ids)
+        per_block = t_emb + (cls[:, None] if cls.ndim == 2 else cls)
+        return per_block.repeat_interleave(c.tokens_per_block, dim=1)
+
+    def _check(self, frames: torch.Tensor, class_ids: torch.Tensor) -> None:
+        c = self.config
+        shape = (c.frame_size, c.frame_size, c.channels)
+        if frames.ndim != 5 or tuple(frames.shape[2:]) != shape:
+            raise ValueError(f"frames must be [batch, frames, {c.frame_size}, {c.frame_size}, {c.channels}], "
+                             f"got {tuple(frames.shape)}")
+        if class_ids.shape[:1] != frames.shape[:1] or class_ids.ndim > 2:
+            raise ValueError(f"class_ids must be [batch] or [batch, blocks], got {tuple(class_ids.shape)}")
+        if int(class_ids.min()) < 0 or int(class_ids.max()) > c.num_classes:
+            raise ValueError(f"class ids must be in [0, {c.num_classes}] ({c.num_classes} = null), "
+                             f"got {class_ids.tolist()}")
+
+    def forward(self, frames: torch.Tensor, sigma: torch.Tensor, class_ids: torch.Tensor) -> torch.Tensor:
+        """Whole-clip pass (training, and the reference for cached generation): noisy ``frames`` [B, T, S, S, C]
+        with one noise level per block (``sigma`` [B, T / frames_per_block]) -> velocity, same shape as frames.
+        Class ids equal to ``num_classes`` are the null class; in training mode ``class_dropout_prob`` of the
+        rows are replaced by it."""
+        c = self.config
+        self._check(frames, class_ids)
+        t = frames.shape[1]
+        if t % c.frames_per_block or not 0 < t <= c.train_frames:
+            raise ValueError(f"a whole-clip pass takes a multiple of {c.frames_per_block} frames up to "
+                             f"{c.train_frames}, got {t}")
+        if sigma.shape != (frames.shape[0], t // c.frames_per_block):
+            raise ValueError(f"sigma must be [batch, blocks] = {(frames.shape[0], t // c.frames_per_block)}, "
+                             f"got {tuple(sigma.shape)}")
+        if self.training and c.class_dropout_prob > 0:
+            drop = torch.rand(class_ids.shape, device=class_ids.device) < c.class_dropout_prob
+            class_ids = torch.where(drop, self.null_condition(class_ids), class_ids)
+        n = t * c.tokens_per_frame
+        rope = self.rope[:n].to(frames.device)
+        mask = block_causal_frame_mask(t, c.frames_per_block, c.tokens_per_frame, frames.device)
+        out, _ = self._run(self.patchify(frames), self._condition(sigma, class_ids), rope, None, mask)
+        return self.unpatchify(out, t)
+
+    def clean_context(self, frames: torch.Tensor, class_ids: torch.Tensor) -> list[KV]:
+        """Unrotated (k, v) per layer of clean ``frames`` [B, T, S, S, C] (whole blocks, frame positions from 0)
+        under the block-causal mask: what a cache holds after generating them, computed afresh."""
+        c = self.config
+        self._check(frames, class_ids)
+        t = frames.shape[1]
+        if t % c.frames_per_block or not 0 < t <= c.train_frames:
+            raise ValueError(f"a context is a multiple of {c.frames_per_block} frames up to {c.train_frames}, "
+                             f"got {t}")
+        sigma = torch.zeros(len(frames), t // c.frames_per_block, device=frames.device)
+        mask = block_causal_frame_mask(t, c.frames_per_block, c.tokens_per_frame, frames.device)
+        _, kvs = self._run(self.patchify(frames), self._condition(sigma, class_ids),
+                           self.rope[:t * c.tokens_per_frame].to(frames.device), None, mask)
+        return kvs
+
+    def forward_block(self, frames: torch.Tensor, sigma: torch.Tensor, class_ids: torch.Tensor,
+                      context: list[KV] | None, context_frames: int) -> tuple[torch.Tensor, list[KV]]:
+        """One block (``frames`` [B, frames_per_block, S, S, C] at noise level ``sigma`` [B]) after
+        ``context_frames`` cached frames (``context``: one (k, v) per layer, or None when there are none).
+
+        Returns the velocity and the block's unrotated (k, v) per layer, which a cache stores after the clean
+        (``sigma = 0``) pass. The block takes frame positions ``context_frames ..`` in the rotary table."""
+        c = self.config
+        self._check(frames, class_ids)
+        if frames.shape[1] != c.frames_per_block:
+            raise ValueError(f"a block has {c.frames_per_block} frames, got {frames.shape[1]}")
+        total = context_frames + c.frames_per_block
+        if total > c.train_frames:
+            raise ValueError(f"{context_frames} context frames + a block of {c.frames_per_block} exceed the "
+                             f"{c.train_frames} frames the model was trained on")
+        if (context is None) != (context_frames == 0):
+            raise ValueError("context and context_frames must be given together")
+        rope = self.rope[:total * c.tokens_per_frame].to(frames.device)
+        cond = self._condition(sigma[:, None], class_ids)
+        out, kvs = self._run(self.patchify(frames), cond, rope, context, None)
+        return self.unpatchify(out, c.frames_per_block), kvs
+
+    def _run(self, tokens: torch.Tensor, cond: torch.Tensor, rope: torch.Tensor, context: list[KV] | None,
+             mask: torch.Tensor | None) -> tuple[torch.Tensor, list[KV]]:
+        h = self.patch_embed(tokens.to(self.patch_embed.weight.dtype))
+        kvs = []
+        for i, layer in enumerate(self.layers):
+            h, kv = layer(h, cond, rope, context[i] if context is not None else None, mask)
+            kvs.append(kv)
+        shift, scale = self.final_modulation(F.silu(cond)).chunk(2, dim=-1)
+        return self.output(self.final_norm(h) * (1 + scale) + shift).float(), kvs

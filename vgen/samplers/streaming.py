@@ -1,0 +1,316 @@
+"""Block-diffusion streaming (``vgen stream``): an unbounded video generated block by block, each block denoised
+in a few flow-matching steps against a bounded key/value cache of earlier blocks, and yielded as soon as it is
+done (the loop Inferix runs for Self-Forcing / CausVid, with BlockVid's semantic sparse context as an option).
+
+Per block:
+
+1. the context is read once from the :class:`~vgen.models.rolling_cache.RollingKVCache` (sinks, retrieved
+   blocks, local window), and the block takes the frame positions right after it;
+2. fresh noise is denoised by Euler steps of the flow ODE over the chunk-wise schedule (``first_steps`` for
+   the first block, which has no context, ``steps`` after it), with classifier-free guidance if ``cfg_scale > 1``;
+3. one extra forward at noise level ``context_noise`` (0: clean) writes the block's keys/values, which are pushed
+   into the cache (Inferix's cache update); the oldest window block is evicted when the window is full;
+4. with ``refresh="recompute"``, an eviction re-encodes the kept blocks from their clean frames, as CausVid
+   recomputes the overlap, so the cache always equals a fresh encoding of what it keeps.
+
+Randomness comes from one ``torch.Generator`` per stream, drawn in a fixed order, so a seed fixes the stream.
+:class:`StreamControl` changes the class at the next block and pauses, resumes or stops the stream from another
+thread (the web demo's Stop button).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from vgen.models.blockdiff import BlockDiffusionTransformer
+from vgen.models.rolling_cache import CachePolicy, RollingKVCache
+
+REFRESH_MODES = ("none", "recompute")
+
+
+def flow_sigmas(steps: int, shift: float) -> torch.Tensor:
+    """Noise levels 1 -> 0 in ``steps`` Euler steps, [steps + 1], warped by ``shift`` (sigma' = shift sigma /
+    (1 + (shift - 1) sigma): more of the steps at high noise for shift > 1, as Wan and Self-Forcing do)."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if not shift > 0:
+        raise ValueError(f"shift must be > 0, got {shift}")
+    s = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
+    return (shift * s / (1 + (shift - 1) * s)).float()
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """The chunk-wise schedule, guidance and context of a stream. Frame counts are in frames and must be whole
+    blocks; ``sink_frames + retrieved_blocks * frames_per_block + window_frames`` plus one block must fit the
+    frames the model was trained on (that is the attended sequence's longest position)."""
+
+    steps: int = 4
+    first_steps: int = 8
+    shift: float = 3.0
+    context_noise: float = 0.0
+    cfg_scale: float = 1.0
+    sink_frames: int = 2
+    window_frames: int = 12
+    retrieved_blocks: int = 0
+    bank_blocks: int = 0
+    refresh: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.first_steps < 1:
+            raise ValueError(f"steps and first_steps must be >= 1, got {self.steps}, {self.first_steps}")
+        if not self.shift > 0:
+            raise ValueError(f"shift must be > 0, got {self.shift}")
+        if not 0.0 <= self.context_noise < 1.0:
+            raise ValueError(f"context_noise must be in [0, 1), got {self.context_noise}")
+        if not self.cfg_scale >= 0:
+            raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
+        if self.refresh not in REFRESH_MODES:
+            raise ValueError(f"refresh must be one of {REFRESH_MODES}, got {self.refresh!r}")
+        if self.refresh == "recompute" and self.context_noise > 0:
+            raise ValueError("refresh='recompute' re-encodes the kept blocks from clean frames; it needs "
+                             "context_noise=0")
+        if self.retrieved_blocks and not self.bank_blocks:
+            raise ValueError("retrieved_blocks > 0 needs a bank of evicted blocks (bank_blocks > 0)")
+
+    def policy(self, frames_per_block: int, train_frames: int) -> CachePolicy:
+        """The cache policy in blocks, checked against the model's block length and trained length."""
+        for name in ("sink_frames", "window_frames"):
+            if getattr(self, name) % frames_per_block:
+                raise ValueError(f"{name}={getattr(self, name)} is not a whole number of {frames_per_block}-frame "
+                                 f"blocks")
+        if self.window_frames < frames_per_block:
+            raise ValueError(f"the window ({self.window_frames} frames) is smaller than a block "
+                             f"({frames_per_block} frames)")
+        policy = CachePolicy(self.sink_frames // frames_per_block, self.window_frames // frames_per_block,
+                             self.retrieved_blocks, self.bank_blocks)
+        attended = (policy.context_blocks + 1) * frames_per_block
+        if attended > train_frames:
+            raise ValueError(f"sinks ({self.sink_frames}) + retrieved ({self.retrieved_blocks} blocks) + window "
+                             f"({self.window_frames}) + a block = {attended} frames exceed the {train_frames} "
+                             f"frames the model was trained on")
+        return policy
+
+
+class StreamControl:
+    """Thread-safe steering of a running stream: :meth:`set_class` takes effect at the next block; :meth:`pause`
+    holds the stream before its next block until :meth:`resume`; :meth:`stop` ends it after the current block."""
+
+    def __init__(self) -> None:
+        self._running = threading.Event()
+        self._running.set()
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._class_id: int | None = None
+
+    def set_class(self, class_id: int) -> None:
+        with self._lock:
+            self._class_id = int(class_id)
+
+    def pending_class(self) -> int | None:
+        """The class asked for since the last call (then forgotten), or None."""
+        with self._lock:
+            class_id, self._class_id = self._class_id, None
+            return class_id
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._running.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def wait_if_paused(self) -> None:
+        while not self._running.wait(timeout=0.1):
+            pass
+
+
+@dataclass
+class StreamBlock:
+    """One finished block: uint8 frames [B, F, S, S, 3] (F = the block's frames, fewer for a final partial
+    block), the index of its first frame, its class ids, its wall time and the bank blocks it retrieved."""
+
+    frames: np.ndarray
+    start_frame: int
+    block_index: int
+    class_ids: list[int]
+    latency_s: float
+    retrieved: list[list[int]] | None = None
+
+
+@dataclass
+class StreamProfile:
+    """Per-block latency and resident memory of a stream; :meth:`report` is the JSON profiling record."""
+
+    frames_per_block: int
+    latencies_s: list[float] = field(default_factory=list)
+    memory_mb: list[float] = field(default_factory=list)
+    frames: int = 0
+    cache_bytes: int = 0
+
+    def add(self, block: StreamBlock) -> None:
+        self.latencies_s.append(block.latency_s)
+        self.memory_mb.append(resident_memory_mb())
+        self.frames += block.frames.shape[1]
+
+    def report(self) -> dict:
+        lat = np.asarray(self.latencies_s or [float("nan")])
+        total = float(np.sum(self.latencies_s))
+        return {"blocks": len(self.latencies_s), "frames": self.frames, "frames_per_block": self.frames_per_block,
+                "total_s": total, "fps": self.frames / total if total > 0 else None,
+                "block_latency_s": {"mean": float(lat.mean()), "median": float(np.median(lat)),
+                                    "p95": float(np.percentile(lat, 95)), "first": float(lat[0])},
+                "resident_memory_mb": {"first_block": self.memory_mb[0] if self.memory_mb else None,
+                                       "last_block": self.memory_mb[-1] if self.memory_mb else None,
+                                       "peak": max(self.memory_mb, default=None)},
+                "kv_cache_mb": self.cache_bytes / 2**20,
+                "per_block_latency_s": self.latencies_s}
+
+
+def resident_memory_mb() -> float:
+    """This process's resident set size now (Linux ``/proc``; the CUDA allocator's figure on a GPU run is
+    reported by the caller), in MiB."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        import os
+
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def to_uint8(frames: torch.Tensor) -> np.ndarray:
+    """Frames in [-1, 1] -> uint8 (the mapping of :func:`vgen.pipelines.tensor_to_pil`)."""
+    return (frames.float() * 127.5 + 128.0).clamp(0, 255).to(torch.uint8).cpu().numpy()
+
+
+class BlockStreamer:
+    """Generates a stream from a :class:`BlockDiffusionTransformer` under a :class:`StreamConfig`."""
+
+    def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig = StreamConfig()) -> None:
+        self.model, self.config = model.eval(), config
+        self.policy = config.policy(model.frames_per_block, model.config.train_frames)
+
+    @property
+    def guided(self) -> bool:
+        return self.config.cfg_scale > 1.0
+
+    def new_cache(self, batch_size: int) -> RollingKVCache:
+        m, p = self.model.config, next(self.model.parameters())
+        rows = 2 * batch_size if self.guided else batch_size
+        return RollingKVCache(m.n_layer, rows, m.n_head, m.head_dim, m.tokens_per_block, self.policy, p.dtype,
+                              p.device)
+
+    def _velocity(self, x: torch.Tensor, sigma: float, cond: torch.Tensor, context, context_frames: int):
+        """Guided velocity of a block (CFG on the velocity, the doubled batch's second half unconditional)."""
+        if self.guided:
+            x = torch.cat([x, x])
+        s = torch.full((len(x),), sigma, device=x.device)
+        v, _ = self.model.forward_block(x, s, cond, context, context_frames)
+        if not self.guided:
+            return v
+        v_c, v_u = v.chunk(2)
+        return v_u + self.config.cfg_scale * (v_c - v_u)
+
+    @torch.no_grad()
+    def stream(self, class_ids: Sequence[int], num_frames: int, seed: int | None = 0,
+               generator: torch.Generator | None = None, control: StreamControl | None = None,
+               progress: bool = False, cache: RollingKVCache | None = None) -> Iterator[StreamBlock]:
+        """Yield the blocks of ``len(class_ids)`` videos of ``num_frames`` frames each, in order. ``cache`` (empty,
+        from :meth:`new_cache`) may be passed to inspect it afterwards."""
+        model, cfg = self.model, self.config
+        class_ids = [int(c) for c in class_ids]
+        check_stream_request(class_ids, num_frames, model.num_classes)
+        device = next(model.parameters()).device
+        if generator is None:
+            generator = torch.Generator(device=device).manual_seed(0 if seed is None else seed)
+        fpb, size = model.frames_per_block, model.config.frame_size
+        num_blocks = -(-num_frames // fpb)
+        cache = self.new_cache(len(class_ids)) if cache is None else cache
+        if cache.pushed:
+            raise ValueError("stream needs an empty cache")
+        resident_frames: list[torch.Tensor] = []  # clean frames of resident blocks (for refresh="recompute")
+        resident_classes: list[torch.Tensor] = []
+        labels = torch.tensor(class_ids, device=device)
+        bar = tqdm(total=num_frames, desc="stream", unit="frame", disable=not progress)
+        try:
+            for k in range(num_blocks):
+                if control is not None:
+                    control.wait_if_paused()
+                    if control.stopped:
+                        return
+                    new_class = control.pending_class()
+                    if new_class is not None:
+                        check_stream_request([new_class], 1, model.num_classes)
+                        labels = torch.full_like(labels, new_class)
+                start = time.perf_counter()
+                cond = torch.cat([labels, model.null_condition(labels)]) if self.guided else labels
+                context, context_blocks, picked = cache.context()
+                context_frames = context_blocks * fpb
+                sigmas = flow_sigmas(cfg.first_steps if k == 0 else cfg.steps, cfg.shift).tolist()
+                x = torch.randn(len(labels), fpb, size, size, model.config.channels, generator=generator,
+                                device=device)
+                for s, s_next in zip(sigmas[:-1], sigmas[1:]):
+                    x = x + (s_next - s) * self._velocity(x, s, cond, context, context_frames)
+                clean = x.clamp(-1.0, 1.0)
+                self._write_block(cache, clean, cond, context, context_frames, generator, resident_frames,
+                                  resident_classes)
+                latency = time.perf_counter() - start
+                frames = to_uint8(clean[:, :min(fpb, num_frames - k * fpb)])
+                bar.update(frames.shape[1])
+                yield StreamBlock(frames, k * fpb, k, labels.tolist(), latency,
+                                  None if picked is None else [[cache.bank_ids[i] for i in row]
+                                                               for row in picked[:len(labels)].tolist()])
+        finally:
+            bar.close()
+
+    def _write_block(self, cache: RollingKVCache, clean: torch.Tensor, cond: torch.Tensor, context,
+                     context_frames: int, generator: torch.Generator, resident_frames: list[torch.Tensor],
+                     resident_classes: list[torch.Tensor]) -> None:
+        """The cache forward: the block at ``context_noise`` (clean by default) writes its keys/values."""
+        cfg = self.config
+        x = torch.cat([clean, clean]) if self.guided else clean
+        if cfg.context_noise > 0:
+            noise = torch.randn(x.shape, generator=generator, device=x.device)
+            x = (1 - cfg.context_noise) * x + cfg.context_noise * noise
+        s = torch.full((len(x),), cfg.context_noise, device=x.device)
+        _, kvs = self.model.forward_block(x, s, cond, context, context_frames)
+        evicted = cache.push(kvs)
+        if cfg.refresh != "recompute":
+            return
+        resident_frames.append(x)
+        resident_classes.append(cond)
+        if evicted is not None:
+            del resident_frames[self.policy.sink_blocks], resident_classes[self.policy.sink_blocks]
+            frames = torch.cat(resident_frames, dim=1)
+            classes = torch.stack(resident_classes, dim=1)
+            cache.replace(self.model.clean_context(frames, classes))
+
+
+def check_stream_request(class_ids: Sequence[int], num_frames: int, num_classes: int) -> None:
+    """Reject an empty batch, a frame count <= 0 and class ids out of range, with one specific message each."""
+    if not class_ids:
+        raise ValueError("no class ids: ask for at least one video")
+    if num_frames <= 0:
+        raise ValueError(f"frames must be > 0, got {num_frames}")
+    for c in class_ids:
+        if not 0 <= c < num_classes:
+            raise ValueError(f"class id {c} is out of range for a model with {num_classes} classes "
+                             f"(valid: 0..{num_classes - 1})")

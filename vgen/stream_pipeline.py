@@ -1,0 +1,100 @@
+"""The streaming video pipeline: a block-diffusion model (``blockdiff/`` in a pipeline folder) behind
+``pipe.stream(...)``, which yields each block's frames as soon as they are denoised, and ``pipe(...)`` for whole
+clips. The folder's ``pipeline.json`` ``defaults`` hold the recommended :class:`StreamConfig` settings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vgen.hub import save_pretrained
+from vgen.models.blockdiff import BlockDiffusionTransformer
+from vgen.pipelines import PIPELINE_CONFIG, PipelineInfo
+from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, StreamControl, StreamProfile
+
+MODEL_FOLDER = "blockdiff"
+STREAM_OPTIONS = tuple(f.name for f in fields(StreamConfig))
+
+
+class StreamPipeline:
+    """Class-conditional video streaming of unbounded length from a block-diffusion model."""
+
+    def __init__(self, model: BlockDiffusionTransformer, info: PipelineInfo) -> None:
+        if info.image_size != model.config.frame_size:
+            raise ValueError(f"frame size {info.image_size} does not match the model's {model.config.frame_size}")
+        unknown = set(info.defaults) - set(STREAM_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown stream defaults {sorted(unknown)}; known: {list(STREAM_OPTIONS)}")
+        self.model, self.info = model.eval(), info
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.num_classes
+
+    @property
+    def frames_per_block(self) -> int:
+        return self.model.frames_per_block
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> StreamPipeline:
+        self.model.to(device=device, dtype=dtype)
+        return self
+
+    def class_name(self, class_id: int) -> str:
+        names = self.info.class_names
+        return names[class_id] if names and 0 <= class_id < len(names) else str(class_id)
+
+    def stream_config(self, **options) -> StreamConfig:
+        """The pipeline's defaults overridden by the options given (None means: keep the default)."""
+        unknown = set(options) - set(STREAM_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown stream options {sorted(unknown)}; known: {list(STREAM_OPTIONS)}")
+        base = StreamConfig(**self.info.defaults)
+        return replace(base, **{k: v for k, v in options.items() if v is not None})
+
+    def stream_blocks(self, class_ids: Sequence[int] | int = 0, num_frames: int = 16, *, seed: int | None = 0,
+                      control: StreamControl | None = None, progress: bool = False,
+                      **options) -> Iterator[StreamBlock]:
+        """Every block of ``len(class_ids)`` streams with their timing (see :class:`StreamBlock`)."""
+        ids = [class_ids] if isinstance(class_ids, int) else list(class_ids)
+        streamer = BlockStreamer(self.model, self.stream_config(**options))
+        return streamer.stream(ids, num_frames, seed=seed, control=control, progress=progress)
+
+    def stream(self, class_id: int = 0, num_frames: int = 16, *, seed: int | None = 0,
+               control: StreamControl | None = None, progress: bool = False, **options) -> Iterator[np.ndarray]:
+        """Yield one video's frames block by block, uint8 [F, S, S, 3], as soon as each block is denoised."""
+        for block in self.stream_blocks([class_id], num_frames, seed=seed, control=control, progress=progress,
+                                        **options):
+            yield block.frames[0]
+
+    def __call__(self, class_ids: Sequence[int] | int | None = None, num_frames: int = 16, *,
+                 seed: int | None = 0, progress: bool = False, **options) -> tuple[np.ndarray, dict]:
+        """Whole clips, uint8 [B, T, S, S, 3] (one per class id; every class when None), and the profile report."""
+        ids = list(range(self.num_classes)) if class_ids is None else class_ids
+        profile = StreamProfile(self.frames_per_block)
+        blocks = []
+        for block in self.stream_blocks(ids, num_frames, seed=seed, progress=progress, **options):
+            profile.add(block)
+            blocks.append(block.frames)
+        return np.concatenate(blocks, axis=1), profile.report()
+
+    def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
+        path = Path(path)
+        save_pretrained(self.model, path / MODEL_FOLDER, dtype=dtype)
+        (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
+        return path
+
+
+def stream_defaults(config: StreamConfig) -> dict:
+    """The settings of ``config`` that differ from :class:`StreamConfig`'s, for a pipeline's ``defaults``."""
+    base = asdict(StreamConfig())
+    return {k: v for k, v in asdict(config).items() if base[k] != v}
