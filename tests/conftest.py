@@ -139,4 +139,15 @@ def tiny_blockdiff() -> BlockDiffusionTransformer:
 def tiny_blockdiff_factory():
     """``make_tiny_blockdiff`` for tests that need another config or seed."""
     return make_tiny_blockdiff
+
+
+@pytest.fixture(scope="session")
+def tiny_stream_pipeline_dir(tmp_path_factory):
+    """A saved 3-class streaming pipeline (16-px frames, 2-frame blocks, 8 trained frames)."""
+    from vgen.pipelines import PipelineInfo
+    from vgen.stream_pipeline import StreamPipeline
+
+    info = PipelineInfo(name="tiny-stream", image_size=16, class_names=["a", "b", "c"],
+                        defaults={"steps": 2, "first_steps": 2, "sink_frames": 2, "window_frames": 4})
+    return StreamPipeline(make_tiny_blockdiff(), info).save_pretrained(tmp_path_factory.mktemp("pipe") / "stream")
 # ---- end block diffusion ------------------------------------------------------------------------------------

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from PIL import Image
 
 from vgen.data.clips import ClipsConfig, sample_clip
 from vgen.eval.videos import read_video
-from vgen.video_io import VIDEO_FORMATS, check_video_path, frame_grid, write_video
+from vgen.video_io import VIDEO_FORMATS, StreamingVideoWriter, check_video_path, frame_grid, write_video
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +69,35 @@ def test_mp4_with_odd_sides_and_bad_fps_raise(tmp_path):
         write_video(np.zeros((2, 9, 8, 3), np.uint8), tmp_path / "x.mp4")
     with pytest.raises(ValueError, match="fps must be > 0"):
         write_video(np.zeros((2, 8, 8, 3), np.uint8), tmp_path / "x.gif", fps=0)
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_streaming_writer_appends_blocks_into_one_video(tmp_path, clip, suffix):
+    path = tmp_path / f"s{suffix}"
+    with StreamingVideoWriter(path, fps=8, keyframe_every=2) as writer:
+        for start in range(0, len(clip), 2):
+            writer.write(clip[start:start + 2])
+    back = read_video(path)
+    assert back.shape == clip.shape and writer.frames_written == len(clip)
+    assert np.abs(back.astype(int) - clip.astype(int)).mean() < 8  # lossy codecs: close, not exact
+
+
+def test_streaming_mp4_is_playable_before_it_is_closed(tmp_path, clip):
+    path = tmp_path / "open.mp4"
+    writer = StreamingVideoWriter(path, fps=8, keyframe_every=2)
+    for _ in range(20):
+        writer.write(clip)
+    deadline = time.time() + 20
+    while time.time() < deadline and path.stat().st_size < 2000:
+        time.sleep(0.1)
+    assert read_video(path).shape[0] > 0  # fragments already on disk play while the writer is still open
+    writer.close()
+    assert read_video(path).shape[0] == 20 * len(clip)
+
+
+def test_streaming_writer_refuses_png_and_leaves_no_empty_file(tmp_path):
+    with pytest.raises(ValueError, match=".mp4 or .gif"):
+        StreamingVideoWriter(tmp_path / "x.png")
+    with StreamingVideoWriter(tmp_path / "none.mp4"):
+        pass
+    assert not (tmp_path / "none.mp4").exists()

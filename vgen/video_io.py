@@ -102,8 +102,9 @@ class StreamingVideoWriter:
         writer = imageio_ffmpeg.write_frames(
             str(self.path), (width, height), fps=self.fps, codec="libx264", pix_fmt_out="yuv420p",
             macro_block_size=1, ffmpeg_log_level="error",
-            output_params=["-g", str(self.keyframe_every), "-movflags", "frag_keyframe+empty_moov+default_base_moof",
-                           "-flush_packets", "1"])
+            # zerolatency: no look-ahead or B-frames, so ffmpeg holds no frames back that a kill would lose
+            output_params=["-tune", "zerolatency", "-g", str(self.keyframe_every),
+                           "-movflags", "frag_keyframe+empty_moov+default_base_moof", "-flush_packets", "1"])
         writer.send(None)  # start ffmpeg
         return writer
 
@@ -114,6 +115,8 @@ class StreamingVideoWriter:
         if self._gif_frames:
             write_video(np.stack(self._gif_frames), self.path, self.fps)
             self._gif_frames = []
+        if self.frames_written == 0 and self.path.is_file() and self.path.stat().st_size == 0:
+            self.path.unlink()  # nothing was generated: leave no empty, unplayable file behind
 
     def __enter__(self) -> StreamingVideoWriter:
         return self

@@ -1,7 +1,8 @@
 """``vgen stream``: stream an unbounded video from a block-diffusion model into an mp4 / GIF, block by block.
 
-Frames reach the file as each block completes (a fragmented mp4), so Ctrl-C or a crash leaves a playable file
-with everything done so far. ``--profile`` writes the per-block latency, frames per second and memory report.
+Frames reach the file as each block completes (a fragmented mp4). Ctrl-C (or SIGTERM) ends the stream after the
+block in hand and closes the file normally (exit status 130); a crash or a kill leaves the fragments written so
+far, which play. ``--profile`` writes the per-block latency, frames per second and memory report.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from vgen.apps.cli import UsageError, add_device_args, check_writable, load_pipeline
+from vgen.interrupts import graceful_stop
 
 
 def parse_switch(text: str) -> tuple[int, int]:
@@ -88,19 +90,19 @@ def run_stream(args: argparse.Namespace) -> None:
     while switches and switches[0][0] < pipe.frames_per_block:  # a switch inside the first block starts it
         first_class = switches.pop(0)[1]
     profile = StreamProfile(pipe.frames_per_block)
-    interrupted = False
-    with StreamingVideoWriter(args.out, fps=args.fps, keyframe_every=max(args.fps, pipe.frames_per_block)) as writer:
-        try:
-            blocks = pipe.stream_blocks([first_class], args.frames, seed=args.seed, control=control,
-                                        progress=not args.no_progress, **options)
-            for block in blocks:
-                writer.write(block.frames[0])
-                profile.add(block)
-                next_start = block.start_frame + block.frames.shape[1] + pipe.frames_per_block - 1
-                while switches and switches[0][0] <= next_start:
-                    control.set_class(switches.pop(0)[1])
-        except KeyboardInterrupt:
-            interrupted = True
+    with graceful_stop() as stop_requested, StreamingVideoWriter(
+            args.out, fps=args.fps, keyframe_every=max(args.fps, pipe.frames_per_block)) as writer:
+        blocks = pipe.stream_blocks([first_class], args.frames, seed=args.seed, control=control,
+                                    progress=not args.no_progress, **options)
+        for block in blocks:
+            writer.write(block.frames[0])
+            profile.add(block)
+            if stop_requested():  # Ctrl-C / SIGTERM: keep this block, then end the stream and close the file
+                control.stop()
+            next_start = block.start_frame + block.frames.shape[1] + pipe.frames_per_block - 1
+            while switches and switches[0][0] <= next_start:
+                control.set_class(switches.pop(0)[1])
+        interrupted = stop_requested()
     report = {**profile.report(), "model": pipe.info.name, "class_id": args.class_id, "switches": args.switch,
               "seed": args.seed, "config": asdict(pipe.stream_config(**options)), "out": args.out,
               "interrupted": interrupted}

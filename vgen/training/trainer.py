@@ -14,8 +14,6 @@ import copy
 import json
 import math
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -26,6 +24,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
+
+from vgen.interrupts import graceful_stop
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class Trainer:
         counted = 0  # steps in ``running``: fewer than log_every in the first window after a resume
         self.model.train()
         last = min(self.cfg.steps, stop_at if stop_at is not None else self.cfg.steps)
-        with _graceful_stop() as stop_requested:
+        with graceful_stop() as stop_requested:
             while self.step < last and not stop_requested():
                 metrics = self._step(next(batches), step_fn)
                 for k, v in metrics.items():
@@ -189,22 +189,6 @@ class Trainer:
         self.ema.update(self.model, self.step)
         self.step += 1
         return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **metrics}
-
-
-@contextlib.contextmanager
-def _graceful_stop() -> Iterator[Callable[[], bool]]:
-    """Turn Ctrl-C / SIGTERM into a request that the loop honours after the current step (then it saves)."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield lambda: bool(received)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def index_batches(n: int, batch_size: int, seed: int, start_step: int = 0) -> Iterator[torch.Tensor]:
