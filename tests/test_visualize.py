@@ -64,3 +64,13 @@ def test_a_single_point_gets_a_range_and_no_points_is_an_error():
     assert image.getpixel(axes.pixel(2.0, 5.0)) == PALETTE[0]
     with pytest.raises(ValueError, match="no points to plot"):
         scatter_plot([], "x", "y")
+
+
+def test_line_plot_draws_each_series_in_its_colour() -> None:
+    from vgen.visualize import PALETTE, line_plot
+
+    image = line_plot({"rising": [0.0, 1.0, 2.0], "flat": [1.0, 1.0, 1.0]}, "chunk", "value", "two lines")
+    pixels = set(image.getdata())
+    assert PALETTE[0] in pixels and PALETTE[1] in pixels
+    with pytest.raises(ValueError, match="no series"):
+        line_plot({}, "x", "y")

@@ -113,6 +113,31 @@ def scatter_plot(points: Sequence[tuple[str, float, float]], xlabel: str, ylabel
     if not points:
         raise ValueError("no points to plot")
     axes = PlotAxes.fit([p[1] for p in points], [p[2] for p in points], size)
+    image, draw = _axes_image(axes, size, xlabel, ylabel, title)
+    small = ImageFont.load_default(size=12)
+    right = axes.box[2]
+    taken: list[tuple[int, int, int, int]] = []
+    order = sorted(range(len(points)), key=lambda i: axes.pixel(*points[i][1:])[1])
+    for i in order:
+        name, x, y = points[i]
+        px, py = axes.pixel(x, y)
+        colour = PALETTE[i % len(PALETTE)]
+        draw.ellipse([px - 5, py - 5, px + 5, py + 5], fill=colour, outline=(0, 0, 0))
+        anchor, ax, ay = "lm", px + 8, py
+        if draw.textbbox((ax, ay), name, font=small, anchor=anchor)[2] > right:  # no room: label left of the marker
+            anchor, ax = "rm", px - 8
+        box = draw.textbbox((ax, ay), name, font=small, anchor=anchor)
+        while any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in taken):
+            ay += 4
+            box = draw.textbbox((ax, ay), name, font=small, anchor=anchor)
+        taken.append(box)
+        draw.text((ax, ay), name, fill=tuple(c // 2 for c in colour), font=small, anchor=anchor)
+    return image
+
+
+def _axes_image(axes: PlotAxes, size: tuple[int, int], xlabel: str, ylabel: str,
+                title: str) -> tuple[Image.Image, ImageDraw.ImageDraw]:
+    """A white picture with ``axes`` drawn: frame, round ticks, a light grid, axis labels and the title."""
     image = Image.new("RGB", size, (255, 255, 255))
     draw = ImageDraw.Draw(image)
     font, small = ImageFont.load_default(size=14), ImageFont.load_default(size=12)
@@ -133,20 +158,27 @@ def scatter_plot(points: Sequence[tuple[str, float, float]], xlabel: str, ylabel
     label = Image.new("RGB", (bottom - top, 20), (255, 255, 255))
     ImageDraw.Draw(label).text(((bottom - top) // 2, 10), ylabel, fill=(0, 0, 0), font=font, anchor="mm")
     image.paste(label.rotate(90, expand=True), (2, top))
-    taken: list[tuple[int, int, int, int]] = []
-    order = sorted(range(len(points)), key=lambda i: axes.pixel(*points[i][1:])[1])
-    for i in order:
-        name, x, y = points[i]
-        px, py = axes.pixel(x, y)
+    return image, draw
+
+
+def line_plot(series: dict[str, Sequence[float]], xlabel: str, ylabel: str, title: str = "",
+              size: tuple[int, int] = (520, 400)) -> Image.Image:
+    """One coloured line per named series (x = 0, 1, 2, ...), with a legend in the top-left corner."""
+    if not series or not all(len(v) for v in series.values()):
+        raise ValueError("no series to plot")
+    xs = [float(i) for v in series.values() for i in range(len(v))]
+    ys = [float(y) for v in series.values() for y in v]
+    axes = PlotAxes.fit(xs, ys, size)
+    image, draw = _axes_image(axes, size, xlabel, ylabel, title)
+    small = ImageFont.load_default(size=12)
+    left, top = axes.box[:2]
+    for i, (name, values) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
-        draw.ellipse([px - 5, py - 5, px + 5, py + 5], fill=colour, outline=(0, 0, 0))
-        anchor, ax, ay = "lm", px + 8, py
-        if draw.textbbox((ax, ay), name, font=small, anchor=anchor)[2] > right:  # no room: label left of the marker
-            anchor, ax = "rm", px - 8
-        box = draw.textbbox((ax, ay), name, font=small, anchor=anchor)
-        while any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in taken):
-            ay += 4
-            box = draw.textbbox((ax, ay), name, font=small, anchor=anchor)
-        taken.append(box)
-        draw.text((ax, ay), name, fill=tuple(c // 2 for c in colour), font=small, anchor=anchor)
+        points = [axes.pixel(x, float(y)) for x, y in enumerate(values)]
+        if len(points) > 1:
+            draw.line(points, fill=colour, width=2)
+        else:
+            draw.ellipse([points[0][0] - 3, points[0][1] - 3, points[0][0] + 3, points[0][1] + 3], fill=colour)
+        draw.line([(left + 8, top + 10 + 15 * i), (left + 24, top + 10 + 15 * i)], fill=colour, width=3)
+        draw.text((left + 28, top + 10 + 15 * i), name, fill=(0, 0, 0), font=small, anchor="lm")
     return image

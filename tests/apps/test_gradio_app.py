@@ -1,17 +1,28 @@
-"""The web demo: the page's generate function over the pipeline API, then the live app on loopback driven with
-gradio_client: generate, compare with AR, bad input shown as a message while the app keeps serving, and 20
-concurrent requests."""
+"""The web demo: the page's generate and stream functions over the pipeline API, then the live app on loopback
+driven with gradio_client: generate, compare with AR, stream and stop, bad input shown as a message while the app
+keeps serving, and 20 concurrent requests."""
 
 from __future__ import annotations
 
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from vgen.apps.gradio_app import InputError, build_app, generate, sampler_options
+from vgen.apps.gradio_app import (
+    InputError,
+    build_app,
+    generate,
+    sampler_options,
+    stop_stream,
+    stream_video,
+    switch_class,
+)
+from vgen.eval.videos import read_video
 
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -108,3 +119,45 @@ def test_twenty_concurrent_requests_all_complete(live_app, tiny_model) -> None:
     with ThreadPoolExecutor(max_workers=20) as pool:
         results = list(pool.map(lambda seed: call(live_app, model=tiny_model, seed=seed), range(20)))
     assert len(results) == 20 and all(r[0] for r in results)
+
+
+def test_stream_video_shows_each_block_then_the_mp4(tiny_stream_pipeline_dir) -> None:
+    outs = list(stream_video(str(tiny_stream_pipeline_dir), 1, 6, 0, 2, 1.0, session="whole"))
+    assert len(outs) == 4  # three blocks of two frames, then the file
+    assert [o[2] for o in outs[:3]] == [None] * 3 and "frame 6 / 6" in outs[2][1]
+    assert outs[-1][1] == "done: 6 frames" and read_video(Path(outs[-1][2])).shape == (6, 16, 16, 3)
+
+
+def test_switch_and_stop_reach_the_running_stream(tiny_stream_pipeline_dir) -> None:
+    stream = stream_video(str(tiny_stream_pipeline_dir), 0, 1000, 0, 1, 1.0, session="steer")
+    assert "class a" in next(stream)[1]
+    assert switch_class(2, "steer") == "class 2 from the next block"
+    assert "class c" in next(stream)[1]
+    assert stop_stream("steer") == "stopping after this block"
+    rest = list(stream)
+    assert rest[-1][1] == "stopped: 4 frames" and read_video(Path(rest[-1][2])).shape[0] == 4
+    assert stop_stream("steer") == "no stream is running"
+
+
+def test_the_generate_tab_refuses_a_streaming_model_and_the_stream_tab_a_token_model(tiny_model,
+                                                                                   tiny_stream_pipeline_dir) -> None:
+    with pytest.raises(InputError, match="use the Streaming tab"):
+        generate(str(tiny_stream_pipeline_dir), "ar", **SETTINGS)
+    with pytest.raises(InputError, match="use the Generate tab"):
+        next(stream_video(tiny_model, 0, 8, 0, 2, 1.0))
+    with pytest.raises(InputError, match="frames must be in"):
+        next(stream_video(str(tiny_stream_pipeline_dir), 0, 0, 0, 2, 1.0))
+
+
+def test_live_app_streams_until_stop(live_app, tiny_stream_pipeline_dir) -> None:
+    job = live_app.submit(str(tiny_stream_pipeline_dir), 0, 2000, 0, 1, 1.0, api_name="/stream")
+    deadline = time.time() + 60
+    while time.time() < deadline and len(job.outputs()) < 2:
+        time.sleep(0.1)
+    assert len(job.outputs()) >= 2, "no frames arrived"
+    assert live_app.predict(api_name="/stop_stream") == "stopping after this block"
+    frame, status, video = job.result(timeout=60)
+    assert status.startswith("stopped: ")
+    frames_done = int(status.split()[1])
+    assert read_video(Path(video["video"] if isinstance(video, dict) else video)).shape[0] == frames_done > 0
+    assert np.asarray(Image.open(frame)).std() > 0

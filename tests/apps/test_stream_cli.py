@@ -95,3 +95,19 @@ def test_a_killed_stream_leaves_a_playable_file(tiny_stream_pipeline_dir, tmp_pa
     proc.communicate(timeout=60)
     time.sleep(1.0)  # ffmpeg, orphaned, finishes the fragment it holds
     assert read_video(out).shape[0] > 0
+
+
+def test_package_writes_a_streaming_pipeline_from_a_block_diffusion_export(tiny_blockdiff, tmp_path, capsys) -> None:
+    import vgen
+    from vgen.hub import save_pretrained
+    from vgen.stream_pipeline import StreamPipeline
+
+    save_pretrained(tiny_blockdiff, tmp_path / "export")
+    code = main(["train", "package", "--gpt", str(tmp_path / "export"), "--out", str(tmp_path / "pipe"), "--name",
+                 "tiny-stream", "--stream-defaults", '{"steps": 3, "sink_frames": 0, "window_frames": 6}'])
+    assert code == 0
+    pipe = vgen.load(tmp_path / "pipe")
+    assert isinstance(pipe, StreamPipeline) and pipe.stream_config().steps == 3
+    bad = main(["train", "package", "--gpt", str(tmp_path / "export"), "--out", str(tmp_path / "p2"),
+                "--stream-defaults", '{"window_frames": 8}'])
+    assert bad == 2 and "exceed the 8 frames" in capsys.readouterr().err

@@ -281,8 +281,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t = tsub.add_parser("package", help="assemble trained models into a pipeline folder (e.g. vgen/assets/...)")
-    t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/)")
-    t.add_argument("--vq", required=True, help="trained tokenizer folder (VQ, or KL for a continuous model)")
+    t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/), or a block-diffusion "
+                                                "model folder for a streaming pipeline")
+    t.add_argument("--vq", default=None, help="trained tokenizer folder (VQ, or KL for a continuous model; a "
+                                              "block-diffusion model has none)")
     t.add_argument("--drafter", default=None,
                    help="trained draft head folder, or draft model folder for a continuous model (optional)")
     t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
@@ -292,6 +294,8 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.add_argument("--cfg-scale", type=float, default=2.0, help="recommended CFG scale stored as the default")
     t.add_argument("--dtype", default="fp32", help="storage dtype of the weights (bf16 halves the size; they load "
                                                    "into fp32 models)")
+    t.add_argument("--stream-defaults", default=None, metavar="JSON",
+                   help="a block-diffusion pipeline's recommended stream settings, e.g. '{\"steps\": 4}'")
     t.set_defaults(func=run_package)
 
 
@@ -306,7 +310,12 @@ def run_package(args: argparse.Namespace) -> None:
 
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
-    gpt, vq = from_pretrained(args.gpt), from_pretrained(args.vq)
+    gpt = from_pretrained(args.gpt)
+    if hasattr(gpt, "forward_block"):  # a block-diffusion model: a streaming pipeline, no tokenizer
+        return package_stream(args, gpt)
+    if args.vq is None:
+        raise UsageError("--vq is required for a token model")
+    vq = from_pretrained(args.vq)
     head = from_pretrained(args.drafter) if args.drafter else None
     out = Path(args.out)
     dtype = getattr(torch, DTYPES[args.dtype])
@@ -326,6 +335,28 @@ def run_package(args: argparse.Namespace) -> None:
         save_pretrained(head, out / "drafter", dtype=dtype)
     (out / PIPELINE_CONFIG).write_text(json.dumps(info.to_dict(), indent=1))
     print(f"wrote pipeline {args.name} to {out}")
+
+
+def package_stream(args: argparse.Namespace, model) -> None:
+    """Write a streaming pipeline folder: ``blockdiff/`` + ``pipeline.json`` with the recommended settings."""
+    import torch
+
+    from vgen.data.shapes import CLASS_NAMES
+    from vgen.pipelines import PipelineInfo
+    from vgen.stream_pipeline import StreamPipeline
+
+    if args.vq or args.drafter:
+        raise UsageError("a block-diffusion pipeline takes no --vq or --drafter")
+    try:
+        defaults = json.loads(args.stream_defaults) if args.stream_defaults else {}
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--stream-defaults is not valid JSON: {e}") from None
+    info = PipelineInfo(name=args.name, image_size=model.config.frame_size, class_names=list(CLASS_NAMES),
+                        defaults=defaults)
+    pipe = StreamPipeline(model, info)
+    pipe.stream_config().policy(model.frames_per_block, model.config.train_frames)  # the defaults must fit
+    pipe.save_pretrained(args.out, dtype=getattr(torch, DTYPES[args.dtype]))
+    print(f"wrote streaming pipeline {args.name} to {args.out}")
 
 
 def run_train(args: argparse.Namespace) -> None:

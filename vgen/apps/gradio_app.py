@@ -2,23 +2,30 @@
 
 The model list comes from :func:`vgen.available_models` (a pipeline folder path is accepted too, and LlamaGen
 checkpoint paths), the sampler list from the sampler registry, and a sampler's parameters are passed only when
-its config has them and the field is filled in (empty = the preset's own default). Bad input (an unknown
-model, a missing checkpoint, out-of-range settings, a sampler the model cannot use) is shown in the page as a
-message; the app keeps serving. ``gradio`` is imported lazily: it is the ``app`` extra.
+its config has them and the field is filled in (empty = the preset's own default). Streaming models get their own
+tab, where frames play as each block completes, with Stop and a class switch that takes effect at the next block.
+Bad input (an unknown model, a missing checkpoint, out-of-range settings, a sampler the model cannot use) is shown
+in the page as a message; the app keeps serving. ``gradio`` is imported lazily: it is the ``app`` extra.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import tempfile
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from vgen.hub import CheckpointError
-from vgen.pipelines import ImagePipeline, default_sampler, image_grid, load, load_llamagen
+from vgen.pipelines import ASSETS, ImagePipeline, available_models, default_sampler, image_grid, load, load_llamagen
 from vgen.samplers import available_samplers, get_sampler
+from vgen.samplers.streaming import StreamControl
+from vgen.stream_pipeline import MODEL_FOLDER, StreamPipeline
+from vgen.video_io import StreamingVideoWriter
 from vgen.visualize import acceptance_figure
 
 # the sampler fields the page offers, in display order, with their widget kind
@@ -28,7 +35,9 @@ SAMPLER_FIELDS: dict[str, str] = {
     "gsd_p_threshold": "float", "gsd_dist_threshold": "float",
 }
 MAX_IMAGES = 16
+MAX_STREAM_FRAMES = 2000
 _LOAD_LOCK = threading.Lock()
+_CONTROLS: dict[str, StreamControl] = {}  # the running stream of each browser session
 
 
 class InputError(ValueError):
@@ -102,6 +111,8 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
     if sampler not in available_samplers():
         raise InputError(f"unknown sampler {sampler!r}; available: {', '.join(available_samplers())}")
     pipe = get_pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, int(image_size))
+    if isinstance(pipe, StreamPipeline):
+        raise InputError(f"{model} is a streaming video model: use the Streaming tab")
     cfg_scale = parse_optional("CFG scale", cfg_scale, "float")
     settings = dict(num_images=int(num_images), seed=int(seed), cfg_scale=cfg_scale, temperature=temperature,
                     top_k=int(top_k), top_p=top_p)
@@ -121,11 +132,63 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
     return image_grid(out.images, cols), amap, stats_markdown(out.stats.to_dict(), figures), ar_grid
 
 
+def is_streaming(name: str) -> bool:
+    """Whether an embedded model name or pipeline folder holds a streaming (block-diffusion) model."""
+    folder = ASSETS / name if name in available_models() else Path(name)
+    return (folder / MODEL_FOLDER).is_dir()
+
+
+def stream_video(model: str, class_id: float, num_frames: float, seed: float, steps: float, cfg_scale: float,
+                 session: str = "default", fps: int = 8) -> Iterator[tuple[Image.Image, str, str | None]]:
+    """Stream a video: after each block, its last frame (enlarged) and a progress line; at the end (or after
+    :func:`stop_stream`), the mp4 of every frame done. Raises :class:`InputError` / ``ValueError`` on bad input."""
+    if not 1 <= int(num_frames) <= MAX_STREAM_FRAMES:
+        raise InputError(f"frames must be in 1..{MAX_STREAM_FRAMES}, got {num_frames}")
+    pipe = get_pipeline(model)
+    if not isinstance(pipe, StreamPipeline):
+        raise InputError(f"{model} is not a streaming video model: use the Generate tab")
+    options = {"steps": int(steps), "cfg_scale": float(cfg_scale)}
+    pipe.stream_config(**options)  # bad settings fail before anything starts
+    control = _CONTROLS[session] = StreamControl()
+    path = Path(tempfile.mkdtemp(prefix="vgen-stream-")) / "stream.mp4"
+    try:
+        with StreamingVideoWriter(path, fps=fps) as writer:
+            for block in pipe.stream_blocks([int(class_id)], int(num_frames), seed=int(seed), control=control,
+                                            **options):
+                writer.write(block.frames[0])
+                frame = Image.fromarray(block.frames[0, -1]).resize((256, 256), Image.NEAREST)
+                status = (f"frame {block.start_frame + block.frames.shape[1]} / {int(num_frames)}, class "
+                          f"{pipe.class_name(block.class_ids[0])}, {block.latency_s * 1000:.0f} ms for this block")
+                yield frame, status, None
+        done = writer.frames_written
+        yield frame, f"{'stopped' if control.stopped else 'done'}: {done} frames", str(path)
+    finally:
+        _CONTROLS.pop(session, None)
+
+
+def stop_stream(session: str = "default") -> str:
+    """Ask the session's stream to stop after the block in hand."""
+    control = _CONTROLS.get(session)
+    if control is None:
+        return "no stream is running"
+    control.stop()
+    return "stopping after this block"
+
+
+def switch_class(class_id: float, session: str = "default") -> str:
+    """Change the session's stream to ``class_id`` from its next block on."""
+    control = _CONTROLS.get(session)
+    if control is None:
+        return "no stream is running"
+    control.set_class(int(class_id))
+    return f"class {int(class_id)} from the next block"
+
+
 def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
     """The Gradio Blocks page, queued with at most ``max_concurrency`` generations at once."""
     import gradio as gr
 
-    from vgen.pipelines import available_models
+    stream_models = [m for m in available_models() if is_streaming(m)]
 
     def run(*args):
         names = ["model", "sampler", "class_id", "num_images", "seed", "cfg_scale", "temperature", "top_k",
@@ -138,9 +201,10 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
 
     with gr.Blocks(title="vgen") as app:
         gr.Markdown("# vgen: visual autoregressive generation with fast samplers")
-        with gr.Row():
+        with gr.Tab("Generate"), gr.Row():
             with gr.Column():
-                model = gr.Dropdown(available_models(), value=default_model, allow_custom_value=True,
+                model = gr.Dropdown([m for m in available_models() if m not in stream_models], value=default_model,
+                                    allow_custom_value=True,
                                     label="model (embedded name or pipeline folder)")
                 sampler = gr.Dropdown(available_samplers(), value="sjd", label="sampler")
                 class_id = gr.Number(value=0, precision=0, label="class id")
@@ -170,4 +234,45 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
         button.click(run, inputs, [images, amap, stats, ar_images], api_name="generate")
         gr.Examples([[default_model, "ar", 0, 4, 0], [default_model, "mcsjd", 3, 4, 1],
                      [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
+        add_stream_tab(gr, stream_models[0] if stream_models else "")
     return app.queue(default_concurrency_limit=max_concurrency)
+
+
+def add_stream_tab(gr, default_model: str) -> None:
+    """The Streaming tab: frames play as blocks complete; Stop and a class switch reach the running stream."""
+    def session_of(request: gr.Request | None) -> str:
+        return getattr(request, "session_hash", None) or "default"
+
+    def run(model, class_id, num_frames, seed, steps, cfg_scale, request: gr.Request):
+        try:
+            yield from stream_video(model, class_id, num_frames, seed, steps, cfg_scale, session_of(request))
+        except (ValueError, CheckpointError, FileNotFoundError) as e:
+            raise gr.Error(str(e)) from None
+
+    with gr.Tab("Streaming"), gr.Row():
+        with gr.Column():
+            model = gr.Dropdown([m for m in available_models() if is_streaming(m)], value=default_model,
+                                allow_custom_value=True, label="streaming model (embedded name or pipeline folder)")
+            class_id = gr.Number(value=0, precision=0, label="class id")
+            num_frames = gr.Number(value=160, precision=0, label="frames")
+            seed = gr.Number(value=0, precision=0, label="seed")
+            steps = gr.Number(value=4, precision=0, label="denoising steps per block")
+            cfg_scale = gr.Number(value=1.0, label="CFG scale (1 = off)")
+            start = gr.Button("Stream", variant="primary")
+            stop = gr.Button("Stop")
+            new_class = gr.Number(value=1, precision=0, label="switch to class")
+            switch = gr.Button("Switch class at the next block")
+        with gr.Column():
+            frame = gr.Image(type="pil", label="latest frame", format="png", height=256)
+            status = gr.Markdown()
+            video = gr.Video(label="the stream so far (mp4)")
+    def stop_clicked(request: gr.Request) -> str:
+        return stop_stream(session_of(request))
+
+    def switch_clicked(c: float, request: gr.Request) -> str:
+        return switch_class(c, session_of(request))
+
+    start.click(run, [model, class_id, num_frames, seed, steps, cfg_scale], [frame, status, video],
+                api_name="stream")
+    stop.click(stop_clicked, None, status, api_name="stop_stream", concurrency_limit=None)
+    switch.click(switch_clicked, new_class, status, api_name="switch_class", concurrency_limit=None)
