@@ -33,8 +33,8 @@ import vgen
 from vgen.data.clips import ClipsConfig, cached_clips
 from vgen.eval.drift import drift_report, windows
 from vgen.eval.evaluate import EvalSettings, frechet_report
-from vgen.samplers.streaming import StreamProfile
 from vgen.pipelines import image_grid
+from vgen.samplers.streaming import StreamProfile
 from vgen.video_io import write_video
 from vgen.video_pipeline import tile_clips
 from vgen.visualize import line_plot
