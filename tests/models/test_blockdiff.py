@@ -25,7 +25,8 @@ def _blocks(model, frames, sigma, class_ids):
     """The clip block by block with the keys/values of earlier blocks as context (no cache object)."""
     fpb, context, outs = model.frames_per_block, None, []
     for k in range(frames.shape[1] // fpb):
-        v, kvs = model.forward_block(frames[:, k * fpb:(k + 1) * fpb], sigma[:, k], class_ids, context, k * fpb)
+        v, kvs = model.forward_block(frames[:, k * fpb:(k + 1) * fpb], sigma[:, k], class_ids,
+                                     model.prepare_context(context, k * fpb))
         outs.append(v)
         context = kvs if context is None else [(torch.cat([a, k_], 2), torch.cat([b, v_], 2))
                                                for (a, b), (k_, v_) in zip(context, kvs)]
@@ -57,9 +58,9 @@ def test_the_output_depends_on_the_context_but_first_layer_keys_do_not_depend_on
     block = torch.randn(1, 2, 16, 16, 3)
     other = torch.randn(1, 2, 16, 16, 3)
     s, c = torch.tensor([0.5]), torch.tensor([0])
-    alone, kv_alone = tiny_blockdiff.forward_block(block, s, c, None, 0)
-    _, ctx = tiny_blockdiff.forward_block(other, torch.zeros(1), c, None, 0)
-    after, kv_after = tiny_blockdiff.forward_block(block, s, c, ctx, 2)
+    alone, kv_alone = tiny_blockdiff.forward_block(block, s, c, None)
+    _, ctx = tiny_blockdiff.forward_block(other, torch.zeros(1), c, None)
+    after, kv_after = tiny_blockdiff.forward_block(block, s, c, tiny_blockdiff.prepare_context(ctx, 2))
     assert (after - alone).abs().max() > 1e-3
     # keys are cached before rotation: the first layer's depend on the block alone, not on its position
     torch.testing.assert_close(kv_after[0][0], kv_alone[0][0])
@@ -99,5 +100,6 @@ def test_bad_inputs_are_rejected(tiny_blockdiff) -> None:
     with pytest.raises(ValueError, match="class ids"):
         tiny_blockdiff(torch.randn(1, 2, 16, 16, 3), torch.rand(1, 1), torch.tensor([7]))
     with pytest.raises(ValueError, match="exceed"):
-        tiny_blockdiff.forward_block(torch.randn(1, 2, 16, 16, 3), torch.rand(1), c,
-                                     [(torch.zeros(1, 4, 1, 12),) * 2] * 2, 8)
+        tiny_blockdiff.prepare_context([(torch.zeros(1, 4, 1, 12),) * 2] * 2, 8)
+    with pytest.raises(ValueError, match="together"):
+        tiny_blockdiff.prepare_context(None, 2)

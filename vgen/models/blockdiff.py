@@ -7,9 +7,9 @@ adaptive layer norm (DiT's adaLN-Zero), so each block can sit at its own noise l
 
 Attention is block-causal: a token sees every token of its own block and of the blocks before it. Rotary
 positions run over (frame, row, column). The frame coordinate is the frame's place in the *attended sequence*, not
-its absolute index: keys are cached before rotation and rotated when they are read, so a rolling cache that drops
-old frames keeps its positions inside ``[0, train_frames)``, the range the model was trained on (StreamingLLM
-assigns positions inside the cache the same way).
+its absolute index: keys are cached before rotation and rotated when they are read (:meth:`prepare_context`,
+once per block), so a rolling cache that drops old frames keeps its positions inside ``[0, train_frames)``, the
+range the model was trained on (StreamingLLM assigns positions inside the cache the same way).
 
 Flow matching (the Wan / Self-Forcing parameterisation): ``x_s = (1 - s) x_0 + s e`` for noise level ``s`` in
 [0, 1], and the network predicts the velocity ``v = e - x_0``, so ``x_0 = x_s - s v``.
@@ -27,7 +27,16 @@ from torch import nn
 
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_grid_table, swiglu_hidden_dim
 
-KV = tuple[torch.Tensor, torch.Tensor]  # keys and values of one layer, [B, heads, tokens, head_dim], not rotated
+KV = tuple[torch.Tensor, torch.Tensor]  # keys and values of one layer, [B, heads, tokens, head_dim]
+
+
+@dataclass
+class BlockContext:
+    """What a block attends to before itself: per layer, keys rotated at frame positions ``0 .. frames - 1`` and
+    values, over ``frames`` frames (see :meth:`BlockDiffusionTransformer.prepare_context`)."""
+
+    kvs: list[KV]
+    frames: int
 
 
 @dataclass(frozen=True)
@@ -106,8 +115,8 @@ def timestep_embedding(sigma: torch.Tensor, dim: int, max_period: float = 10000.
 
 
 class Attention(nn.Module):
-    """Multi-head attention whose new keys/values are returned unrotated (for the cache) and whose context
-    keys/values are rotated on read, at the positions the caller gives."""
+    """Multi-head attention whose new keys/values are returned unrotated (for the cache), after an optional
+    context of already rotated keys."""
 
     def __init__(self, cfg: BlockDiffConfig) -> None:
         super().__init__()
@@ -119,17 +128,15 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, context: KV | None,
                 mask: torch.Tensor | None) -> tuple[torch.Tensor, KV]:
-        """``x`` [B, t, dim] attends to ``context`` (cached, [B, H, c, D]) and to itself under ``mask``
-        ([t, c + t] or None for full attention); ``rope`` [c + t, D/2, 2] holds the rotation of every key, the
-        last ``t`` rows those of the queries. Returns the output and this layer's new (k, v)."""
-        b, t, _ = x.shape
+        """``x`` [B, t, dim] attends to ``context`` (rotated keys and values, [B, H, c, D]) and to itself under
+        ``mask`` ([t, c + t] or None for full attention); ``rope`` [t, D/2, 2] rotates its queries and keys.
+        Returns the output and this layer's new (k, v), keys unrotated."""
         q, k, v = rearrange(self.wqkv(x), "b t (three h d) -> three b h t d", three=3, h=self.n_head)
         q, k = self.q_norm(q), self.k_norm(k)  # QK-norm keeps the logits of a tiny model in range
         new_kv = (k, v)
+        q, k = (apply_rope(y.transpose(1, 2), rope).transpose(1, 2) for y in (q, k))
         if context is not None:
             k, v = torch.cat([context[0].to(k.dtype), k], dim=2), torch.cat([context[1].to(v.dtype), v], dim=2)
-        q = apply_rope(q.transpose(1, 2), rope[-t:]).transpose(1, 2)
-        k = apply_rope(k.transpose(1, 2), rope).transpose(1, 2)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.wo(rearrange(out, "b h t d -> b t (h d)")), new_kv
 
@@ -249,11 +256,30 @@ class BlockDiffusionTransformer(nn.Module):
         if self.training and c.class_dropout_prob > 0:
             drop = torch.rand(class_ids.shape, device=class_ids.device) < c.class_dropout_prob
             class_ids = torch.where(drop, self.null_condition(class_ids), class_ids)
-        n = t * c.tokens_per_frame
-        rope = self.rope[:n].to(frames.device)
         mask = block_causal_frame_mask(t, c.frames_per_block, c.tokens_per_frame, frames.device)
-        out, _ = self._run(self.patchify(frames), self._condition(sigma, class_ids), rope, None, mask)
+        out, _ = self._run(self.patchify(frames), self._condition(sigma, class_ids), self._rope(0, t), None, mask)
         return self.unpatchify(out, t)
+
+    def _rope(self, first_frame: int, num_frames: int) -> torch.Tensor:
+        """Rotary rows of frames ``first_frame .. first_frame + num_frames - 1``."""
+        per = self.config.tokens_per_frame
+        device = self.patch_embed.weight.device
+        return self.rope[first_frame * per:(first_frame + num_frames) * per].to(device)
+
+    def prepare_context(self, kvs: list[KV] | None, frames: int) -> BlockContext | None:
+        """Cached (unrotated) keys/values of ``frames`` frames -> a :class:`BlockContext` with the keys rotated at
+        frame positions ``0 .. frames - 1`` (None when there is nothing to attend to)."""
+        if kvs is None or frames == 0:
+            if kvs is not None or frames:
+                raise ValueError("context keys/values and a frame count must be given together")
+            return None
+        c = self.config
+        if frames + c.frames_per_block > c.train_frames:
+            raise ValueError(f"{frames} context frames + a block of {c.frames_per_block} exceed the "
+                             f"{c.train_frames} frames the model was trained on")
+        rope = self._rope(0, frames)
+        rotated = [(apply_rope(k.transpose(1, 2), rope).transpose(1, 2), v) for k, v in kvs]
+        return BlockContext(rotated, frames)
 
     def clean_context(self, frames: torch.Tensor, class_ids: torch.Tensor) -> list[KV]:
         """Unrotated (k, v) per layer of clean ``frames`` [B, T, S, S, C] (whole blocks, frame positions from 0)
@@ -266,30 +292,24 @@ class BlockDiffusionTransformer(nn.Module):
                              f"got {t}")
         sigma = torch.zeros(len(frames), t // c.frames_per_block, device=frames.device)
         mask = block_causal_frame_mask(t, c.frames_per_block, c.tokens_per_frame, frames.device)
-        _, kvs = self._run(self.patchify(frames), self._condition(sigma, class_ids),
-                           self.rope[:t * c.tokens_per_frame].to(frames.device), None, mask)
+        _, kvs = self._run(self.patchify(frames), self._condition(sigma, class_ids), self._rope(0, t), None, mask)
         return kvs
 
     def forward_block(self, frames: torch.Tensor, sigma: torch.Tensor, class_ids: torch.Tensor,
-                      context: list[KV] | None, context_frames: int) -> tuple[torch.Tensor, list[KV]]:
-        """One block (``frames`` [B, frames_per_block, S, S, C] at noise level ``sigma`` [B]) after
-        ``context_frames`` cached frames (``context``: one (k, v) per layer, or None when there are none).
+                      context: BlockContext | None) -> tuple[torch.Tensor, list[KV]]:
+        """One block (``frames`` [B, frames_per_block, S, S, C] at noise level ``sigma`` [B]) after ``context``
+        (from :meth:`prepare_context`; None at the start).
 
         Returns the velocity and the block's unrotated (k, v) per layer, which a cache stores after the clean
-        (``sigma = 0``) pass. The block takes frame positions ``context_frames ..`` in the rotary table."""
+        (``sigma = 0``) pass. The block takes the frame positions right after its context."""
         c = self.config
         self._check(frames, class_ids)
         if frames.shape[1] != c.frames_per_block:
             raise ValueError(f"a block has {c.frames_per_block} frames, got {frames.shape[1]}")
-        total = context_frames + c.frames_per_block
-        if total > c.train_frames:
-            raise ValueError(f"{context_frames} context frames + a block of {c.frames_per_block} exceed the "
-                             f"{c.train_frames} frames the model was trained on")
-        if (context is None) != (context_frames == 0):
-            raise ValueError("context and context_frames must be given together")
-        rope = self.rope[:total * c.tokens_per_frame].to(frames.device)
+        start = 0 if context is None else context.frames
         cond = self._condition(sigma[:, None], class_ids)
-        out, kvs = self._run(self.patchify(frames), cond, rope, context, None)
+        out, kvs = self._run(self.patchify(frames), cond, self._rope(start, c.frames_per_block),
+                             None if context is None else context.kvs, None)
         return self.unpatchify(out, c.frames_per_block), kvs
 
     def _run(self, tokens: torch.Tensor, cond: torch.Tensor, rope: torch.Tensor, context: list[KV] | None,

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from vgen.models.blockdiff import BlockDiffusionTransformer
+from vgen.models.blockdiff import BlockContext, BlockDiffusionTransformer
 from vgen.models.rolling_cache import CachePolicy, RollingKVCache
 
 REFRESH_MODES = ("none", "recompute")
@@ -218,12 +218,12 @@ class BlockStreamer:
         return RollingKVCache(m.n_layer, rows, m.n_head, m.head_dim, m.tokens_per_block, self.policy, p.dtype,
                               p.device)
 
-    def _velocity(self, x: torch.Tensor, sigma: float, cond: torch.Tensor, context, context_frames: int):
+    def _velocity(self, x: torch.Tensor, sigma: float, cond: torch.Tensor, context: BlockContext | None):
         """Guided velocity of a block (CFG on the velocity, the doubled batch's second half unconditional)."""
         if self.guided:
             x = torch.cat([x, x])
         s = torch.full((len(x),), sigma, device=x.device)
-        v, _ = self.model.forward_block(x, s, cond, context, context_frames)
+        v, _ = self.model.forward_block(x, s, cond, context)
         if not self.guided:
             return v
         v_c, v_u = v.chunk(2)
@@ -262,16 +262,15 @@ class BlockStreamer:
                         labels = torch.full_like(labels, new_class)
                 start = time.perf_counter()
                 cond = torch.cat([labels, model.null_condition(labels)]) if self.guided else labels
-                context, context_blocks, picked = cache.context()
-                context_frames = context_blocks * fpb
+                kvs, context_blocks, picked = cache.context()
+                context = model.prepare_context(kvs, context_blocks * fpb)
                 sigmas = flow_sigmas(cfg.first_steps if k == 0 else cfg.steps, cfg.shift).tolist()
                 x = torch.randn(len(labels), fpb, size, size, model.config.channels, generator=generator,
                                 device=device)
                 for s, s_next in zip(sigmas[:-1], sigmas[1:]):
-                    x = x + (s_next - s) * self._velocity(x, s, cond, context, context_frames)
+                    x = x + (s_next - s) * self._velocity(x, s, cond, context)
                 clean = x.clamp(-1.0, 1.0)
-                self._write_block(cache, clean, cond, context, context_frames, generator, resident_frames,
-                                  resident_classes)
+                self._write_block(cache, clean, cond, context, generator, resident_frames, resident_classes)
                 latency = time.perf_counter() - start
                 frames = to_uint8(clean[:, :min(fpb, num_frames - k * fpb)])
                 bar.update(frames.shape[1])
@@ -281,8 +280,8 @@ class BlockStreamer:
         finally:
             bar.close()
 
-    def _write_block(self, cache: RollingKVCache, clean: torch.Tensor, cond: torch.Tensor, context,
-                     context_frames: int, generator: torch.Generator, resident_frames: list[torch.Tensor],
+    def _write_block(self, cache: RollingKVCache, clean: torch.Tensor, cond: torch.Tensor,
+                     context: BlockContext | None, generator: torch.Generator, resident_frames: list[torch.Tensor],
                      resident_classes: list[torch.Tensor]) -> None:
         """The cache forward: the block at ``context_noise`` (clean by default) writes its keys/values."""
         cfg = self.config
@@ -291,7 +290,7 @@ class BlockStreamer:
             noise = torch.randn(x.shape, generator=generator, device=x.device)
             x = (1 - cfg.context_noise) * x + cfg.context_noise * noise
         s = torch.full((len(x),), cfg.context_noise, device=x.device)
-        _, kvs = self.model.forward_block(x, s, cond, context, context_frames)
+        _, kvs = self.model.forward_block(x, s, cond, context)
         evicted = cache.push(kvs)
         if cfg.refresh != "recompute":
             return
