@@ -111,3 +111,13 @@ def test_package_writes_a_streaming_pipeline_from_a_block_diffusion_export(tiny_
     bad = main(["train", "package", "--gpt", str(tmp_path / "export"), "--out", str(tmp_path / "p2"),
                 "--stream-defaults", '{"window_frames": 8}'])
     assert bad == 2 and "exceed the 8 frames" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["sample"], ["quality", "--num-images", "1"], ["bench", "--num-samples", "2", "--num-real", "2", "--out", "bench-out"]])
+def test_image_commands_refuse_a_streaming_model_by_name(tiny_stream_pipeline_dir, tmp_path, command,
+                                                         capsys) -> None:
+    command = [str(tmp_path / c) if c == "bench-out" else c for c in command]
+    code = main([*command, "--model", str(tiny_stream_pipeline_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "streaming video model" in err[0] or "measures image token models" in err[0]

@@ -129,7 +129,8 @@ def add_device_args(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--no-progress", action="store_true")
 
 
-def load_pipeline(args: argparse.Namespace):
+def load_pipeline(args: argparse.Namespace, streaming: bool = False):
+    """The pipeline the command line names; a streaming (block-diffusion) model only where ``streaming``."""
     import torch
 
     from vgen import pipelines
@@ -145,7 +146,12 @@ def load_pipeline(args: argparse.Namespace):
         return pipelines.load_llamagen(args.gpt_ckpt, args.vq_ckpt, args.gpt_model, args.image_size,
                                        args.vq_model, args.codebook_size, args.codebook_embed_dim,
                                        args.num_classes, device=args.device, dtype=dtype)
-    return pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
+    pipe = pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
+    from vgen.stream_pipeline import StreamPipeline
+
+    if isinstance(pipe, StreamPipeline) and not streaming:
+        raise UsageError(f"{pipe.info.name} is a streaming video model: use `vgen stream --model {args.model}`")
+    return pipe
 
 
 SPECULATIVE_OPTIONS = ("drafter", "accept", "window", "draft_init", "draft_coupling", "lantern_k", "lantern_delta",
@@ -458,6 +464,8 @@ def run_quality(args: argparse.Namespace) -> None:
     if args.num_images < 1 or args.batch_size < 1:
         raise UsageError("--num-images and --batch-size must be >= 1")
     pipe = pipelines.load(args.model)
+    if not isinstance(pipe, pipelines.ImagePipeline) or hasattr(pipe, "num_frames"):
+        raise UsageError(f"vgen quality measures image token models; {pipe.info.name} is not one")
     params = SamplingParams(**{**pipe.info.defaults, "temperature": args.temperature, "top_k": args.top_k,
                                "top_p": args.top_p, **({"cfg_scale": args.cfg_scale} if args.cfg_scale else {})})
     n_cls = pipe.num_classes

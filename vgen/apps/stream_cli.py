@@ -73,7 +73,7 @@ def run_stream(args: argparse.Namespace) -> None:
     if args.fps <= 0:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
     args.gpt_ckpt = args.vq_ckpt = None
-    pipe = load_pipeline(args)
+    pipe = load_pipeline(args, streaming=True)
     if not isinstance(pipe, StreamPipeline):
         raise UsageError(f"{pipe.info.name} is not a streaming (block-diffusion) model; try --model shapes-blockdiff")
     for frame, class_id in [(0, args.class_id), *args.switch]:
