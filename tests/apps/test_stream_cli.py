@@ -113,7 +113,8 @@ def test_package_writes_a_streaming_pipeline_from_a_block_diffusion_export(tiny_
     assert bad == 2 and "exceed the 8 frames" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["sample"], ["quality", "--num-images", "1"], ["bench", "--num-samples", "2", "--num-real", "2", "--out", "bench-out"]])
+@pytest.mark.parametrize("command", [["sample"], ["quality", "--num-images", "1"],
+                                     ["bench", "--num-samples", "2", "--num-real", "2", "--out", "bench-out"]])
 def test_image_commands_refuse_a_streaming_model_by_name(tiny_stream_pipeline_dir, tmp_path, command,
                                                          capsys) -> None:
     command = [str(tmp_path / c) if c == "bench-out" else c for c in command]
