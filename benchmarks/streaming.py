@@ -77,7 +77,7 @@ def measure(pipe, options: dict, args: argparse.Namespace, real: np.ndarray) -> 
         profile.add(block)
     speed = profile.report()
     class_ids = [i % pipe.num_classes for i in range(args.videos)]
-    videos, _ = pipe(class_ids, args.frames, seed=args.seed, progress=True, **options)
+    videos = pipe(class_ids, args.frames, seed=args.seed, progress=True, **options).videos
     drift = drift_report(videos, class_ids, chunks=10)
     all_windows = windows(videos, WINDOW)
     return {"options": options, "speed": {k: v for k, v in speed.items() if k != "per_block_latency_s"},

@@ -32,10 +32,11 @@ def test_stream_yields_each_block_of_one_video(pipe) -> None:
 
 
 def test_call_returns_whole_clips_and_a_profile(pipe) -> None:
-    videos, report = pipe([0, 2], num_frames=6, seed=1)
-    assert videos.shape == (2, 6, 16, 16, 3)
-    assert report["blocks"] == 3 and report["frames"] == 6 and report["fps"] > 0
-    assert len(report["per_block_latency_s"]) == 3
+    out = pipe([0, 2], num_frames=6, seed=1)
+    assert out.videos.shape == (2, 6, 16, 16, 3) and out.class_ids == [0, 2]
+    assert out.profile["blocks"] == 3 and out.profile["frames"] == 6 and out.profile["fps"] > 0
+    assert len(out.profile["per_block_latency_s"]) == 3
+    assert pipe(2, num_frames=6, seed=1).videos.shape == (1, 6, 16, 16, 3)
 
 
 def test_control_stops_a_stream(pipe) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,16 @@ from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, St
 
 MODEL_FOLDER = "blockdiff"
 STREAM_OPTIONS = tuple(f.name for f in fields(StreamConfig))
+
+
+@dataclass
+class StreamOutput:
+    """Whole streamed clips (uint8 [B, T, S, S, 3]), the class ids asked for, and the profiling report of
+    :class:`~vgen.samplers.streaming.StreamProfile` (speeds are per stream: all rows advance together)."""
+
+    videos: np.ndarray
+    class_ids: list[int]
+    profile: dict
 
 
 class StreamPipeline:
@@ -77,15 +87,16 @@ class StreamPipeline:
             yield block.frames[0]
 
     def __call__(self, class_ids: Sequence[int] | int | None = None, num_frames: int = 16, *,
-                 seed: int | None = 0, progress: bool = False, **options) -> tuple[np.ndarray, dict]:
-        """Whole clips, uint8 [B, T, S, S, 3] (one per class id; every class when None), and the profile report."""
+                 seed: int | None = 0, progress: bool = False, **options) -> StreamOutput:
+        """Whole clips, one per class id (every class when None), with the profiling report."""
         ids = list(range(self.num_classes)) if class_ids is None else class_ids
+        ids = [ids] if isinstance(ids, int) else [int(c) for c in ids]
         profile = StreamProfile(self.frames_per_block)
         blocks = []
         for block in self.stream_blocks(ids, num_frames, seed=seed, progress=progress, **options):
             profile.add(block)
             blocks.append(block.frames)
-        return np.concatenate(blocks, axis=1), profile.report()
+        return StreamOutput(np.concatenate(blocks, axis=1), ids, profile.report())
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
         path = Path(path)

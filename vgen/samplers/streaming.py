@@ -20,6 +20,7 @@ thread (the web demo's Stop button).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -182,15 +183,12 @@ class StreamProfile:
 
 
 def resident_memory_mb() -> float:
-    """This process's resident set size now (Linux ``/proc``; the CUDA allocator's figure on a GPU run is
-    reported by the caller), in MiB."""
+    """This process's resident set size now, in MiB (Linux ``/proc``; elsewhere the peak so far)."""
     try:
         with open("/proc/self/statm") as f:
             pages = int(f.read().split()[1])
-        import os
-
         return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # no /proc: the peak so far is the best figure there is
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
