@@ -247,18 +247,24 @@ class BlockDiffusionTransformer(nn.Module):
         c = self.config
         self._check(frames, class_ids)
         t = frames.shape[1]
-        if t % c.frames_per_block or not 0 < t <= c.train_frames:
-            raise ValueError(f"a whole-clip pass takes a multiple of {c.frames_per_block} frames up to "
-                             f"{c.train_frames}, got {t}")
         if sigma.shape != (frames.shape[0], t // c.frames_per_block):
             raise ValueError(f"sigma must be [batch, blocks] = {(frames.shape[0], t // c.frames_per_block)}, "
                              f"got {tuple(sigma.shape)}")
         if self.training and c.class_dropout_prob > 0:
             drop = torch.rand(class_ids.shape, device=class_ids.device) < c.class_dropout_prob
             class_ids = torch.where(drop, self.null_condition(class_ids), class_ids)
-        mask = block_causal_frame_mask(t, c.frames_per_block, c.tokens_per_frame, frames.device)
-        out, _ = self._run(self.patchify(frames), self._condition(sigma, class_ids), self._rope(0, t), None, mask)
+        out, _ = self._whole_clip(frames, sigma, class_ids)
         return self.unpatchify(out, t)
+
+    def _whole_clip(self, frames: torch.Tensor, sigma: torch.Tensor,
+                    class_ids: torch.Tensor) -> tuple[torch.Tensor, list[KV]]:
+        """Every block of ``frames`` at once under the block-causal mask, from frame position 0."""
+        c, t = self.config, frames.shape[1]
+        if t % c.frames_per_block or not 0 < t <= c.train_frames:
+            raise ValueError(f"a whole-clip pass takes a multiple of {c.frames_per_block} frames up to "
+                             f"{c.train_frames}, got {t}")
+        mask = block_causal_frame_mask(t, c.frames_per_block, c.tokens_per_frame, frames.device)
+        return self._run(self.patchify(frames), self._condition(sigma, class_ids), self._rope(0, t), None, mask)
 
     def _rope(self, first_frame: int, num_frames: int) -> torch.Tensor:
         """Rotary rows of frames ``first_frame .. first_frame + num_frames - 1``."""
@@ -284,16 +290,10 @@ class BlockDiffusionTransformer(nn.Module):
     def clean_context(self, frames: torch.Tensor, class_ids: torch.Tensor) -> list[KV]:
         """Unrotated (k, v) per layer of clean ``frames`` [B, T, S, S, C] (whole blocks, frame positions from 0)
         under the block-causal mask: what a cache holds after generating them, computed afresh."""
-        c = self.config
         self._check(frames, class_ids)
-        t = frames.shape[1]
-        if t % c.frames_per_block or not 0 < t <= c.train_frames:
-            raise ValueError(f"a context is a multiple of {c.frames_per_block} frames up to {c.train_frames}, "
-                             f"got {t}")
-        sigma = torch.zeros(len(frames), t // c.frames_per_block, device=frames.device)
-        mask = block_causal_frame_mask(t, c.frames_per_block, c.tokens_per_frame, frames.device)
-        _, kvs = self._run(self.patchify(frames), self._condition(sigma, class_ids), self._rope(0, t), None, mask)
-        return kvs
+        sigma = torch.zeros(len(frames), max(1, frames.shape[1] // self.config.frames_per_block),
+                            device=frames.device)
+        return self._whole_clip(frames, sigma, class_ids)[1]
 
     def forward_block(self, frames: torch.Tensor, sigma: torch.Tensor, class_ids: torch.Tensor,
                       context: BlockContext | None) -> tuple[torch.Tensor, list[KV]]:
