@@ -70,7 +70,7 @@ def test_line_plot_draws_each_series_in_its_colour() -> None:
     from vgen.visualize import PALETTE, line_plot
 
     image = line_plot({"rising": [0.0, 1.0, 2.0], "flat": [1.0, 1.0, 1.0]}, "chunk", "value", "two lines")
-    pixels = set(image.getdata())
+    pixels = {colour for _, colour in image.getcolors(maxcolors=1 << 20)}
     assert PALETTE[0] in pixels and PALETTE[1] in pixels
     with pytest.raises(ValueError, match="no series"):
         line_plot({}, "x", "y")
