@@ -253,7 +253,7 @@ def add_stream_tab(gr, default_model: str) -> None:
         with gr.Column():
             model = gr.Dropdown([m for m in available_models() if is_streaming(m)], value=default_model,
                                 allow_custom_value=True, label="streaming model (embedded name or pipeline folder)")
-            class_id = gr.Number(value=0, precision=0, label="class id")
+            class_id = gr.Number(value=0, precision=0, label="class of the video")
             num_frames = gr.Number(value=160, precision=0, label="frames")
             seed = gr.Number(value=0, precision=0, label="seed")
             steps = gr.Number(value=4, precision=0, label="denoising steps per block")
