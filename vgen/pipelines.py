@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -60,10 +61,14 @@ class PipelineInfo:
                 "defaults": self.defaults, "data": self.data}
 
 
+def to_uint8(images: torch.Tensor) -> np.ndarray:
+    """Pixels in [-1, 1] (any layout) -> uint8 (LlamaGen's mapping: clamp(127.5 x + 128))."""
+    return (images.float() * 127.5 + 128.0).clamp(0, 255).to(torch.uint8).cpu().numpy()
+
+
 def tensor_to_pil(images: torch.Tensor) -> list[Image.Image]:
-    """[B, 3, H, W] in [-1, 1] -> PIL images (LlamaGen's mapping: clamp(127.5 x + 128))."""
-    arr = (images.float() * 127.5 + 128.0).clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-    return [Image.fromarray(a) for a in arr]
+    """[B, 3, H, W] in [-1, 1] -> PIL images."""
+    return [Image.fromarray(a) for a in to_uint8(images.permute(0, 2, 3, 1))]
 
 
 def image_grid(images: Sequence[Image.Image], cols: int) -> Image.Image:

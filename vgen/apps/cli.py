@@ -138,7 +138,7 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
     dtype = getattr(torch, DTYPES[args.dtype])
-    if args.gpt_ckpt or args.vq_ckpt:
+    if getattr(args, "gpt_ckpt", None) or getattr(args, "vq_ckpt", None):
         if args.model:
             raise UsageError("give either --model or --gpt-ckpt/--vq-ckpt, not both")
         if not (args.gpt_ckpt and args.vq_ckpt):

@@ -72,7 +72,6 @@ def run_stream(args: argparse.Namespace) -> None:
         raise UsageError(f"--frames must be > 0, got {args.frames}")
     if args.fps <= 0:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
-    args.gpt_ckpt = args.vq_ckpt = None
     pipe = load_pipeline(args, streaming=True)
     if not isinstance(pipe, StreamPipeline):
         raise UsageError(f"{pipe.info.name} is not a streaming (block-diffusion) model; try --model shapes-blockdiff")

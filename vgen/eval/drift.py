@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 
 WEIGHTINGS = ("linear", "log")
 
@@ -52,16 +51,11 @@ def class_probabilities(frames: np.ndarray, batch_size: int = 256) -> np.ndarray
     """The shipped domain classifier's class probabilities [T, C] of uint8 frames [T, H, W, 3] (resized to its
     input size; on the moving-shapes clips' 32-px frames it is 95.7% accurate, see docs/streaming.md)."""
     from vgen.eval.classifier import load_shapes_classifier
+    from vgen.eval.features import classifier_input
 
     classifier = load_shapes_classifier().eval()
-    size = classifier.config.image_size
-    out = []
-    for i in range(0, len(frames), batch_size):
-        chunk = frames[i:i + batch_size]
-        if chunk.shape[1:3] != (size, size):
-            chunk = np.stack([np.asarray(Image.fromarray(f).resize((size, size), Image.BICUBIC)) for f in chunk])
-        x = torch.from_numpy(np.ascontiguousarray(chunk)).permute(0, 3, 1, 2).float() / 127.5 - 1
-        out.append(classifier(x).softmax(-1).numpy())
+    out = [classifier(classifier_input(frames[i:i + batch_size], classifier)).softmax(-1).numpy()
+           for i in range(0, len(frames), batch_size)]
     return np.concatenate(out)
 
 

@@ -100,15 +100,19 @@ def shapes_features(images: np.ndarray, batch_size: int = 256, progress: bool = 
     from vgen.eval.classifier import load_shapes_classifier
 
     classifier = load_shapes_classifier().eval()
-    size = classifier.config.image_size
     out = []
     for i in tqdm(range(0, len(images), batch_size), desc="features", disable=not progress):
-        chunk = images[i:i + batch_size]
-        if chunk.shape[1:3] != (size, size):
-            chunk = np.stack([np.asarray(Image.fromarray(im).resize((size, size), Image.BICUBIC)) for im in chunk])
-        x = torch.from_numpy(np.ascontiguousarray(chunk)).permute(0, 3, 1, 2).float() / 127.5 - 1
-        out.append(classifier.features(x).double().numpy())
+        out.append(classifier.features(classifier_input(images[i:i + batch_size], classifier)).double().numpy())
     return np.concatenate(out)
+
+
+def classifier_input(images: np.ndarray, classifier: torch.nn.Module) -> torch.Tensor:
+    """uint8 images [N, H, W, 3] -> the domain classifier's input: resized (bicubic) to its size, [N, 3, S, S] in
+    [-1, 1]."""
+    size = classifier.config.image_size
+    if images.shape[1:3] != (size, size):
+        images = np.stack([np.asarray(Image.fromarray(im).resize((size, size), Image.BICUBIC)) for im in images])
+    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 127.5 - 1
 
 
 def shipped_classifier_sha256() -> str:

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from vgen.models.blockdiff import BlockContext, BlockDiffusionTransformer
 from vgen.models.rolling_cache import CachePolicy, RollingKVCache
+from vgen.pipelines import to_uint8
 
 REFRESH_MODES = ("none", "recompute")
 
@@ -161,7 +162,6 @@ class StreamProfile:
     latencies_s: list[float] = field(default_factory=list)
     memory_mb: list[float] = field(default_factory=list)
     frames: int = 0
-    cache_bytes: int = 0
 
     def add(self, block: StreamBlock) -> None:
         self.latencies_s.append(block.latency_s)
@@ -178,7 +178,6 @@ class StreamProfile:
                 "resident_memory_mb": {"first_block": self.memory_mb[0] if self.memory_mb else None,
                                        "last_block": self.memory_mb[-1] if self.memory_mb else None,
                                        "peak": max(self.memory_mb, default=None)},
-                "kv_cache_mb": self.cache_bytes / 2**20,
                 "per_block_latency_s": self.latencies_s}
 
 
@@ -192,11 +191,6 @@ def resident_memory_mb() -> float:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def to_uint8(frames: torch.Tensor) -> np.ndarray:
-    """Frames in [-1, 1] -> uint8 (the mapping of :func:`vgen.pipelines.tensor_to_pil`)."""
-    return (frames.float() * 127.5 + 128.0).clamp(0, 255).to(torch.uint8).cpu().numpy()
 
 
 class BlockStreamer:
