@@ -13,7 +13,8 @@ from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQConfig, VQModel
-from vgen.training.nbp import SHAPES_FRAME_VQ, SHAPES_VIDEO_NBP, NBPRecipe, nbp_loss, train_nbp, video_config
+from vgen.training.nbp import SHAPES_VIDEO_NBP, NBPRecipe, nbp_loss, train_nbp, video_config
+from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig
 
 TOY = dict(dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=8, class_dropout_prob=0.1, token_dropout_p=0.0,

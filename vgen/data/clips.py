@@ -152,6 +152,7 @@ def render_clips(seed: int, start: int, count: int, cfg: ClipsConfig = ClipsConf
     return clips, np.array([p[1] for p in pairs], np.int64)
 
 
+SHAPES_CLIPS = ClipsConfig()  # the recipes' clips: 16 frames of 32 x 32 pixels
 SPLIT_SEEDS = {"train": 10, "val": 11, "test": 12}  # distinct from the image splits' seeds
 CLIPS_CONFIG = "clips.json"
 

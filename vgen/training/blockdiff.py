@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vgen.data.clips import ClipsConfig, cached_clips
+from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.hub import save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.training.trainer import TrainConfig, Trainer, index_batches
 
-SHAPES_CLIPS = ClipsConfig()  # 16 frames of 32 x 32 pixels
 SHAPES_BLOCKDIFF = BlockDiffConfig()  # 2-frame blocks of 8 x 8 patches, 16 training frames, dim 192, 4 layers
 
 

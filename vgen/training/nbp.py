@@ -18,16 +18,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vgen.data.clips import ClipsConfig, cached_clips
+from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
-from vgen.tokenizers.vq import VQConfig
 from vgen.training.ar import SHAPES_GPT, tokenize_split
+from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, Trainer, index_batches, save_array_atomic
-
-# a per-frame VQ for 32-px frames: downsample 4 -> 8 x 8 codes per frame (to be trained on clip frames)
-SHAPES_FRAME_VQ = VQConfig(codebook_size=1024, codebook_embed_dim=8, ch=64, ch_mult=(1, 2, 2), num_res_blocks=1,
-                           z_channels=64, norm_groups=32)
 
 # shapes-video-nbp: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in frame blocks; grid and
 # vocabulary follow the tokenizer and clips a run is given
@@ -37,7 +33,6 @@ SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="frame", vocab_size=SHAPES_F
                              class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
 
 
-SHAPES_CLIPS = ClipsConfig()  # 16 frames of 32 x 32 pixels
 
 
 @dataclass(frozen=True)
