@@ -1,17 +1,24 @@
-"""NAR training loss: ln V on a fresh model (its heads start at zero), every head trained by the cells it
-predicts, a loss that falls on a fixed toy batch, and a shapes-nar config of the shapes AR model's size."""
+"""NAR training: ln V on a fresh model (its heads start at zero), every head trained by the cells it predicts, a
+loss that falls on a fixed toy batch, shapes-nar and shapes-video-nar configs of the shapes AR model's size, the
+warm start from an AR model, and the image and video runs end to end at toy scale."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
-from vgen.models.llamagen import LlamaGenGPT
+from vgen.data.clips import ClipsConfig
+from vgen.hub import CheckpointError, from_pretrained, save_pretrained
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
+from vgen.tokenizers.vq import VQConfig, VQModel
 from vgen.training.ar import SHAPES_GPT
-from vgen.training.nar import SHAPES_NAR, nar_loss
+from vgen.training.nar import SHAPES_NAR, SHAPES_VIDEO_NAR, NARRecipe, ar_warm_start, train_nar, train_video_nar
+from vgen.training.tokenizer import SHAPES_FRAME_VQ
+from vgen.training.trainer import TrainConfig, token_grid_loss
 
 TOY = dict(vocab_size=16, dim=32, n_layer=2, n_head=4, multiple_of=16, num_classes=4, class_dropout_prob=0.0,
            token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
@@ -27,7 +34,7 @@ def toy_batch(model: NARTransformer, size: int = 8) -> tuple[torch.Tensor, torch
 def test_a_fresh_model_scores_ln_v(grid: tuple[int, ...]) -> None:
     torch.manual_seed(0)
     model = NARTransformer(NARConfig(grid=grid, **TOY))
-    loss, _ = nar_loss(model, *toy_batch(model))
+    loss, _ = token_grid_loss(model, *toy_batch(model))
     assert loss.item() == pytest.approx(math.log(16), abs=1e-6)
 
 
@@ -45,7 +52,7 @@ def test_each_head_learns_only_from_cells_with_a_predecessor_on_its_axis(grid: t
         got = {a for a, head in enumerate(model.heads) if head.output.weight.grad.abs().sum() > 0}
         assert got == heads, cell
     model.zero_grad()
-    nar_loss(model, classes, tokens)[0].backward()
+    token_grid_loss(model, classes, tokens)[0].backward()
     assert all(head.output.weight.grad.abs().sum() > 0 for head in model.heads)
 
 
@@ -57,7 +64,7 @@ def test_loss_falls_on_a_fixed_batch(grid: tuple[int, ...]) -> None:
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(60):
-        loss, figures = nar_loss(model, classes, tokens)
+        loss, figures = token_grid_loss(model, classes, tokens)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -76,3 +83,68 @@ def test_shapes_nar_matches_the_shapes_ar_model() -> None:
     assert (nar.vocab_size, nar.num_classes, SHAPES_NAR.dim) == (ar.vocab_size, ar.num_classes, SHAPES_GPT.dim)
     extra = sum(p.numel() for p in nar.parameters()) - sum(p.numel() for p in ar.parameters())
     assert extra == SHAPES_GPT.dim * (SHAPES_GPT.vocab_size + 1)  # the second head: norm + output layer
+
+
+def test_shapes_video_nar_has_8_blocks_over_the_clips_1024_frame_codes() -> None:
+    with torch.device("meta"):
+        nar = NARTransformer(SHAPES_VIDEO_NAR)
+    assert nar.grid == (16, 8, 8) and nar.num_tokens == 1024 and nar.num_steps == 16 + 8 + 8 - 2
+    assert len(nar.layers) == 8 and len(nar.heads) == 3 and nar.vocab_size == SHAPES_FRAME_VQ.codebook_size
+
+
+# 8 classes: the shapes data's labels
+TOY_AR = GPTConfig(vocab_size=16, dim=32, n_layer=3, n_head=4, multiple_of=16, num_classes=8, block_size=16,
+                   class_dropout_prob=0.0, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
+TOY_NAR = NARConfig(grid=(4, 4), **{**TOY, "n_layer": 2, "num_classes": 8})
+
+
+def test_the_ar_warm_start_copies_blocks_and_embeddings_and_starts_every_head_at_the_ar_output() -> None:
+    torch.manual_seed(0)
+    ar, nar = LlamaGenGPT(TOY_AR), NARTransformer(TOY_NAR)
+    ar_warm_start(nar, ar.state_dict())
+    state = nar.state_dict()
+    for key, value in ar.state_dict().items():
+        if key.startswith(("norm.", "output.")):
+            for a in range(2):
+                assert torch.equal(state[f"heads.{a}.{key}"], value), key
+        else:
+            assert torch.equal(state[key], value), key
+    with pytest.raises(CheckpointError):
+        ar_warm_start(nar, LlamaGenGPT(GPTConfig(**{**TOY_AR.__dict__, "n_layer": 2})).state_dict())
+
+
+@pytest.fixture(scope="module")
+def tiny_vq_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    vq = VQModel(VQConfig(codebook_size=16, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    return save_pretrained(vq, tmp_path_factory.mktemp("vq") / "vq")
+
+
+def test_an_image_run_starts_from_an_ar_export_and_trains(tiny_vq_dir, tmp_path) -> None:
+    from vgen.data.shapes import ShapesConfig, set_data_config
+
+    data = tmp_path / "data"
+    set_data_config(data, ShapesConfig(image_size=16))  # 4 x 4 codes under a downsample-4 tokenizer
+    torch.manual_seed(0)
+    ar_dir = save_pretrained(LlamaGenGPT(TOY_AR), tmp_path / "ar")
+    start = train_nar(tmp_path / "start", tiny_vq_dir, data, TrainConfig(steps=0, bf16=False),
+                      NARRecipe(num_items=8, batch_size=4), TOY_NAR, init_from=ar_dir)
+    assert torch.equal(start.tok_embeddings.weight, from_pretrained(ar_dir).tok_embeddings.weight)
+    train = TrainConfig(steps=6, lr=3e-3, warmup_steps=1, log_every=3, bf16=False)
+    model = train_nar(tmp_path / "run", tiny_vq_dir, data, train, NARRecipe(num_items=8, batch_size=4), TOY_NAR,
+                      init_from=ar_dir)
+    assert isinstance(from_pretrained(tmp_path / "run" / "export"), NARTransformer) and model.grid == (4, 4)
+    assert json.loads((tmp_path / "run" / "state.json").read_text())["step"] == 6
+
+
+def test_a_video_run_takes_its_grid_from_the_frame_tokenizer_and_its_loss_falls(tiny_vq_dir, tmp_path) -> None:
+    clips = ClipsConfig(num_frames=2, frame_size=16, supersample=1)
+    config = NARConfig(grid=(1, 1, 1), **{**TOY, "n_layer": 1, "num_classes": 8})
+    train = TrainConfig(steps=30, lr=3e-3, warmup_steps=3, log_every=5, bf16=False, ema_decay=0.9)
+    model = train_video_nar(tmp_path / "run", tiny_vq_dir, tmp_path / "clips", train,
+                            NARRecipe(num_items=8, batch_size=4), config, clips)
+    assert model.grid == (2, 4, 4) and model.vocab_size == 16
+    losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
+              if "loss" in r]
+    assert losses[-1] < losses[0] - 0.3, losses
+    assert isinstance(from_pretrained(tmp_path / "run" / "export"), NARTransformer)

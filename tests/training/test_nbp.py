@@ -13,9 +13,10 @@ from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQConfig, VQModel
-from vgen.training.nbp import SHAPES_VIDEO_NBP, NBPRecipe, nbp_loss, train_nbp, video_config
+from vgen.training.clip_codes import video_config
+from vgen.training.nbp import SHAPES_VIDEO_NBP, NBPRecipe, train_nbp
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import TrainConfig
+from vgen.training.trainer import TrainConfig, token_grid_loss
 
 TOY = dict(dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=8, class_dropout_prob=0.1, token_dropout_p=0.0,
            resid_dropout_p=0.0, ffn_dropout_p=0.0)
@@ -26,7 +27,7 @@ def test_a_fresh_model_scores_ln_v() -> None:
     torch.manual_seed(0)
     model = NBPTransformer(NBPConfig(grid=(3, 2, 2), block="frame", vocab_size=16, **TOY))
     tokens = torch.randint(0, 16, (4, 12))
-    loss, _ = nbp_loss(model, torch.tensor([0, 1, 2, 3]), tokens)
+    loss, _ = token_grid_loss(model, torch.tensor([0, 1, 2, 3]), tokens)
     assert loss.item() == pytest.approx(math.log(16), abs=1e-6)
 
 

@@ -243,7 +243,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     defaults = {"tokenizer": (900, 1e-3, 32, 100), "frame-tokenizer": (3000, 1e-3, 32, 100),
                 "ar": (40000, 1e-3, 32, 500), "classifier": (3000, 2e-3, 64, 100),
                 "drafter": (1500, 1e-3, 32, 100), "kl": (800, 1e-3, 32, 50),
-                "mar": (3000, 1e-3, 32, 100), "nbp": (20000, 1e-3, 16, 500),
+                "mar": (3000, 1e-3, 32, 100), "nbp": (20000, 1e-3, 16, 500), "nar": (3000, 1e-3, 32, 100),
                 "blockdiff": (2400, 6e-4, 8, 100)}
     for what, (steps, lr, batch, warmup) in defaults.items():
         t = tsub.add_parser(what, help=f"train the shapes {what}")
@@ -255,9 +255,16 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         if what not in ("tokenizer", "frame-tokenizer", "kl", "blockdiff"):
             t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
                            help="trained tokenizer folder")
-        if what == "ar":
+        if what in ("ar", "nar"):
             t.add_argument("--init-from", default=None,
-                           help="start a new run from these model weights (an export folder) instead of random init")
+                           help="start a new run from these model weights (an export folder) instead of random init"
+                                + ("; an AR model's export warm-starts the NAR blocks and heads" if what == "nar"
+                                   else ""))
+        if what == "nar":
+            t.add_argument("--video", action="store_true",
+                           help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
+                                "tokenizer; --num-images counts clips) instead of shapes images")
+        if what == "ar":
             t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
                            help="domain classifier for the periodic class-accuracy probe (used once it exists)")
             t.add_argument("--eval-every", type=int, default=1000, help="steps between sample probes (0 = off)")
@@ -277,8 +284,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--warmup-steps", type=int, default=warmup)
         t.add_argument("--num-images", type=int,
                        default={"drafter": 16000, "kl": 16000, "mar": 16000, "nbp": 4000,
-                                "blockdiff": 5000, "frame-tokenizer": 5000}.get(what, 80000),
-                       help="training images (clips for frame-tokenizer, nbp and blockdiff)")
+                                "blockdiff": 5000, "frame-tokenizer": 5000, "nar": 24000}.get(what, 80000),
+                       help="training images (clips for frame-tokenizer, nbp, nar --video and blockdiff)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         t.add_argument("--seed", type=int, default=0)
@@ -415,6 +422,13 @@ def run_train(args: argparse.Namespace) -> None:
 
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   NBPRecipe(num_clips=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+    elif args.what == "nar":
+        from vgen.training.nar import NARRecipe, train_nar, train_video_nar
+
+        fit = train_video_nar if args.video else train_nar
+        fit(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
+            NARRecipe(num_items=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes,
+            init_from=args.init_from)
     elif args.what == "blockdiff":
         from vgen.training.blockdiff import BlockDiffRecipe, train_blockdiff
 

@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from vgen.data.shapes import cached_split, to_tensor
-from vgen.hub import from_pretrained, load_weights, save_pretrained
+from vgen.hub import from_pretrained, load_weights
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import TrainConfig, Trainer, index_batches, save_array_atomic
+from vgen.training.trainer import TrainConfig, Trainer, fit_on_codes, save_array_atomic
 
 SHAPES_GPT = GPTConfig(vocab_size=4096, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        block_size=256, class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0,
@@ -103,24 +103,21 @@ def train_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pat
     """Train (or resume) an AR run; ``init_from`` starts a new run from an exported model's weights (fine-tuning)."""
     run_dir = Path(run_dir)
     codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_images, run_dir)
-    codes_t, labels_t = torch.from_numpy(codes.astype(np.int64)), torch.from_numpy(labels)
     model = LlamaGenGPT(gpt_config)
     if init_from is not None and not (run_dir / "state.json").exists():
         load_weights(model, from_pretrained(init_from).state_dict(), source=str(init_from))
-    trainer = Trainer(model, train, run_dir)
-
-    def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        x, y = codes_t[idx], labels_t[idx]
-        logits = model(y, x[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1))
-        return loss, {"acc": float((logits.argmax(-1) == x).float().mean())}
 
     def periodic_eval(t: Trainer) -> dict | None:
         if evaluate is None or t.step % recipe.eval_every:
             return None
         return evaluate(t.ema.model)
 
-    batches = index_batches(len(codes), recipe.batch_size, train.seed, trainer.step)
-    trainer.fit(batches, step_fn, max_minutes, periodic_eval)
-    save_pretrained(trainer.ema.model, run_dir / "export")
-    return trainer.ema.model
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, next_token_loss,
+                        periodic_eval)
+
+
+def next_token_loss(model: LlamaGenGPT, class_ids: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Next-token cross-entropy over all codes after the class token, with the top-1 accuracy."""
+    logits = model(class_ids, tokens[:, :-1])
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+    return loss, {"acc": float((logits.argmax(-1) == tokens).float().mean())}

@@ -1,32 +1,91 @@
-"""Teacher-forced NAR training: one full pass under the proximity mask over the whole, unshifted token grid.
+"""Recipe: train a NAR neighbouring-AR model on tokenised shapes images or clips (``vgen train nar``).
 
-Every cell's logits are the mean of the dimension-oriented heads that predict it from its available predecessors
-(the first cell: every head at the class position), and the loss is the cross-entropy of those logits against all
-N tokens, as NAR trains (``model(cond_idx, idx=z, targets=z, mask=proximity_mask)``). Each head thus learns its own
-direction's targets through the average the sampler uses. LlamaGen's class dropout (in ``model.train()``) trains
-the null class that guidance needs.
+Teacher-forced: one full pass under the proximity mask over the whole, unshifted token grid. Every cell's logits
+are the mean of the dimension-oriented heads that predict it from its available predecessors (the first cell:
+every head at the class position), and the loss is the cross-entropy of those logits against all N tokens, as NAR
+trains (``model(cond_idx, idx=z, targets=z, mask=proximity_mask)``). Each head thus learns its own direction's
+targets through the average the sampler uses. LlamaGen's class dropout (in ``model.train()``) trains the null
+class that guidance needs.
+
+Warm start from next-token AR (vgen's addition; NAR trains from scratch). ``shapes-nar`` has the shapes AR model's
+blocks, embeddings and 2-D rotary table, and its slot ``1 + p`` holds token ``p`` as in AR, so the AR model's
+weights carry over block for block. Both heads start from AR's final norm and output layer: the right head's
+target (the next token in the row) is AR's own target away from the row ends, and the below head's shares its
+vocabulary embedding.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
-import torch.nn.functional as F
 
+from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
+from vgen.hub import from_pretrained, load_weights
 from vgen.models.nar import NARConfig, NARTransformer
-from vgen.training.ar import SHAPES_GPT
+from vgen.training.ar import SHAPES_GPT, cached_codes
+from vgen.training.clip_codes import cached_clip_codes, video_config
+from vgen.training.tokenizer import SHAPES_FRAME_VQ
+from vgen.training.trainer import TrainConfig, fit_on_codes
 
+_GPT_SIZE = dict(dim=SHAPES_GPT.dim, n_head=SHAPES_GPT.n_head, multiple_of=SHAPES_GPT.multiple_of,
+                 num_classes=SHAPES_GPT.num_classes, class_dropout_prob=SHAPES_GPT.class_dropout_prob,
+                 token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
 # shapes-nar: the shapes AR model's width, vocabulary and classes on its 16x16 grid, with one block fewer in the
 # trunk so that trunk + the below head's extra block match its 8 blocks (a fair speed comparison)
-SHAPES_NAR = NARConfig(grid=(SHAPES_GPT.grid_size,) * 2, vocab_size=SHAPES_GPT.vocab_size, dim=SHAPES_GPT.dim,
-                       n_layer=SHAPES_GPT.n_layer - 1, n_head=SHAPES_GPT.n_head, multiple_of=SHAPES_GPT.multiple_of,
-                       num_classes=SHAPES_GPT.num_classes, class_dropout_prob=SHAPES_GPT.class_dropout_prob,
-                       token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
+SHAPES_NAR = NARConfig(grid=(SHAPES_GPT.grid_size,) * 2, vocab_size=SHAPES_GPT.vocab_size,
+                       n_layer=SHAPES_GPT.n_layer - 1, **_GPT_SIZE)
+# shapes-video-nar: the same 8 blocks (6 in the trunk, one more per extra head) over the clips' 16 x 8 x 8 codes
+SHAPES_VIDEO_NAR = NARConfig(grid=(16, 8, 8), vocab_size=SHAPES_FRAME_VQ.codebook_size,
+                             n_layer=SHAPES_GPT.n_layer - 2, **_GPT_SIZE)
 
 
-def nar_loss(model: NARTransformer, class_ids: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """Mean cross-entropy over every cell of ``tokens`` [B, N] (raster order) and the top-1 accuracy, in the
-    ``(loss, figures)`` form a :class:`~vgen.training.trainer.Trainer` step returns."""
-    logits = model(class_ids, tokens)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
-    return loss, {"acc": float((logits.argmax(-1) == tokens).float().mean())}
+@dataclass(frozen=True)
+class NARRecipe:
+    num_items: int = 24000  # images, or clips for video
+    batch_size: int = 32
 
+
+def ar_warm_start(model: NARTransformer, ar_state: dict[str, torch.Tensor], source: str = "AR model") -> None:
+    """Load a LlamaGen-layout AR state into ``model``: blocks and embeddings by name, every head from the AR
+    model's final norm and output layer. A state of another size is a :class:`~vgen.hub.CheckpointError`."""
+    state = {k: v for k, v in ar_state.items() if not k.startswith(("norm.", "output."))}
+    for a in range(len(model.heads)):
+        state[f"heads.{a}.norm.weight"] = ar_state["norm.weight"]
+        state[f"heads.{a}.output.weight"] = ar_state["output.weight"]
+    load_weights(model, state, source=source)
+
+
+def _initialise(model: NARTransformer, run_dir: Path, init_from: str | Path | None) -> None:
+    """A new run starts from ``init_from`` (a NAR export, or an AR export to warm-start from); resumes ignore it."""
+    if init_from is None or (run_dir / "state.json").exists():
+        return
+    source = from_pretrained(init_from)
+    if isinstance(source, NARTransformer):
+        load_weights(model, source.state_dict(), source=str(init_from))
+    else:
+        ar_warm_start(model, source.state_dict(), source=str(init_from))
+
+
+def train_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
+              recipe: NARRecipe = NARRecipe(), config: NARConfig = SHAPES_NAR, max_minutes: float | None = None,
+              init_from: str | Path | None = None) -> NARTransformer:
+    """Train (or resume) an image NAR run on tokenised shapes images; the EMA model goes to ``run_dir/export``."""
+    run_dir = Path(run_dir)
+    codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_items, run_dir)
+    model = NARTransformer(config)
+    _initialise(model, run_dir, init_from)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes)
+
+
+def train_video_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
+                    recipe: NARRecipe = NARRecipe(num_items=4000, batch_size=16),
+                    config: NARConfig = SHAPES_VIDEO_NAR, clips: ClipsConfig = SHAPES_CLIPS,
+                    max_minutes: float | None = None, init_from: str | Path | None = None) -> NARTransformer:
+    """Train (or resume) a video NAR run on per-frame codes of the clips; the EMA model goes to ``run_dir/export``."""
+    run_dir = Path(run_dir)
+    model = NARTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
+    _initialise(model, run_dir, init_from)
+    codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_items, run_dir, clips)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes)

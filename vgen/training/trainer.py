@@ -21,10 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
+from vgen.hub import save_pretrained
 from vgen.interrupts import graceful_stop
 
 
@@ -207,3 +209,28 @@ def index_batches(n: int, batch_size: int, seed: int, start_step: int = 0) -> It
         for j in range(i, per_epoch):
             yield perm[j * batch_size:(j + 1) * batch_size]
         step = (epoch + 1) * per_epoch
+
+
+TokenLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict]]  # (model, classes, codes)
+
+
+def token_grid_loss(model: nn.Module, class_ids: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Teacher-forced cross-entropy of ``model(class_ids, tokens)`` (logits for every one of the N tokens, as NBP
+    and NAR give them) against ``tokens`` [B, N], with the top-1 accuracy: a Trainer step's ``(loss, figures)``."""
+    logits = model(class_ids, tokens)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+    return loss, {"acc": float((logits.argmax(-1) == tokens).float().mean())}
+
+
+def fit_on_codes(run_dir: str | Path, model: nn.Module, codes: np.ndarray, labels: np.ndarray, train: TrainConfig,
+                 batch_size: int, max_minutes: float | None = None,
+                 loss_fn: TokenLoss = token_grid_loss,
+                 on_step: Callable[[Trainer], dict | None] | None = None) -> nn.Module:
+    """Train (or resume) ``model`` on token ``codes`` [N, L] with class ``labels`` [N] in ``run_dir``; the EMA
+    model is exported to ``run_dir/export`` and returned."""
+    codes_t, labels_t = torch.from_numpy(codes.astype(np.int64)), torch.from_numpy(np.asarray(labels))
+    trainer = Trainer(model, train, run_dir)
+    batches = index_batches(len(codes_t), batch_size, train.seed, trainer.step)
+    trainer.fit(batches, lambda idx: loss_fn(model, labels_t[idx], codes_t[idx]), max_minutes, on_step)
+    save_pretrained(trainer.ema.model, Path(run_dir) / "export")
+    return trainer.ema.model

@@ -1,0 +1,43 @@
+"""Token codes of the moving-shapes clips for the video token models (NBP, video NAR).
+
+Clips (:mod:`vgen.data.clips`) are tokenised frame by frame with a frozen per-frame VQ and cached next to the run;
+a clip's codes are its ``T`` frames of ``h x w`` codes in raster order, which is the (frames, rows, columns) grid
+both video backbones use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
+from vgen.hub import from_pretrained
+from vgen.training.ar import tokenize_split
+from vgen.training.trainer import save_array_atomic
+
+GridConfig = TypeVar("GridConfig")  # a backbone config with ``grid`` and ``vocab_size`` fields (NBP, NAR)
+
+
+def cached_clip_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: int, cache_dir: str | Path,
+                      clips: ClipsConfig = SHAPES_CLIPS) -> tuple[np.ndarray, np.ndarray]:
+    """Codes [N, T*h*w] (int16, frame by frame) and labels of the first ``count`` training clips, cached."""
+    path = Path(cache_dir) / f"train_clip_codes_{count}.npy"
+    videos, labels = cached_clips(data_dir, "train", count, clips)
+    if not path.exists():
+        frames = np.asarray(videos).reshape(-1, clips.frame_size, clips.frame_size, 3)
+        save_array_atomic(tokenize_split(from_pretrained(tokenizer_dir), frames).reshape(count, -1), path)
+    return np.load(path), np.asarray(labels)
+
+
+def video_config(tokenizer: torch.nn.Module, clips: ClipsConfig, config: GridConfig) -> GridConfig:
+    """``config`` on the token grid and vocabulary that ``tokenizer`` gives ``clips``."""
+    factor = tokenizer.downsample_factor
+    if clips.frame_size % factor:
+        raise ValueError(f"frame size {clips.frame_size} is not a multiple of the tokenizer's downsample factor "
+                         f"{factor}")
+    side = clips.frame_size // factor
+    return replace(config, grid=(clips.num_frames, side, side), vocab_size=tokenizer.codebook_size)
