@@ -19,12 +19,14 @@ from vgen.samplers import SamplingParams, apply_cfg, build_processors
 
 
 @torch.no_grad()
-def token_statistics(model: LlamaGenGPT, tokens: torch.Tensor, class_ids: torch.Tensor,
+def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, class_ids: torch.Tensor,
                      params: SamplingParams, batch_size: int = 64) -> dict[str, float]:
     """Entropy and top-1 probability of the distributions a sampler with ``params`` drew ``tokens`` [B, N] from.
 
     A teacher-forced pass over the finished sequences gives exactly the distributions the sampler used
-    (guided, then temperature / top-k / top-p), one per token, without slowing sampling down.
+    (guided, then temperature / top-k / top-p), one per token, without slowing sampling down. A next-token model
+    (LlamaGen) reads the sequence without its last token; a grid model (NAR, NBP) reads the whole grid under its
+    own mask and scores every cell from the cells its sampler had at that step.
     """
     processors = build_processors(params)
     entropies, top1 = [], []
@@ -33,7 +35,7 @@ def token_statistics(model: LlamaGenGPT, tokens: torch.Tensor, class_ids: torch.
         c = class_ids[i:i + batch_size]
         if params.guided:
             t, c = torch.cat([t, t]), torch.cat([c, model.null_condition(c)])
-        logits = model(c, t[:, :-1])
+        logits = model(c, t[:, :-1] if isinstance(model, LlamaGenGPT) else t)
         logits = apply_cfg(logits, params, torch.arange(logits.shape[1], device=logits.device))
         probs = processors(logits).softmax(-1)
         entropies.append(-(probs * probs.clamp_min(1e-30).log()).sum(-1).flatten())
