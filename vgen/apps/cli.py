@@ -288,6 +288,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="training images (clips for frame-tokenizer, nbp, nar --video and blockdiff)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+        # fp32 where bf16 autocast measured slower on this CPU: 2x for blockdiff (1,024 tokens a clip), about 1.5x
+        # for the frame tokenizer's 32-px frames and for nar (1.6 against 2.4 s for a batch of 8, 1 thread)
+        t.add_argument("--precision", choices=("bf16", "fp32"),
+                       default="fp32" if what in ("blockdiff", "frame-tokenizer") else "bf16",
+                       help="bf16 autocast or plain fp32 for the forward passes")
         t.add_argument("--seed", type=int, default=0)
         t.set_defaults(func=run_train)
     add_package_parser(tsub)
@@ -384,7 +389,8 @@ def run_train(args: argparse.Namespace) -> None:
         from vgen.data.shapes import ShapesConfig, set_data_config
 
         set_data_config(args.data_dir, ShapesConfig(background=args.background))
-    common = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed)
+    common = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
+                  bf16=args.precision == "bf16")
     if args.what == "tokenizer":
         from vgen.training.tokenizer import TokenizerRecipe, train_tokenizer
 
@@ -393,9 +399,7 @@ def run_train(args: argparse.Namespace) -> None:
     elif args.what == "frame-tokenizer":
         from vgen.training.tokenizer import TokenizerRecipe, train_frame_tokenizer
 
-        # fp32: bf16 autocast measured about 1.5x slower per step for this VQ on 32-px frames on this CPU
-        train_frame_tokenizer(args.run_dir, args.data_dir,
-                              TrainConfig(**common, weight_decay=0.0, ema_decay=0.99, bf16=False),
+        train_frame_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
                               TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size),
                               max_minutes=args.max_minutes)
     elif args.what == "kl":
@@ -432,8 +436,7 @@ def run_train(args: argparse.Namespace) -> None:
     elif args.what == "blockdiff":
         from vgen.training.blockdiff import BlockDiffRecipe, train_blockdiff
 
-        # fp32: at this size (1,024 tokens a clip) bf16 autocast measured 2x slower on this CPU
-        train_blockdiff(args.run_dir, args.data_dir, TrainConfig(**common, ema_decay=0.999, bf16=False),
+        train_blockdiff(args.run_dir, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                         BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size),
                         max_minutes=args.max_minutes)
     elif args.what == "drafter":
