@@ -171,3 +171,33 @@ def test_a_continuous_model_is_measured_against_target_only_sampling(tiny_contin
     rows = run_bench(pipe, [SamplerSpec("cspd", "cspd")], 2, 0, 2, real=real)["results"]
     assert [r["label"] for r in rows] == ["continuous-ar", "cspd"]
     assert rows[0]["step_compression"] == 1 and rows[1]["fid_vs_ar"] is not None
+
+
+@pytest.fixture
+def nar_pipe(pipe, tiny_nar_factory):
+    """A NAR model on the tiny pipeline's tokenizer, classes and data: another backbone on the same domain."""
+    from vgen.pipelines import ImagePipeline
+
+    return ImagePipeline(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
+
+
+def test_a_reference_model_draws_the_reference_row_with_its_own_sampler(pipe, nar_pipe, real, result):
+    """NAR against next-token AR: the AR row is the other model's, the same images as its own benchmark."""
+    r = run_bench(nar_pipe, [SamplerSpec("nar", "nar")], num_samples=6, seed=3, batch_size=3, real=real,
+                  reference_pipe=pipe)
+    rows = {row["label"]: row for row in r["results"]}
+    reference = f"ar ({pipe.info.name})"
+    assert list(rows) == [reference, "nar"] and r["setup"]["reference"] == reference
+    assert r["setup"]["reference_model"] == pipe.info.name
+    assert rows[reference]["forward_passes"] == 2 * 16 and rows["nar"]["forward_passes"] == 2 * (4 + 4 - 1)
+    assert rows["nar"]["step_compression"] == 16 / 7
+    assert rows[reference]["fid"] == pytest.approx(result["results"][0]["fid"])  # AR's images, as in its own run
+
+
+def test_a_reference_model_of_other_classes_is_refused(pipe, real, tiny_nar_factory):
+    from vgen.pipelines import ImagePipeline, PipelineInfo
+
+    other = ImagePipeline(tiny_nar_factory((4, 4), vocab_size=32, num_classes=5), pipe.tokenizer,
+                          PipelineInfo(name="five", image_size=16, class_names=list("abcde")))
+    with pytest.raises(ValueError, match="the reference model 'five' draws 5 classes at 16 px"):
+        run_bench(pipe, [SamplerSpec("ar", "ar")], 4, reference_pipe=other, real=real)

@@ -33,6 +33,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated names (ar,sjd,lantern,gsd) and/or specs label=name:key=value,... "
                         "(e.g. sjd8=sjd:window=8,draft_init=vertical; seed=K draws that row with other seeds); "
                         "vanilla AR is added first if missing (default: every registered sampler for the model)")
+    b.add_argument("--reference-model", default=None, metavar="MODEL",
+                   help="draw the reference row with this other model (embedded name or pipeline folder) and its "
+                        "default sampler, e.g. --model shapes-nar --reference-model shapes-c2i: NAR against "
+                        "next-token AR of the same size on the same data")
     b.add_argument("--num-samples", type=int, default=64, help="images per sampler")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--batch-size", type=int, default=8)
@@ -61,6 +65,10 @@ def run_bench_command(args: argparse.Namespace) -> None:
     if args.real is not None and not Path(args.real).exists():
         raise UsageError(f"--real {args.real} does not exist")
     pipe = load_pipeline(args)
+    reference_pipe = None
+    if args.reference_model:
+        reference_pipe = load_pipeline(argparse.Namespace(**{**vars(args), "model": args.reference_model,
+                                                             "gpt_ckpt": None, "vq_ckpt": None}))
     if specs is None:
         specs = parse_sampler_list([",".join(available_samplers(getattr(pipe.model, "token_order", "raster")))])
     params = SamplingParams(**{**pipe.info.defaults, **sampling_overrides(args)})
@@ -68,7 +76,7 @@ def run_bench_command(args: argparse.Namespace) -> None:
         warnings.simplefilter("always")
         real = real_reference(pipe, args.real, args.num_real)
         result = run_bench(pipe, specs, args.num_samples, args.seed, args.batch_size, params, real,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, reference_pipe=reference_pipe)
     result["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
     for message in result["warnings"]:
         print(f"vgen: warning: {message}", file=sys.stderr)

@@ -171,14 +171,29 @@ def draw(pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, num_samples: i
 
 def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: int, seed: int = 0,
               batch_size: int = 8, params: SamplingParams | None = None, real: RealReference | None = None,
-              progress: bool = False) -> dict:
+              progress: bool = False, reference_pipe: ImagePipeline | None = None) -> dict:
     """Measure every sampler of ``specs`` (vanilla AR added first when missing) on the same images; returns
-    ``{"setup": ..., "results": [one row per sampler]}`` ready for JSON."""
+    ``{"setup": ..., "results": [one row per sampler]}`` ready for JSON.
+
+    With ``reference_pipe`` the reference row is another model of the same classes and image size drawn with its
+    own default sampler (next-token AR for NAR, say), so the ratios compare two backbones on the same data.
+    """
     from vgen.eval.features import shapes_features
 
     if num_samples < 2:
         raise ValueError(f"need at least 2 samples per sampler for FID, got {num_samples}")
-    specs, reference = with_reference(list(specs), default_sampler(pipe.model))
+    if reference_pipe is None:
+        specs, reference = with_reference(list(specs), default_sampler(pipe.model))
+    else:
+        mine, theirs = (pipe.num_classes, pipe.info.image_size), (reference_pipe.num_classes,
+                                                                  reference_pipe.info.image_size)
+        if mine != theirs:
+            raise ValueError(f"the reference model {reference_pipe.info.name!r} draws {theirs[0]} classes at "
+                             f"{theirs[1]} px and {pipe.info.name!r} {mine[0]} at {mine[1]} px: they cannot be "
+                             f"compared")
+        name = default_sampler(reference_pipe.model)
+        reference = f"{name} ({reference_pipe.info.name})"
+        specs = [SamplerSpec(reference, name), *specs]
     params = params or SamplingParams(**pipe.info.defaults)
     real = real or real_reference(pipe)
     classifier = None
@@ -192,7 +207,8 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
     start = time.perf_counter()
     for spec in specs:
         plan = SamplePlan(seed if spec.seed is None else spec.seed, batch_size, classes, balanced=True)
-        d = draw(pipe, spec.sampler(), plan, num_samples, params, progress)
+        runner = reference_pipe if reference_pipe is not None and spec.label == reference else pipe
+        d = draw(runner, spec.sampler(), plan, num_samples, params, progress)
         feats = shapes_features(d.images)
         stats = GaussianStats.of(feats)
         row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed,
@@ -215,7 +231,9 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
         row["latency_ratio"] = base["wall_time_s"] / row["wall_time_s"]
         if row is not base:
             row["fid_vs_ar"] = frechet_distance(stats_of[reference], stats_of[row["label"]]).fid
-    setup = {"model": pipe.info.name, "num_samples": num_samples, "batch_size": batch_size, "seed": seed,
+    setup = {"model": pipe.info.name,
+             "reference_model": None if reference_pipe is None else reference_pipe.info.name,
+             "num_samples": num_samples, "batch_size": batch_size, "seed": seed,
              "sampling": params.to_dict(), "reference": reference, "real": real.source, "real_count": real.stats.count,
              "features": "shapes", "device": str(pipe.device),
              "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."),
