@@ -1,4 +1,5 @@
-"""Reconstruction quality of a pipeline's tokenizer (VQ or KL) on held-out shapes images, and a picture of it.
+"""Reconstruction quality of a pipeline's tokenizer (VQ or KL) on held-out shapes images or clip frames, and a
+picture of it.
 
 Prints PSNR (dB, pixels in [0, 255]), codebook usage over the evaluated images (VQ only), the per-image token
 count, and
@@ -8,6 +9,8 @@ reconstructions below.
 
     python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 --picture docs/vq_reconstructions.png
     python benchmarks/tokenizer_quality.py --model shapes-c2i-continuous --data-dir ~/.cache/vgen/runs/data-smooth
+    python benchmarks/tokenizer_quality.py --tokenizer vgen/assets/shapes-video-nbp/vq --clips --num-images 4096 \
+        --data-dir ~/.cache/vgen/runs/clips --picture docs/frame_vq_reconstructions.png
 """
 
 from __future__ import annotations
@@ -20,14 +23,21 @@ import torch
 
 import vgen
 from vgen.apps.cli import RUNS
+from vgen.data.clips import SHAPES_CLIPS, cached_clips
 from vgen.data.shapes import cached_split, to_tensor
 from vgen.eval.classifier import load_shapes_classifier
+from vgen.eval.features import classifier_input
+from vgen.hub import from_pretrained
 from vgen.pipelines import image_grid, tensor_to_pil
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="shapes-c2i", help="pipeline whose tokenizer to evaluate")
+    p.add_argument("--tokenizer", default=None, help="a tokenizer folder to evaluate instead of --model's")
+    p.add_argument("--clips", action="store_true",
+                   help="evaluate on the frames of held-out moving-shapes clips (--num-images frames) instead of "
+                        "shapes images")
     p.add_argument("--data-dir", default=str(RUNS / "data"), help="where the val split is rendered (cached)")
     p.add_argument("--num-images", type=int, default=2048)
     p.add_argument("--batch-size", type=int, default=128)
@@ -36,8 +46,14 @@ def main() -> None:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    tokenizer = vgen.load(args.model).tokenizer
-    images, labels = cached_split(args.data_dir, "val", args.num_images)
+    tokenizer = from_pretrained(args.tokenizer).float() if args.tokenizer else vgen.load(args.model).tokenizer
+    if args.clips:
+        per_clip = SHAPES_CLIPS.num_frames
+        videos, clip_labels = cached_clips(args.data_dir, "val", -(-args.num_images // per_clip))
+        images = np.asarray(videos).reshape(-1, *videos.shape[2:])[:args.num_images]
+        labels = np.repeat(clip_labels, per_clip)[:args.num_images]
+    else:
+        images, labels = cached_split(args.data_dir, "val", args.num_images)
     classifier = load_shapes_classifier().eval()
     discrete = hasattr(tokenizer, "codebook_size")
     se, used, recon_first = 0.0, torch.zeros(getattr(tokenizer, "codebook_size", 1), dtype=torch.bool), None
@@ -55,11 +71,14 @@ def main() -> None:
             original = torch.from_numpy(batch).permute(0, 3, 1, 2).float()
             se += ((rec_u8.float() - original) ** 2).sum().item()
             truth = torch.from_numpy(np.asarray(labels[i:i + args.batch_size]))
-            right_real += int((classifier.predict(to_tensor(batch)) == truth).sum())
-            right_rec += int((classifier.predict(rec.clamp(-1, 1)) == truth).sum())
+            # both as saved pictures, resized to the classifier's size (clip frames are smaller)
+            right_real += int((classifier.predict(classifier_input(batch, classifier)) == truth).sum())
+            shown = rec_u8.permute(0, 2, 3, 1).numpy()
+            right_rec += int((classifier.predict(classifier_input(shown, classifier)) == truth).sum())
             recon_first = rec if recon_first is None else recon_first
     mse = se / (len(images) * images[0].size)
-    figures = {"model": args.model, "num_images": len(images), "psnr_db": 10 * np.log10(255.0 ** 2 / mse),
+    figures = {"tokenizer": args.tokenizer or args.model, "data": "clip frames" if args.clips else "images",
+               "num_images": len(images), "psnr_db": 10 * np.log10(255.0 ** 2 / mse),
                "codebook_usage": float(used.float().mean()) if discrete else None,
                "codebook_size": getattr(tokenizer, "codebook_size", None),
                "tokens_per_image": int(codes[0].numel()), "classifier_accuracy_real": right_real / len(images),

@@ -18,6 +18,7 @@ from vgen.apps.gradio_app import (
     build_app,
     generate,
     sampler_options,
+    samplers_for,
     stop_stream,
     stream_video,
     switch_class,
@@ -137,6 +138,19 @@ def test_switch_and_stop_reach_the_running_stream(tiny_stream_pipeline_dir) -> N
     rest = list(stream)
     assert rest[-1][1] == "stopped: 4 frames" and read_video(Path(rest[-1][2])).shape[0] == 4
     assert stop_stream("steer") == "no stream is running"
+
+
+def test_the_sampler_list_follows_the_models_token_order(tiny_model, tiny_pipeline_dir, tiny_nar_factory,
+                                                        tmp_path) -> None:
+    from vgen.pipelines import load
+    from vgen.samplers import available_samplers
+
+    raster = samplers_for(tiny_model)
+    assert "ar" in raster and "sjd" in raster and "nar" not in raster
+    pipe = load(tiny_pipeline_dir)
+    nar = type(pipe)(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
+    assert samplers_for(str(nar.save_pretrained(tmp_path / "nar"))) == ["nar"]
+    assert samplers_for(str(tmp_path / "missing")) == available_samplers()  # the Generate click says why
 
 
 def test_the_generate_tab_refuses_a_streaming_model_and_the_stream_tab_a_token_model(tiny_model,

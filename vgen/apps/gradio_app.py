@@ -60,6 +60,16 @@ def get_pipeline(model: str, gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: s
         return _pipeline(model.strip(), gpt_ckpt.strip(), vq_ckpt.strip(), gpt_model, int(image_size))
 
 
+def samplers_for(model: str) -> list[str]:
+    """The samplers that fit ``model``'s token order (``nar`` for a NAR model, the raster ones for AR); every
+    registered sampler when the name does not load, so that the page can still show why on Generate."""
+    try:
+        pipe = get_pipeline(model)
+    except (ValueError, CheckpointError, FileNotFoundError):
+        return available_samplers()
+    return available_samplers(getattr(pipe.model, "token_order", "raster"))
+
+
 def parse_optional(name: str, value: Any, kind: str) -> Any:
     """A field the page may leave empty: None when empty, else the value as ``kind`` (int, float or text)."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -232,6 +242,12 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
         inputs = [model, sampler, class_id, num_images, seed, cfg_scale, temperature, top_k, top_p, compare,
                   gpt_ckpt, vq_ckpt, gpt_model, image_size, *fields]
         button.click(run, inputs, [images, amap, stats, ar_images], api_name="generate")
+
+        def model_changed(name: str, current: str):
+            choices = samplers_for(name)
+            return gr.update(choices=choices, value=current if current in choices else choices[0])
+
+        model.change(model_changed, [model, sampler], sampler, api_name=False)
         gr.Examples([[default_model, "ar", 0, 4, 0], [default_model, "mcsjd", 3, 4, 1],
                      [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
         add_stream_tab(gr, stream_models[0] if stream_models else "")
