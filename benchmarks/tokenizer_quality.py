@@ -84,9 +84,11 @@ def main() -> None:
                "tokens_per_image": int(codes[0].numel()), "classifier_accuracy_real": right_real / len(images),
                "classifier_accuracy_reconstructed": right_rec / len(images)}
     print(json.dumps(figures, indent=1))
-    if args.picture:
-        originals = tensor_to_pil(to_tensor(images[:8]))
-        image_grid(originals + tensor_to_pil(recon_first[:8]), cols=8).resize((8 * 128, 2 * 128), 0).save(args.picture)
+    if args.picture:  # 8 images of the first batch: one frame from each of 8 clips with --clips
+        picks = np.arange(8) * (SHAPES_CLIPS.num_frames if args.clips else 1)
+        originals = tensor_to_pil(to_tensor(np.asarray(images)[picks]))
+        reconstructions = tensor_to_pil(recon_first[picks])
+        image_grid(originals + reconstructions, cols=8).resize((8 * 128, 2 * 128), 0).save(args.picture)
 
 
 if __name__ == "__main__":
