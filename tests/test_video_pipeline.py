@@ -87,6 +87,7 @@ def test_vgen_sample_writes_a_clip_that_reads_back(video_dir, tmp_path, capsys, 
     assert np.abs(frames.astype(int) - expected.astype(int)).mean() < 20  # lossy codecs, same clip
     s = json.loads(stats.read_text())
     assert s["forward_passes"] == 3 and s["tokens"] == 48 and s["frames_per_second"] > 0
+    assert s["next_token_forward_passes"] == 48 and "3 forward passes where next-token AR takes 48" in stdout
 
 
 def test_vgen_sample_png_is_the_frame_grid_of_the_tiled_clips(video_dir, tmp_path, capsys) -> None:

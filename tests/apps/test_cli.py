@@ -24,10 +24,11 @@ def test_sample_writes_grid_and_stats(tiny_pipeline_dir, tmp_path, capsys):
     out, stats = tmp_path / "grid.png", tmp_path / "stats.json"
     code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--class-id", "1", "--class-id", "2",
                            "--num-images", "4", "--out", str(out), "--stats", str(stats), "--cols", "2"], capsys)
-    assert code == 0 and "wrote 4 images" in stdout
+    assert code == 0 and "wrote 4 images" in stdout and "16 forward passes where next-token AR takes 16" in stdout
     assert Image.open(out).size == (32, 32)  # 2 x 2 grid of 16 px images
     s = json.loads(stats.read_text())
     assert s["sampler"] == "ar" and s["forward_passes"] == 16 and s["tokens"] == 4 * 16
+    assert s["next_token_forward_passes"] == 16
     assert s["wall_time_s"] > 0 and s["class_ids"] == [1, 2, 1, 2]
 
 
@@ -215,3 +216,17 @@ def test_a_discrete_sampler_on_a_continuous_model_is_refused(tiny_continuous_pip
     code, _, err = run(["sample", "--model", str(tiny_continuous_pipeline_dir), "--sampler", "sjd",
                         "--out", str(tmp_path / "x.png")], capsys)
     assert code == 2 and "needs a model with raster order" in err
+
+
+def test_a_nar_model_samples_with_nar_by_default_in_h_plus_w_minus_1_passes(tiny_pipeline_dir, tiny_nar_factory,
+                                                                            tmp_path, capsys):
+    from vgen.pipelines import load
+
+    pipe = load(tiny_pipeline_dir)
+    nar = type(pipe)(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
+    folder, out, stats = nar.save_pretrained(tmp_path / "nar"), tmp_path / "g.png", tmp_path / "s.json"
+    code, stdout, err = run(["sample", "--model", str(folder), "--num-images", "2", "--out", str(out), "--stats",
+                             str(stats)], capsys)
+    assert code == 0, err
+    assert "7 forward passes where next-token AR takes 16" in stdout
+    assert json.loads(stats.read_text())["sampler"] == "nar"

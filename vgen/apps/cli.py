@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -202,11 +203,17 @@ def run_sample(args: argparse.Namespace) -> None:
     if args.acceptance_map:
         acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
     stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
-             "total_time_s": elapsed}
+             "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
-    print(f"wrote {len(out.images)} images to {args.out} ({out.stats.forward_passes} forward passes, "
-          f"{out.stats.tokens_per_forward:.2f} tokens per pass, {out.stats.wall_time_s:.2f} s sampling)")
+    print(f"wrote {len(out.images)} images to {args.out} ({passes_summary(stats)}, {out.stats.wall_time_s:.2f} s "
+          f"sampling)")
+
+
+def passes_summary(stats: dict) -> str:
+    """Forward passes against next-token AR's one per token, and tokens per pass, for the closing line."""
+    return (f"{stats['forward_passes']} forward passes where next-token AR takes "
+            f"{stats['next_token_forward_passes']}, {stats['tokens_per_forward']:.2f} tokens per pass")
 
 
 def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
@@ -225,13 +232,13 @@ def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
     elapsed = time.perf_counter() - start
     clip = tile_clips(out.videos, args.cols or min(4, len(out.videos)))
     write_video(clip, args.out, fps=args.fps)
-    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids, "total_time_s": elapsed,
+    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
+             "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed,
              "frames_per_second": out.videos.shape[0] * out.videos.shape[1] / out.stats.wall_time_s}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
-    print(f"wrote {len(out.videos)} clips of {pipe.num_frames} frames to {args.out} ({out.stats.forward_passes} "
-          f"forward passes, {out.stats.tokens_per_forward:.2f} tokens per pass, {out.stats.wall_time_s:.2f} s "
-          f"sampling)")
+    print(f"wrote {len(out.videos)} clips of {pipe.num_frames} frames to {args.out} ({passes_summary(stats)}, "
+          f"{out.stats.wall_time_s:.2f} s sampling)")
 
 
 # -- vgen train -----------------------------------------------------------------------------------------------
