@@ -14,7 +14,6 @@ from vgen.data.clips import ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
-from vgen.tokenizers.vq import VQConfig, VQModel
 from vgen.training.ar import SHAPES_GPT
 from vgen.training.nar import SHAPES_NAR, SHAPES_VIDEO_NAR, NARRecipe, ar_warm_start, train_nar, train_video_nar
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
@@ -92,10 +91,10 @@ def test_shapes_video_nar_has_8_blocks_over_the_clips_1024_frame_codes() -> None
     assert len(nar.layers) == 8 and len(nar.heads) == 3 and nar.vocab_size == SHAPES_FRAME_VQ.codebook_size
 
 
-# 8 classes: the shapes data's labels
-TOY_AR = GPTConfig(vocab_size=16, dim=32, n_layer=3, n_head=4, multiple_of=16, num_classes=8, block_size=16,
+# 8 classes (the shapes data's labels) and 32 codes (the tiny tokenizer's)
+TOY_AR = GPTConfig(vocab_size=32, dim=32, n_layer=3, n_head=4, multiple_of=16, num_classes=8, block_size=16,
                    class_dropout_prob=0.0, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
-TOY_NAR = NARConfig(grid=(4, 4), **{**TOY, "n_layer": 2, "num_classes": 8})
+TOY_NAR = NARConfig(grid=(4, 4), **{**TOY, "vocab_size": 32, "n_layer": 2, "num_classes": 8})
 
 
 def test_the_ar_warm_start_copies_blocks_and_embeddings_and_starts_every_head_at_the_ar_output() -> None:
@@ -111,13 +110,6 @@ def test_the_ar_warm_start_copies_blocks_and_embeddings_and_starts_every_head_at
             assert torch.equal(state[key], value), key
     with pytest.raises(CheckpointError):
         ar_warm_start(nar, LlamaGenGPT(GPTConfig(**{**TOY_AR.__dict__, "n_layer": 2})).state_dict())
-
-
-@pytest.fixture(scope="module")
-def tiny_vq_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    vq = VQModel(VQConfig(codebook_size=16, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
-    return save_pretrained(vq, tmp_path_factory.mktemp("vq") / "vq")
 
 
 def test_an_image_run_starts_from_an_ar_export_and_trains(tiny_vq_dir, tmp_path) -> None:
@@ -143,7 +135,7 @@ def test_a_video_run_takes_its_grid_from_the_frame_tokenizer_and_its_loss_falls(
     train = TrainConfig(steps=30, lr=3e-3, warmup_steps=3, log_every=5, bf16=False, ema_decay=0.9)
     model = train_video_nar(tmp_path / "run", tiny_vq_dir, tmp_path / "clips", train,
                             NARRecipe(num_items=8, batch_size=4), config, clips)
-    assert model.grid == (2, 4, 4) and model.vocab_size == 16
+    assert model.grid == (2, 4, 4) and model.vocab_size == 32
     losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
               if "loss" in r]
     assert losses[-1] < losses[0] - 0.3, losses

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from vgen.data.clips import ClipsConfig
-from vgen.hub import from_pretrained, save_pretrained
+from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
-from vgen.tokenizers.vq import VQConfig, VQModel
+from vgen.tokenizers.vq import VQModel
 from vgen.training.clip_codes import video_config
 from vgen.training.nbp import SHAPES_VIDEO_NBP, NBPRecipe, train_nbp
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
@@ -38,13 +38,6 @@ def test_the_shapes_video_layout_is_1024_tokens_in_16_frame_blocks() -> None:
     assert SHAPES_FRAME_VQ.downsample_factor == 4 and config.vocab_size == SHAPES_FRAME_VQ.codebook_size
     with pytest.raises(ValueError, match="frame size 18 is not a multiple of the tokenizer's downsample factor 4"):
         video_config(tokenizer, ClipsConfig(frame_size=18), SHAPES_VIDEO_NBP)
-
-
-@pytest.fixture(scope="module")
-def tiny_vq_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
-    return save_pretrained(vq, tmp_path_factory.mktemp("vq") / "vq")
 
 
 def test_a_few_steps_reduce_the_loss_and_the_run_resumes_and_exports(tiny_vq_dir, tmp_path) -> None:
