@@ -163,12 +163,16 @@ def test_the_generate_tab_refuses_a_streaming_model_and_the_stream_tab_a_token_m
         next(stream_video(str(tiny_stream_pipeline_dir), 0, 0, 0, 2, 1.0))
 
 
-def test_live_app_streams_until_stop(live_app, tiny_stream_pipeline_dir) -> None:
+def test_live_app_streams_until_stop_and_other_sessions_cannot_stop_it(live_app, tiny_stream_pipeline_dir) -> None:
     job = live_app.submit(str(tiny_stream_pipeline_dir), 0, 2000, 0, 1, 1.0, api_name="/stream")
     deadline = time.time() + 60
     while time.time() < deadline and len(job.outputs()) < 2:
         time.sleep(0.1)
     assert len(job.outputs()) >= 2, "no frames arrived"
+    other_visitor = gradio_client.Client(live_app.src, verbose=False)  # another browser session
+    assert other_visitor.predict(api_name="/stop_stream") == "no stream is running"
+    assert other_visitor.predict(3, api_name="/switch_class") == "no stream is running"
+    assert not job.done()
     assert live_app.predict(api_name="/stop_stream") == "stopping after this block"
     frame, status, video = job.result(timeout=60)
     assert status.startswith("stopped: ")

@@ -1,13 +1,15 @@
 """The web demo in a real browser: Playwright drives Debian's Chromium (headless) against the app on loopback,
-sets a class, clicks Generate, waits for the image, checks its pixels are not blank and saves a screenshot. The
-screenshot goes to a temporary folder, so that running the tests leaves the checkout clean;
-``VGEN_WRITE_SCREENSHOT=1 pytest tests/apps/test_gradio_browser.py`` refreshes the README's docs/app_screenshot.png.
+sets a class, clicks Generate, waits for the image, checks its pixels are not blank and saves a screenshot; on
+the Streaming tab it starts a stream, checks a live frame, stops it and waits for the video. Screenshots go to a
+temporary folder, so that running the tests leaves the checkout clean; ``VGEN_WRITE_SCREENSHOT=1 pytest
+tests/apps/test_gradio_browser.py`` refreshes docs/app_screenshot.png and docs/app_streaming.png.
 Skipped only where Playwright or Chromium is not installed (``.ci/run`` installs both)."""
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vgen.apps.gradio_app import build_app
+from vgen.apps.gradio_app import MAX_STREAM_FRAMES, build_app
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -50,6 +52,40 @@ def test_generate_in_the_browser_shows_a_non_blank_image(tmp_path: Path) -> None
             image.wait_for(state="visible", timeout=30_000)
             pixels = np.asarray(Image.open(io.BytesIO(image.screenshot())).convert("RGB")).astype(float)
             assert pixels.shape[0] > 16 and pixels.std() > 5  # a picture, not a blank box
+            page.screenshot(path=str(screenshot), full_page=True)
+            browser.close()
+    finally:
+        app.close()
+    assert screenshot.stat().st_size > 10_000
+
+
+def test_streaming_in_the_browser_plays_frames_then_stops_with_a_playable_video(tmp_path: Path) -> None:
+    """The Streaming tab with the embedded block-diffusion model: frames arrive while the stream runs, Stop ends it
+    early, and the page then holds the video of the frames done."""
+    screenshot = (SCREENSHOT.with_name("app_streaming.png") if os.environ.get("VGEN_WRITE_SCREENSHOT")
+                  else tmp_path / "streaming.png")
+    app = build_app("shapes-c2i", max_concurrency=1)
+    port = _free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
+            page.get_by_role("tab", name="Streaming").click()
+            page.get_by_label("class of the video").fill("2")
+            page.get_by_label("frames", exact=True).fill(str(MAX_STREAM_FRAMES))
+            page.get_by_role("button", name="Stream", exact=True).click()
+            # a few dozen frames in (frame 32 or later), so the picture shows a stream under way
+            page.get_by_text(re.compile(rf"frame ([3-9]\d|\d{{3,}}) / {MAX_STREAM_FRAMES}, class")).wait_for(
+                timeout=120_000)
+            latest = page.locator("img[src*='gradio_api/file=']:visible").first  # the Streaming tab's frame
+            latest.wait_for(state="visible", timeout=30_000)
+            pixels = np.asarray(Image.open(io.BytesIO(latest.screenshot())).convert("RGB")).astype(float)
+            assert pixels.shape[0] > 16 and pixels.std() > 5  # a frame, not a blank box
+            page.get_by_role("button", name="Stop", exact=True).click()
+            page.get_by_text(re.compile(r"stopped: \d+ frames")).wait_for(timeout=120_000)
+            page.locator("video").first.wait_for(state="visible", timeout=30_000)
             page.screenshot(path=str(screenshot), full_page=True)
             browser.close()
     finally:

@@ -199,7 +199,16 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
     import gradio as gr
 
     stream_models = [m for m in available_models() if is_streaming(m)]
+    with gr.Blocks(title="vgen") as app:
+        gr.Markdown("# vgen: visual autoregressive generation with fast samplers")
+        with gr.Tabs():
+            add_generate_tab(gr, default_model, [m for m in available_models() if m not in stream_models])
+            add_stream_tab(gr, stream_models[0] if stream_models else "")
+    return app.queue(default_concurrency_limit=max_concurrency)
 
+
+def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
+    """The Generate tab: images, the acceptance map and the stats of one sampler, optionally beside vanilla AR."""
     def run(*args):
         names = ["model", "sampler", "class_id", "num_images", "seed", "cfg_scale", "temperature", "top_k",
                  "top_p", "compare", "gpt_ckpt", "vq_ckpt", "gpt_model", "image_size", *SAMPLER_FIELDS]
@@ -209,12 +218,10 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
         except (ValueError, CheckpointError, FileNotFoundError) as e:  # InputError is a ValueError
             raise gr.Error(str(e)) from None
 
-    with gr.Blocks(title="vgen") as app:
-        gr.Markdown("# vgen: visual autoregressive generation with fast samplers")
-        with gr.Tab("Generate"), gr.Row():
+    with gr.Tab("Generate"):
+        with gr.Row():
             with gr.Column():
-                model = gr.Dropdown([m for m in available_models() if m not in stream_models], value=default_model,
-                                    allow_custom_value=True,
+                model = gr.Dropdown(models, value=default_model, allow_custom_value=True,
                                     label="model (embedded name or pipeline folder)")
                 sampler = gr.Dropdown(available_samplers(), value="sjd", label="sampler")
                 class_id = gr.Number(value=0, precision=0, label="class id")
@@ -239,19 +246,17 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
                 amap = gr.Image(type="pil", label="acceptance map (pass that produced each token)", format="png")
                 stats = gr.Markdown()
                 ar_images = gr.Image(type="pil", label="vanilla AR, same seed", format="png")
-        inputs = [model, sampler, class_id, num_images, seed, cfg_scale, temperature, top_k, top_p, compare,
-                  gpt_ckpt, vq_ckpt, gpt_model, image_size, *fields]
-        button.click(run, inputs, [images, amap, stats, ar_images], api_name="generate")
-
-        def model_changed(name: str, current: str):
-            choices = samplers_for(name)
-            return gr.update(choices=choices, value=current if current in choices else choices[0])
-
-        model.change(model_changed, [model, sampler], sampler, api_name=False)
         gr.Examples([[default_model, "ar", 0, 4, 0], [default_model, "mcsjd", 3, 4, 1],
                      [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
-        add_stream_tab(gr, stream_models[0] if stream_models else "")
-    return app.queue(default_concurrency_limit=max_concurrency)
+    inputs = [model, sampler, class_id, num_images, seed, cfg_scale, temperature, top_k, top_p, compare,
+              gpt_ckpt, vq_ckpt, gpt_model, image_size, *fields]
+    button.click(run, inputs, [images, amap, stats, ar_images], api_name="generate")
+
+    def model_changed(name: str, current: str):
+        choices = samplers_for(name)
+        return gr.update(choices=choices, value=current if current in choices else choices[0])
+
+    model.change(model_changed, [model, sampler], sampler, api_name=False)
 
 
 def add_stream_tab(gr, default_model: str) -> None:
@@ -288,6 +293,10 @@ def add_stream_tab(gr, default_model: str) -> None:
     def switch_clicked(c: float, request: gr.Request) -> str:
         return switch_class(c, session_of(request))
 
+    # gradio passes the request to a parameter annotated gr.Request; with postponed annotations the string
+    # "gr.Request" cannot be resolved (gr is a local here), so the type is set on the functions themselves
+    for fn in (run, stop_clicked, switch_clicked):
+        fn.__annotations__["request"] = gr.Request
     start.click(run, [model, class_id, num_frames, seed, steps, cfg_scale], [frame, status, video],
                 api_name="stream")
     stop.click(stop_clicked, None, status, api_name="stop_stream", concurrency_limit=None)
