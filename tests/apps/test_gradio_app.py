@@ -140,8 +140,8 @@ def test_switch_and_stop_reach_the_running_stream(tiny_stream_pipeline_dir) -> N
     assert stop_stream("steer") == "no stream is running"
 
 
-def test_the_sampler_list_follows_the_models_token_order(tiny_model, tiny_pipeline_dir, tiny_nar_factory,
-                                                        tmp_path) -> None:
+def test_the_sampler_list_follows_the_token_order_and_a_nar_model_has_no_ar_comparison(
+        tiny_model, tiny_pipeline_dir, tiny_nar_factory, tmp_path) -> None:
     from vgen.pipelines import load
     from vgen.samplers import available_samplers
 
@@ -151,6 +151,8 @@ def test_the_sampler_list_follows_the_models_token_order(tiny_model, tiny_pipeli
     nar = type(pipe)(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
     assert samplers_for(str(nar.save_pretrained(tmp_path / "nar"))) == ["nar"]
     assert samplers_for(str(tmp_path / "missing")) == available_samplers()  # the Generate click says why
+    with pytest.raises(InputError, match="next-neighbour order: there is no vanilla AR run of it"):
+        generate(str(tmp_path / "nar"), "nar", **SETTINGS, compare=True)
 
 
 def test_the_generate_tab_refuses_a_streaming_model_and_the_stream_tab_a_token_model(tiny_model,

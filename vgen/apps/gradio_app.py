@@ -134,6 +134,10 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
         amap = acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, cols=min(2, cols))
     figures, ar_grid = None, None
     if compare:
+        if getattr(pipe.model, "token_order", "raster") != "raster":
+            raise InputError(f"{model} generates in {pipe.model.token_order} order: there is no vanilla AR run of "
+                             f"it to compare with (`vgen bench --model {model} --reference-model shapes-c2i` "
+                             f"compares it with a next-token model)")
         ar = pipe([int(class_id)], sampler=default_sampler(pipe.model), **settings)
         ar_grid = image_grid(ar.images, cols)
         figures = {"ar_forward_passes": ar.stats.forward_passes,
