@@ -7,11 +7,13 @@ Skipped only where Playwright or Chromium is not installed (``.ci/run`` installs
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import shutil
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,60 +36,62 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_generate_in_the_browser_shows_a_non_blank_image(tmp_path: Path) -> None:
-    screenshot = SCREENSHOT if os.environ.get("VGEN_WRITE_SCREENSHOT") else tmp_path / "app.png"
+@contextlib.contextmanager
+def app_page(height: int) -> Iterator:
+    """A Playwright page of headless Chromium on the app, served on a free loopback port for the block."""
     app = build_app("shapes-c2i", max_concurrency=1)
     port = _free_port()
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page = browser.new_page(viewport={"width": 1280, "height": height})
             page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
-            class_box = page.get_by_label("class id")
-            class_box.fill("3")
-            page.get_by_role("button", name="Generate").click()
-            page.get_by_text("tokens per forward").wait_for(timeout=120_000)  # the stats table of the run
-            image = page.locator("img[src*='gradio_api/file=']").first  # the first output: the image grid
-            image.wait_for(state="visible", timeout=30_000)
-            pixels = np.asarray(Image.open(io.BytesIO(image.screenshot())).convert("RGB")).astype(float)
-            assert pixels.shape[0] > 16 and pixels.std() > 5  # a picture, not a blank box
-            page.screenshot(path=str(screenshot), full_page=True)
+            yield page
             browser.close()
     finally:
         app.close()
+
+
+def assert_not_blank(image) -> None:
+    pixels = np.asarray(Image.open(io.BytesIO(image.screenshot())).convert("RGB")).astype(float)
+    assert pixels.shape[0] > 16 and pixels.std() > 5  # a picture, not a blank box
+
+
+def screenshot_path(name: str, tmp_path: Path) -> Path:
+    return SCREENSHOT.with_name(name) if os.environ.get("VGEN_WRITE_SCREENSHOT") else tmp_path / name
+
+
+def test_generate_in_the_browser_shows_a_non_blank_image(tmp_path: Path) -> None:
+    screenshot = screenshot_path(SCREENSHOT.name, tmp_path)
+    with app_page(1100) as page:
+        page.get_by_label("class id").fill("3")
+        page.get_by_role("button", name="Generate").click()
+        page.get_by_text("tokens per forward").wait_for(timeout=120_000)  # the stats table of the run
+        image = page.locator("img[src*='gradio_api/file=']").first  # the first output: the image grid
+        image.wait_for(state="visible", timeout=30_000)
+        assert_not_blank(image)
+        page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
 
 
 def test_streaming_in_the_browser_plays_frames_then_stops_with_a_playable_video(tmp_path: Path) -> None:
     """The Streaming tab with the embedded block-diffusion model: frames arrive while the stream runs, Stop ends it
     early, and the page then holds the video of the frames done."""
-    screenshot = (SCREENSHOT.with_name("app_streaming.png") if os.environ.get("VGEN_WRITE_SCREENSHOT")
-                  else tmp_path / "streaming.png")
-    app = build_app("shapes-c2i", max_concurrency=1)
-    port = _free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
-            page.get_by_role("tab", name="Streaming").click()
-            page.get_by_label("class of the video").fill("2")
-            page.get_by_label("frames", exact=True).fill(str(MAX_STREAM_FRAMES))
-            page.get_by_role("button", name="Stream", exact=True).click()
-            # a few dozen frames in (frame 32 or later), so the picture shows a stream under way
-            page.get_by_text(re.compile(rf"frame ([3-9]\d|\d{{3,}}) / {MAX_STREAM_FRAMES}, class")).wait_for(
-                timeout=120_000)
-            latest = page.locator("img[src*='gradio_api/file=']:visible").first  # the Streaming tab's frame
-            latest.wait_for(state="visible", timeout=30_000)
-            pixels = np.asarray(Image.open(io.BytesIO(latest.screenshot())).convert("RGB")).astype(float)
-            assert pixels.shape[0] > 16 and pixels.std() > 5  # a frame, not a blank box
-            page.get_by_role("button", name="Stop", exact=True).click()
-            page.get_by_text(re.compile(r"stopped: \d+ frames")).wait_for(timeout=120_000)
-            page.locator("video").first.wait_for(state="visible", timeout=30_000)
-            page.screenshot(path=str(screenshot), full_page=True)
-            browser.close()
-    finally:
-        app.close()
+    screenshot = screenshot_path("app_streaming.png", tmp_path)
+    with app_page(900) as page:
+        page.get_by_role("tab", name="Streaming").click()
+        page.get_by_label("class of the video").fill("2")
+        page.get_by_label("frames", exact=True).fill(str(MAX_STREAM_FRAMES))
+        page.get_by_role("button", name="Stream", exact=True).click()
+        # a few dozen frames in (frame 32 or later), so the picture shows a stream under way
+        page.get_by_text(re.compile(rf"frame ([3-9]\d|\d{{3,}}) / {MAX_STREAM_FRAMES}, class")).wait_for(
+            timeout=120_000)
+        latest = page.locator("img[src*='gradio_api/file=']:visible").first  # the Streaming tab's frame
+        latest.wait_for(state="visible", timeout=30_000)
+        assert_not_blank(latest)
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text(re.compile(r"stopped: \d+ frames")).wait_for(timeout=120_000)
+        page.locator("video").first.wait_for(state="visible", timeout=30_000)
+        page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000

@@ -70,6 +70,7 @@ def test_sigint_stops_after_the_current_step_and_saves(tmp_path):
 
     model = nn.Linear(2, 1)
     trainer = Trainer(model, TrainConfig(steps=100, bf16=False, log_every=1000), tmp_path)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)  # ignored in a background job
 
     def step_fn(idx):
         if trainer.step == 3:
@@ -79,7 +80,7 @@ def test_sigint_stops_after_the_current_step_and_saves(tmp_path):
     trainer.fit(index_batches(8, 2, 0), step_fn)
     assert trainer.step == 4
     assert json.loads((tmp_path / "state.json").read_text())["step"] == 4
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handlers restored
 
 
 def test_the_first_log_after_a_mid_window_resume_averages_only_the_steps_it_ran(tmp_path):
