@@ -151,3 +151,23 @@ def tiny_stream_pipeline_dir(tmp_path_factory):
                         defaults={"steps": 2, "first_steps": 2, "sink_frames": 2, "window_frames": 4})
     return StreamPipeline(make_tiny_blockdiff(), info).save_pretrained(tmp_path_factory.mktemp("pipe") / "stream")
 # ---- end block diffusion ------------------------------------------------------------------------------------
+
+
+# ---- video: a tiny NBP video pipeline saved as a folder ------------------------------------------------------
+@pytest.fixture(scope="session")
+def tiny_video_pipeline_dir(tmp_path_factory):
+    """A saved 3-class NBP video pipeline: 3 frames of 16 px (4x4 tokens each), outputs not uniform."""
+    from vgen.models.nbp import NBPConfig, NBPTransformer
+    from vgen.pipelines import PipelineInfo
+    from vgen.tokenizers.vq import VQConfig, VQModel
+    from vgen.video_pipeline import VideoPipeline
+
+    torch.manual_seed(0)
+    model = NBPTransformer(NBPConfig(grid=(3, 4, 4), block="frame", vocab_size=32, dim=32, n_layer=1, n_head=2,
+                                     multiple_of=16, num_classes=3))
+    with torch.no_grad():
+        model.output.weight.normal_(std=0.5)
+    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    info = PipelineInfo(name="tiny-video", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
+    return VideoPipeline(model, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-video")
+# ---- end video ---------------------------------------------------------------------------------------------

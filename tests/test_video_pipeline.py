@@ -9,31 +9,18 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from vgen.apps.cli import main
 from vgen.eval.videos import read_video
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.pipelines import PipelineInfo, load, tensor_to_pil
-from vgen.tokenizers.vq import VQConfig, VQModel
 from vgen.video_pipeline import VideoPipeline, tile_clips
 
 
-def parts():
-    torch.manual_seed(0)
-    model = NBPTransformer(NBPConfig(grid=(3, 4, 4), block="frame", vocab_size=32, dim=32, n_layer=1, n_head=2,
-                                     multiple_of=16, num_classes=3))
-    with torch.no_grad():
-        model.output.weight.normal_(std=0.5)
-    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
-    info = PipelineInfo(name="tiny-video", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
-    return model, vq, info
-
-
-@pytest.fixture(scope="module")
-def video_dir(tmp_path_factory):
-    return VideoPipeline(*parts()).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-video")
+@pytest.fixture
+def video_dir(tiny_video_pipeline_dir):
+    return tiny_video_pipeline_dir
 
 
 def test_load_gives_a_video_pipeline_whose_clips_decode_the_tokens_frame_by_frame(video_dir) -> None:
@@ -51,8 +38,9 @@ def test_load_gives_a_video_pipeline_whose_clips_decode_the_tokens_frame_by_fram
     assert pipe(0, num_videos=3).class_ids == [0, 0, 0]
 
 
-def test_parts_that_do_not_fit_are_refused() -> None:
-    model, vq, info = parts()
+def test_parts_that_do_not_fit_are_refused(video_dir) -> None:
+    pipe = load(video_dir)
+    model, vq, info = pipe.model, pipe.tokenizer, pipe.info
     with pytest.raises(ValueError, match="frame size 32 does not match the model's 4x4 tokens per frame"):
         VideoPipeline(model, vq, PipelineInfo(name="x", image_size=32))
     image_model = NBPTransformer(NBPConfig(grid=(3, 4), block="row", vocab_size=32, dim=32, n_layer=1, n_head=2))

@@ -37,13 +37,13 @@ SETTINGS = dict(class_id=1, num_images=3, seed=0, cfg_scale="", temperature=1.0,
 
 
 def test_generate_returns_images_an_acceptance_map_and_stats(tiny_model) -> None:
-    grid, amap, stats, ar = generate(tiny_model, "sjd", **SETTINGS, window=4)
-    assert grid.size == (3 * 16, 16) and amap is not None and ar is None
+    grid, amap, stats, ar, clip = generate(tiny_model, "sjd", **SETTINGS, window=4)
+    assert grid.size == (3 * 16, 16) and amap is not None and ar is None and clip is None
     assert "tokens per forward" in stats and "| sampler | sjd |" in stats
 
 
 def test_compare_runs_vanilla_ar_on_the_same_seed(tiny_model) -> None:
-    grid, _, stats, ar = generate(tiny_model, "mcsjd", **{**SETTINGS, "temperature": 0.0}, compare=True)
+    grid, _, stats, ar, _ = generate(tiny_model, "mcsjd", **{**SETTINGS, "temperature": 0.0}, compare=True)
     assert "step compression vs AR" in stats and "latency ratio vs AR" in stats
     assert ar.tobytes() == grid.tobytes()  # greedy: the lossless sampler draws AR's images
 
@@ -102,7 +102,7 @@ def call(client, sampler: str = "sjd", **overrides):
 
 
 def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) -> None:
-    images, amap, stats, ar = call(live_app, model=tiny_model, window="4", compare=True)
+    images, amap, stats, ar, clip = call(live_app, model=tiny_model, window="4", compare=True)
     pixels = np.asarray(Image.open(images))
     assert pixels.shape == (16, 32, 3) and pixels.std() > 0
     assert Image.open(amap).size[0] > 0 and "step compression vs AR" in stats and ar
@@ -138,6 +138,18 @@ def test_switch_and_stop_reach_the_running_stream(tiny_stream_pipeline_dir) -> N
     rest = list(stream)
     assert rest[-1][1] == "stopped: 4 frames" and read_video(Path(rest[-1][2])).shape[0] == 4
     assert stop_stream("steer") == "no stream is running"
+
+
+def test_a_video_model_gives_a_playable_clip_and_its_first_frames(tiny_video_pipeline_dir) -> None:
+    from vgen.pipelines import load
+
+    grid, amap, stats, ar, clip = generate(str(tiny_video_pipeline_dir), "nbp", **{**SETTINGS, "num_images": 2})
+    frames = read_video(Path(clip))
+    assert frames.shape == (3, 16, 2 * 16, 3)  # 3 frames of the 2 clips side by side
+    expected = load(tiny_video_pipeline_dir)([1], num_videos=2, seed=0).videos
+    assert np.array_equal(np.asarray(grid), np.concatenate([expected[0, 0], expected[1, 0]], axis=1))
+    assert np.abs(frames.astype(int) - np.concatenate(list(expected), axis=2).astype(int)).mean() < 20  # codec
+    assert amap is None and ar is None and "| target forward passes | 3 |" in stats
 
 
 def test_the_sampler_list_follows_the_token_order_and_a_nar_model_has_no_ar_comparison(

@@ -25,7 +25,8 @@ from vgen.pipelines import ASSETS, ImagePipeline, available_models, default_samp
 from vgen.samplers import available_samplers, get_sampler
 from vgen.samplers.streaming import StreamControl
 from vgen.stream_pipeline import MODEL_FOLDER, StreamPipeline
-from vgen.video_io import StreamingVideoWriter
+from vgen.video_io import StreamingVideoWriter, write_video
+from vgen.video_pipeline import VideoPipeline, tile_clips
 from vgen.visualize import acceptance_figure
 
 # the sampler fields the page offers, in display order, with their widget kind
@@ -112,10 +113,11 @@ def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> s
 def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, cfg_scale: float | str | None,
              temperature: float, top_k: float, top_p: float, compare: bool = False, gpt_ckpt: str = "",
              vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
-             **sampler_values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None]:
-    """Images (a grid), the acceptance map (speculative samplers), a stats table and, with ``compare``, one token
-    per pass (vanilla AR, or target-only sampling for a continuous model) on the same seed. Raises
-    :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
+             **sampler_values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None, str | None]:
+    """Images (a grid), the acceptance map (speculative samplers), a stats table, with ``compare`` one token per
+    pass (vanilla AR, or target-only sampling for a continuous model) on the same seed, and for a video model the
+    mp4 of its clips (the grid then shows their first frames). Raises :class:`InputError` / ``ValueError`` /
+    ``CheckpointError`` on bad input."""
     if not 1 <= int(num_images) <= MAX_IMAGES:
         raise InputError(f"number of images must be in 1..{MAX_IMAGES}, got {num_images}")
     if sampler not in available_samplers():
@@ -123,27 +125,32 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
     pipe = get_pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, int(image_size))
     if isinstance(pipe, StreamPipeline):
         raise InputError(f"{model} is a streaming video model: use the Streaming tab")
+    if compare and getattr(pipe.model, "token_order", "raster") != "raster":
+        raise InputError(f"{model} generates in {pipe.model.token_order} order: there is no vanilla AR run of it "
+                         f"to compare with (`vgen bench --model {model} --reference-model shapes-c2i` compares it "
+                         f"with a next-token model)")
     cfg_scale = parse_optional("CFG scale", cfg_scale, "float")
-    settings = dict(num_images=int(num_images), seed=int(seed), cfg_scale=cfg_scale, temperature=temperature,
-                    top_k=int(top_k), top_p=top_p)
-    out = pipe([int(class_id)], sampler=get_sampler(sampler, **sampler_options(sampler, sampler_values)),
-               **settings)
-    cols = min(4, len(out.images))
+    count, cols = int(num_images), min(4, int(num_images))
+    settings = dict(seed=int(seed), cfg_scale=cfg_scale, temperature=temperature, top_k=int(top_k), top_p=top_p)
+    chosen = get_sampler(sampler, **sampler_options(sampler, sampler_values))
+    if isinstance(pipe, VideoPipeline):
+        clips = pipe([int(class_id)], num_videos=count, sampler=chosen, **settings)
+        path = Path(tempfile.mkdtemp(prefix="vgen-clip-")) / "clips.mp4"
+        write_video(tile_clips(clips.videos, cols), path, fps=8)
+        first_frames = image_grid([Image.fromarray(video[0]) for video in clips.videos], cols)
+        return first_frames, None, stats_markdown(clips.stats.to_dict(), None), None, str(path)
+    out = pipe([int(class_id)], num_images=count, sampler=chosen, **settings)
     amap = None
     if out.stats.accepted_lengths:
         amap = acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, cols=min(2, cols))
     figures, ar_grid = None, None
     if compare:
-        if getattr(pipe.model, "token_order", "raster") != "raster":
-            raise InputError(f"{model} generates in {pipe.model.token_order} order: there is no vanilla AR run of "
-                             f"it to compare with (`vgen bench --model {model} --reference-model shapes-c2i` "
-                             f"compares it with a next-token model)")
-        ar = pipe([int(class_id)], sampler=default_sampler(pipe.model), **settings)
+        ar = pipe([int(class_id)], num_images=count, sampler=default_sampler(pipe.model), **settings)
         ar_grid = image_grid(ar.images, cols)
         figures = {"ar_forward_passes": ar.stats.forward_passes,
                    "step_compression": ar.stats.forward_passes / out.stats.forward_passes,
                    "latency_ratio": ar.stats.wall_time_s / out.stats.wall_time_s}
-    return image_grid(out.images, cols), amap, stats_markdown(out.stats.to_dict(), figures), ar_grid
+    return image_grid(out.images, cols), amap, stats_markdown(out.stats.to_dict(), figures), ar_grid, None
 
 
 def is_streaming(name: str) -> bool:
@@ -250,11 +257,12 @@ def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
                 amap = gr.Image(type="pil", label="acceptance map (pass that produced each token)", format="png")
                 stats = gr.Markdown()
                 ar_images = gr.Image(type="pil", label="vanilla AR, same seed", format="png")
+                clip = gr.Video(label="clips (video models)")
         gr.Examples([[default_model, "ar", 0, 4, 0], [default_model, "mcsjd", 3, 4, 1],
                      [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
     inputs = [model, sampler, class_id, num_images, seed, cfg_scale, temperature, top_k, top_p, compare,
               gpt_ckpt, vq_ckpt, gpt_model, image_size, *fields]
-    button.click(run, inputs, [images, amap, stats, ar_images], api_name="generate")
+    button.click(run, inputs, [images, amap, stats, ar_images, clip], api_name="generate")
 
     def model_changed(name: str, current: str):
         choices = samplers_for(name)
