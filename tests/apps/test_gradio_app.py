@@ -108,6 +108,13 @@ def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) 
     assert Image.open(amap).size[0] > 0 and "step compression vs AR" in stats and ar
 
 
+def test_live_app_gives_a_playable_clip_for_a_video_model(live_app, tiny_video_pipeline_dir) -> None:
+    first_frames, amap, stats, ar, clip = call(live_app, "nbp", model=str(tiny_video_pipeline_dir), num_images=2)
+    video = clip["video"] if isinstance(clip, dict) else clip
+    assert read_video(Path(video)).shape == (3, 16, 32, 3)  # 3 frames of 2 clips side by side
+    assert np.asarray(Image.open(first_frames)).shape == (16, 32, 3) and amap is None and ar is None
+
+
 def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:
     with pytest.raises(Exception, match="window must be an integer >= 1"):
         call(live_app, model=tiny_model, window="0")
