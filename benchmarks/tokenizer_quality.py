@@ -9,8 +9,8 @@ reconstructions below.
 
     python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 --picture docs/vq_reconstructions.png
     python benchmarks/tokenizer_quality.py --model shapes-c2i-continuous --data-dir ~/.cache/vgen/runs/data-smooth
-    python benchmarks/tokenizer_quality.py --tokenizer vgen/assets/shapes-video-nbp/vq --clips --num-images 4096 \
-        --data-dir ~/.cache/vgen/runs/clips --picture docs/frame_vq_reconstructions.png
+    python benchmarks/tokenizer_quality.py --tokenizer ~/.cache/vgen/runs/shapes-frame-tokenizer/export --clips \
+        --num-images 4096 --data-dir ~/.cache/vgen/runs/clips --picture docs/frame_vq_reconstructions.png
 """
 
 from __future__ import annotations

@@ -298,7 +298,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         # fp32 where bf16 autocast measured slower on this CPU: 2x for blockdiff (1,024 tokens a clip), about 1.5x
         # for the frame tokenizer's 32-px frames and for nar (1.6 against 2.4 s for a batch of 8, 1 thread)
         t.add_argument("--precision", choices=("bf16", "fp32"),
-                       default="fp32" if what in ("blockdiff", "frame-tokenizer") else "bf16",
+                       default="fp32" if what in ("blockdiff", "frame-tokenizer", "nar") else "bf16",
                        help="bf16 autocast or plain fp32 for the forward passes")
         t.add_argument("--seed", type=int, default=0)
         t.set_defaults(func=run_train)

@@ -1,7 +1,8 @@
 """A small resumable training loop shared by every ``vgen train`` recipe.
 
-It owns what all recipes need and nothing model-specific: AdamW with warmup, an EMA copy, bf16 autocast on CPU
-(this CPU's AMX makes bf16 matmuls about 3x faster than fp32), gradient clipping, a tqdm bar, a JSON-lines loss
+It owns what all recipes need and nothing model-specific: AdamW with warmup, an EMA copy, optional bf16 autocast
+(faster for large matmuls with AMX; the small video, NAR and frame-tokenizer models measured slower under it
+here, so ``vgen train --precision`` defaults to fp32 for them), gradient clipping, a tqdm bar, a JSON-lines loss
 log, and checkpoints written atomically to a run directory so that a killed run resumes where it stopped. Model
 weights are saved with safetensors; the optimizer state with ``torch.save`` and read back with
 ``weights_only=True``.
