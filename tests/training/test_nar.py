@@ -1,6 +1,6 @@
 """NAR training: ln V on a fresh model (its heads start at zero), every head trained by the cells it predicts, a
 loss that falls on a fixed toy batch, shapes-nar and shapes-video-nar configs of the shapes AR model's size, the
-warm start from an AR model, and the image and video runs end to end at toy scale."""
+warm starts from an AR and an NBP model, and the image and video runs end to end at toy scale."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from vgen.data.clips import ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
+from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
-from vgen.training.nar import SHAPES_NAR, SHAPES_VIDEO_NAR, NARRecipe, ar_warm_start, train_nar, train_video_nar
+from vgen.training.nar import SHAPES_NAR, SHAPES_VIDEO_NAR, NARRecipe, train_nar, train_video_nar, warm_start
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
 
@@ -97,10 +98,10 @@ TOY_AR = GPTConfig(vocab_size=32, dim=32, n_layer=3, n_head=4, multiple_of=16, n
 TOY_NAR = NARConfig(grid=(4, 4), **{**TOY, "vocab_size": 32, "n_layer": 2, "num_classes": 8})
 
 
-def test_the_ar_warm_start_copies_blocks_and_embeddings_and_starts_every_head_at_the_ar_output() -> None:
+def test_the_warm_start_copies_blocks_and_embeddings_and_starts_every_head_at_the_ar_output() -> None:
     torch.manual_seed(0)
     ar, nar = LlamaGenGPT(TOY_AR), NARTransformer(TOY_NAR)
-    ar_warm_start(nar, ar.state_dict())
+    warm_start(nar, ar.state_dict())
     state = nar.state_dict()
     for key, value in ar.state_dict().items():
         if key.startswith(("norm.", "output.")):
@@ -109,7 +110,23 @@ def test_the_ar_warm_start_copies_blocks_and_embeddings_and_starts_every_head_at
         else:
             assert torch.equal(state[key], value), key
     with pytest.raises(CheckpointError):
-        ar_warm_start(nar, LlamaGenGPT(GPTConfig(**{**TOY_AR.__dict__, "n_layer": 2})).state_dict())
+        warm_start(nar, LlamaGenGPT(GPTConfig(**{**TOY_AR.__dict__, "n_layer": 2})).state_dict())
+
+
+def test_the_nbp_warm_start_drops_the_begin_of_video_slots_and_starts_every_head_at_the_nbp_output() -> None:
+    torch.manual_seed(0)
+    nbp = NBPTransformer(NBPConfig(grid=(2, 2, 2), block="frame", **{**TOY, "n_layer": 4}))
+    nar = NARTransformer(NARConfig(grid=(2, 2, 2), **TOY))  # 2 trunk blocks + 2 extra = NBP's 4
+    warm_start(nar, nbp.state_dict(), source="NBP")
+    state = nar.state_dict()
+    for key, value in nbp.state_dict().items():
+        if key.startswith(("norm.", "output.")):
+            for a in range(3):
+                assert torch.equal(state[f"heads.{a}.{key}"], value), key
+        elif key != "bov":
+            assert torch.equal(state[key], value), key
+    with pytest.raises(CheckpointError):
+        warm_start(nar, NBPTransformer(NBPConfig(grid=(2, 2, 2), block="frame", **TOY)).state_dict())
 
 
 def test_an_image_run_starts_from_an_ar_export_and_trains(tiny_vq_dir, tmp_path) -> None:

@@ -265,7 +265,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         if what in ("ar", "nar"):
             t.add_argument("--init-from", default=None,
                            help="start a new run from these model weights (an export folder) instead of random init"
-                                + ("; an AR model's export warm-starts the NAR blocks and heads" if what == "nar"
+                                + ("; an AR or NBP model's export warm-starts the NAR blocks and heads" if what == "nar"
                                    else ""))
         if what == "nar":
             t.add_argument("--video", action="store_true",

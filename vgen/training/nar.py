@@ -12,6 +12,12 @@ blocks, embeddings and 2-D rotary table, and its slot ``1 + p`` holds token ``p`
 weights carry over block for block. Both heads start from AR's final norm and output layer: the right head's
 target (the next token in the row) is AR's own target away from the row ends, and the below head's shares its
 vocabulary embedding.
+
+Warm start from NBP, for video. ``shapes-video-nar`` has ``shapes-video-nbp``'s width, depth and frame
+vocabulary. NBP's output at a slot predicts the same cell one frame later, which is the target of NAR's
+next-frame head, so every block and both embeddings carry over and every head starts from NBP's output layer
+(NBP's begin-of-video slots are dropped). NBP rotates slot ``1 + p`` with the position of the token it predicts,
+one frame ahead of NAR's; rotary attention depends only on offsets between slots, and these are unchanged.
 """
 
 from __future__ import annotations
@@ -47,25 +53,27 @@ class NARRecipe:
     batch_size: int = 32
 
 
-def ar_warm_start(model: NARTransformer, ar_state: dict[str, torch.Tensor], source: str = "AR model") -> None:
-    """Load a LlamaGen-layout AR state into ``model``: blocks and embeddings by name, every head from the AR
-    model's final norm and output layer. A state of another size is a :class:`~vgen.hub.CheckpointError`."""
-    state = {k: v for k, v in ar_state.items() if not k.startswith(("norm.", "output."))}
+def warm_start(model: NARTransformer, state: dict[str, torch.Tensor], source: str = "AR model") -> None:
+    """Load a next-token (LlamaGen AR) or next-block (NBP) model's state into ``model``: blocks and embeddings by
+    name, every head from its final norm and output layer (NBP's begin-of-video slots have no NAR counterpart).
+    A state of another size is a :class:`~vgen.hub.CheckpointError`."""
+    kept = {k: v for k, v in state.items() if not k.startswith(("norm.", "output.")) and k != "bov"}
     for a in range(len(model.heads)):
-        state[f"heads.{a}.norm.weight"] = ar_state["norm.weight"]
-        state[f"heads.{a}.output.weight"] = ar_state["output.weight"]
-    load_weights(model, state, source=source)
+        kept[f"heads.{a}.norm.weight"] = state["norm.weight"]
+        kept[f"heads.{a}.output.weight"] = state["output.weight"]
+    load_weights(model, kept, source=source)
 
 
 def _initialise(model: NARTransformer, run_dir: Path, init_from: str | Path | None) -> None:
-    """A new run starts from ``init_from`` (a NAR export, or an AR export to warm-start from); resumes ignore it."""
+    """A new run starts from ``init_from`` (a NAR export, or an AR or NBP export to warm-start from); resumes
+    ignore it."""
     if init_from is None or (run_dir / "state.json").exists():
         return
     source = from_pretrained(init_from)
     if isinstance(source, NARTransformer):
         load_weights(model, source.state_dict(), source=str(init_from))
     else:
-        ar_warm_start(model, source.state_dict(), source=str(init_from))
+        warm_start(model, source.state_dict(), source=str(init_from))
 
 
 def train_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
