@@ -106,6 +106,20 @@ def test_an_image_model_refuses_a_video_output(tiny_pipeline_dir, tmp_path, caps
     assert code == 2 and "tiny generates images" in err and not (tmp_path / "x.mp4").exists()
 
 
+def test_vgen_quality_judges_every_frame_and_the_motion_of_sampled_clips(video_dir, tmp_path, capsys) -> None:
+    grid, figures_path = tmp_path / "by_class.png", tmp_path / "q.json"
+    code, stdout, err = run(["quality", "--model", str(video_dir), "--num-images", "4", "--batch-size", "4",
+                             "--grid", str(grid), "--json", str(figures_path)], capsys)
+    assert code == 0, err
+    figures = json.loads(figures_path.read_text())
+    assert figures["num_clips"] == 4 and figures["tokens_measured"] == 4 * 48 and figures["num_real_clips"] == 4
+    assert 0 <= figures["class_accuracy"] <= 1 and 0 <= figures["share_moving"] <= 1
+    assert set(figures["real_clips"]) == {"class_accuracy", "frame_accuracy", "identity_kept", "num_clips"}
+    videos = load(video_dir)([0, 1, 2, 0], seed=0).videos  # classes in turn, one batch, --seed 0
+    expected = np.concatenate([np.concatenate(list(videos[c]), axis=1) for c in range(3)], axis=0)
+    np.testing.assert_array_equal(np.asarray(Image.open(grid)), expected)  # a row of frames per class
+
+
 def test_package_assembles_a_video_pipeline(video_dir, tmp_path, capsys) -> None:
     out = tmp_path / "packaged"
     code, printed, err = run(["train", "package", "--gpt", str(video_dir / "gpt"), "--vq", str(video_dir / "vq"),

@@ -121,4 +121,4 @@ def test_image_commands_refuse_a_streaming_model_by_name(tiny_stream_pipeline_di
     code = main([*command, "--model", str(tiny_stream_pipeline_dir)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
-    assert "streaming video model" in err[0] or "measures image token models" in err[0]
+    assert "streaming video model" in err[0] or "measures token models (images or clips)" in err[0]

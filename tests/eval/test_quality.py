@@ -1,14 +1,17 @@
 """Token statistics score every generated token with the distribution its sampler drew it from, for next-token
-(LlamaGen) and whole-grid (NAR) models alike."""
+(LlamaGen) and whole-grid (NAR) models alike. Clip quality: real moving-shapes clips pass the per-frame class
+check and the motion check, relabelled, morphing, frozen and flickering clips fail the part they break."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from vgen.eval.quality import token_statistics
+from vgen.data.clips import SPLIT_SEEDS, render_clips
+from vgen.eval.quality import clip_class_accuracy, frame_change, motion_check, token_statistics
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.samplers import SamplingParams
@@ -40,3 +43,41 @@ def test_a_fresh_nar_model_is_uniform_over_the_vocabulary() -> None:
     figures = token_statistics(model, torch.randint(0, 16, (3, 9)), torch.tensor([0, 1, 2]), SamplingParams())
     assert figures["mean_entropy_nats"] == pytest.approx(math.log(16), abs=1e-5)
     assert figures["median_top1_prob"] == pytest.approx(1 / 16, abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def real_clips() -> tuple[np.ndarray, np.ndarray]:
+    """16 validation clips (2 per class) of the recipes' 16 frames of 32 px."""
+    return render_clips(SPLIT_SEEDS["val"], 0, 16)
+
+
+def test_real_clips_show_their_class_in_every_frame_and_a_wrong_label_scores_near_zero(real_clips) -> None:
+    clips, labels = real_clips
+    right = clip_class_accuracy(clips, labels)
+    assert right["class_accuracy"] >= 15 / 16 and right["frame_accuracy"] > 0.9 and right["identity_kept"] > 0.9
+    assert right["num_clips"] == 16 and set(right["per_class"]) == set(range(8))
+    assert clip_class_accuracy(clips, (labels + 3) % 8)["class_accuracy"] <= 1 / 16
+
+
+def test_a_clip_that_turns_into_another_shape_halfway_loses_identity(real_clips) -> None:
+    clips, labels = real_clips
+    morphing = np.concatenate([clips[:8, :8], clips[8:, :8][[3, 4, 5, 6, 7, 0, 1, 2]]], axis=1)  # 8 + 8 frames
+    assert clip_class_accuracy(morphing, labels[:8])["identity_kept"] <= 0.6
+    assert clip_class_accuracy(clips[:8], labels[:8])["identity_kept"] > 0.9
+
+
+def test_frame_change_is_the_mean_absolute_difference_of_consecutive_frames() -> None:
+    clip = np.zeros((1, 3, 2, 2, 3), np.uint8)
+    clip[0, 1] = 30  # 0 -> 30 -> 0: a change of 30 grey levels each step
+    assert frame_change(clip).tolist() == [30.0]
+
+
+def test_the_motion_check_passes_real_clips_and_fails_frozen_and_flickering_ones(real_clips) -> None:
+    clips, _ = real_clips
+    real = motion_check(clips, clips)
+    assert real["share_moving"] >= 0.9 and real["share_above_real_p95"] <= 0.1
+    frozen = np.repeat(clips[:, :1], clips.shape[1], axis=1)
+    assert motion_check(frozen, clips)["share_moving"] == 0.0
+    noise = np.random.default_rng(0).integers(0, 256, clips.shape, dtype=np.uint8)
+    flicker = motion_check(noise, clips)
+    assert flicker["share_above_real_p95"] == 1.0 and flicker["frame_change"] > 5 * real["real_frame_change"]

@@ -467,9 +467,10 @@ def run_train(args: argparse.Namespace) -> None:
 
 def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quality", help="token statistics and class accuracy of a model's samples",
-                       description="Sample --num-images images (classes in turn), then report the mean entropy and "
-                                   "median top-1 probability of the next-token distributions they were drawn "
-                                   "from, and the domain classifier's class accuracy on them.")
+                       description="Sample --num-images images or clips (classes in turn), then report the mean "
+                                   "entropy and median top-1 probability of the token distributions they were drawn "
+                                   "from, and the domain classifier's class accuracy on them (on every frame of "
+                                   "a clip, with a motion check against real clips).")
     p.add_argument("--model", default="shapes-c2i")
     p.add_argument("--num-images", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=64)
@@ -497,8 +498,8 @@ def run_quality(args: argparse.Namespace) -> None:
     if args.num_images < 1 or args.batch_size < 1:
         raise UsageError("--num-images and --batch-size must be >= 1")
     pipe = pipelines.load(args.model)
-    if not isinstance(pipe, pipelines.ImagePipeline) or hasattr(pipe, "num_frames"):
-        raise UsageError(f"vgen quality measures image token models; {pipe.info.name} is not one")
+    if not isinstance(pipe, pipelines.ImagePipeline):
+        raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
     params = SamplingParams(**{**pipe.info.defaults, "temperature": args.temperature, "top_k": args.top_k,
                                "top_p": args.top_p, **({"cfg_scale": args.cfg_scale} if args.cfg_scale else {})})
     n_cls = pipe.num_classes
@@ -508,22 +509,47 @@ def run_quality(args: argparse.Namespace) -> None:
     for i in range(0, args.num_images, args.batch_size):
         out = pipe(classes[i:i + args.batch_size], generator=generator, progress=True, **params.to_dict())
         tokens.append(out.tokens)
-        images.extend(out.images)
+        images.extend(out.videos if hasattr(pipe, "num_frames") else out.images)
     tokens_t = torch.cat(tokens)
     figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed,
                **token_statistics(pipe.model, tokens_t, torch.tensor(classes), params)}
-    pixels = torch.from_numpy(np.stack([np.array(im) for im in images]))
-    pixels = pixels.permute(0, 3, 1, 2).float().div(127.5).sub(1)
-    figures.update(class_accuracy(load_shapes_classifier(), pixels, classes))
-    if args.grid:
-        per_class = max(1, min(8, args.num_images // n_cls))
-        rows = [images[c + n_cls * j] for c in range(n_cls) for j in range(per_class)
-                if c + n_cls * j < len(images)]
-        pipelines.image_grid(rows, per_class).save(args.grid)
+    if hasattr(pipe, "num_frames"):
+        figures.update(clip_figures(pipe, np.stack(images), classes, args.grid))
+    else:
+        pixels = torch.from_numpy(np.stack([np.array(im) for im in images]))
+        pixels = pixels.permute(0, 3, 1, 2).float().div(127.5).sub(1)
+        figures.update(class_accuracy(load_shapes_classifier(), pixels, classes))
+        if args.grid:
+            per_class = max(1, min(8, args.num_images // n_cls))
+            rows = [images[c + n_cls * j] for c in range(n_cls) for j in range(per_class)
+                    if c + n_cls * j < len(images)]
+            pipelines.image_grid(rows, per_class).save(args.grid)
     text = json.dumps(figures, indent=1)
     if args.json:
         Path(args.json).write_text(text)
     print(text)
+
+
+def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
+    """``vgen quality`` for a video pipeline: per-frame class accuracy of the clips [N, T, H, W, 3] and their motion
+    against as many real clips of the moving-shapes validation split (default clip config at the model's frame
+    count and size); ``grid`` gets one clip per class, a row of frames each."""
+    from PIL import Image
+
+    from vgen import pipelines
+    from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
+    from vgen.eval.quality import clip_class_accuracy, motion_check
+
+    clips = ClipsConfig(num_frames=pipe.num_frames, frame_size=pipe.info.image_size)
+    real, real_classes = render_clips(SPLIT_SEEDS["val"], 0, len(videos), clips)
+    figures = clip_class_accuracy(videos, classes)
+    figures["real_clips"] = {k: v for k, v in clip_class_accuracy(real, real_classes).items() if k != "per_class"}
+    figures.update(motion_check(videos, real))
+    if grid:
+        first = [classes.index(c) for c in range(pipe.num_classes) if c in classes]
+        frames = [Image.fromarray(frame) for i in first for frame in videos[i]]
+        pipelines.image_grid(frames, pipe.num_frames).save(grid)
+    return figures
 
 
 # -- entry point ----------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 ``token_statistics`` measures how spread out the model's next-token distributions are on its own samples
 (mean entropy in nats, median top-1 probability): the speed of every speculative sampler depends on them, so each
 benchmark table prints them beside its speed-ups. ``class_accuracy`` asks the domain classifier whether each
-sample shows the class it was generated for.
+sample shows the class it was generated for. For clips, ``clip_class_accuracy`` asks it about every frame and
+``motion_check`` compares how much the frames change with real clips: the shape must both keep its class and move.
 """
 
 from __future__ import annotations
@@ -53,3 +54,38 @@ def class_accuracy(classifier: ShapesClassifier, images: torch.Tensor, class_ids
     wanted = np.asarray(class_ids)
     per_class = {int(c): float((preds[wanted == c] == c).mean()) for c in np.unique(wanted)}
     return {"class_accuracy": float((preds == wanted).mean()), "per_class": per_class, "num_images": len(wanted)}
+
+
+def clip_class_accuracy(videos: np.ndarray, class_ids: Sequence[int]) -> dict:
+    """Per-frame domain classifier on clips uint8 [N, T, H, W, 3]: ``class_accuracy`` (the class of highest mean
+    probability over a clip's frames is the requested one), ``frame_accuracy`` (share of frames of the requested
+    class) and ``identity_kept`` (mean share of a clip's frames that agree with its own majority class, whatever
+    it is: a shape that morphs into another lowers it)."""
+    from vgen.eval.drift import class_probabilities
+
+    n, t = videos.shape[:2]
+    probs = class_probabilities(np.ascontiguousarray(videos).reshape(n * t, *videos.shape[2:])).reshape(n, t, -1)
+    wanted = np.asarray(class_ids)
+    frame_pred, clip_pred = probs.argmax(-1), probs.mean(1).argmax(-1)
+    majority = np.array([np.bincount(f, minlength=probs.shape[-1]).max() / t for f in frame_pred])
+    per_class = {int(c): float((clip_pred[wanted == c] == c).mean()) for c in np.unique(wanted)}
+    return {"class_accuracy": float((clip_pred == wanted).mean()),
+            "frame_accuracy": float((frame_pred == wanted[:, None]).mean()),
+            "identity_kept": float(majority.mean()), "per_class": per_class, "num_clips": int(n)}
+
+
+def frame_change(videos: np.ndarray) -> np.ndarray:
+    """Mean absolute change between consecutive frames of each clip uint8 [N, T, H, W, 3], in grey levels [N]."""
+    return np.abs(np.diff(videos.astype(np.float32), axis=1)).mean(axis=(1, 2, 3, 4))
+
+
+def motion_check(videos: np.ndarray, reference: np.ndarray) -> dict:
+    """Do the clips move like real ones? ``share_moving``: clips changing at least as much per frame as the 5%
+    slowest real clips (a frozen clip fails); ``share_above_real_p95``: clips changing more than 95% of real ones
+    (flicker)."""
+    change, real = frame_change(videos), frame_change(reference)
+    low, high = np.percentile(real, [5, 95])
+    return {"frame_change": float(change.mean()), "real_frame_change": float(real.mean()),
+            "real_frame_change_p5": float(low), "real_frame_change_p95": float(high),
+            "share_moving": float((change >= low).mean()), "share_above_real_p95": float((change > high).mean()),
+            "num_real_clips": len(reference)}
