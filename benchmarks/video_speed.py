@@ -1,0 +1,133 @@
+"""Video generation speed: NBP (frame blocks) and NAR (next-neighbour) pipelines against next-token AR of the same
+size over the same 1,024-token clips, in one run.
+
+The NBP and NAR rows run video pipelines (the embedded defaults unless told otherwise). The next-token row is a
+LlamaGen GPT with the first pipeline's width, depth, heads and vocabulary over the same tokens flattened in raster
+order (frames x rows x columns), sampled by ``ARSampler`` with its KV cache. Its weights are random: vgen trains
+no next-token video model, so that row measures speed only and has no quality column. Every method samples the
+same classes (in turn) with the same batch, CFG scale and filters; repeats are interleaved so background load hits
+them alike, and the table reports medians. The class accuracy beside each trained row is the per-frame domain
+classifier's (``vgen.eval.quality.clip_class_accuracy``) on the clips the timed runs produced; ``vgen quality``
+gives it on more clips.
+
+    python benchmarks/video_speed.py --models shapes-video-nbp shapes-video-nar --batch 8 --repeats 3 \
+        --threads 2 --out docs/video_speed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import vgen
+from vgen.eval.quality import clip_class_accuracy
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.samplers import ARSampler, SamplingParams
+
+AR_ROW = "next-token AR (random weights)"
+
+
+def next_token_twin(model: torch.nn.Module) -> LlamaGenGPT:
+    """A LlamaGen GPT of ``model``'s size over its whole token grid (random weights, non-zero output layer). LlamaGen
+    lays its tokens on a square, so the grid's token count must be one (16 x 8 x 8 = 32 x 32)."""
+    c = model.config
+    if round(model.num_tokens ** 0.5) ** 2 != model.num_tokens:
+        raise SystemExit(f"the next-token row needs a square token count, the grid has {model.num_tokens}; "
+                         f"use --no-ar")
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=c.vocab_size, dim=c.dim, n_layer=len(model.layers), n_head=c.n_head,
+                       n_kv_head=c.n_kv_head, multiple_of=c.multiple_of, ffn_dim_multiplier=c.ffn_dim_multiplier,
+                       num_classes=c.num_classes, block_size=model.num_tokens, class_dropout_prob=0.0,
+                       token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
+    twin = LlamaGenGPT(config)
+    torch.nn.init.normal_(twin.output.weight, std=0.02)
+    return twin.eval()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=["shapes-video-nbp", "shapes-video-nar"],
+                   help="video pipelines (embedded names or folders) of one token grid")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cfg-scale", type=float, default=None, help="default: the first model's recommended scale")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-ar", action="store_true", help="leave out the next-token row (it takes the longest)")
+    p.add_argument("--out", default=None, help="folder for video_speed.json and video_speed.md")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    pipes = {pipe.info.name: pipe for pipe in map(vgen.load, args.models)}
+    first = next(iter(pipes.values()))
+    grids = {name: tuple(pipe.model.grid) for name, pipe in pipes.items()}
+    if len(set(grids.values())) != 1 or len(first.model.grid) != 3:
+        raise SystemExit(f"the models must be video pipelines of one token grid, got {grids}")
+    for pipe in pipes.values():
+        pipe.model.float()
+    params = SamplingParams(cfg_scale=args.cfg_scale or first.info.defaults.get("cfg_scale", 1.0))
+    classes = [i % first.num_classes for i in range(args.batch)]
+    ar = None if args.no_ar else next_token_twin(first.model)
+
+    def run_pipe(pipe, seed: int) -> tuple[int, np.ndarray]:
+        out = pipe(classes, seed=seed, **params.to_dict())
+        return out.stats.forward_passes, out.videos
+
+    def run_ar(seed: int) -> tuple[int, None]:
+        out = ARSampler().sample(ar, torch.tensor(classes), params,
+                                 generator=torch.Generator().manual_seed(seed))
+        return out.stats.forward_passes, None
+
+    methods = {name: (lambda seed, pipe=pipe: run_pipe(pipe, seed)) for name, pipe in pipes.items()}
+    if ar is not None:
+        methods[AR_ROW] = run_ar
+    for method in methods.values():
+        method(10_000)  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    passes: dict[str, int] = {}
+    clips: dict[str, list[np.ndarray]] = {name: [] for name in pipes}
+    for r in range(args.repeats):
+        for name, method in methods.items():
+            start = time.perf_counter()
+            passes[name], videos = method(r)
+            times[name].append(time.perf_counter() - start)
+            if videos is not None:
+                clips[name].append(videos)
+    frames = args.batch * first.num_frames
+    rows = {}
+    for name in methods:
+        wall = statistics.median(times[name])
+        rows[name] = {"forward_passes": passes[name], "wall_s": wall, "frames_per_second": frames / wall,
+                      "wall_runs_s": times[name]}
+        if name in clips:
+            rows[name]["class_accuracy"] = clip_class_accuracy(
+                np.concatenate(clips[name]), classes * args.repeats)["class_accuracy"]
+    if ar is not None:
+        for row in rows.values():
+            row["pass_ratio_vs_ar"] = rows[AR_ROW]["forward_passes"] / row["forward_passes"]
+            row["speedup_vs_ar"] = rows[AR_ROW]["wall_s"] / row["wall_s"]
+    report = {"grid": list(first.model.grid), "tokens": first.model.num_tokens, "batch": args.batch,
+              "repeats": args.repeats, "sampling": params.to_dict(), "threads": torch.get_num_threads(),
+              "rows": rows}
+    table = ["| model | forward passes | wall s (median) | frames/s | x fewer passes | x faster | class acc. |",
+             "|---|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        acc = f"{row['class_accuracy']:.1%} of {args.batch * args.repeats}" if "class_accuracy" in row else "-"
+        table.append(f"| {name} | {row['forward_passes']} | {row['wall_s']:.2f} | {row['frames_per_second']:.1f} | "
+                     f"{row.get('pass_ratio_vs_ar', 1):.1f} | {row.get('speedup_vs_ar', 1):.2f} | {acc} |")
+    text = "\n".join(table)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "video_speed.json").write_text(json.dumps(report, indent=1))
+        (out / "video_speed.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
