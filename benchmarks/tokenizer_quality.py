@@ -5,7 +5,8 @@ Prints PSNR (dB, pixels in [0, 255]), codebook usage over the evaluated images (
 count, and
 the domain classifier's accuracy on the originals and on their reconstructions (whether the class survives
 tokenization: the ceiling for generated samples); writes a grid with originals on the top row(s) and
-reconstructions below.
+reconstructions below. With ``--clips`` and a VQ it also prints how many codes stay the same from one frame to the
+next beside how many pixels do (a next-frame predictor such as NBP gets the unchanged codes almost for free).
 
     python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 --picture docs/vq_reconstructions.png
     python benchmarks/tokenizer_quality.py --model shapes-c2i-continuous --data-dir ~/.cache/vgen/runs/data-smooth
@@ -58,12 +59,14 @@ def main() -> None:
     discrete = hasattr(tokenizer, "codebook_size")
     se, used, recon_first = 0.0, torch.zeros(getattr(tokenizer, "codebook_size", 1), dtype=torch.bool), None
     right_real = right_rec = 0
+    all_codes = []
     with torch.no_grad():
         for i in range(0, len(images), args.batch_size):
             batch = np.array(images[i:i + args.batch_size])
             if discrete:
                 rec, codes, _ = tokenizer(to_tensor(batch))
                 used[codes.flatten()] = True
+                all_codes.append(codes.reshape(len(batch), -1))
             else:
                 codes = tokenizer.encode(to_tensor(batch))[..., 0]  # [B, tokens]
                 rec = tokenizer.decode(tokenizer.encode(to_tensor(batch)))
@@ -83,6 +86,13 @@ def main() -> None:
                "codebook_size": getattr(tokenizer, "codebook_size", None),
                "tokens_per_image": int(codes[0].numel()), "classifier_accuracy_real": right_real / len(images),
                "classifier_accuracy_reconstructed": right_rec / len(images)}
+    if args.clips and discrete:
+        frames = SHAPES_CLIPS.num_frames
+        whole = len(images) // frames * frames
+        codes_t = torch.cat(all_codes)[:whole].reshape(-1, frames, codes[0].numel())
+        pixels = np.asarray(images[:whole]).reshape(-1, frames, *images.shape[1:])
+        figures["codes_kept_between_frames"] = float((codes_t[:, 1:] == codes_t[:, :-1]).float().mean())
+        figures["pixels_kept_between_frames"] = float((pixels[:, 1:] == pixels[:, :-1]).all(-1).mean())
     print(json.dumps(figures, indent=1))
     if args.picture:  # 8 images of the first batch: one frame from each of 8 clips with --clips
         picks = np.arange(8) * (SHAPES_CLIPS.num_frames if args.clips else 1)
