@@ -9,10 +9,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from vgen.apps.cli import main
 from vgen.eval.videos import read_video
+from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.pipelines import PipelineInfo, load, tensor_to_pil
 from vgen.video_pipeline import VideoPipeline, tile_clips
@@ -36,6 +38,22 @@ def test_load_gives_a_video_pipeline_whose_clips_decode_the_tokens_frame_by_fram
     assert np.array_equal(pipe([1, 2], seed=3).videos, out.videos)
     assert not np.array_equal(pipe([1, 2], seed=4).videos, out.videos)
     assert pipe(0, num_videos=3).class_ids == [0, 0, 0]
+
+
+def test_a_video_nar_backbone_loads_as_a_video_pipeline_and_takes_t_plus_h_plus_w_minus_2_passes(
+        video_dir, tmp_path, capsys) -> None:
+    torch.manual_seed(0)
+    nar = NARTransformer(NARConfig(grid=(3, 4, 4), vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16,
+                                   num_classes=3))
+    folder = VideoPipeline(nar, load(video_dir).tokenizer, load(video_dir).info).save_pretrained(tmp_path / "nar")
+    pipe = load(folder)
+    assert isinstance(pipe, VideoPipeline) and isinstance(pipe.model, NARTransformer)
+    out = pipe([0, 2], seed=1)
+    assert out.stats.sampler == "nar" and out.stats.forward_passes == 3 + 4 + 4 - 2
+    assert out.videos.shape == (2, 3, 16, 16, 3) and out.tokens.shape == (2, 48)
+    code, stdout, err = run(["sample", "--model", str(folder), "--out", str(tmp_path / "c.gif")], capsys)
+    assert code == 0, err
+    assert "9 forward passes where next-token AR takes 48" in stdout
 
 
 def test_parts_that_do_not_fit_are_refused(video_dir) -> None:
