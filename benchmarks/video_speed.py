@@ -5,8 +5,9 @@ The NBP and NAR rows run video pipelines (the embedded defaults unless told othe
 LlamaGen GPT with the first pipeline's width, depth, heads and vocabulary over the same tokens flattened in raster
 order (frames x rows x columns), sampled by ``ARSampler`` with its KV cache. Its weights are random: vgen trains
 no next-token video model, so that row measures speed only and has no quality column. Every method samples the
-same classes (in turn) with the same batch, CFG scale and filters; repeats are interleaved so background load hits
-them alike, and the table reports medians. The class accuracy beside each trained row is the per-frame domain
+same classes (in turn) with the same batch, CFG scale and filters; the clock covers token generation (decoding
+the tokens to frames is the same work for every row and is left out); repeats are interleaved so background load
+hits them alike, and the table reports medians. The class accuracy beside each trained row is the per-frame domain
 classifier's (``vgen.eval.quality.clip_class_accuracy``) on the clips the timed runs produced; ``vgen quality``
 gives it on more clips.
 
@@ -28,7 +29,8 @@ import torch
 import vgen
 from vgen.eval.quality import clip_class_accuracy
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
-from vgen.samplers import ARSampler, SamplingParams
+from vgen.pipelines import default_sampler
+from vgen.samplers import ARSampler, SamplingParams, get_sampler
 
 AR_ROW = "next-token AR (random weights)"
 
@@ -74,33 +76,31 @@ def main() -> None:
     classes = [i % first.num_classes for i in range(args.batch)]
     ar = None if args.no_ar else next_token_twin(first.model)
 
-    def run_pipe(pipe, seed: int) -> tuple[int, np.ndarray]:
-        out = pipe(classes, seed=seed, **params.to_dict())
-        return out.stats.forward_passes, out.videos
-
-    def run_ar(seed: int) -> tuple[int, None]:
-        out = ARSampler().sample(ar, torch.tensor(classes), params,
-                                 generator=torch.Generator().manual_seed(seed))
-        return out.stats.forward_passes, None
-
-    methods = {name: (lambda seed, pipe=pipe: run_pipe(pipe, seed)) for name, pipe in pipes.items()}
+    models = {name: (pipe.model, get_sampler(default_sampler(pipe.model))) for name, pipe in pipes.items()}
     if ar is not None:
-        methods[AR_ROW] = run_ar
-    for method in methods.values():
-        method(10_000)  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in methods}
+        models[AR_ROW] = (ar, ARSampler())
+    cond = torch.tensor(classes)
+
+    def tokens(name: str, seed: int) -> tuple[int, torch.Tensor]:
+        model, sampler = models[name]
+        out = sampler.sample(model, cond, params, generator=torch.Generator().manual_seed(seed))
+        return out.stats.forward_passes, out.tokens
+
+    for name in models:
+        tokens(name, 10_000)  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in models}
     passes: dict[str, int] = {}
     clips: dict[str, list[np.ndarray]] = {name: [] for name in pipes}
     for r in range(args.repeats):
-        for name, method in methods.items():
+        for name in models:
             start = time.perf_counter()
-            passes[name], videos = method(r)
-            times[name].append(time.perf_counter() - start)
-            if videos is not None:
-                clips[name].append(videos)
+            passes[name], drawn = tokens(name, r)
+            times[name].append(time.perf_counter() - start)  # token generation only: decoding is the same for all
+            if name in pipes:
+                clips[name].append(np.stack(pipes[name].decode(drawn)))
     frames = args.batch * first.num_frames
     rows = {}
-    for name in methods:
+    for name in models:
         wall = statistics.median(times[name])
         rows[name] = {"forward_passes": passes[name], "wall_s": wall, "frames_per_second": frames / wall,
                       "wall_runs_s": times[name]}
