@@ -531,20 +531,15 @@ def run_quality(args: argparse.Namespace) -> None:
 
 
 def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
-    """``vgen quality`` for a video pipeline: per-frame class accuracy of the clips [N, T, H, W, 3] and their motion
-    against as many real clips of the moving-shapes validation split (default clip config at the model's frame
-    count and size); ``grid`` gets one clip per class, a row of frames each."""
+    """``vgen quality`` for a video pipeline: :func:`~vgen.eval.quality.clip_quality` of the clips
+    [N, T, H, W, 3]; ``grid`` gets one clip per class, a row of frames each."""
     from PIL import Image
 
     from vgen import pipelines
-    from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
-    from vgen.eval.quality import clip_class_accuracy, motion_check
+    from vgen.data.clips import ClipsConfig
+    from vgen.eval.quality import clip_quality
 
-    clips = ClipsConfig(num_frames=pipe.num_frames, frame_size=pipe.info.image_size)
-    real, real_classes = render_clips(SPLIT_SEEDS["val"], 0, len(videos), clips)
-    figures = clip_class_accuracy(videos, classes)
-    figures["real_clips"] = {k: v for k, v in clip_class_accuracy(real, real_classes).items() if k != "per_class"}
-    figures.update(motion_check(videos, real))
+    figures = clip_quality(videos, classes, ClipsConfig(num_frames=pipe.num_frames, frame_size=pipe.info.image_size))
     if grid:
         first = [classes.index(c) for c in range(pipe.num_classes) if c in classes]
         frames = [Image.fromarray(frame) for i in first for frame in videos[i]]

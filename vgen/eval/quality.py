@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vgen.data.clips import ClipsConfig
 from vgen.eval.classifier import ShapesClassifier
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.samplers import SamplingParams, apply_cfg, build_processors
@@ -89,3 +90,14 @@ def motion_check(videos: np.ndarray, reference: np.ndarray) -> dict:
             "real_frame_change_p5": float(low), "real_frame_change_p95": float(high),
             "share_moving": float((change >= low).mean()), "share_above_real_p95": float((change > high).mean()),
             "num_real_clips": len(reference)}
+
+
+def clip_quality(videos: np.ndarray, class_ids: Sequence[int], clips: ClipsConfig) -> dict:
+    """Class and motion figures of generated clips [N, T, H, W, 3], against N real clips of the moving-shapes
+    validation split rendered with ``clips`` (whose class figures, under ``real_clips``, are the ceiling)."""
+    from vgen.data.clips import SPLIT_SEEDS, render_clips
+
+    real, real_classes = render_clips(SPLIT_SEEDS["val"], 0, len(videos), clips)
+    figures = clip_class_accuracy(videos, class_ids)
+    figures["real_clips"] = {k: v for k, v in clip_class_accuracy(real, real_classes).items() if k != "per_class"}
+    return {**figures, **motion_check(videos, real)}
