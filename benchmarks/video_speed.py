@@ -1,7 +1,7 @@
 """Video generation speed: NBP (frame blocks) and NAR (next-neighbour) pipelines against next-token AR of the same
 size over the same 1,024-token clips, in one run.
 
-The NBP and NAR rows run video pipelines (the embedded defaults unless told otherwise). The next-token row is a
+The NBP and NAR rows run the video pipelines given. The next-token row is a
 LlamaGen GPT with the first pipeline's width, depth, heads and vocabulary over the same tokens flattened in raster
 order (frames x rows x columns), sampled by ``ARSampler`` with its KV cache. Its weights are random: vgen trains
 no next-token video model, so that row measures speed only and has no quality column. Every method samples the
@@ -11,8 +11,8 @@ hits them alike, and the table reports medians. The class accuracy beside each t
 classifier's (``vgen.eval.quality.clip_class_accuracy``) on the clips the timed runs produced; ``vgen quality``
 gives it on more clips.
 
-    python benchmarks/video_speed.py --models shapes-video-nbp shapes-video-nar --batch 8 --repeats 3 \
-        --threads 2 --out docs/video_speed
+    vgen train package --gpt <nbp run>/export --vq <frame vq> --out /work/runs/pipe-video-nbp --cfg-scale 3.0
+    python benchmarks/video_speed.py --models /work/runs/pipe-video-nbp --batch 8 --repeats 3 --threads 1
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def next_token_twin(model: torch.nn.Module) -> LlamaGenGPT:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=["shapes-video-nbp", "shapes-video-nar"],
-                   help="video pipelines (embedded names or folders) of one token grid")
+    p.add_argument("--models", nargs="+", required=True,
+                   help="video pipelines (folders, or embedded names) of one token grid")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--cfg-scale", type=float, default=None, help="default: the first model's recommended scale")
