@@ -65,7 +65,7 @@ def main() -> None:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    pipes = {pipe.info.name: pipe for pipe in map(vgen.load, args.models)}
+    pipes = {model: vgen.load(model) for model in args.models}  # rows named as given
     first = next(iter(pipes.values()))
     grids = {name: tuple(pipe.model.grid) for name, pipe in pipes.items()}
     if len(set(grids.values())) != 1 or len(first.model.grid) != 3:

@@ -127,6 +127,8 @@ def test_the_nbp_warm_start_drops_the_begin_of_video_slots_and_starts_every_head
             assert torch.equal(state[key], value), key
     with pytest.raises(CheckpointError):
         warm_start(nar, NBPTransformer(NBPConfig(grid=(2, 2, 2), block="frame", **TOY)).state_dict())
+    with pytest.raises(CheckpointError, match="not a next-token or next-block model"):
+        warm_start(nar, {"encoder.conv_in.weight": torch.zeros(1)}, source="a VQ export")
 
 
 def test_an_image_run_starts_from_an_ar_export_and_trains(tiny_vq_dir, tmp_path) -> None:

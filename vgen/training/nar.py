@@ -13,7 +13,7 @@ weights carry over block for block. Both heads start from AR's final norm and ou
 target (the next token in the row) is AR's own target away from the row ends, and the below head's shares its
 vocabulary embedding.
 
-Warm start from NBP, for video. ``shapes-video-nar`` has ``shapes-video-nbp``'s width, depth and frame
+Warm start from NBP, for video. ``SHAPES_VIDEO_NAR`` has ``SHAPES_VIDEO_NBP``'s width, depth and frame
 vocabulary. NBP's output at a slot predicts the same cell one frame later, which is the target of NAR's
 next-frame head, so every block and both embeddings carry over and every head starts from NBP's output layer
 (NBP's begin-of-video slots are dropped). NBP rotates slot ``1 + p`` with the position of the token it predicts,
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
-from vgen.hub import from_pretrained, load_weights
+from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.training.ar import SHAPES_GPT, cached_codes
 from vgen.training.clip_codes import cached_clip_codes, video_config
@@ -57,6 +57,9 @@ def warm_start(model: NARTransformer, state: dict[str, torch.Tensor], source: st
     """Load a next-token (LlamaGen AR) or next-block (NBP) model's state into ``model``: blocks and embeddings by
     name, every head from its final norm and output layer (NBP's begin-of-video slots have no NAR counterpart).
     A state of another size is a :class:`~vgen.hub.CheckpointError`."""
+    if "norm.weight" not in state or "output.weight" not in state:
+        raise CheckpointError(f"{source} is not a next-token or next-block model: it has no final norm.weight and "
+                              f"output.weight to start the NAR heads from")
     kept = {k: v for k, v in state.items() if not k.startswith(("norm.", "output.")) and k != "bov"}
     for a in range(len(model.heads)):
         kept[f"heads.{a}.norm.weight"] = state["norm.weight"]
