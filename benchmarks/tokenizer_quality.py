@@ -92,7 +92,12 @@ def main() -> None:
         codes_t = torch.cat(all_codes)[:whole].reshape(-1, frames, codes[0].numel())
         pixels = np.asarray(images[:whole]).reshape(-1, frames, *images.shape[1:])
         figures["codes_kept_between_frames"] = float((codes_t[:, 1:] == codes_t[:, :-1]).float().mean())
-        figures["pixels_kept_between_frames"] = float((pixels[:, 1:] == pixels[:, :-1]).all(-1).mean())
+        pixel_kept = (pixels[:, 1:] == pixels[:, :-1]).all(-1)  # [clips, frames - 1, H, W]
+        figures["pixels_kept_between_frames"] = float(pixel_kept.mean())
+        # the most a tokenizer whose codes read only their own patch can keep: patches with no pixel changed
+        f = tokenizer.downsample_factor
+        patches = pixel_kept.reshape(*pixel_kept.shape[:2], pixel_kept.shape[2] // f, f, -1, f)
+        figures["patches_kept_between_frames"] = float(patches.all(axis=(3, 5)).mean())
     print(json.dumps(figures, indent=1))
     if args.picture:  # 8 images of the first batch: one frame from each of 8 clips with --clips
         picks = np.arange(8) * (SHAPES_CLIPS.num_frames if args.clips else 1)

@@ -51,11 +51,26 @@ MASK_3x1x2_FRAMES = rows_of("""
 """)
 
 
+# hybrid: input block 0 [bov_0, z_0, z_1] is causal (next-token prediction of block 0), input block 1 is
+# [z_2, bov_1, bov_2] with full attention, as before
+MASK_2x3_ROWS_HYBRID = rows_of("""
+1 0 0 0 0 0 0
+1 1 0 0 0 0 0
+1 1 1 0 0 0 0
+1 1 1 1 0 0 0
+1 1 1 1 1 1 1
+1 1 1 1 1 1 1
+1 1 1 1 1 1 1
+""")
+
+
 def test_block_causal_mask_cell_by_cell() -> None:
     assert torch.equal(block_causal_mask(2, 3), MASK_2x3_ROWS)
     assert torch.equal(block_causal_mask(3, 2), MASK_3x1x2_FRAMES)
     assert torch.equal(tiny((2, 3)).mask, MASK_2x3_ROWS)
     assert torch.equal(tiny((3, 1, 2), "frame").mask, MASK_3x1x2_FRAMES)
+    assert torch.equal(block_causal_mask(2, 3, hybrid=True), MASK_2x3_ROWS_HYBRID)
+    assert torch.equal(tiny((2, 3), hybrid=True).mask, MASK_2x3_ROWS_HYBRID)
 
 
 @pytest.mark.parametrize("grid, block, block_size, steps", [
@@ -66,8 +81,40 @@ def test_block_causal_mask_cell_by_cell() -> None:
 ])
 def test_block_size_and_step_count(grid, block, block_size, steps) -> None:
     config = NBPConfig(grid=grid, block=block, dim=32, n_head=2, n_layer=1)
-    assert (config.block_size, config.num_blocks) == (block_size, steps)
+    assert (config.block_size, config.num_blocks, config.num_steps) == (block_size, steps, steps)
     assert config.num_blocks * config.block_size == config.num_tokens
+    # the hybrid start draws block 0 token by token: B - 1 more passes (NBP's UCF layout: 80 + 15 = 95)
+    assert NBPConfig(grid=grid, block=block, hybrid=True, dim=32, n_head=2, n_layer=1).num_steps == \
+        steps + block_size - 1
+
+
+@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame")])
+def test_a_hybrid_model_predicts_block_0_token_by_token(grid, block) -> None:
+    """Perturbing token p changes no logit at positions <= p; inside block 0 it reaches token p + 1 (next-token
+    prediction), the last token of block 0 reaches all of block 1, and block k >= 1 still reaches block k + 1."""
+    model = tiny(grid, block, hybrid=True)
+    b, n = model.block_size, model.num_tokens
+    tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(1))
+    cls = torch.tensor([1, 3])
+    base = model(cls, tokens)
+    for p in range(n - b):
+        changed = tokens.clone()
+        changed[:, p] = (changed[:, p] + 1) % 40
+        diff = (model(cls, changed) - base).abs().amax(dim=(0, 2))
+        assert diff[:p + 1].max() == 0, f"token {p} leaked into its own or earlier logits"
+        reached = diff[p + 1:] > 1e-6
+        if p < b - 1:
+            assert reached[0], f"token {p} of block 0 does not reach token {p + 1}"
+        else:
+            nxt = (p // b + 1) * b  # the first token of the next block
+            assert reached[nxt - p - 1:nxt - p - 1 + b].all(), f"token {p} does not reach every token of the next block"
+
+
+def test_the_class_conditions_every_token_of_a_hybrid_model() -> None:
+    model = tiny((3, 4), hybrid=True)
+    tokens = torch.randint(0, 40, (1, 12), generator=torch.Generator().manual_seed(2))
+    a, b = model(torch.tensor([0]), tokens), model(torch.tensor([4]), tokens)
+    assert ((a - b).abs().amax(dim=(0, 2)) > 1e-6).all()
 
 
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((2, 2, 3), "row")])
@@ -119,6 +166,21 @@ def test_cached_block_decoding_equals_the_full_forward(grid, block, kv) -> None:
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((4, 2, 2), "frame")])
+def test_cached_hybrid_decoding_equals_the_full_forward(grid, block) -> None:
+    model = tiny(grid, block, hybrid=True)
+    b, n = model.block_size, model.num_tokens
+    cls = torch.tensor([0, 2, 4])
+    tokens = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(3))
+    full = model(cls, tokens)
+    cache = model.new_cache(3)
+    steps = [model.prefill(cls, cache)]
+    steps += [model.decode_first_block(tokens[:, i:i + 1], cache) for i in range(b - 1)]
+    steps += [model.decode(tokens[:, k * b:(k + 1) * b], cache) for k in range(n // b - 1)]
+    assert len(steps) == model.num_steps and cache.length == 1 + n
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
 def test_round_trips_through_save_and_from_pretrained(tmp_path) -> None:
     model = tiny((3, 2, 2), "frame")
     save_pretrained(model, tmp_path / "m")
@@ -159,3 +221,22 @@ def test_bad_tokens_and_cache_states_raise() -> None:
         model.decode(torch.zeros(1, 4, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="all 3 blocks are generated"):
         model.decode(torch.zeros(1, 4, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="generates block 0 in one pass"):
+        model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), model.new_cache(1))
+
+
+def test_bad_hybrid_cache_states_raise() -> None:
+    model = tiny((3, 4), hybrid=True)
+    cls, cache = torch.tensor([0]), model.new_cache(1)
+    with pytest.raises(ValueError, match="call prefill first"):
+        model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), cache)
+    model.prefill(cls, cache)
+    with pytest.raises(ValueError, match="call prefill and decode_first_block first"):
+        model.decode(torch.zeros(1, 4, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=r"one token per sample \[B, 1\]"):
+        model.decode_first_block(torch.zeros(1, 2, dtype=torch.long), cache)
+    for _ in range(3):
+        model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="fewer than 3 tokens of block 0"):
+        model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), cache)
+    assert model.decode(torch.zeros(1, 4, dtype=torch.long), cache).shape == (1, 4, 40)

@@ -1,8 +1,8 @@
 """NBPSampler against a naive loop with no cache: step k reruns the full forward on the grid drawn so far (undrawn
 blocks hold a placeholder, which the block-causal mask hides from block k), guides, processes and draws block k's
-tokens in one multinomial call, as the sampler contract says. Tokens must agree exactly, so the cache, the block
-bookkeeping, CFG batching, the interval and the linear schedule are all checked; the stats must count the forward
-passes the model really ran (one per block)."""
+tokens in one multinomial call, as the sampler contract says (a hybrid model's block 0: one token per step). Tokens
+must agree exactly, so the cache, the block bookkeeping, CFG batching, the interval and the linear schedule are all
+checked; the stats must count the forward passes the model really ran (one per block, plus B - 1 when hybrid)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from vgen.samplers import NBPSampler, SamplingParams, available_samplers, build_
 CLASSES = torch.tensor([0, 4, 2])
 
 
-def tiny(grid=(3, 4), block="row", seed=0) -> NBPTransformer:
+def tiny(grid=(3, 4), block="row", seed=0, hybrid=False) -> NBPTransformer:
     torch.manual_seed(seed)
-    model = NBPTransformer(NBPConfig(grid=grid, block=block, vocab_size=40, dim=48, n_layer=2, n_head=4,
-                                     multiple_of=16, num_classes=5))
+    model = NBPTransformer(NBPConfig(grid=grid, block=block, hybrid=hybrid, vocab_size=40, dim=48, n_layer=2,
+                                     n_head=4, multiple_of=16, num_classes=5))
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(std=0.2)
@@ -29,17 +29,21 @@ def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "co
     generator = torch.Generator().manual_seed(seed)
     guided = params.cfg_scale > 1.0
     cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
-    b, k_total = model.block_size, model.num_steps
+    b, k_total = model.block_size, model.num_tokens // model.block_size
+    # (block, first token, last token + 1) drawn per step
+    steps = [(k, k * b, (k + 1) * b) for k in range(k_total)]
+    if model.hybrid:
+        steps = [(0, i, i + 1) for i in range(b)] + steps[1:]
     seq = torch.full((len(class_ids), model.num_tokens), 7)
     with torch.no_grad():
-        for k in range(k_total):
-            logits = model(cond, torch.cat([seq, seq]) if guided else seq)[:, k * b:(k + 1) * b]
+        for k, first, end in steps:
+            logits = model(cond, torch.cat([seq, seq]) if guided else seq)[:, first:end]
             if guided:
                 c, u = logits.chunk(2)
                 if schedule == "linear":
                     scale = 1 + (params.cfg_scale - 1) * (k + 1) / k_total
-                else:  # guided while the block's first token index is <= cfg_interval + 1 (AR's token index)
-                    on = params.cfg_interval < 0 or k * b <= params.cfg_interval + 1
+                else:  # guided while the step's first token index is <= cfg_interval + 1 (AR's token index)
+                    on = params.cfg_interval < 0 or first <= params.cfg_interval + 1
                     scale = params.cfg_scale if on else 1.0
                 logits = u + (c - u) * scale
             logits = build_processors(params)(logits)
@@ -49,7 +53,7 @@ def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "co
                 probs = logits.softmax(-1)
                 tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
                 tokens = tokens.view(len(class_ids), -1)
-            seq[:, k * b:(k + 1) * b] = tokens
+            seq[:, first:end] = tokens
     return seq
 
 
@@ -63,17 +67,20 @@ PARAMS = {
 }
 
 
-@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((4, 2, 2), "frame"), ((2, 2, 3), "row")])
+@pytest.mark.parametrize("grid, block, hybrid", [((3, 4), "row", False), ((4, 2, 2), "frame", False),
+                                                 ((2, 2, 3), "row", False), ((3, 4), "row", True),
+                                                 ((4, 2, 2), "frame", True)])
 @pytest.mark.parametrize("name", list(PARAMS))
-def test_tokens_equal_the_uncached_full_forward_loop(grid, block, name) -> None:
-    model, params = tiny(grid, block), PARAMS[name]
+def test_tokens_equal_the_uncached_full_forward_loop(grid, block, hybrid, name) -> None:
+    model, params = tiny(grid, block, hybrid=hybrid), PARAMS[name]
     out = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(11))
     assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=11))
 
 
+@pytest.mark.parametrize("hybrid", [False, True])
 @pytest.mark.parametrize("name", ["greedy-cfg", "sampled-cfg"])
-def test_the_linear_schedule_equals_the_naive_ramp_and_differs_from_constant(name) -> None:
-    model, params = tiny((4, 2, 2), "frame"), PARAMS[name]
+def test_the_linear_schedule_equals_the_naive_ramp_and_differs_from_constant(name, hybrid) -> None:
+    model, params = tiny((4, 2, 2), "frame", hybrid=hybrid), PARAMS[name]
     out = NBPSampler(cfg_schedule="linear").sample(model, CLASSES, params, generator=torch.Generator().manual_seed(5))
     assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, "linear", seed=5))
     const = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(5))
@@ -91,6 +98,16 @@ def test_one_forward_pass_per_block_counted_and_run(grid, block, steps) -> None:
     assert out.stats.tokens == 3 * model.num_tokens and out.stats.tokens_per_forward == model.block_size
     b = model.block_size
     assert torch.equal(out.stats.accept_step[0], torch.arange(model.num_tokens) // b + 1)
+
+
+def test_a_hybrid_model_draws_block_0_one_token_per_pass() -> None:
+    model = tiny((4, 2, 2), "frame", hybrid=True)  # blocks of 4: 4 passes for block 0, then 3
+    calls = []
+    model.layers[0].register_forward_hook(lambda *_: calls.append(1))
+    out = NBPSampler().sample(model, CLASSES, SamplingParams(cfg_scale=2.0), generator=torch.Generator().manual_seed(0))
+    assert out.stats.forward_passes == len(calls) == model.num_steps == 7
+    assert out.stats.details["hybrid"] is True
+    assert out.stats.accept_step[0].tolist() == [1, 2, 3, 4] + [5] * 4 + [6] * 4 + [7] * 4
 
 
 def test_same_seed_same_tokens_other_seed_other_tokens() -> None:

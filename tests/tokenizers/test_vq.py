@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from vgen.hub import from_pretrained, save_pretrained
 from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
 
 # two levels (downsampling 2), narrow channels: a few thousand parameters
@@ -174,6 +175,8 @@ def test_config_validation() -> None:
         VQConfig(ch=48)
     with pytest.raises(ValueError, match="codebook"):
         VQConfig(codebook_size=1)
+    with pytest.raises(ValueError, match="encoder must be one of"):
+        VQConfig(encoder="vit")
 
 
 def test_encode_has_a_straight_through_gradient() -> None:
@@ -183,3 +186,36 @@ def test_encode_has_a_straight_through_gradient() -> None:
     assert loss.ndim == 0 and loss.item() > 0
     quant.sum().backward()
     assert x.grad is not None and torch.count_nonzero(x.grad) > 0
+
+
+def latents_before_and_after_changing_one_patch(config: VQConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoder latents [B, C, 4, 4] of 8-px images, and of the same images with patch (row 1, col 2) redrawn."""
+    model = make_vq(config)
+    x = images()
+    changed = x.clone()
+    changed[:, :, 2:4, 4:6] = torch.rand(2, 3, 2, 2) * 2 - 1
+    with torch.no_grad():
+        return model.encoder(x), model.encoder(changed)
+
+
+def test_a_patch_encoder_code_reads_only_its_own_patch() -> None:
+    before, after = latents_before_and_after_changing_one_patch(replace(SMALL, encoder="patch"))
+    moved = (before - after).abs().amax(dim=(0, 1))  # [4, 4]
+    assert moved[1, 2] > 1e-3
+    moved[1, 2] = 0
+    assert torch.equal(moved, torch.zeros_like(moved))
+
+
+def test_the_conv_encoder_mixes_the_whole_frame_into_every_code() -> None:
+    before, after = latents_before_and_after_changing_one_patch(SMALL)
+    assert bool(((before - after).abs().amax(dim=(0, 1)) > 1e-6).all())
+
+
+def test_a_patch_encoder_model_round_trips_through_its_config(tmp_path) -> None:
+    model = make_vq(replace(SMALL, encoder="patch"))
+    save_pretrained(model, tmp_path)
+    loaded = from_pretrained(tmp_path)
+    assert loaded.config.encoder == "patch"
+    x = images()
+    with torch.no_grad():
+        assert torch.equal(loaded.encode(x)[1], model.encode(x)[1])

@@ -31,10 +31,11 @@ def test_a_fresh_model_scores_ln_v() -> None:
     assert loss.item() == pytest.approx(math.log(16), abs=1e-6)
 
 
-def test_the_shapes_video_layout_is_1024_tokens_in_16_frame_blocks() -> None:
+def test_the_shapes_video_layout_is_1024_tokens_in_16_frame_blocks_with_a_hybrid_start() -> None:
     tokenizer = VQModel(SHAPES_FRAME_VQ)
     config = video_config(tokenizer, ClipsConfig(), SHAPES_VIDEO_NBP)
     assert config.grid == (16, 8, 8) and config.num_tokens == 1024 and config.num_blocks == 16
+    assert config.hybrid and config.num_steps == 64 + 15  # frame 0 token by token, then 15 frames
     assert SHAPES_FRAME_VQ.downsample_factor == 4 and config.vocab_size == SHAPES_FRAME_VQ.codebook_size
     with pytest.raises(ValueError, match="frame size 18 is not a multiple of the tokenizer's downsample factor 4"):
         video_config(tokenizer, ClipsConfig(frame_size=18), SHAPES_VIDEO_NBP)

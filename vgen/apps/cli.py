@@ -7,6 +7,7 @@ checkpoints, unwritable outputs) ends with one ``vgen: error: ...`` line and exi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from vgen.data.shapes import BACKGROUND_KINDS
 from vgen.hub import CheckpointError
+from vgen.tokenizers.vq import ENCODER_KINDS
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16"}
@@ -267,6 +269,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                            help="start a new run from these model weights (an export folder) instead of random init"
                                 + ("; an AR or NBP model's export warm-starts the NAR blocks and heads" if what == "nar"
                                    else ""))
+        if what == "frame-tokenizer":
+            t.add_argument("--encoder", choices=ENCODER_KINDS, default="patch",
+                           help="patch: each code reads only its own 4x4 pixels, so a patch that does not change "
+                                "between frames keeps its code; conv: LlamaGen's encoder, which mixes the whole frame "
+                                "into every code")
         if what == "nar":
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -405,11 +412,11 @@ def run_train(args: argparse.Namespace) -> None:
         train_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
                         TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes)
     elif args.what == "frame-tokenizer":
-        from vgen.training.tokenizer import TokenizerRecipe, train_frame_tokenizer
+        from vgen.training.tokenizer import SHAPES_FRAME_VQ, TokenizerRecipe, train_frame_tokenizer
 
         train_frame_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
                               TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size),
-                              max_minutes=args.max_minutes)
+                              dataclasses.replace(SHAPES_FRAME_VQ, encoder=args.encoder), max_minutes=args.max_minutes)
     elif args.what == "kl":
         from vgen.training.kl import KLRecipe, train_kl
 

@@ -15,9 +15,19 @@ Block-causal mask. A slot in input block ``k`` sees the class slot and every slo
 (full attention inside its block, causal across blocks: NBP's ``get_attn_mask``); the class slot sees itself.
 No target leaks: the slots of block ``k`` hold tokens of blocks ``< k`` only.
 
+Hybrid start (``hybrid=True``, NBP's ``--hybrid`` of its class-conditional UCF-101 models). Block 0 has no earlier
+block to read, so with parallel decoding its ``B`` tokens are drawn independently given the class alone: on data
+whose first frame is many-modal (where is the object, what colour) that is noise. The hybrid layout generates block
+0 token by token instead: slot 1 holds the first begin-of-video embedding and predicts token 0, slots ``2 .. B``
+hold tokens ``0 .. B-2`` under a causal mask (next-token prediction), and input block 1 is ``[z_{B-1}, bov_1 ..
+bov_{B-1}]`` (NBP's ``middle_bos``, here the remaining begin-of-video rows, so both layouts have the same
+parameters). Slots and positions are otherwise unchanged; sampling takes ``B + K - 1`` passes.
+
 KV cache. :meth:`NBPTransformer.prefill` runs the class and begin-of-video slots (step 1), and each
 :meth:`NBPTransformer.decode` feeds one generated block and returns the next block's logits (steps 2 .. K); the
-keys and values of every block stay cached, so a step computes only its own ``B`` slots.
+keys and values of every block stay cached, so a step computes only its own ``B`` slots. In the hybrid layout
+:meth:`NBPTransformer.prefill` runs the class and the first begin-of-video slot, and
+:meth:`NBPTransformer.decode_first_block` feeds block 0 one token at a time before ``decode`` takes over.
 """
 
 from __future__ import annotations
@@ -38,11 +48,12 @@ BLOCK_KINDS = ("row", "frame")
 
 @dataclass(frozen=True)
 class NBPConfig:
-    """The token grid ((H, W) or (T, H, W)), the block kind (``"row"`` or, for video, ``"frame"``) and LlamaGen's
-    ``ModelArgs``."""
+    """The token grid ((H, W) or (T, H, W)), the block kind (``"row"`` or, for video, ``"frame"``), whether block 0
+    is generated token by token (``hybrid``) and LlamaGen's ``ModelArgs``."""
 
     grid: tuple[int, ...] = (16, 8, 8)
     block: str = "frame"
+    hybrid: bool = False
     vocab_size: int = 1024
     dim: int = 384
     n_layer: int = 8
@@ -97,6 +108,11 @@ class NBPConfig:
     def kv_heads(self) -> int:
         return self.n_kv_head or self.n_head
 
+    @property
+    def num_steps(self) -> int:
+        """Forward passes to generate a grid: one per block, plus ``B - 1`` for a token-by-token block 0."""
+        return self.num_blocks + (self.block_size - 1 if self.hybrid else 0)
+
     def block_config(self) -> GPTConfig:
         """The transformer-block settings (``block_size`` is unused by a block)."""
         names = {f.name for f in fields(GPTConfig)} - {"block_size"}
@@ -110,15 +126,20 @@ class NBPConfig:
         return cls(**d)
 
 
-def block_causal_mask(num_blocks: int, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+def block_causal_mask(num_blocks: int, block_size: int, hybrid: bool = False,
+                      device: torch.device | str = "cpu") -> torch.Tensor:
     """Bool [1 + K*B, 1 + K*B] (True = attend) over the slots: the class slot, then ``K`` input blocks of ``B``.
 
     A slot of input block ``k`` sees the class slot and the slots of blocks ``0 .. k``; the class slot sees itself.
+    With ``hybrid`` input block 0 is causal (next-token prediction of block 0).
     """
     block = torch.arange(num_blocks * block_size, device=device) // block_size
     mask = torch.ones(1 + len(block), 1 + len(block), dtype=torch.bool, device=device)
     mask[1:, 1:] = block[None, :] <= block[:, None]
     mask[0, 1:] = False
+    if hybrid:
+        first = slice(1, 1 + block_size)
+        mask[first, first] = torch.ones(block_size, block_size, dtype=torch.bool, device=device).tril()
     return mask
 
 
@@ -140,7 +161,7 @@ class NBPTransformer(nn.Module):
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
         self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base)
-        self.mask = block_causal_mask(config.num_blocks, config.block_size)
+        self.mask = block_causal_mask(config.num_blocks, config.block_size, config.hybrid)
         self.apply(self._init_weights)
         nn.init.normal_(self.bov, std=0.02)
         nn.init.zeros_(self.output.weight)
@@ -165,8 +186,12 @@ class NBPTransformer(nn.Module):
 
     @property
     def num_steps(self) -> int:
-        """Forward passes to generate a grid: one per block."""
-        return self.config.num_blocks
+        """Forward passes to generate a grid (:attr:`NBPConfig.num_steps`)."""
+        return self.config.num_steps
+
+    @property
+    def hybrid(self) -> bool:
+        return self.config.hybrid
 
     @property
     def vocab_size(self) -> int:
@@ -206,9 +231,11 @@ class NBPTransformer(nn.Module):
         if tokens.ndim != 2 or tokens.shape[1] != n:
             raise ValueError(f"tokens must be [batch, {n}] (the whole {self._grid_text()} grid in raster order), "
                              f"got shape {tuple(tokens.shape)}")
-        h = torch.cat([self.cls_embedding(class_ids), self._bov(len(class_ids)),
-                       self.tok_embeddings(tokens[:, :n - b])], dim=1)
-        return self._run(h, 0, None)[:, 1:]
+        emb = self.tok_embeddings(tokens[:, :n - b])
+        bov = self._bov(len(class_ids))
+        # hybrid: [bov_0, z_0 .. z_{B-2}], then input block 1 [z_{B-1}, bov_1 .. bov_{B-1}], then blocks 1 ..
+        inputs = [bov[:, :1], emb[:, :b], bov[:, 1:], emb[:, b:]] if self.hybrid else [bov, emb]
+        return self._run(torch.cat([self.cls_embedding(class_ids), *inputs], dim=1), 0, None)[:, 1:]
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
@@ -218,15 +245,32 @@ class NBPTransformer(nn.Module):
                        self.config.head_dim, dtype or p.dtype, device or p.device)
 
     def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Run the class and begin-of-video slots into an empty cache; logits [B, block_size, V] of block 0."""
+        """Run the class and begin-of-video slots into an empty cache; logits [B, block_size, V] of block 0 (hybrid:
+        logits [B, 1, V] of its token 0)."""
         if cache.length != 0:
             raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
-        h = torch.cat([self.cls_embedding(class_ids), self._bov(len(class_ids))], dim=1)
+        bov = self._bov(len(class_ids))
+        h = torch.cat([self.cls_embedding(class_ids), bov[:, :1] if self.hybrid else bov], dim=1)
         return self._run(h, 0, cache)[:, 1:]
+
+    def decode_first_block(self, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Hybrid layout: feed token ``i`` [B, 1] of block 0 (the cache holding the class, the first begin-of-video
+        slot and tokens ``< i``) and return the logits [B, 1, V] of token ``i + 1``, for ``i < block_size - 1``."""
+        if not self.hybrid:
+            raise ValueError("decode_first_block is the hybrid layout's; this model generates block 0 in one pass")
+        if token.ndim != 2 or token.shape[1] != 1:
+            raise ValueError(f"decode_first_block takes one token per sample [B, 1], got shape {tuple(token.shape)}")
+        start = cache.length
+        if not 2 <= start <= self.block_size:
+            raise ValueError(f"decode_first_block needs a cache holding the class, the first begin-of-video slot and "
+                             f"fewer than {self.block_size - 1} tokens of block 0 (2 .. {self.block_size} "
+                             f"positions: call prefill first), this one holds {start}")
+        return self._run(self.tok_embeddings(token), start, cache)
 
     def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Feed block ``k`` [B, block_size] (the cache holding the class and blocks before it) and return the logits
-        [B, block_size, V] of block ``k + 1``."""
+        [B, block_size, V] of block ``k + 1``. In the hybrid layout the cache holds tokens ``0 .. B-2`` of block 0
+        already, and feeding block 0 runs input block 1, ``[z_{B-1}, bov_1 .. bov_{B-1}]``."""
         b = self.block_size
         if tokens.ndim != 2 or tokens.shape[1] != b:
             raise ValueError(f"a block of the {self._grid_text()} grid in {self.config.block} blocks has {b} "
@@ -234,10 +278,14 @@ class NBPTransformer(nn.Module):
         start = cache.length
         if start < 1 + b or (start - 1) % b:
             raise ValueError(f"decode needs a cache holding the class and whole blocks (1 + k * {b} positions, "
-                             f"k >= 1: call prefill first), this one holds {start}")
+                             f"k >= 1: call prefill{' and decode_first_block' if self.hybrid else ''} first), this "
+                             f"one holds {start}")
         if start + b > 1 + self.num_tokens:
-            raise ValueError(f"all {self.num_steps} blocks are generated; the last block feeds nothing")
-        return self._run(self.tok_embeddings(tokens), start, cache)
+            raise ValueError(f"all {self.config.num_blocks} blocks are generated; the last block feeds nothing")
+        h = self.tok_embeddings(tokens)
+        if self.hybrid and start == 1 + b:
+            h = torch.cat([h[:, -1:], self._bov(len(tokens))[:, 1:]], dim=1)
+        return self._run(h, start, cache)
 
     def _grid_text(self) -> str:
         names = ("frames", "rows", "columns")[-len(self.grid):]

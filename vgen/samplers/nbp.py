@@ -2,7 +2,8 @@
 
 Step ``k`` (1-based) feeds the block drawn at step ``k - 1`` (the begin-of-video slots at step 1) and draws all
 ``B`` tokens of block ``k - 1`` at once, each independently (temperature, top-k, top-p, then a draw), as NBP's
-``sample_with_past`` does. The step count equals the number of blocks.
+``sample_with_past`` does. The step count equals the number of blocks. A hybrid model (NBP's
+``hybrid_sample_with_past``) draws block 0 one token per pass first, ``B + K - 1`` passes in all.
 
 Classifier-free guidance is LlamaGen's ``u + s (c - u)`` on a doubled batch [cond; null]. NBP writes it as
 ``(1 + t) c - t u``, the same thing with ``s = 1 + t``. ``cfg_schedule="constant"`` keeps ``s`` for every block
@@ -58,25 +59,42 @@ class NBPSampler(Sampler):
         device = next(model.parameters()).device
         class_ids = class_ids.to(device)
         batch, n, b, guided = class_ids.shape[0], model.num_tokens, model.block_size, params.guided
-        num_blocks = model.num_steps
         cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
         cache = model.new_cache(cond.shape[0])
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
+        num_blocks = n // b
+
+        def draw(logits: torch.Tensor, k: int, first_token: int) -> torch.Tensor:
+            return sample_logits(processors(self.guide(logits, params, k, num_blocks, first_token)), params.greedy,
+                                 generator)[0]
+
+        def feed(drawn: torch.Tensor) -> torch.Tensor:
+            return torch.cat([drawn, drawn]) if guided else drawn
+
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             logits = model.prefill(cond, cache)
-            for k in range(num_blocks):
-                guided_logits = self.guide(logits, params, k, num_blocks, k * b)
-                block = sample_logits(processors(guided_logits), params.greedy, generator)[0]
+            if model.hybrid:  # block 0 token by token
+                for i in range(b):
+                    tokens[:, i:i + 1] = draw(logits, 0, i)
+                    bar.update(1)
+                    if i + 1 < b:
+                        logits = model.decode_first_block(feed(tokens[:, i:i + 1]), cache)
+                logits = model.decode(feed(tokens[:, :b]), cache)
+            for k in range(1 if model.hybrid else 0, num_blocks):
+                block = draw(logits, k, k * b)
                 tokens[:, k * b:(k + 1) * b] = block
                 bar.update(b)
                 if k + 1 < num_blocks:
-                    logits = model.decode(torch.cat([block, block]) if guided else block, cache)
+                    logits = model.decode(feed(block), cache)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        step_of = (torch.arange(n) // b + 1).repeat(batch, 1)
-        stats = SamplerStats(sampler=self.name, forward_passes=num_blocks, tokens=batch * n,
+        step_of = torch.arange(n) // b + 1
+        if model.hybrid:  # token i of block 0 at pass i + 1, block k at pass B + k
+            step_of = torch.where(step_of == 1, torch.arange(n) + 1, step_of + b - 1)
+        step_of = step_of.repeat(batch, 1)
+        stats = SamplerStats(sampler=self.name, forward_passes=model.num_steps, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start, batch_size=batch, accept_step=step_of,
                              details={"grid": list(model.grid), "block": model.config.block, "block_size": b,
-                                      "cfg_schedule": self.cfg_schedule})
+                                      "hybrid": model.hybrid, "cfg_schedule": self.cfg_schedule})
         return SampleOutput(tokens=tokens, stats=stats)

@@ -4,6 +4,11 @@ Parameter names, shapes and numerics follow LlamaGen's released ``vq_ds16_c2i.pt
 those files load strictly; the same class with a small :class:`VQConfig` is the tokenizer of vgen's embedded
 models. Codes index an L2-normalised codebook: both the encoder output and the codebook rows are normalised
 before the nearest-neighbour lookup.
+
+``encoder="patch"`` swaps LlamaGen's convolutional encoder for one that reads each code's own pixel patch and
+nothing else (a vgen variant, not in LlamaGen's files): a patch that does not change between two video frames then
+keeps its code. LlamaGen's encoder mixes the whole frame into every code (3x3 convolutions, attention and
+GroupNorm's statistics over the frame), so a small moving object changes codes everywhere.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+ENCODER_KINDS = ("conv", "patch")
 
 
 @dataclass(frozen=True)
@@ -29,9 +36,12 @@ class VQConfig:
     z_channels: int = 256
     norm_groups: int = 32
     dropout: float = 0.0
+    encoder: str = "conv"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ch_mult", tuple(self.ch_mult))
+        if self.encoder not in ENCODER_KINDS:
+            raise ValueError(f"encoder must be one of {ENCODER_KINDS}, got {self.encoder!r}")
         if self.codebook_size < 2 or self.codebook_embed_dim < 1:
             raise ValueError(f"codebook must have >= 2 entries of dim >= 1, got {self.codebook_size}x"
                              f"{self.codebook_embed_dim}")
@@ -164,6 +174,49 @@ class Encoder(nn.Module):
         return self.conv_out(F.silu(self.norm_out(h)))
 
 
+class PositionNorm(nn.Module):
+    """LayerNorm over the channels of each position of a [B, C, H, W] map (no statistics across positions)."""
+
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(ch, eps=1e-6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class PatchMLPBlock(nn.Module):
+    """Pre-norm residual MLP applied to each position on its own (1x1 convolutions)."""
+
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.norm = PositionNorm(ch)
+        self.fc1 = nn.Conv2d(ch, 4 * ch, 1)
+        self.fc2 = nn.Conv2d(4 * ch, ch, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.silu(self.fc1(self.norm(x))))
+
+
+class PatchEncoder(nn.Module):
+    """Each output position from its own ``downsample_factor``-pixel patch only: a strided patch embedding, then as
+    many residual MLP blocks as the conv encoder has residual blocks (levels x num_res_blocks + 2 in the middle)."""
+
+    def __init__(self, cfg: VQConfig) -> None:
+        super().__init__()
+        width, f = cfg.ch * cfg.ch_mult[-1], cfg.downsample_factor
+        self.conv_in = nn.Conv2d(3, width, f, f)
+        self.blocks = nn.ModuleList(PatchMLPBlock(width) for _ in range(len(cfg.ch_mult) * cfg.num_res_blocks + 2))
+        self.norm_out = PositionNorm(width)
+        self.conv_out = nn.Conv2d(width, cfg.z_channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv_in(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.conv_out(F.silu(self.norm_out(h)))
+
+
 class Decoder(nn.Module):
     def __init__(self, cfg: VQConfig) -> None:
         super().__init__()
@@ -247,7 +300,7 @@ class VQModel(nn.Module):
     def __init__(self, config: VQConfig) -> None:
         super().__init__()
         self.config = config
-        self.encoder = Encoder(config)
+        self.encoder = PatchEncoder(config) if config.encoder == "patch" else Encoder(config)
         self.decoder = Decoder(config)
         self.quantize = VectorQuantizer(config)
         self.quant_conv = nn.Conv2d(config.z_channels, config.codebook_embed_dim, 1)

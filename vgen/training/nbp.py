@@ -1,11 +1,12 @@
 """Recipe: train an NBP next-block model on tokenised moving-shapes clips (``vgen train nbp``).
 
 Clips are tokenised frame by frame (:mod:`vgen.training.clip_codes`). The loss is NBP's: one teacher-forced pass
-under the block-causal mask over ``[class, begin-of-video x B, blocks 0 .. K-2]`` and the cross-entropy against
-every token, with LlamaGen's 10% class dropout for the null class guidance needs.
+under the block-causal mask over ``[class, begin-of-video x B, blocks 0 .. K-2]`` (hybrid: block 0 under a causal
+mask, :mod:`vgen.models.nbp`) and the cross-entropy against every token, with LlamaGen's 10% class dropout for
+the null class guidance needs.
 
 Sizes. Default clips are 16 frames of 32x32 pixels; with a per-frame VQ of downsample factor 4 (``SHAPES_FRAME_VQ``)
-that is 16 x 8 x 8 = 1024 tokens, generated in 16 frame blocks.
+that is 16 x 8 x 8 = 1024 tokens, generated in 16 frame blocks after frame 0's 64 tokens one by one (79 passes).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, fit_on_codes
 
 # shapes-video-nbp: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in frame blocks; grid and
-# vocabulary follow the tokenizer and clips a run is given
-SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="frame", vocab_size=SHAPES_FRAME_VQ.codebook_size,
+# vocabulary follow the tokenizer and clips a run is given. Hybrid start (frame 0 token by token, 16 + 63 = 79
+# passes): the first run drew frame 0's 64 tokens independently given the class, and its clips were noise
+SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="frame", hybrid=True, vocab_size=SHAPES_FRAME_VQ.codebook_size,
                              dim=SHAPES_GPT.dim, n_layer=SHAPES_GPT.n_layer, n_head=SHAPES_GPT.n_head,
                              multiple_of=SHAPES_GPT.multiple_of, num_classes=SHAPES_GPT.num_classes,
                              class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
