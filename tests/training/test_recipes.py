@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import torch
 from vgen.data.clips import ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained
 from vgen.models.llamagen import GPTConfig
-from vgen.tokenizers.vq import VQConfig
+from vgen.tokenizers.vq import ENCODER_KINDS, VQConfig
 from vgen.training.ar import ARRecipe, cached_codes, train_ar
 from vgen.training.tokenizer import TokenizerRecipe, train_frame_tokenizer, train_tokenizer
 from vgen.training.trainer import TrainConfig
@@ -33,16 +34,18 @@ def test_tokenizer_recipe_restarts_dead_codes_and_exports(tmp_path):
         assert torch.equal(a, b)
 
 
-def test_frame_tokenizer_trains_on_every_frame_of_the_clips(tmp_path):
+@pytest.mark.parametrize("encoder", ENCODER_KINDS)
+def test_frame_tokenizer_trains_on_every_frame_of_the_clips(tmp_path, encoder):
     clips = ClipsConfig(num_frames=4, frame_size=16)
     cfg = TrainConfig(steps=2, lr=1e-3, warmup_steps=1, bf16=False)
     model = train_frame_tokenizer(tmp_path / "vq", tmp_path / "clips", cfg, TokenizerRecipe(num_images=3, batch_size=4),
-                                  TOY_VQ, clips)
+                                  replace(TOY_VQ, encoder=encoder), clips)
     assert np.load(tmp_path / "clips" / "train_clips.npy").shape == (3, 4, 16, 16, 3)  # 12 frames to draw from
     frames = torch.zeros(2, 3, 16, 16)
     _, codes, _ = model.encode(frames)
     assert codes.shape == (2, 4, 4)  # downsample 4: a 16-px frame is 4 x 4 codes
-    assert isinstance(from_pretrained(tmp_path / "vq" / "export"), type(model))
+    exported = from_pretrained(tmp_path / "vq" / "export")
+    assert isinstance(exported, type(model)) and exported.config.encoder == encoder
 
 
 def test_ar_recipe_caches_codes_and_exports_the_ema_model(tmp_path):

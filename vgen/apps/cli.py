@@ -270,10 +270,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                                 + ("; an AR or NBP model's export warm-starts the NAR blocks and heads" if what == "nar"
                                    else ""))
         if what == "frame-tokenizer":
-            t.add_argument("--encoder", choices=ENCODER_KINDS, default="patch",
-                           help="patch: each code reads only its own 4x4 pixels, so a patch that does not change "
-                                "between frames keeps its code; conv: LlamaGen's encoder, which mixes the whole frame "
-                                "into every code")
+            t.add_argument("--encoder", choices=ENCODER_KINDS, default=None,
+                           help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
+                                "not change between frames keeps its code; conv: LlamaGen's encoder, which mixes the "
+                                "whole frame into every code")
         if what == "nar":
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -416,7 +416,8 @@ def run_train(args: argparse.Namespace) -> None:
 
         train_frame_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
                               TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size),
-                              dataclasses.replace(SHAPES_FRAME_VQ, encoder=args.encoder), max_minutes=args.max_minutes)
+                              dataclasses.replace(SHAPES_FRAME_VQ, encoder=args.encoder or SHAPES_FRAME_VQ.encoder),
+                              max_minutes=args.max_minutes)
     elif args.what == "kl":
         from vgen.training.kl import KLRecipe, train_kl
 
