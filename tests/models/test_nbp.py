@@ -150,32 +150,20 @@ def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of
     assert not torch.allclose(model(torch.tensor([0]), tokens)[:, :4], a[:, :4])
 
 
-@pytest.mark.parametrize("grid, block, kv", [((3, 4), "row", None), ((4, 2, 2), "frame", None),
-                                             ((2, 2, 3), "row", 2)])
-def test_cached_block_decoding_equals_the_full_forward(grid, block, kv) -> None:
-    model = tiny(grid, block, n_kv_head=kv)
+@pytest.mark.parametrize("grid, block, kv, hybrid", [((3, 4), "row", None, False), ((4, 2, 2), "frame", None, False),
+                                                     ((2, 2, 3), "row", 2, False), ((3, 4), "row", None, True),
+                                                     ((4, 2, 2), "frame", 2, True)])
+def test_cached_block_decoding_equals_the_full_forward(grid, block, kv, hybrid) -> None:
+    """prefill, then (hybrid) block 0 token by token, then one block per decode: the full forward's logits."""
+    model = tiny(grid, block, n_kv_head=kv, hybrid=hybrid)
     b, n = model.block_size, model.num_tokens
     cls = torch.tensor([0, 2, 4])
     tokens = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(3))
     full = model(cls, tokens)
     cache = model.new_cache(3)
     steps = [model.prefill(cls, cache)]
-    for k in range(model.num_steps - 1):
-        steps.append(model.decode(tokens[:, k * b:(k + 1) * b], cache))
-    assert len(steps) == model.num_steps and cache.length == 1 + n
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((4, 2, 2), "frame")])
-def test_cached_hybrid_decoding_equals_the_full_forward(grid, block) -> None:
-    model = tiny(grid, block, hybrid=True)
-    b, n = model.block_size, model.num_tokens
-    cls = torch.tensor([0, 2, 4])
-    tokens = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(3))
-    full = model(cls, tokens)
-    cache = model.new_cache(3)
-    steps = [model.prefill(cls, cache)]
-    steps += [model.decode_first_block(tokens[:, i:i + 1], cache) for i in range(b - 1)]
+    if hybrid:
+        steps += [model.decode_first_block(tokens[:, i:i + 1], cache) for i in range(b - 1)]
     steps += [model.decode(tokens[:, k * b:(k + 1) * b], cache) for k in range(n // b - 1)]
     assert len(steps) == model.num_steps and cache.length == 1 + n
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
