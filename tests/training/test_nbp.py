@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,7 +14,7 @@ from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
-from vgen.training.clip_codes import video_config
+from vgen.training.clip_codes import video_config, with_time_reversed
 from vgen.training.nbp import SHAPES_VIDEO_NBP, NBPRecipe, train_nbp
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
@@ -57,3 +58,13 @@ def test_a_few_steps_reduce_the_loss_and_the_run_resumes_and_exports(tiny_vq_dir
     assert json.loads((run / "state.json").read_text())["step"] == 45
     steps = [r["step"] for r in (json.loads(line) for line in (run / "log.jsonl").read_text().splitlines())]
     assert steps[-1] == 45 and steps.count(40) == 1  # resumed at 40, not restarted
+
+
+def test_time_reversal_appends_every_clip_with_its_frames_in_reverse_order() -> None:
+    codes = np.arange(2 * 3 * 4).reshape(2, 12)  # 2 clips of 3 frames of 4 codes
+    out, labels = with_time_reversed(codes, np.array([5, 7]), num_frames=3)
+    assert np.array_equal(out[:2], codes) and labels.tolist() == [5, 7, 5, 7]
+    assert out[2].tolist() == [8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3]  # frames 2, 1, 0; each frame's codes in order
+    assert np.array_equal(out[3].reshape(3, 4), codes[1].reshape(3, 4)[::-1])
+    with pytest.raises(ValueError, match="12 codes per clip do not split into 5 frames"):
+        with_time_reversed(codes, np.array([5, 7]), num_frames=5)

@@ -274,6 +274,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                            help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
                                 "not change between frames keeps its code; conv: LlamaGen's encoder, which mixes the "
                                 "whole frame into every code")
+        if what == "nbp":
+            t.add_argument("--no-time-reversed", action="store_true",
+                           help="train on the clips as rendered only, not also played backwards")
         if what == "nar":
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -441,7 +444,8 @@ def run_train(args: argparse.Namespace) -> None:
         from vgen.training.nbp import NBPRecipe, train_nbp
 
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
-                  NBPRecipe(num_clips=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+                  NBPRecipe(num_clips=args.num_images, batch_size=args.batch_size,
+                            time_reversed=not args.no_time_reversed), max_minutes=args.max_minutes)
     elif args.what == "nar":
         from vgen.training.nar import NARRecipe, train_nar, train_video_nar
 

@@ -33,6 +33,17 @@ def cached_clip_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: in
     return np.load(path), np.asarray(labels)
 
 
+def with_time_reversed(codes: np.ndarray, labels: np.ndarray, num_frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """The clips' codes [N, T*h*w] followed by the same clips played backwards (frame order reversed), labels
+    repeated: [2N, T*h*w]. A clip run backwards is a clip of the same class (a glide, bounce and spin reversed), and
+    its last frame becomes a first frame, which a video model otherwise sees once per clip. With a per-frame VQ the
+    codes of a reversed clip are the reversed codes."""
+    if codes.shape[1] % num_frames:
+        raise ValueError(f"{codes.shape[1]} codes per clip do not split into {num_frames} frames")
+    backwards = codes.reshape(len(codes), num_frames, -1)[:, ::-1].reshape(codes.shape)
+    return np.concatenate([codes, backwards]), np.concatenate([labels, labels])
+
+
 def video_config(tokenizer: torch.nn.Module, clips: ClipsConfig, config: GridConfig) -> GridConfig:
     """``config`` on the token grid and vocabulary that ``tokenizer`` gives ``clips``."""
     factor = tokenizer.downsample_factor

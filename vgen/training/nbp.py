@@ -18,7 +18,7 @@ from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
-from vgen.training.clip_codes import cached_clip_codes, video_config
+from vgen.training.clip_codes import cached_clip_codes, video_config, with_time_reversed
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, fit_on_codes
 
@@ -33,8 +33,12 @@ SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="frame", hybrid=True, vocab_
 
 @dataclass(frozen=True)
 class NBPRecipe:
+    """``time_reversed``: also train on every clip played backwards (:func:`with_time_reversed`), twice the first
+    frames for the token-by-token frame 0 (added after the second run, whose frame 0 was not a shape yet)."""
+
     num_clips: int = 4000
     batch_size: int = 16
+    time_reversed: bool = True
 
 
 def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
@@ -43,4 +47,6 @@ def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     """Train (or resume) an NBP run in ``run_dir``; the EMA model is exported to ``run_dir/export``."""
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
     codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
+    if recipe.time_reversed:
+        codes, labels = with_time_reversed(codes, labels, clips.num_frames)
     return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes)
