@@ -419,7 +419,8 @@ def run_train(args: argparse.Namespace) -> None:
 
         train_frame_tokenizer(args.run_dir, args.data_dir, TrainConfig(**common, weight_decay=0.0, ema_decay=0.99),
                               TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size),
-                              dataclasses.replace(SHAPES_FRAME_VQ, encoder=args.encoder or SHAPES_FRAME_VQ.encoder),
+                              dataclasses.replace(SHAPES_FRAME_VQ, encoder=args.encoder) if args.encoder
+                              else SHAPES_FRAME_VQ,
                               max_minutes=args.max_minutes)
     elif args.what == "kl":
         from vgen.training.kl import KLRecipe, train_kl
