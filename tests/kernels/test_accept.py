@@ -28,6 +28,7 @@ def make_rules(vocab: int = V) -> dict:
         "lantern-k0": LanternRule(latent_neighbours(codebook, 0), delta=0.2),
         "gsd": GroupedRule(embeddings, rank_window=4, p_threshold=0.05, dist_threshold=1.0),
         "gsd-w0": GroupedRule(embeddings, rank_window=0),
+        "gsd-bf16": GroupedRule(embeddings.bfloat16(), rank_window=4, p_threshold=0.05, dist_threshold=1.0),
     }
 
 
@@ -62,9 +63,10 @@ def test_random_windows_match_the_reference(name: str, batch: int, one_hot_q: bo
     check(both, RULES[name], p, q, drafts, proposals, uniforms, valid)
 
 
-@pytest.mark.parametrize("name", ["exact", "lantern-tv", "gsd"])
+@pytest.mark.parametrize("name", RULES)
 def test_all_accepted_all_rejected_and_the_end_of_the_image(name: str, both) -> None:
-    p, q, drafts, proposals, _ = window(3, 4, seed=7, one_hot_q=True)
+    p, q, drafts, _, _ = window(3, 4, seed=7, one_hot_q=True)
+    proposals = drafts  # the target drew every draft: exact-match accepts with certainty too
     valid = torch.ones_like(drafts, dtype=torch.bool)
     rule = RULES[name]
     accepted, chance = check(both, rule, p, q, drafts, proposals, torch.zeros(drafts.shape), valid)
@@ -84,6 +86,34 @@ def test_the_first_rejection_stops_the_window(both) -> None:
                            (1 + target) / 2)
     accepted, _ = check(both, RULES["exact"], p, q, drafts, proposals, uniforms, torch.ones_like(drafts).bool())
     assert accepted.tolist() == [2, 0]
+
+
+@pytest.mark.parametrize("name", ["exact", "match"])
+def test_a_draw_equal_to_the_acceptance_probability_rejects(name: str, both) -> None:
+    """Ties at the boundary: a draft is kept only when its draw lies strictly below its acceptance probability
+    (exact: p(x) in (0, 1) with one-hot q, formed exactly on both sides; match: 1, every draft drawn by p)."""
+    p, q, drafts, _, _ = window(2, 5, seed=11, one_hot_q=True)
+    valid = torch.ones_like(drafts, dtype=torch.bool)
+    chance = RULES[name].accept_probs(p, q, drafts, drafts)
+    accepted, _ = check(both, RULES[name], p, q, drafts, drafts, chance, valid)
+    assert accepted.tolist() == [0, 0]
+    accepted, _ = check(both, RULES[name], p, q, drafts, drafts, torch.nextafter(chance, torch.zeros(())), valid)
+    assert accepted.tolist() == [5, 5]
+
+
+@pytest.mark.parametrize(("mode", "delta", "moved"), [("tv", 0.375, 0.375), ("tv", 0.37, 0.25),
+                                                       ("relative", 1.75, 0.375), ("relative", 1.7, 0.25)])
+def test_lantern_moves_the_neighbour_mass_that_meets_the_budget_exactly(mode: str, delta: float, moved: float,
+                                                                        both) -> None:
+    """Masses that are exact binary fractions: a neighbour whose running mass equals the budget (delta, or
+    (lambda - 1) p(x) with p(x) = 0.5) still gives its mass, one just past it does not."""
+    p = torch.tensor([[[0.5, 0.25, 0.125, 0.0625, 0.0625]]])
+    neighbours = torch.tensor([[1, 2, 3, 4], [0, 2, 3, 4], [0, 1, 3, 4], [0, 1, 2, 4], [0, 1, 2, 3]])
+    drafts = torch.zeros(1, 1, dtype=torch.long)
+    q = torch.ones(1, 1, 5)  # q(x) = 1: the acceptance probability is p~(x) itself
+    _, chance = check(both, LanternRule(neighbours, delta, mode=mode), p, q, drafts, drafts, torch.zeros(1, 1),
+                      torch.ones(1, 1, dtype=torch.bool))
+    assert chance.item() == 0.5 + moved
 
 
 def test_gsd_groups_over_tied_probabilities(both) -> None:
