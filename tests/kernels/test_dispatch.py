@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
-from vgen.kernels import probs, use_backend  # noqa: E402
+from vgen.kernels import accept, common, probs, residual, use_backend  # noqa: E402
 from vgen.kernels.common import recording  # noqa: E402
 from vgen.kernels.dispatch import choose  # noqa: E402
 from vgen.models.llamagen import GPTConfig  # noqa: E402
@@ -80,9 +80,26 @@ class FakeTokenizer(torch.nn.Module):
         return self.vectors
 
 
+@pytest.fixture
+def launched(monkeypatch) -> list[str]:
+    """The names of the kernels launched from here on (each launch still runs)."""
+    names: list[str] = []
+
+    def spy(kernel, grid, *args, **options):
+        names.append(kernel.__name__)
+        common.launch(kernel, grid, *args, **options)
+
+    for module in (probs, accept, residual):
+        monkeypatch.setattr(module, "launch", spy)
+    return names
+
+
+SPECULATIVE = {"probs_kernel", "accept_kernel", "residual_kernel"}
 RUNS = {
     "sjd-cfg": ("sjd", dict(window=4), SamplingParams(cfg_scale=2.0, temperature=0.8)),
     "lantern": ("lantern", dict(window=4, lantern_k=6, lantern_delta=0.3), SamplingParams()),
+    "lantern++": ("lantern", dict(window=4, lantern_k=6, lantern_delta=3.0, lantern_mode="relative"),
+                  SamplingParams(top_p=0.9)),
     "gsd": ("gsd", dict(window=4, gsd_rank_window=3, gsd_dist_threshold=50.0), SamplingParams(cfg_scale=2.0)),
     "match-greedy": ("speculative", dict(window=4, accept="match", draft_init="left"),
                      SamplingParams(temperature=0.0, cfg_scale=2.0)),
@@ -92,7 +109,7 @@ RUNS = {
 
 @pytest.mark.parametrize(("name", "options", "params"), RUNS.values(), ids=RUNS.keys())
 def test_seeded_sampler_runs_agree_on_both_sides(name: str, options: dict, params: SamplingParams,
-                                                 tiny_gpt_factory) -> None:
+                                                 tiny_gpt_factory, launched) -> None:
     config = GPTConfig(vocab_size=48, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=16)
     model, tokenizer = tiny_gpt_factory(config), FakeTokenizer(config.vocab_size)
     sampler = get_sampler(name, **options)
@@ -102,9 +119,11 @@ def test_seeded_sampler_runs_agree_on_both_sides(name: str, options: dict, param
                               tokenizer=tokenizer)
 
     reference = run()
+    assert launched == []  # auto on CPU: the references
     with use_backend("triton"):
         kernel = run()
     assert torch.equal(kernel.tokens, reference.tokens)
     assert kernel.stats.accepted_lengths == reference.stats.accepted_lengths
+    assert set(launched) == ({"probs_kernel"} if name == "ar" else SPECULATIVE)  # the sampler calls every op
     if name != "ar":
-        assert max(reference.stats.accepted_lengths) > 1  # drafts were kept and rejected: every op was used
+        assert max(reference.stats.accepted_lengths) > 1  # drafts were kept and rejected

@@ -24,6 +24,8 @@ SETTINGS = {
     "cfg-all": SamplingParams(temperature=1.3, top_k=9, top_p=0.9, cfg_scale=3.0),
     "cfg-interval": SamplingParams(top_p=0.8, cfg_scale=2.5, cfg_interval=1),  # guidance stops inside the window
     "top-k>=V": SamplingParams(top_k=1000, top_p=0.95),
+    "top-k=1": SamplingParams(top_k=1, cfg_scale=2.0),
+    "top-p tiny": SamplingParams(top_p=1e-6),  # only the first-ranked token survives
     "greedy-cfg": SamplingParams(temperature=0.0, top_k=3, cfg_scale=4.0),
 }
 
@@ -84,6 +86,13 @@ def test_top_p_1_and_top_k_at_the_vocabulary_filter_nothing(both) -> None:
         reference, kernel = both(target_probs, logits, params, 0)
         assert bool((kernel > 0).all())
         assert_same_distribution(reference, kernel)
+
+
+def test_a_tiny_top_p_keeps_only_the_first_of_tied_maxima(both) -> None:
+    logits = torch.tensor([[1.0, 3.0, 0.0, 3.0, 3.0]])
+    reference, kernel = both(target_probs, logits, SamplingParams(top_p=1e-6), 0)
+    assert (kernel > 0).tolist() == [[False, True, False, False, False]]
+    assert_same_distribution(reference, kernel)
 
 
 def test_greedy_picks_the_first_of_tied_maxima(both) -> None:

@@ -53,6 +53,15 @@ def test_random_rejections_match_the_reference(name: str, batch: int, one_hot_q:
     assert bool((res.gather(-1, tokens[:, None]) > 0).all())  # never a token the residual rules out
 
 
+@pytest.mark.parametrize("name", RULES)
+def test_rejections_at_both_ends_of_the_window(name: str, both) -> None:
+    """The first draft rejected (every draft rejected) and only the last one (all the others accepted)."""
+    p, q, drafts, proposals, _, uniforms = window(2, 5, seed=8, one_hot_q=False)
+    at = torch.tensor([0, 3])
+    for draws in (uniforms, None):
+        check(both, RULES[name], p, q, drafts, proposals, at, draws)
+
+
 def test_many_draws_agree_token_for_token(both) -> None:
     """One residual row, 64 draws spread over [0, 1): the kernel walks the same CDF as the reference."""
     p, q, drafts, proposals, _, _ = window(1, 3, seed=4, one_hot_q=False)
