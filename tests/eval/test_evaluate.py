@@ -171,3 +171,12 @@ def test_inception_weights_are_found_checked_and_recorded(inception_layout, seed
     assert result["resolution"] == [40, 40] and any("only 3 samples for 2048-d" in w for w in result["warnings"])
     saved = GaussianStats.load(str(tmp_path / "s.npz"))
     assert saved.mu.shape == (2048,) and saved.weights_sha256 == result["weights_sha256"]
+
+
+def test_a_covariance_that_is_not_one_is_named_in_the_result(tmp_path, capsys) -> None:
+    sigma = np.diag([1.0, 1.0, -0.5])  # a damaged stats file: a negative variance
+    GaussianStats(np.zeros(3), np.eye(3), 10, "shapes", (64, 64)).save(str(tmp_path / "a.npz"))
+    GaussianStats(np.zeros(3), sigma, 10, "shapes", (64, 64)).save(str(tmp_path / "b.npz"))
+    result = run_json(["eval", "fid", "--real", str(tmp_path / "a.npz"), "--fake", str(tmp_path / "b.npz")], capsys)
+    assert result["sqrt_min_eigenvalue"] == pytest.approx(-0.5)
+    assert any("not positive semi-definite" in w for w in result["warnings"])

@@ -1,6 +1,7 @@
-"""FID and KID against independent formulas: the eigenvalue route to tr sqrt(S1 S2) equals the symmetric
-square root, closed forms hold for diagonal covariances, rank-deficient covariances stay finite, and KID is the
-unbiased polynomial-kernel MMD^2."""
+"""FID and KID against independent formulas: the eigenvalue route to tr sqrt(S1 S2) equals a 50-digit symmetric
+square root on random, ill-conditioned and rank-deficient covariances, closed forms hold for shifted isotropic and
+commuting covariances, parts dropped beyond rounding are reported, and KID is the unbiased polynomial-kernel
+MMD^2."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from vgen.eval.fid import (
+    FrechetWarning,
     GaussianStats,
     SampleSizeWarning,
     check_comparable,
@@ -39,6 +41,78 @@ def test_matches_the_symmetric_square_root_formula() -> None:
     result = frechet_distance(a, b)
     assert result.fid == pytest.approx(expected, rel=1e-9)
     assert result.max_imaginary < 1e-8
+
+
+def mpmath_frechet(a: GaussianStats, b: GaussianStats) -> float:
+    """The Fréchet distance of the same float64 statistics in 50-digit arithmetic, through the symmetric form
+    tr sqrt(S1^1/2 S2 S1^1/2) (real eigenvalues by construction, so nothing is clamped but exact-zero noise)."""
+    mp = pytest.importorskip("mpmath").mp
+    with mp.workdps(50):
+        s1, s2 = mp.matrix(a.sigma.tolist()), mp.matrix(b.sigma.tolist())
+        w, q = mp.eigsy(s1)
+        root = q * mp.diag([mp.sqrt(max(x, 0)) for x in w]) * q.T
+        trace_sqrt = mp.fsum(mp.sqrt(max(x, 0)) for x in mp.eigsy(root * s2 * root, eigvals_only=True))
+        diff = mp.fsum((mp.mpf(x) - mp.mpf(y)) ** 2 for x, y in zip(a.mu, b.mu))
+        return float(diff + mp.fsum(s1[i, i] + s2[i, i] for i in range(s1.rows)) - 2 * trace_sqrt)
+
+
+def rotated(rng: np.random.Generator, eigenvalues: np.ndarray) -> np.ndarray:
+    """A covariance with these eigenvalues in random directions."""
+    q, _ = np.linalg.qr(rng.normal(size=(len(eigenvalues), len(eigenvalues))))
+    s = (q * eigenvalues) @ q.T
+    return (s + s.T) / 2
+
+
+def features(rng: np.random.Generator, n: int, d: int, decay: float) -> np.ndarray:
+    """ReLU features of correlated Gaussians whose scales fall to ``decay`` (like a network's activations)."""
+    return np.maximum(rng.normal(size=(n, d)) @ (rng.normal(size=(d, d)) * np.logspace(0, np.log10(decay), d)), 0)
+
+
+def stats_pair(case: str) -> tuple[GaussianStats, GaussianStats]:
+    rng = np.random.default_rng(7)
+    if case.startswith("condition"):  # eigenvalues from 1 down to 1e-8 or 1e-12
+        d, cond = 24, float(case.removeprefix("condition "))
+        spectrum = lambda: np.logspace(0, -np.log10(cond), d)
+        return (GaussianStats(rng.normal(size=d) * 0.1, rotated(rng, spectrum()), 0),
+                GaussianStats(rng.normal(size=d) * 0.1, rotated(rng, spectrum()), 0))
+    n, d, decay = {"random": (400, 16, 1.0), "decaying features": (200, 32, 1e-5),
+                   "fewer samples than dimensions": (12, 32, 1e-2)}[case]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SampleSizeWarning)
+        return (GaussianStats.of(features(rng, n, d, decay)), GaussianStats.of(features(rng, n, d, decay) + 0.05))
+
+
+@pytest.mark.parametrize("case", ["random", "condition 1e8", "condition 1e12", "decaying features",
+                                  "fewer samples than dimensions"])
+def test_equals_a_50_digit_reference(case: str) -> None:
+    a, b = stats_pair(case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FrechetWarning)  # rounding stays far below the warning's threshold
+        assert frechet_distance(a, b).fid == pytest.approx(mpmath_frechet(a, b), rel=1e-6)
+        assert frechet_distance(a, a).fid == pytest.approx(0, abs=1e-6 * np.trace(a.sigma))
+
+
+def test_shifted_isotropic_and_commuting_gaussians_give_the_closed_form() -> None:
+    rng = np.random.default_rng(8)
+    d, shift = 10, rng.normal(size=10)
+    iso = lambda mu, s: GaussianStats(mu, rotated(rng, np.full(d, s**2)), 0)
+    assert frechet_distance(iso(np.zeros(d), 1.5), iso(shift, 1.5)).fid == pytest.approx(shift @ shift, rel=1e-12)
+    assert frechet_distance(iso(np.zeros(d), 1.0), iso(shift, 3.0)).fid == pytest.approx(shift @ shift + d * 4,
+                                                                                       rel=1e-12)
+    x = rng.normal(size=(300, d)) @ rng.normal(size=(d, d))  # y = c x + m: cov_y = c^2 cov_x, which commutes
+    a, b = GaussianStats.of(x), GaussianStats.of(0.3 * x + shift)
+    expected = np.sum((0.3 * a.mu + shift - a.mu) ** 2) + (1 - 0.3) ** 2 * np.trace(a.sigma)
+    assert frechet_distance(a, b).fid == pytest.approx(expected, rel=1e-10)
+
+
+def test_parts_dropped_beyond_rounding_are_reported() -> None:
+    """A 'covariance' with a negative eigenvalue is not one: the clamped part is named, not silently dropped."""
+    rng = np.random.default_rng(9)
+    good = GaussianStats(np.zeros(6), rotated(rng, np.linspace(1, 2, 6)), 0)
+    bad = GaussianStats(np.zeros(6), rotated(rng, np.array([-0.5, 1, 1, 1, 1, 1])), 0)
+    with pytest.warns(FrechetWarning, match=r"negative parts down to -0\.\d+ .* not positive semi-definite"):
+        result = frechet_distance(good, bad)
+    assert result.min_eigenvalue < -0.1
 
 
 def test_diagonal_closed_form_and_zero_for_identical_sets() -> None:

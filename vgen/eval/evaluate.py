@@ -86,7 +86,10 @@ def frechet_report(real: str | Path, fake: str | Path, settings: EvalSettings = 
     caught = [f"{' and '.join(names)}: {message}" for message, names in side_warnings.items()]
     (real_feats, a), (fake_feats, b) = sides["real"], sides["fake"]
     caught += check_comparable(a, b)
-    result = frechet_distance(a, b)
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        result = frechet_distance(a, b)
+    caught += [str(r.message) for r in records]
     report = {metric: result.fid, "features": features, "n_real": a.count, "n_fake": b.count,
               "resolution_real": list(a.resolution or []) or None, "resolution_fake": list(b.resolution or []) or None,
               "weights_sha256": a.weights_sha256 or b.weights_sha256}
