@@ -2,7 +2,7 @@
 
 On a GPU it prints, per op and setting, the median time of the torch reference and of the kernel over interleaved
 repeats (CUDA synchronised), the speed-up, and whether both gave the same result. Without a GPU it runs the
-kernels in Triton's interpreter on the same inputs (27 s of CPU time at the default sizes) and prints only the
+kernels in Triton's interpreter on the same inputs (about 30 s of CPU time at the default sizes) and prints only the
 agreement: speed needs a GPU. Either way it exits with status 1 if any kernel disagreed with its reference.
 
 Sizes default to LlamaGen's: vocabulary 16384, window 16, 8 samples doubled to 16 rows by CFG (scale 4,
