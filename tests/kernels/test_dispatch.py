@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
-from vgen.kernels import accept, common, probs, residual, use_backend  # noqa: E402
+from vgen.kernels import accept, common, dispatch, probs, residual, use_backend  # noqa: E402
 from vgen.kernels.common import recording  # noqa: E402
 from vgen.kernels.dispatch import choose  # noqa: E402
 from vgen.models.llamagen import GPTConfig  # noqa: E402
@@ -24,6 +24,22 @@ def test_auto_picks_triton_only_for_cuda_tensors(monkeypatch) -> None:
     monkeypatch.delenv("VGEN_DISABLE_TRITON", raising=False)
     assert choose("probs", CPU) == "torch"
     assert choose("probs", CUDA) == "triton"
+
+
+def test_without_triton_auto_runs_the_reference_and_forcing_it_raises(monkeypatch) -> None:
+    monkeypatch.setattr(dispatch, "triton_available", lambda: False)
+    assert choose("probs", CUDA) == "torch"
+    with use_backend("triton"), pytest.raises(RuntimeError, match=re.escape('pip install -e ".[triton]"')):
+        choose("probs", CUDA)
+
+
+def test_forcing_a_kernel_on_cpu_tensors_needs_the_interpreter(monkeypatch) -> None:
+    monkeypatch.setattr(dispatch, "_INTERPRETED", False)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with use_backend("triton"):
+        assert choose("probs", CUDA) == "triton"
+        with pytest.raises(RuntimeError, match="needs Triton's interpreter"):
+            choose("probs", CPU)
 
 
 ALL = {"probs", "accept", "residual"}
