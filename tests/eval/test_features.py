@@ -109,3 +109,16 @@ def test_eval_errors_are_one_line(tmp_path, capsys) -> None:
     assert "unsupported file type .txt" in capsys.readouterr().err
     assert main(["eval", "fid", "--real", "a", "--fake", "b", "--features", "clip"]) == 2
     assert "unknown feature set 'clip'" in capsys.readouterr().err
+
+
+def test_shapes_video_features_ignore_frame_order() -> None:
+    """Until a video feature network is trained, video features are the per-frame features averaged over time: the
+    mean of the frames' own features, and so blind to the order of the frames (a reversed clip is the same)."""
+    from vgen.data.clips import render_clips
+
+    clips, _ = render_clips(0, 0, 3)
+    features = load_extractor("shapes", "videos")(clips)
+    n, t = clips.shape[:2]
+    per_frame = shapes_features(clips.reshape(n * t, *clips.shape[2:])).reshape(n, t, -1)
+    np.testing.assert_allclose(features, per_frame.mean(1), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(load_extractor("shapes", "videos")(clips[:, ::-1]), features, rtol=1e-6, atol=1e-9)
