@@ -37,7 +37,7 @@ from vgen.samplers.base import (
     check_inputs,
     register_sampler,
 )
-from vgen.samplers.logits import draw, target_probs
+from vgen.samplers.logits import draw, draw_rows, target_probs
 from vgen.samplers.speculative.drafters import (
     DRAFT_COUPLINGS,
     DRAFT_INITS,
@@ -153,7 +153,7 @@ class Speculative(Sampler):
                 passes += 1
                 index = pos[:, None] + offsets  # the image token each window position predicts
                 p = target_probs(logits, params, index)
-                proposals = draw(p, params.greedy, generator)
+                proposals = draw_rows(p, params.greedy, generator)
                 # left to right: drafts kept until the first rejection (or the end of the image)
                 uniforms = torch.rand(drafts.shape, generator=generator, device=device)
                 accepted = accept_drafts(rule, p[:, :-1], q, drafts, proposals[:, :-1], uniforms, index[:, :-1] < n)[0]
