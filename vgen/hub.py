@@ -26,7 +26,7 @@ class CheckpointError(ValueError):
 
 
 def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
-    from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
+    from vgen.eval.classifier import ClassifierConfig, ShapesClassifier, ShapesVideoClassifier, VideoClassifierConfig
     from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
     from vgen.models.draft_head import DraftHead, DraftHeadConfig
     from vgen.models.llamagen import GPTConfig, LlamaGenGPT
@@ -37,7 +37,9 @@ def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
     from vgen.tokenizers.vq import VQConfig, VQModel
 
     return {"LlamaGenGPT": (LlamaGenGPT, GPTConfig), "VQModel": (VQModel, VQConfig),
-            "ShapesClassifier": (ShapesClassifier, ClassifierConfig), "DraftHead": (DraftHead, DraftHeadConfig),
+            "ShapesClassifier": (ShapesClassifier, ClassifierConfig),
+            "ShapesVideoClassifier": (ShapesVideoClassifier, VideoClassifierConfig),
+            "DraftHead": (DraftHead, DraftHeadConfig),
             "NARTransformer": (NARTransformer, NARConfig), "NBPTransformer": (NBPTransformer, NBPConfig),
             "ContinuousAR": (ContinuousAR, MARConfig),
             "KLTokenizer": (KLTokenizer, KLConfig),

@@ -253,7 +253,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                 "ar": (40000, 1e-3, 32, 500), "classifier": (3000, 2e-3, 64, 100),
                 "drafter": (1500, 1e-3, 32, 100), "kl": (800, 1e-3, 32, 50),
                 "mar": (3000, 1e-3, 32, 100), "nbp": (20000, 1e-3, 16, 500), "nar": (3000, 1e-3, 32, 100),
-                "blockdiff": (2400, 6e-4, 8, 100)}
+                "blockdiff": (2400, 6e-4, 8, 100), "video-classifier": (3000, 2e-3, 32, 100)}
     for what, (steps, lr, batch, warmup) in defaults.items():
         t = tsub.add_parser(what, help=f"train the shapes {what}")
         t.add_argument("--run-dir", default=str(RUNS / f"shapes-{what}"), help="checkpoints and logs (resumes)")
@@ -261,7 +261,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--background", choices=BACKGROUND_KINDS, default=None,
                        help="render the data folder with this background (recorded in it; default: what the "
                             "folder records, else textured)")
-        if what not in ("tokenizer", "frame-tokenizer", "kl", "blockdiff"):
+        if what not in ("tokenizer", "frame-tokenizer", "kl", "blockdiff", "video-classifier"):
             t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
                            help="trained tokenizer folder")
         if what in ("ar", "nar"):
@@ -301,8 +301,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--warmup-steps", type=int, default=warmup)
         t.add_argument("--num-images", type=int,
                        default={"drafter": 16000, "kl": 16000, "mar": 16000, "nbp": 4000,
-                                "blockdiff": 5000, "frame-tokenizer": 5000, "nar": 24000}.get(what, 80000),
-                       help="training images (clips for frame-tokenizer, nbp, nar --video and blockdiff)")
+                                "blockdiff": 5000, "frame-tokenizer": 5000, "nar": 24000,
+                                "video-classifier": 5000}.get(what, 80000),
+                       help="training images (clips for frame-tokenizer, nbp, nar --video, blockdiff and "
+                            "video-classifier)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         # fp32 where bf16 autocast measured slower on this CPU: 2x for blockdiff (1,024 tokens a clip), about 1.5x
@@ -460,6 +462,13 @@ def run_train(args: argparse.Namespace) -> None:
         train_blockdiff(args.run_dir, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                         BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size),
                         max_minutes=args.max_minutes)
+    elif args.what == "video-classifier":
+        from vgen.training.video_classifier import VideoClassifierRecipe, train_video_classifier
+
+        figures = train_video_classifier(args.run_dir, args.data_dir, TrainConfig(**common),
+                                         VideoClassifierRecipe(num_clips=args.num_images, batch_size=args.batch_size),
+                                         max_minutes=args.max_minutes)
+        print(json.dumps(figures))
     elif args.what == "drafter":
         from vgen.training.drafter import DrafterRecipe, train_drafter
 

@@ -115,6 +115,14 @@ def classifier_input(images: np.ndarray, classifier: torch.nn.Module) -> torch.T
     return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 127.5 - 1
 
 
+def clip_input(videos: np.ndarray, model: torch.nn.Module) -> torch.Tensor:
+    """uint8 videos [N, T, H, W, 3] -> the video classifier's input [N, 3, T, S, S] in [-1, 1] (frames resized as
+    :func:`classifier_input` does)."""
+    n, t = videos.shape[:2]
+    frames = classifier_input(np.asarray(videos).reshape(n * t, *videos.shape[2:]), model)
+    return frames.reshape(n, t, *frames.shape[1:]).transpose(1, 2).contiguous()
+
+
 def shipped_classifier_sha256() -> str:
     from vgen.eval.classifier import SHIPPED_CLASSIFIER
     from vgen.eval.weights import sha256_of
