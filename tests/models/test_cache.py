@@ -139,6 +139,16 @@ def test_append_writes_after_the_cached_positions_and_advance_commits_them() -> 
 
 
 @torch.no_grad()
+@torch.no_grad()
+def test_a_video_layout_cache_equals_full_forward(tiny_gpt_factory) -> None:
+    """Three frames of 2 x 2 tokens (vgen's next-token video AR): the same cache contract over the 3-D rotary table."""
+    config = GPTConfig(vocab_size=48, dim=64, n_layer=2, n_head=4, num_classes=7, block_size=12, frames=3)
+    model = tiny_gpt_factory(config)
+    tokens = random_tokens(12, config)
+    got = cached_logits(model, tokens[:, :11], [1, 4, 6])
+    torch.testing.assert_close(got, model(CLASSES, tokens[:, :11]), atol=ATOL, rtol=0)
+
+
 def test_rows_advancing_independently_equal_the_full_forward(tiny_gpt_factory) -> None:
     """``decode_rows``: each row writes a window at its own start, stale draft keys past a row's length are
     ignored, and every row's logits equal the full causal forward of its own sequence."""

@@ -6,11 +6,12 @@ exact state-dict layout of its checkpoints. The expected values are written out 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-from vgen.models.layers import apply_rope, rope_2d_table, swiglu_hidden_dim
+from vgen.models.layers import apply_rope, rope_2d_table, rope_grid_table, swiglu_hidden_dim
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config, llamagen_config_for
 
 TINY = GPTConfig(vocab_size=40, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=16)
@@ -158,6 +159,23 @@ def test_config_errors_are_specific() -> None:
 def test_config_round_trips_through_a_dict() -> None:
     config = gpt_config("GPT-XL", block_size=576, n_kv_head=4)
     assert GPTConfig.from_dict(config.to_dict()) == config
+    assert "frames" not in config.to_dict()  # an image model's config is LlamaGen's ModelArgs, nothing added
+    video = replace(TINY, frames=4, block_size=64)
+    assert video.to_dict()["frames"] == 4 and GPTConfig.from_dict(video.to_dict()) == video
+
+
+@pytest.mark.parametrize(("frames", "block_size"), [(0, 16), (1.5, 16), (3, 16), (2, 20)])
+def test_frames_must_split_the_tokens_into_square_frames(frames, block_size: int) -> None:
+    with pytest.raises(ValueError, match="frames must be an integer >= 1|frame\\(s\\) of a square number"):
+        GPTConfig(block_size=block_size, frames=frames)
+
+
+def test_a_video_config_lays_its_tokens_frame_by_frame_with_3d_rope() -> None:
+    model = meta_gpt(replace(TINY, frames=4, block_size=64))
+    assert (model.num_tokens, model.grid, model.config.grid_size) == (64, (4, 4, 4), 4)
+    # token 1 + p turns with (frame, row, column) of raster position p; the class position not at all
+    torch.testing.assert_close(model.rope, rope_grid_table((4, 4, 4), TINY.head_dim))
+    assert model.rope.shape == (65, TINY.head_dim // 2, 2) and not model.rope[0].any()
 
 
 # ---- checkpoint layout -------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
-from vgen.training.clip_codes import video_config, with_time_reversed
-from vgen.training.nbp import SHAPES_VIDEO_NBP, NBPRecipe, train_nbp
+from vgen.training.clip_codes import ClipRecipe, video_config, with_time_reversed
+from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
 
@@ -46,14 +46,14 @@ def test_a_few_steps_reduce_the_loss_and_the_run_resumes_and_exports(tiny_vq_dir
     run, data = tmp_path / "run", tmp_path / "data"
     cfg = NBPConfig(grid=(2, 2, 2), block="frame", vocab_size=2, **TOY)  # grid and vocabulary follow the tokenizer
     train = dict(lr=3e-3, warmup_steps=5, log_every=5, bf16=False, ema_decay=0.9)
-    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=40, **train), NBPRecipe(num_clips=16, batch_size=8), cfg,
+    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=40, **train), ClipRecipe(num_clips=16, batch_size=8), cfg,
               CLIPS)
     logs = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in logs if "loss" in r]
     assert losses[0] > 2.5 and losses[-1] < losses[0] - 0.5, losses  # from about ln 32 = 3.47
     model = from_pretrained(run / "export")
     assert isinstance(model, NBPTransformer) and model.grid == (4, 4, 4) and model.vocab_size == 32
-    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=45, **train), NBPRecipe(num_clips=16, batch_size=8), cfg,
+    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=45, **train), ClipRecipe(num_clips=16, batch_size=8), cfg,
               CLIPS)
     assert json.loads((run / "state.json").read_text())["step"] == 45
     steps = [r["step"] for r in (json.loads(line) for line in (run / "log.jsonl").read_text().splitlines())]

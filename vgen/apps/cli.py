@@ -277,10 +277,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         if what == "nbp":
             t.add_argument("--no-time-reversed", action="store_true",
                            help="train on the clips as rendered only, not also played backwards")
-        if what == "nar":
+        if what in ("ar", "nar"):
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
-                                "tokenizer; --num-images counts clips) instead of shapes images")
+                                "tokenizer; --num-images counts clips) instead of shapes images"
+                                + ("; a next-token video AR, with no sample probe and no --init-from" if what == "ar"
+                                   else ""))
         if what == "ar":
             t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
                            help="domain classifier for the periodic class-accuracy probe (used once it exists)")
@@ -436,6 +438,14 @@ def run_train(args: argparse.Namespace) -> None:
         train_mar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   MARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
                   SIZES[args.size], max_minutes=args.max_minutes, evaluate=probe)
+    elif args.what == "ar" and args.video:
+        from vgen.training.clip_codes import ClipRecipe
+        from vgen.training.video_ar import train_video_ar
+
+        if args.init_from:
+            raise UsageError("--init-from is for image AR runs; a video AR run starts from scratch")
+        train_video_ar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
+                       ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
     elif args.what == "ar":
         from vgen.training.ar import ARRecipe, sample_probe, train_ar
 
@@ -444,11 +454,12 @@ def run_train(args: argparse.Namespace) -> None:
                  ARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
                  max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "nbp":
-        from vgen.training.nbp import NBPRecipe, train_nbp
+        from vgen.training.clip_codes import ClipRecipe
+        from vgen.training.nbp import train_nbp
 
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
-                  NBPRecipe(num_clips=args.num_images, batch_size=args.batch_size,
-                            time_reversed=not args.no_time_reversed), max_minutes=args.max_minutes)
+                  ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
+                             time_reversed=not args.no_time_reversed), max_minutes=args.max_minutes)
     elif args.what == "nar":
         from vgen.training.nar import NARRecipe, train_nar, train_video_nar
 

@@ -8,6 +8,11 @@ Sequence layout: position 0 holds the class embedding, position 1 + i holds imag
 output at position p predicts image token p. :meth:`prefill` runs the class position; :meth:`decode` appends any
 number of image tokens at once and returns one distribution per token, which is what speculative verification
 needs; ``cache.crop(n)`` rolls back.
+
+``GPTConfig.frames > 1`` (vgen's addition, not in LlamaGen) makes the same model a next-token video AR: image token
+i becomes token i of a clip's frames in raster order (frame by frame, each frame row by row), laid on a
+(frames, rows, columns) grid with 3-D RoPE. Everything else, sampling and speculative decoding included, is
+unchanged; LlamaGen's own configs have one frame.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from vgen.models.cache import KVCache
-from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_2d_table, swiglu_hidden_dim
+from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_2d_table, rope_grid_table, swiglu_hidden_dim
 
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """LlamaGen ``ModelArgs`` for class-conditional generation (defaults: GPT-B on 256x256 images)."""
+    """LlamaGen ``ModelArgs`` for class-conditional generation (defaults: GPT-B on 256x256 images). ``frames``
+    (vgen's): a clip of that many square frames of ``block_size // frames`` tokens each instead of one image."""
 
     vocab_size: int = 16384
     dim: int = 768
@@ -43,6 +49,7 @@ class GPTConfig:
     attn_dropout_p: float = 0.0
     resid_dropout_p: float = 0.1
     ffn_dropout_p: float = 0.1
+    frames: int = 1
 
     def __post_init__(self) -> None:
         if self.dim % self.n_head:
@@ -51,8 +58,12 @@ class GPTConfig:
             raise ValueError(f"head_dim {self.head_dim} must be divisible by 4 for 2-D RoPE")
         if self.n_head % self.kv_heads:
             raise ValueError(f"n_head {self.n_head} is not divisible by n_kv_head {self.kv_heads}")
-        if math.isqrt(self.block_size) ** 2 != self.block_size:
-            raise ValueError(f"block_size {self.block_size} must be a square number of tokens (a grid)")
+        if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
+            raise ValueError(f"frames must be an integer >= 1, got {self.frames!r}")
+        per_frame, rest = divmod(self.block_size, self.frames)
+        if rest or math.isqrt(per_frame) ** 2 != per_frame:
+            raise ValueError(f"block_size {self.block_size} must be {self.frames} frame(s) of a square number of "
+                             f"tokens (a grid)")
 
     @property
     def head_dim(self) -> int:
@@ -64,10 +75,20 @@ class GPTConfig:
 
     @property
     def grid_size(self) -> int:
-        return math.isqrt(self.block_size)
+        """Tokens per side of a frame (of the image)."""
+        return math.isqrt(self.block_size // self.frames)
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """(rows, columns) of an image, (frames, rows, columns) of a clip."""
+        side = (self.grid_size,) * 2
+        return side if self.frames == 1 else (self.frames, *side)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.frames == 1:  # an image model's config stays LlamaGen's ModelArgs
+            del d["frames"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:
@@ -196,7 +217,8 @@ class LlamaGenGPT(nn.Module):
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         # a plain attribute, not a buffer: it must stay fp32 when the model is cast to bf16 (as in LlamaGen)
-        self.rope = rope_2d_table(config.grid_size, config.head_dim, config.rope_base)
+        self.rope = (rope_2d_table(config.grid_size, config.head_dim, config.rope_base) if config.frames == 1
+                     else rope_grid_table(config.grid, config.head_dim, config.rope_base))
         self.apply(self._init_weights)
         nn.init.zeros_(self.output.weight)
 
@@ -208,12 +230,12 @@ class LlamaGenGPT(nn.Module):
     # -- token layout ------------------------------------------------------------------------------------------
     @property
     def num_tokens(self) -> int:
-        """Image tokens per sample (``grid_size ** 2``)."""
+        """Image tokens per sample (``grid_size ** 2``; times ``frames`` for a clip)."""
         return self.config.block_size
 
     @property
-    def grid(self) -> tuple[int, int]:
-        return (self.config.grid_size, self.config.grid_size)
+    def grid(self) -> tuple[int, ...]:
+        return self.config.grid
 
     @property
     def vocab_size(self) -> int:

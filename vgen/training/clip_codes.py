@@ -7,7 +7,7 @@ both video backbones use.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,6 +20,20 @@ from vgen.training.ar import tokenize_split
 from vgen.training.trainer import save_array_atomic
 
 GridConfig = TypeVar("GridConfig")  # a backbone config with ``grid`` and ``vocab_size`` fields (NBP, NAR)
+
+
+@dataclass(frozen=True)
+class ClipRecipe:
+    """How a video token model (NBP, next-token video AR) sees the clips. ``time_reversed``: also train on every
+    clip played backwards (:func:`with_time_reversed`), twice the first frames that a model drawing frame 0 token
+    by token learns from (added after NBP's second run, whose frame 0 was not a shape yet)."""
+
+    num_clips: int = 4000
+    batch_size: int = 16
+    time_reversed: bool = True
+
+
+CLIP_RECIPE = ClipRecipe()
 
 
 def cached_clip_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: int, cache_dir: str | Path,
@@ -44,11 +58,16 @@ def with_time_reversed(codes: np.ndarray, labels: np.ndarray, num_frames: int) -
     return np.concatenate([codes, backwards]), np.concatenate([labels, labels])
 
 
-def video_config(tokenizer: torch.nn.Module, clips: ClipsConfig, config: GridConfig) -> GridConfig:
-    """``config`` on the token grid and vocabulary that ``tokenizer`` gives ``clips``."""
+def clip_grid(tokenizer: torch.nn.Module, clips: ClipsConfig) -> tuple[int, int, int]:
+    """The (frames, rows, columns) of codes that ``tokenizer`` gives ``clips``."""
     factor = tokenizer.downsample_factor
     if clips.frame_size % factor:
         raise ValueError(f"frame size {clips.frame_size} is not a multiple of the tokenizer's downsample factor "
                          f"{factor}")
     side = clips.frame_size // factor
-    return replace(config, grid=(clips.num_frames, side, side), vocab_size=tokenizer.codebook_size)
+    return clips.num_frames, side, side
+
+
+def video_config(tokenizer: torch.nn.Module, clips: ClipsConfig, config: GridConfig) -> GridConfig:
+    """``config`` on the token grid and vocabulary that ``tokenizer`` gives ``clips``."""
+    return replace(config, grid=clip_grid(tokenizer, clips), vocab_size=tokenizer.codebook_size)

@@ -11,14 +11,13 @@ that is 16 x 8 x 8 = 1024 tokens, generated in 16 frame blocks after frame 0's 6
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
-from vgen.training.clip_codes import cached_clip_codes, video_config, with_time_reversed
+from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, cached_clip_codes, video_config, with_time_reversed
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, fit_on_codes
 
@@ -31,18 +30,8 @@ SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="frame", hybrid=True, vocab_
                              class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
 
 
-@dataclass(frozen=True)
-class NBPRecipe:
-    """``time_reversed``: also train on every clip played backwards (:func:`with_time_reversed`), twice the first
-    frames for the token-by-token frame 0 (added after the second run, whose frame 0 was not a shape yet)."""
-
-    num_clips: int = 4000
-    batch_size: int = 16
-    time_reversed: bool = True
-
-
 def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
-              recipe: NBPRecipe = NBPRecipe(), config: NBPConfig = SHAPES_VIDEO_NBP,
+              recipe: ClipRecipe = CLIP_RECIPE, config: NBPConfig = SHAPES_VIDEO_NBP,
               clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None) -> NBPTransformer:
     """Train (or resume) an NBP run in ``run_dir``; the EMA model is exported to ``run_dir/export``."""
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))

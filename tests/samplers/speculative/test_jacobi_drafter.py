@@ -4,7 +4,10 @@ stay exact samples of the new distribution while changing less often than indepe
 import pytest
 import torch
 
-from vgen.samplers.speculative.drafters import JacobiDrafter, Verification
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.samplers.base import SamplingParams
+from vgen.samplers.speculative.drafters import DraftContext, JacobiDrafter, Verification, build_drafter
+from vgen.samplers.speculative.sampler import Speculative
 
 V = 6
 
@@ -22,7 +25,7 @@ def verification(probs: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, see
 
 @pytest.mark.parametrize("init", ["left", "vertical"])
 def test_fresh_drafts_repeat_a_neighbour(init: str) -> None:
-    drafter = JacobiDrafter(V, grid_width=4, init=init)
+    drafter = JacobiDrafter(V, stride=4, init=init)
     tokens = torch.tensor([[1, 2, 3, 4, 5, 0, 0, 0, 0, 0]])
     drafts, q = drafter.propose(tokens, torch.tensor([5]), 3, None)
     # token 5 (row 1, column 1): left neighbour is token 4 (= 5), the one above is token 1 (= 2)
@@ -31,7 +34,7 @@ def test_fresh_drafts_repeat_a_neighbour(init: str) -> None:
 
 
 def test_the_last_pass_draws_become_the_next_drafts_with_their_distributions() -> None:
-    drafter = JacobiDrafter(V, grid_width=4)
+    drafter = JacobiDrafter(V, stride=4)
     probs = torch.rand(1, 4, V).softmax(-1)
     result = verification(probs, torch.zeros(1, 3, dtype=torch.long), torch.rand(1, 3, V).softmax(-1), seed=0,
                           accepted=1)
@@ -54,7 +57,7 @@ def test_coupled_refreshes_are_exact_samples_and_change_less_often(coupling: str
     gen = torch.Generator().manual_seed(1)
     drafts = torch.multinomial(q.expand(n, V), 1, generator=gen)  # [n, 1]: the previous pass's drafts
     # gumbel: the previous draft came from argmax(log q + g) with the same per-position noise g
-    drafter = JacobiDrafter(V, grid_width=4, coupling=coupling)
+    drafter = JacobiDrafter(V, stride=4, coupling=coupling)
     if coupling == "gumbel":
         first = verification(q.expand(n, 2, V).clone(), torch.zeros(n, 1, dtype=torch.long), q.expand(n, 1, V),
                              seed=2, pos=1)
@@ -66,3 +69,13 @@ def test_coupled_refreshes_are_exact_samples_and_change_less_often(coupling: str
     same = (refreshed == drafts[:, 0]).float().mean()
     independent = (p * q).sum()  # P(fresh draw == old draft)
     assert same > independent + 0.3
+
+
+@pytest.mark.parametrize(("frames", "block_size", "stride"), [(1, 16, 4), (3, 12, 4), (2, 32, 16)])
+def test_vertical_drafts_step_back_one_row_of_an_image_or_one_frame_of_a_clip(frames: int, block_size: int,
+                                                                             stride: int) -> None:
+    with torch.device("meta"):
+        model = LlamaGenGPT(GPTConfig(vocab_size=V, dim=32, n_layer=1, n_head=2, num_classes=2,
+                                      block_size=block_size, frames=frames))
+    drafter = build_drafter("jacobi", Speculative(draft_init="vertical"), model, DraftContext(SamplingParams()))
+    assert drafter.stride == stride  # 4 x 4 image: a row; 3 frames of 2 x 2: a frame; 2 frames of 4 x 4: a frame

@@ -7,6 +7,7 @@ state between passes. Drafters register with :func:`register_drafter`.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,8 +78,9 @@ class JacobiDrafter(Drafter):
     After a pass, the target's draws at the positions past the first rejection become the next window's drafts,
     each carrying the distribution it was drawn from. Positions the last pass did not reach are initialised
     fresh with a one-hot distribution: ``random`` (uniform over the vocabulary, SJD's default), ``left`` (repeat
-    the token to the left) or ``vertical`` (repeat the token above, one grid row back; ``left`` in the first
-    row), which SJD found to give the most acceleration.
+    the token to the left) or ``vertical`` (repeat the token one step back along the grid's first axis: the token
+    above in an image, the same cell of the previous frame in a clip; ``left`` where there is none), which SJD
+    found to give the most acceleration on images. ``stride`` is that step in tokens (a row, or a frame).
 
     ``coupling`` (MC-SJD) decides how a position's draft is refreshed from its new distribution ``p`` when it held
     a draft ``x`` drawn from ``q``: ``none`` draws afresh (SJD); ``maximal`` keeps ``x`` with probability
@@ -90,13 +92,13 @@ class JacobiDrafter(Drafter):
 
     name = "jacobi"
 
-    def __init__(self, vocab_size: int, grid_width: int, init: str = "random", coupling: str = "none") -> None:
+    def __init__(self, vocab_size: int, stride: int, init: str = "random", coupling: str = "none") -> None:
         super().__init__()
         if init not in DRAFT_INITS:
             raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {init!r}")
         if coupling not in DRAFT_COUPLINGS:
             raise ValueError(f"draft_coupling must be one of {list(DRAFT_COUPLINGS)}, got {coupling!r}")
-        self.vocab_size, self.grid_width, self.init, self.coupling = vocab_size, grid_width, init, coupling
+        self.vocab_size, self.stride, self.init, self.coupling = vocab_size, stride, init, coupling
         self.carried: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # tokens, probs, count
         self.noise: torch.Tensor | None = None  # gumbel: [B, L, V] for the tokens of the last window's outputs
         self.noise_pos: torch.Tensor | None = None  # ... which start at these token indices
@@ -123,7 +125,7 @@ class JacobiDrafter(Drafter):
                 at = index[:, i]
                 source = at - 1
                 if self.init == "vertical":
-                    source = torch.where(at >= self.grid_width, at - self.grid_width, source)
+                    source = torch.where(at >= self.stride, at - self.stride, source)
                 guess, current = seq.gather(1, source[:, None]), seq.gather(1, at[:, None])
                 seq.scatter_(1, at[:, None], torch.where(fresh[:, i, None], guess, current))
         drafts = seq.gather(1, index)
@@ -193,5 +195,5 @@ def build_drafter(name: str, options: object, model: nn.Module, context: DraftCo
     return _DRAFTERS[name](options, model, context)
 
 
-register_drafter("jacobi", lambda options, model, context: JacobiDrafter(model.vocab_size, model.grid[1],
-                                                                          options.draft_init, options.draft_coupling))
+register_drafter("jacobi", lambda options, model, context: JacobiDrafter(
+    model.vocab_size, math.prod(model.grid[1:]), options.draft_init, options.draft_coupling))
