@@ -311,9 +311,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         # fp32 where bf16 autocast measured slower on this CPU: 2x for blockdiff (1,024 tokens a clip), about 1.5x
         # for the frame tokenizer's 32-px frames and for nar (1.6 against 2.4 s for a batch of 8, 1 thread), 1.7x
-        # for nbp (4.7 against 8.1 s for a batch of 4, 1 thread; docs/nbp.md)
+        # for nbp (4.7 against 8.1 s for a batch of 4, 1 thread; docs/nbp.md), 2.7x for video-classifier (3.3
+        # against 1.2 s for 32 + 32 clips, 2 threads), whose 3-D convolutions also gave an infinite bf16 gradient
         t.add_argument("--precision", choices=("bf16", "fp32"),
-                       default="fp32" if what in ("blockdiff", "frame-tokenizer", "nar", "nbp") else "bf16",
+                       default="fp32" if what in ("blockdiff", "frame-tokenizer", "nar", "nbp", "video-classifier")
+                       else "bf16",
                        help="bf16 autocast or plain fp32 for the forward passes")
         t.add_argument("--seed", type=int, default=0)
         t.set_defaults(func=run_train)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vgen.eval.features import Extractor, is_stats_file, load_extractor, load_images
+from vgen.eval.features import Extractor, is_stats_file, load_extractor, load_images, recorded_name
 from vgen.eval.fid import GaussianStats, check_comparable, frechet_distance, kernel_inception_distance
 
 METRICS = {"images": ("fid", "kid"), "videos": ("fvd", "kvd")}
@@ -68,7 +68,7 @@ def frechet_report(real: str | Path, fake: str | Path, settings: EvalSettings = 
                    kid_subsets: int = 100, kid_subset_size: int = 1000) -> dict:
     """FID (images) or FVD (videos) and KID / KVD between ``real`` and ``fake``, with provenance and warnings."""
     metric, kernel = METRICS[settings.media]
-    features = settings.features or _recorded_features(real, fake) or "shapes"
+    features = recorded_name(settings.features or _recorded_features(real, fake) or "shapes", settings.media)
     extractor = _loader(settings, features)
     sides, side_warnings = {}, {}
     for name, path in (("real", real), ("fake", fake)):

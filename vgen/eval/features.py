@@ -7,9 +7,12 @@ may stand in for either side of an evaluation.
 
 Feature sets (:data:`FEATURE_SETS`), each for images, videos or both:
 
-- ``shapes``: the 192-d pooled embedding of vgen's shipped domain classifier (offline, for the embedded default's
-  domain; images are resized to its 64x64 input with PIL's bicubic filter). For videos, the per-frame features
-  averaged over time.
+- ``shapes``: for images, the 192-d pooled embedding of vgen's shipped domain classifier (offline, for the embedded
+  default's domain; images are resized to its 64x64 input with PIL's bicubic filter). For videos, the 128-d pooled
+  embedding of the shipped video feature network (:class:`~vgen.eval.classifier.ShapesVideoClassifier`, trained on
+  the moving-shapes clips to tell their shape and whether their frames move in a real order; frames resized to
+  32x32 the same way). Statistics record these as ``shapes-video`` (:data:`SHAPES_VIDEO`), so that statistics of
+  the per-frame features that ``shapes`` meant for videos before are refused rather than compared.
 - ``inception``: Inception-v3 pool3 (2048-d) from the local FID weights file (:mod:`vgen.eval.inception`).
 - ``i3d``: I3D Kinetics-400 logits (400-d) from a local file, for FVD (:mod:`vgen.eval.i3d`).
 """
@@ -27,6 +30,13 @@ from tqdm.auto import tqdm
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 FEATURE_SETS = {"shapes": ("images", "videos"), "inception": ("images",), "i3d": ("videos",)}
+SHAPES_VIDEO = "shapes-video"  # the recorded name of the shapes video features
+
+
+def recorded_name(name: str, media: str) -> str:
+    """The name that features ``name`` of ``media`` record in statistics and reports: ``shapes`` on videos is
+    :data:`SHAPES_VIDEO` (the video network's features, not the image classifier's)."""
+    return SHAPES_VIDEO if (name, media) == ("shapes", "videos") else name
 
 
 def is_stats_file(path: str | Path) -> bool:
@@ -123,12 +133,24 @@ def clip_input(videos: np.ndarray, model: torch.nn.Module) -> torch.Tensor:
     return frames.reshape(n, t, *frames.shape[1:]).transpose(1, 2).contiguous()
 
 
-def shipped_classifier_sha256() -> str:
-    from vgen.eval.classifier import SHIPPED_CLASSIFIER
+@torch.no_grad()
+def shapes_video_features(videos: np.ndarray, batch_size: int = 64, progress: bool = False) -> np.ndarray:
+    """The shipped video feature network's 128-d features [N, 128] of uint8 videos [N, T, H, W, 3]."""
+    from vgen.eval.classifier import load_shapes_video_classifier
+
+    model = load_shapes_video_classifier().eval()
+    out = []
+    for i in tqdm(range(0, len(videos), batch_size), desc="features", disable=not progress):
+        out.append(model.features(clip_input(videos[i:i + batch_size], model)).double().numpy())
+    return np.concatenate(out)
+
+
+def shipped_sha256(folder: str) -> str:
+    """SHA-256 of the weights of a network shipped in ``vgen/assets/<folder>``."""
     from vgen.eval.weights import sha256_of
     from vgen.pipelines import ASSETS
 
-    return sha256_of(ASSETS / SHIPPED_CLASSIFIER / "model.safetensors")
+    return sha256_of(ASSETS / folder / "model.safetensors")
 
 
 @dataclass
@@ -152,6 +174,8 @@ def load_extractor(name: str, media: str = "images", weights: str | Path | None 
                    device: str = "cpu") -> Extractor:
     """The feature set ``name`` for ``media`` ("images" or "videos"), its weights found as in
     :mod:`vgen.eval.weights` (``weights`` is the ``--weights`` flag)."""
+    if (name, media) == (SHAPES_VIDEO, "videos"):
+        name = "shapes"
     if name not in FEATURE_SETS:
         raise ValueError(f"unknown feature set {name!r}; available: {', '.join(FEATURE_SETS)}")
     if media not in FEATURE_SETS[name]:
@@ -159,21 +183,20 @@ def load_extractor(name: str, media: str = "images", weights: str | Path | None 
         raise ValueError(f"feature set {name!r} is for {' and '.join(FEATURE_SETS[name])}, not {media}; for {media} "
                          f"use {' or '.join(usable)}")
     if name == "shapes":
-        if weights is not None:
-            raise ValueError("--weights does not apply to the shapes features (the classifier ships with vgen)")
-        fn = shapes_features if media == "images" else per_frame_mean(shapes_features)
-        return Extractor(name, media, 192, shipped_classifier_sha256(), None, fn)
+        return _shapes(media, weights)
     if name == "inception":
         return _inception(weights, verify, device)
     return _i3d(weights, verify, device)
 
 
-def per_frame_mean(image_fn: Callable[[np.ndarray, int, bool], np.ndarray]):
-    """Video features as the mean over time of per-frame image features."""
-    def fn(videos: np.ndarray, batch_size: int, progress: bool) -> np.ndarray:
-        n, t = videos.shape[:2]
-        return image_fn(videos.reshape(n * t, *videos.shape[2:]), batch_size, progress).reshape(n, t, -1).mean(1)
-    return fn
+def _shapes(media: str, weights) -> Extractor:
+    from vgen.eval.classifier import SHIPPED_CLASSIFIER, SHIPPED_VIDEO_CLASSIFIER
+
+    if weights is not None:
+        raise ValueError("--weights does not apply to the shapes features (the networks ship with vgen)")
+    if media == "images":
+        return Extractor("shapes", media, 192, shipped_sha256(SHIPPED_CLASSIFIER), None, shapes_features)
+    return Extractor(SHAPES_VIDEO, media, 128, shipped_sha256(SHIPPED_VIDEO_CLASSIFIER), None, shapes_video_features)
 
 
 def _inception(weights, verify: bool, device: str) -> Extractor:

@@ -89,7 +89,7 @@ def two_head_loss(model: ShapesVideoClassifier, clips: torch.Tensor, labels: tor
 def held_out_figures(model: ShapesVideoClassifier, clips: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
     """Class accuracy on real clips; accuracy of the realness head on them and on a corrupted copy of each (per
     corruption, each clip its own random draw, and over all)."""
-    x = clip_input(clips, model)
+    x = clip_input(np.array(clips), model)  # a copy: cached clips are a read-only memory map
     gen = torch.Generator().manual_seed(seed)
     classes, real_ok = model.predict(x)
     figures = {"class_accuracy": float((classes.numpy() == labels).mean()),
