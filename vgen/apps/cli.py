@@ -478,7 +478,7 @@ def run_train(args: argparse.Namespace) -> None:
     elif args.what == "video-classifier":
         from vgen.training.video_classifier import VideoClassifierRecipe, train_video_classifier
 
-        figures = train_video_classifier(args.run_dir, args.data_dir, TrainConfig(**common),
+        figures = train_video_classifier(args.run_dir, args.data_dir, TrainConfig(**common, ema_decay=0.99),
                                          VideoClassifierRecipe(num_clips=args.num_images, batch_size=args.batch_size),
                                          max_minutes=args.max_minutes)
         print(json.dumps(figures))
