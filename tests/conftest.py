@@ -170,4 +170,19 @@ def tiny_video_pipeline_dir(tmp_path_factory):
     vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
     info = PipelineInfo(name="tiny-video", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
     return VideoPipeline(model, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-video")
+
+
+@pytest.fixture(scope="session")
+def tiny_video_ar_pipeline_dir(tmp_path_factory):
+    """A saved 3-class next-token video AR pipeline (a LlamaGen GPT over 3 frames of 4x4 tokens, 16 px frames),
+    outputs not uniform."""
+    from vgen.pipelines import PipelineInfo
+    from vgen.tokenizers.vq import VQConfig, VQModel
+    from vgen.video_pipeline import VideoPipeline
+
+    model = make_tiny_gpt(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, num_classes=3,
+                                    block_size=48, frames=3))
+    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    info = PipelineInfo(name="tiny-video-ar", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
+    return VideoPipeline(model, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-video-ar")
 # ---- end video ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from vgen.eval.sample_many import SamplePlan, sample_many
 from vgen.pipelines import load
 from vgen.samplers import SamplingParams, get_sampler
 
-pytestmark = pytest.mark.filterwarnings("ignore:only .* samples for 192-d features")  # tiny sets on purpose
+pytestmark = pytest.mark.filterwarnings("ignore:only .* samples for")  # tiny sets on purpose
 
 
 @pytest.fixture(scope="module")
@@ -201,3 +201,28 @@ def test_a_reference_model_of_other_classes_is_refused(pipe, real, tiny_nar_fact
                           PipelineInfo(name="five", image_size=16, class_names=list("abcde")))
     with pytest.raises(ValueError, match="the reference model 'five' draws 5 classes at 16 px"):
         run_bench(pipe, [SamplerSpec("ar", "ar")], 4, reference_pipe=other, real=real)
+
+
+def test_a_video_model_is_measured_on_clips_by_fvd_and_clip_class_accuracy(tiny_video_ar_pipeline_dir, tmp_path):
+    from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
+    from vgen.eval.features import shapes_video_features
+    from vgen.eval.quality import clip_class_accuracy
+
+    video = load(tiny_video_ar_pipeline_dir)
+    real = real_reference(video, num_real=6)
+    clips, _ = render_clips(SPLIT_SEEDS["val"], 0, 6, ClipsConfig(num_frames=3, frame_size=16))
+    assert real.stats.mu == pytest.approx(GaussianStats.of(shapes_video_features(clips)).mu)
+    result = run_bench(video, [SamplerSpec("mcsjd", "mcsjd")], 4, 0, 2, real=real)
+    assert result["setup"]["features"] == "shapes-video" and "rendered validation clips" in result["setup"]["real"]
+    plan = SamplePlan(0, 2, (0, 1, 2), balanced=True)
+    params = SamplingParams(**video.info.defaults)
+    drawn = [video(plan.labels(plan.batch_indices(k)), sampler="ar", seed=plan.batch_seed(k), **params.to_dict())
+             for k in range(2)]
+    videos = np.concatenate([d.videos for d in drawn])
+    labels = [c for d in drawn for c in d.class_ids]
+    ar, mcsjd = result["results"]
+    assert ar["fid"] == pytest.approx(frechet_distance(real.stats, GaussianStats.of(shapes_video_features(videos))).fid)
+    assert ar["class_accuracy"] == clip_class_accuracy(videos, labels)["class_accuracy"]
+    assert ar["forward_passes"] == 2 * 48 and mcsjd["forward_passes"] < ar["forward_passes"]
+    table = write_outputs(result, tmp_path)["markdown"].read_text()
+    assert "| FVD vs real | KVD vs real | FVD vs AR |" in table and "FVD/KVD in shapes-video features" in table

@@ -13,7 +13,12 @@ run (DESIGN.md's units):
   file); ``fid_vs_ar``: against vanilla AR's images (a lossless sampler stays at the level of two AR runs);
 - ``class_accuracy``: the shipped shapes classifier's, for models trained on ``vgen.data.shapes``.
 
-With fewer samples than the features' 192 dimensions FID is strongly biased upward: compare the rows of one run.
+A video pipeline draws clips instead: the Fréchet distances are then FVD in vgen's ``shapes-video`` features
+(the shipped video feature network) against rendered validation clips of the moving-shapes data, and the class
+accuracy is the per-frame classifier's clip accuracy (:func:`~vgen.eval.quality.clip_class_accuracy`).
+
+With fewer samples than the features' dimensions (192 for images, 128 for clips) the distances are strongly biased
+upward: compare the rows of one run.
 """
 
 from __future__ import annotations
@@ -38,6 +43,19 @@ REFERENCE = "ar"
 OUTPUTS = {"json": "bench.json", "markdown": "bench.md", "plot": "bench.png"}
 COLUMNS = ("sampler", "drafter", "forward passes", "step compression", "wall time (s)", "latency ratio",
            "tokens / forward", "FID vs real", "KID vs real", "FID vs AR", "class accuracy")
+
+
+def is_video(pipe: ImagePipeline) -> bool:
+    """Whether ``pipe`` draws clips (a backbone over frames x rows x columns)."""
+    return len(pipe.model.grid) == 3
+
+
+def features_of(samples: np.ndarray) -> np.ndarray:
+    """vgen's offline domain features of uint8 images [N, H, W, 3] (``shapes``) or clips [N, T, H, W, 3]
+    (``shapes-video``)."""
+    from vgen.eval.features import shapes_features, shapes_video_features
+
+    return shapes_video_features(samples) if samples.ndim == 5 else shapes_features(samples)
 
 
 @dataclass(frozen=True)
@@ -117,34 +135,44 @@ class RealReference:
     source: str
 
 
-def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real: int = 1024,
-                   batch_size: int = 256) -> RealReference:
-    """``real`` (image set or stats file), else ``num_real`` rendered validation images of the pipeline's data."""
-    from vgen.eval.features import is_stats_file, load_images, shapes_features
+def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real: int = 1024) -> RealReference:
+    """``real`` (image or clip set, or stats file), else ``num_real`` rendered validation images (clips) of the
+    pipeline's data."""
+    from vgen.eval.features import is_stats_file, load_images
+    from vgen.eval.videos import load_videos
 
     if real is not None:
         if is_stats_file(real):
             return RealReference(GaussianStats.load(str(real)), None, str(real))
-        feats = shapes_features(load_images(real), batch_size)
+        feats = features_of(load_videos(real) if is_video(pipe) else load_images(real))
         return RealReference(GaussianStats.of(feats), feats, str(real))
-    if pipe.info.data is None:
+    if num_real < 2:
+        raise ValueError(f"need at least 2 real samples, got {num_real}")
+    if is_video(pipe):
+        from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
+
+        clips = ClipsConfig(num_frames=pipe.num_frames, frame_size=pipe.info.image_size)
+        samples, _ = render_clips(SPLIT_SEEDS["val"], 0, num_real, clips)
+        source = (f"{num_real} rendered validation clips of vgen.data.clips ({clips.num_frames} frames of "
+                  f"{clips.frame_size} px)")
+    elif pipe.info.data is None:
         raise ValueError(f"model {pipe.info.name!r} records no vgen.data set to render real images from; give real "
                          f"images or statistics (--real)")
-    from vgen.data.shapes import SPLIT_SEEDS, ShapesConfig, render_batch
+    else:
+        from vgen.data.shapes import SPLIT_SEEDS, ShapesConfig, render_batch
 
-    if num_real < 2:
-        raise ValueError(f"need at least 2 real images, got {num_real}")
-    images, _ = render_batch(SPLIT_SEEDS["val"], 0, num_real, ShapesConfig(**pipe.info.data))
-    feats = shapes_features(images, batch_size)
-    return RealReference(GaussianStats.of(feats), feats, f"{num_real} rendered validation images of vgen.data.shapes "
-                                                         f"({json.dumps(pipe.info.data)})")
+        samples, _ = render_batch(SPLIT_SEEDS["val"], 0, num_real, ShapesConfig(**pipe.info.data))
+        source = f"{num_real} rendered validation images of vgen.data.shapes ({json.dumps(pipe.info.data)})"
+    feats = features_of(samples)
+    return RealReference(GaussianStats.of(feats), feats, source)
 
 
 @dataclass
 class Draw:
-    """One sampler's images (uint8 [N, H, W, 3]) and what drawing them cost, summed over batches."""
+    """One sampler's images (uint8 [N, H, W, 3]) or clips ([N, T, H, W, 3]) and what drawing them cost, summed over
+    batches."""
 
-    images: np.ndarray
+    samples: np.ndarray
     forward_passes: int
     tokens: int
     row_passes: int  # sum over batches of rows x forward passes
@@ -155,18 +183,33 @@ class Draw:
 
 def draw(pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, num_samples: int, params: SamplingParams,
          progress: bool = False) -> Draw:
-    """The first ``num_samples`` images of ``plan`` (the last batch cut short), with their cost."""
+    """The first ``num_samples`` images (clips) of ``plan`` (the last batch cut short), with their cost."""
     from tqdm.auto import tqdm
 
-    images, stats = [], []
+    samples, stats = [], []
     for k in tqdm(range(plan.num_batches(num_samples)), desc=sampler.name, disable=not progress):
         indices = plan.batch_indices(k)[:num_samples - k * plan.batch_size]
         out = pipe(plan.labels(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
-        images += [np.asarray(im) for im in out.images]
+        samples += list(out.videos) if is_video(pipe) else [np.asarray(im) for im in out.images]
         stats.append(out.stats)
-    return Draw(np.stack(images), sum(s.forward_passes for s in stats), sum(s.tokens for s in stats),
+    return Draw(np.stack(samples), sum(s.forward_passes for s in stats), sum(s.tokens for s in stats),
                 sum(s.batch_size * s.forward_passes for s in stats), sum(s.wall_time_s for s in stats),
                 [n for s in stats for n in s.accepted_lengths], stats[-1].details.get("drafter"))
+
+
+def domain_class_accuracy(pipe: ImagePipeline, samples: np.ndarray, labels: Sequence[int]) -> float | None:
+    """The shipped classifier's accuracy on images, or its clip accuracy on clips; None for a model of another
+    domain (no vgen.data set recorded)."""
+    from vgen.eval.quality import class_accuracy, clip_class_accuracy
+
+    if is_video(pipe):
+        return clip_class_accuracy(samples, labels)["class_accuracy"]
+    if pipe.info.data is None:
+        return None
+    from vgen.eval.classifier import load_shapes_classifier
+
+    pixels = torch.from_numpy(samples).permute(0, 3, 1, 2).float() / 127.5 - 1
+    return class_accuracy(load_shapes_classifier(), pixels, labels)["class_accuracy"]
 
 
 def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: int, seed: int = 0,
@@ -178,8 +221,6 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
     With ``reference_pipe`` the reference row is another model of the same classes and image size drawn with its
     own default sampler (next-token AR for NAR, say), so the ratios compare two backbones on the same data.
     """
-    from vgen.eval.features import shapes_features
-
     if num_samples < 2:
         raise ValueError(f"need at least 2 samples per sampler for FID, got {num_samples}")
     if reference_pipe is None:
@@ -196,11 +237,6 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
         specs = [SamplerSpec(reference, name), *specs]
     params = params or SamplingParams(**pipe.info.defaults)
     real = real or real_reference(pipe)
-    classifier = None
-    if pipe.info.data is not None:
-        from vgen.eval.classifier import load_shapes_classifier
-
-        classifier = load_shapes_classifier()
     classes = tuple(range(pipe.num_classes))
     labels = SamplePlan(seed, batch_size, classes, balanced=True).labels(range(num_samples))
     rows, stats_of = [], {}
@@ -209,7 +245,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
         plan = SamplePlan(seed if spec.seed is None else spec.seed, batch_size, classes, balanced=True)
         runner = reference_pipe if reference_pipe is not None and spec.label == reference else pipe
         d = draw(runner, spec.sampler(), plan, num_samples, params, progress)
-        feats = shapes_features(d.images)
+        feats = features_of(d.samples)
         stats = GaussianStats.of(feats)
         row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed,
                "drafter": d.drafter, "forward_passes": d.forward_passes, "wall_time_s": d.wall_time_s,
@@ -218,11 +254,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
                "fid": frechet_distance(real.stats, stats).fid,
                "kid": None if real.features is None else kernel_inception_distance(real.features, feats)[0],
                "fid_vs_ar": None, "class_accuracy": None}
-        if classifier is not None:
-            from vgen.eval.quality import class_accuracy
-
-            pixels = torch.from_numpy(d.images).permute(0, 3, 1, 2).float() / 127.5 - 1
-            row["class_accuracy"] = class_accuracy(classifier, pixels, labels)["class_accuracy"]
+        row["class_accuracy"] = domain_class_accuracy(pipe, d.samples, labels)
         stats_of[spec.label] = stats
         rows.append(row)
     base = next(row for row in rows if row["label"] == reference)
@@ -235,12 +267,17 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
              "reference_model": None if reference_pipe is None else reference_pipe.info.name,
              "num_samples": num_samples, "batch_size": batch_size, "seed": seed,
              "sampling": params.to_dict(), "reference": reference, "real": real.source, "real_count": real.stats.count,
-             "features": "shapes", "device": str(pipe.device),
+             "features": "shapes-video" if is_video(pipe) else "shapes", "device": str(pipe.device),
              "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."),
              "threads": torch.get_num_threads(),
              "torch": torch.__version__,
              "total_time_s": time.perf_counter() - start}
     return {"setup": setup, "results": rows}
+
+
+def distance_names(setup: dict) -> tuple[str, str]:
+    """("FID", "KID") for images, ("FVD", "KVD") for clips."""
+    return ("FVD", "KVD") if setup["features"] == "shapes-video" else ("FID", "KID")
 
 
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
@@ -249,7 +286,9 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 
 def bench_table(result: dict) -> str:
     """The results as a Markdown table, one row per sampler in run order."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
+    fd, kd = distance_names(result["setup"])
+    columns = tuple(c.replace("FID", fd).replace("KID", kd) for c in COLUMNS)
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for r in result["results"]:
         acc = None if r["class_accuracy"] is None else 100 * r["class_accuracy"]
         lines.append(f"| {r['label']} | {r['drafter'] or '-'} | {r['forward_passes']} | "
@@ -264,17 +303,17 @@ def setup_line(result: dict) -> str:
     return (f"{s['model']}, {s['num_samples']} samples per sampler (classes in turn), batch {s['batch_size']}, "
             f"seed {s['seed']}, CFG {p['cfg_scale']}, temperature {p['temperature']}, top-k {p['top_k']}, "
             f"top-p {p['top_p']}; {s['device']} {s['dtype']}, {s['threads']} thread(s); "
-            f"FID/KID in shapes features against {s['real']} ({s['real_count']} images); ratios against "
-            f"`{s['reference']}`; {s['total_time_s']:.0f} s in all.")
+            f"{'/'.join(distance_names(s))} in {s['features']} features against {s['real']} ({s['real_count']} "
+            f"samples); ratios against `{s['reference']}`; {s['total_time_s']:.0f} s in all.")
 
 
 def speed_quality_plot(result: dict) -> Image.Image:
-    """Two panels, FID against real images over step compression and over latency ratio, one labelled point per
-    sampler."""
+    """Two panels, FID (FVD) against real samples over step compression and over latency ratio, one labelled point
+    per sampler."""
     from vgen.visualize import scatter_plot
 
-    rows = result["results"]
-    panels = [scatter_plot([(r["label"], r[key], r["fid"]) for r in rows], xlabel, "FID vs real (lower is better)",
+    rows, fd = result["results"], distance_names(result["setup"])[0]
+    panels = [scatter_plot([(r["label"], r[key], r["fid"]) for r in rows], xlabel, f"{fd} vs real (lower is better)",
                            title) for key, xlabel, title in (
         ("step_compression", "step compression vs AR (x)", "forward passes"),
         ("latency_ratio", "latency ratio vs AR (x)", "wall time"))]
