@@ -1,8 +1,8 @@
-"""Token codes of the moving-shapes clips for the video token models (NBP, video NAR).
+"""Token codes of the moving-shapes clips for the video token models (NBP, video NAR, next-token video AR).
 
 Clips (:mod:`vgen.data.clips`) are tokenised frame by frame with a frozen per-frame VQ and cached next to the run;
 a clip's codes are its ``T`` frames of ``h x w`` codes in raster order, which is the (frames, rows, columns) grid
-both video backbones use.
+every video token backbone uses.
 """
 
 from __future__ import annotations
