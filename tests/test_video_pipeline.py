@@ -105,11 +105,22 @@ def test_vgen_sample_png_is_the_frame_grid_of_the_tiled_clips(video_dir, tmp_pat
     np.testing.assert_array_equal(grid[:16, 32:64], tile_clips(videos, 2)[1])
 
 
+def test_a_speculative_video_ar_run_draws_its_acceptance_map(tiny_video_ar_pipeline_dir, tmp_path, capsys) -> None:
+    out, stats, amap = tmp_path / "c.gif", tmp_path / "s.json", tmp_path / "map.png"
+    code, stdout, err = run(["sample", "--model", str(tiny_video_ar_pipeline_dir), "--sampler", "mcsjd",
+                             "--num-images", "2", "--out", str(out), "--stats", str(stats), "--acceptance-map",
+                             str(amap)], capsys)
+    assert code == 0, err
+    s = json.loads(stats.read_text())
+    assert s["sampler"] == "mcsjd" and s["tokens"] == 2 * 48 and s["next_token_forward_passes"] == 48
+    assert s["forward_passes"] < 48 and f"{s['forward_passes']} forward passes where next-token AR takes 48" in stdout
+    assert Image.open(amap).size == (3 * 64 + 2 * 4, 2 * (2 * 64 + 2 * 4) - 2 * 4)  # 3 frames, 2 clips, 64 px
+
+
 @pytest.mark.parametrize("args, message", [
     (["--out", "clip.jpg"], "tiny-video generates videos; write them to one of .mp4, .gif, .png, not .jpg"),
     (["--out", "clip.avi"], "unsupported file type .avi"),
     (["--class-id", "5"], "class id 5 is out of range"),
-    (["--acceptance-map", "m.png"], "--acceptance-map is for image models"),
 ])
 def test_vgen_sample_bad_video_input_is_one_error_line(video_dir, tmp_path, capsys, args, message) -> None:
     args = [a if not a.endswith((".jpg", ".avi", ".png")) else str(tmp_path / a) for a in args]

@@ -6,7 +6,16 @@ import pytest
 import torch
 from PIL import Image
 
-from vgen.visualize import PALETTE, PlotAxes, acceptance_figure, acceptance_map, colormap, nice_ticks, scatter_plot
+from vgen.visualize import (
+    PALETTE,
+    PlotAxes,
+    acceptance_figure,
+    acceptance_map,
+    clip_acceptance_figure,
+    colormap,
+    nice_ticks,
+    scatter_plot,
+)
 
 
 def test_colormap_runs_from_dark_purple_to_yellow() -> None:
@@ -34,6 +43,19 @@ def test_figure_puts_each_image_beside_its_map() -> None:
     with pytest.raises(ValueError, match="3 images but acceptance data for 2"):
         acceptance_figure(images, steps[:2], (4, 4))
     assert acceptance_figure(images, steps, (4, 4), cols=1).size == (2 * 128, 3 * 128 + 2 * 8)  # enlarged
+
+
+def test_a_clip_figure_puts_each_frame_above_its_map_on_one_colour_scale() -> None:
+    videos = np.zeros((2, 3, 16, 16, 3), dtype=np.uint8)
+    videos[1, 2] = 200  # clip 1, frame 2
+    steps = torch.arange(1, 13).repeat(2, 1)  # 12 tokens each: 3 frames of 2 x 2, one pass per token
+    figure = clip_acceptance_figure(videos, steps, (3, 2, 2), min_size=16)
+    assert figure.size == (3 * 16 + 2 * 2, 2 * (2 * 16 + 2 * 2) - 2 * 2)
+    assert figure.getpixel((2 * 18, 36)) == (200, 200, 200)  # clip 1's frame 2, top left
+    first = np.asarray(acceptance_map(steps[0, :4], (2, 2), 16, last_pass=12))
+    np.testing.assert_array_equal(np.asarray(figure)[17:33, :16], first)  # frame 0's map under it, scale 1..12
+    with pytest.raises(ValueError, match="2 clips but acceptance data for 1"):
+        clip_acceptance_figure(videos, steps[:1], (3, 2, 2))
 
 
 @pytest.mark.parametrize("lo, hi, expected", [

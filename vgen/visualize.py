@@ -3,7 +3,7 @@
 For each image, a map of its token grid in which every token is coloured by the target forward pass that
 produced it (early passes dark blue, late ones yellow), with borders between tokens produced by different
 passes, so the runs of tokens accepted together stand out. Vanilla AR gives a smooth raster gradient; a good
-speculative sampler gives long runs.
+speculative sampler gives long runs. A clip gets a row of frames above the row of their maps.
 """
 
 from __future__ import annotations
@@ -60,6 +60,27 @@ def acceptance_figure(images: Sequence[Image.Image], accept_step: torch.Tensor, 
         x, y = (i % cols) * (2 * size + gap), (i // cols) * (size + gap)
         out.paste(image.resize((size, size), Image.NEAREST), (x, y))
         out.paste(acceptance_map(accept_step[i], grid, size, last), (x + size, y))
+    return out
+
+
+def clip_acceptance_figure(videos: np.ndarray, accept_step: torch.Tensor, grid: tuple[int, int, int],
+                           min_size: int = 64) -> Image.Image:
+    """Each clip (uint8 [T, H, W, 3] of ``videos``) as a row of its frames above a row of their acceptance maps
+    (``accept_step`` [N, T*h*w] over the (frames, rows, columns) ``grid``), one colour scale for all clips."""
+    if len(videos) != accept_step.shape[0]:
+        raise ValueError(f"{len(videos)} clips but acceptance data for {accept_step.shape[0]}")
+    frames, rows, cols = grid
+    size, last = max(videos.shape[2], min_size), int(accept_step.max())
+    gap = max(2, size // 16)
+    out = Image.new("RGB", (frames * (size + gap) - gap, len(videos) * (2 * size + 2 * gap) - 2 * gap),
+                    (255, 255, 255))
+    for i, clip in enumerate(videos):
+        y = i * (2 * size + 2 * gap)
+        steps = accept_step[i].reshape(frames, rows * cols)
+        for t in range(frames):
+            x = t * (size + gap)
+            out.paste(Image.fromarray(clip[t]).resize((size, size), Image.NEAREST), (x, y))
+            out.paste(acceptance_map(steps[t], (rows, cols), size, last), (x, y + size + gap // 2))
     return out
 
 

@@ -67,7 +67,8 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
     out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
     out.add_argument("--acceptance-map", default=None,
-                     help="write each image beside the map of the forward pass that produced each token")
+                     help="write each image beside the map of the forward pass that produced each token (for a "
+                          "video model: each clip's frames above their maps)")
     add_device_args(out)
     p.set_defaults(func=run_sample)
 
@@ -226,14 +227,16 @@ def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
     if Path(args.out).suffix.lower() not in VIDEO_FORMATS:
         raise UsageError(f"{pipe.info.name} generates videos; write them to one of {', '.join(VIDEO_FORMATS)}, "
                          f"not {Path(args.out).suffix}")
-    if args.acceptance_map:
-        raise UsageError("--acceptance-map is for image models")
     start = time.perf_counter()
     out = pipe(args.class_ids, num_videos=args.num_images, sampler=args.sampler, seed=args.seed,
                progress=not args.no_progress, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     clip = tile_clips(out.videos, args.cols or min(4, len(out.videos)))
     write_video(clip, args.out, fps=args.fps)
+    if args.acceptance_map:
+        from vgen.visualize import clip_acceptance_figure
+
+        clip_acceptance_figure(out.videos, out.stats.accept_step, pipe.model.grid).save(args.acceptance_map)
     stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
              "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed,
              "frames_per_second": out.videos.shape[0] * out.videos.shape[1] / out.stats.wall_time_s}
