@@ -17,7 +17,7 @@ import torch
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.hub import from_pretrained
 from vgen.training.ar import tokenize_split
-from vgen.training.trainer import save_array_atomic
+from vgen.training.trainer import TokenLoss, TrainConfig, fit_on_codes, save_array_atomic, token_grid_loss
 
 GridConfig = TypeVar("GridConfig")  # a backbone config with ``grid`` and ``vocab_size`` fields (NBP, NAR)
 
@@ -45,6 +45,17 @@ def cached_clip_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: in
         frames = np.asarray(videos).reshape(-1, clips.frame_size, clips.frame_size, 3)
         save_array_atomic(tokenize_split(from_pretrained(tokenizer_dir), frames).reshape(count, -1), path)
     return np.load(path), np.asarray(labels)
+
+
+def fit_on_clips(run_dir: str | Path, model: torch.nn.Module, tokenizer_dir: str | Path, data_dir: str | Path,
+                 train: TrainConfig, recipe: ClipRecipe, clips: ClipsConfig, max_minutes: float | None = None,
+                 loss_fn: TokenLoss = token_grid_loss) -> torch.nn.Module:
+    """Train (or resume) ``model`` on the codes of the recipe's clips (and the same clips played backwards when
+    ``recipe.time_reversed``); the EMA model is exported to ``run_dir/export`` and returned."""
+    codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
+    if recipe.time_reversed:
+        codes, labels = with_time_reversed(codes, labels, clips.num_frames)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, loss_fn)
 
 
 def with_time_reversed(codes: np.ndarray, labels: np.ndarray, num_frames: int) -> tuple[np.ndarray, np.ndarray]:

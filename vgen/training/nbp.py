@@ -17,9 +17,9 @@ from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
-from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, cached_clip_codes, video_config, with_time_reversed
+from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import TrainConfig, fit_on_codes
+from vgen.training.trainer import TrainConfig
 
 # shapes-video-nbp: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in frame blocks; grid and
 # vocabulary follow the tokenizer and clips a run is given. Hybrid start (frame 0 token by token, 16 + 63 = 79
@@ -35,7 +35,4 @@ def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
               clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None) -> NBPTransformer:
     """Train (or resume) an NBP run in ``run_dir``; the EMA model is exported to ``run_dir/export``."""
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
-    codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
-    if recipe.time_reversed:
-        codes, labels = with_time_reversed(codes, labels, clips.num_frames)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes)
+    return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes)

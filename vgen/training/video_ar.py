@@ -18,9 +18,9 @@ from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.training.ar import SHAPES_GPT, next_token_loss
-from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, cached_clip_codes, clip_grid, with_time_reversed
+from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, clip_grid, fit_on_clips
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import TrainConfig, fit_on_codes
+from vgen.training.trainer import TrainConfig
 
 # shapes-video-ar: the shapes AR model's width and depth (as SHAPES_VIDEO_NBP) over 16 frames of 8 x 8 tokens; the
 # grid and vocabulary follow the tokenizer and clips a run is given
@@ -38,7 +38,4 @@ def train_video_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str
                    clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None) -> LlamaGenGPT:
     """Train (or resume) a next-token video AR run in ``run_dir``; the EMA model is exported to ``run_dir/export``."""
     model = LlamaGenGPT(video_ar_config(from_pretrained(tokenizer_dir), clips, config))
-    codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
-    if recipe.time_reversed:
-        codes, labels = with_time_reversed(codes, labels, clips.num_frames)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, next_token_loss)
+    return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes, next_token_loss)
