@@ -71,3 +71,11 @@ def reference_inputs():
 def seeded():
     """:func:`seeded_weights`."""
     return seeded_weights
+
+
+@pytest.fixture(scope="session")
+def test_clips() -> tuple[np.ndarray, np.ndarray]:
+    """128 moving-shapes clips of the test split (never seen in training: 16 frames of 32x32) and their classes."""
+    from vgen.data.clips import SPLIT_SEEDS, render_clips
+
+    return render_clips(SPLIT_SEEDS["test"], 0, 128)

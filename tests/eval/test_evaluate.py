@@ -103,11 +103,11 @@ def test_fvd_over_video_sets_and_stats_files(video_sets, tmp_path, capsys) -> No
     close = fvd(r / "a.npz", r / "b.npz", capsys, "--kid-subsets", "2")
     far = fvd(r / "a.npz", r / "noise.npz", capsys, "--kid-subsets", "2")
     assert far["fvd"] > 10 * close["fvd"] > 0 and far["kvd_mean"] > close["kvd_mean"]
-    assert close["features"] == "shapes" and close["num_frames"] == 8 and close["n_real"] == 20
-    assert any("only 20 samples for 192-d features" in w for w in close["warnings"])
+    assert close["features"] == "shapes-video" and close["num_frames"] == 8 and close["n_real"] == 20
+    assert any("only 20 samples for 128-d features" in w for w in close["warnings"])
     stats = run_json(["eval", "stats", "--videos", str(r / "a.npz"), "--out", str(tmp_path / "a_stats.npz"),
                       "--num-frames", "8"], capsys)
-    assert stats["count"] == 20 and stats["resolution"] == [8, 64, 64] and stats["features"] == "shapes"
+    assert stats["count"] == 20 and stats["resolution"] == [8, 64, 64] and stats["features"] == "shapes-video"
     from_stats = fvd(tmp_path / "a_stats.npz", r / "b.npz", capsys)
     assert from_stats["fvd"] == pytest.approx(close["fvd"], rel=1e-12) and from_stats["kvd_mean"] is None
 
@@ -116,7 +116,7 @@ def test_warnings_reach_stderr(video_sets, capsys) -> None:
     r = video_sets
     assert main(["eval", "fvd", "--real", str(r / "a.npz"), "--fake", str(r / "b.npz"), "--num-frames", "4"]) == 0
     captured = capsys.readouterr()
-    assert "vgen: warning: real and fake: only 20 samples for 192-d features" in captured.err
+    assert "vgen: warning: real and fake: only 20 samples for 128-d features" in captured.err
     assert json.loads(captured.out)["fvd"] > 0
 
 
@@ -129,6 +129,8 @@ def test_sides_made_differently_are_refused(video_sets, tmp_path, capsys) -> Non
     GaussianStats(np.zeros(192), np.eye(192), 10, "inception", (64, 64), "ab" * 32).save(str(tmp_path / "inc.npz"))
     GaussianStats(np.zeros(192), np.eye(192), 10, "shapes", (64, 64), "cd" * 32).save(str(tmp_path / "old.npz"))
     GaussianStats(rng.normal(size=192), np.eye(192), 10).save(str(tmp_path / "adm.npz"))  # no provenance
+    # video stats of the former per-frame shapes features, recorded as "shapes"
+    GaussianStats(np.zeros(192), np.eye(192), 10, "shapes", (8, 64, 64), "cd" * 32).save(str(tmp_path / "frames.npz"))
     cases = [
         (["fid", "--real", str(tmp_path / "images.npz"), "--fake", str(tmp_path / "images32.npz")],
          "differ in resolution (images 64x64 vs images 32x32)"),
@@ -138,6 +140,10 @@ def test_sides_made_differently_are_refused(video_sets, tmp_path, capsys) -> Non
          "the two sides' shapes weights differ: SHA-256 cdcdcdcdcdcd..."),
         (["fvd", "--real", str(r / "a.npz"), "--fake", str(r / "a.npz"), "--num-frames", "20"],
          "has 16 frames; the evaluation needs 20 per video"),
+        (["fvd", "--real", str(tmp_path / "frames.npz"), "--fake", str(r / "a.npz"), "--num-frames", "8"],
+         "frames.npz holds statistics of shapes features, not shapes-video"),
+        (["fvd", "--real", str(tmp_path / "frames.npz"), "--fake", str(r / "a.npz"), "--features", "shapes"],
+         "frames.npz holds statistics of shapes features, not shapes-video"),
         (["fvd", "--real", str(r / "a.npz"), "--fake", str(r / "a.npz"), "--features", "inception"],
          "feature set 'inception' is for images, not videos; for videos use shapes or i3d"),
     ]

@@ -4,15 +4,18 @@ samples of the shapes data are close, shapes against noise are far apart."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from vgen.apps.cli import main
 from vgen.data.shapes import sample_image
 from vgen.eval.features import extract, is_stats_file, load_extractor, load_images, shapes_features
+from vgen.eval.fid import GaussianStats, frechet_distance
 
 
 def shapes(seed: int, n: int) -> np.ndarray:
@@ -111,14 +114,41 @@ def test_eval_errors_are_one_line(tmp_path, capsys) -> None:
     assert "unknown feature set 'clip'" in capsys.readouterr().err
 
 
-def test_shapes_video_features_ignore_frame_order() -> None:
-    """Until a video feature network is trained, video features are the per-frame features averaged over time: the
-    mean of the frames' own features, and so blind to the order of the frames (a reversed clip is the same)."""
-    from vgen.data.clips import render_clips
+def test_shapes_video_features_come_from_the_shipped_network(test_clips) -> None:
+    from vgen.eval.classifier import SHIPPED_VIDEO_CLASSIFIER, load_shapes_video_classifier
+    from vgen.eval.features import SHAPES_VIDEO, clip_input, shipped_sha256
+    from vgen.eval.weights import sha256_of
+    from vgen.pipelines import ASSETS
 
-    clips, _ = render_clips(0, 0, 3)
-    features = load_extractor("shapes", "videos")(clips)
-    n, t = clips.shape[:2]
-    per_frame = shapes_features(clips.reshape(n * t, *clips.shape[2:])).reshape(n, t, -1)
-    np.testing.assert_allclose(features, per_frame.mean(1), rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(load_extractor("shapes", "videos")(clips[:, ::-1]), features, rtol=1e-6, atol=1e-9)
+    clips = test_clips[0][:4]
+    extractor = load_extractor("shapes", "videos")
+    features = extractor(clips)
+    assert features.shape == (4, 128) and features.dtype == np.float64 and extractor.dim == 128
+    assert extractor.name == SHAPES_VIDEO and load_extractor(SHAPES_VIDEO, "videos").name == SHAPES_VIDEO
+    assert extractor.weights_sha256 == shipped_sha256(SHIPPED_VIDEO_CLASSIFIER) == sha256_of(
+        ASSETS / SHIPPED_VIDEO_CLASSIFIER / "model.safetensors")
+    model = load_shapes_video_classifier().eval()
+    with torch.no_grad():
+        expected = model.features(clip_input(clips, model)).double().numpy()
+    np.testing.assert_allclose(features, expected, rtol=1e-6)
+
+
+def test_shapes_fvd_tells_real_motion_from_shuffled_and_frozen_frames(test_clips) -> None:
+    """Two disjoint sets of real clips are close in the video features; the same clips with their frames shuffled
+    or one frame frozen are far, though they show the same frames (the former per-frame features averaged over time
+    gave shuffled clips exactly the features of the originals)."""
+    clips = test_clips[0]
+    a, b = clips[:64], clips[64:]
+    rng = np.random.default_rng(0)
+    shuffled = np.stack([c[rng.permutation(len(c))] for c in b])
+    frozen = np.stack([c[[rng.integers(len(c))] * len(c)] for c in b])
+    extractor = load_extractor("shapes", "videos")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 64 clips for 128-d features
+        real = GaussianStats.of(extractor(a))
+        fvd = {name: frechet_distance(real, GaussianStats.of(extractor(v))).fid
+               for name, v in (("real", b), ("shuffled", shuffled), ("frozen", frozen))}
+    assert fvd["shuffled"] > 10 * fvd["real"] and fvd["frozen"] > 10 * fvd["real"], fvd  # measured 1.1, 51, 50
+    per_frame_mean = [shapes_features(v.reshape(-1, *v.shape[2:])).reshape(8, 16, -1).mean(1)
+                      for v in (b[:8], shuffled[:8])]
+    np.testing.assert_allclose(*per_frame_mean, rtol=1e-6, atol=1e-9)
