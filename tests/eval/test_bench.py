@@ -14,6 +14,7 @@ from vgen.eval.bench import (
     COLUMNS,
     SamplerSpec,
     bench_table,
+    draw_interleaved,
     parse_sampler_list,
     parse_sampler_spec,
     real_reference,
@@ -118,6 +119,27 @@ def test_quality_equals_an_independent_computation_on_sample_many_images(pipe, r
     pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 127.5 - 1
     expected = class_accuracy(load_shapes_classifier(), pixels, labels.tolist())["class_accuracy"]
     assert ar["class_accuracy"] == expected and result["results"][1]["class_accuracy"] is not None
+
+
+def test_samplers_take_turns_batch_by_batch(pipe):
+    calls = []
+
+    class Recording:
+        """The pipeline, noting which run called it for which batch seed."""
+
+        def __init__(self, name: str) -> None:
+            self.name, self.model = name, pipe.model
+
+        def __call__(self, *args, **kwargs):
+            calls.append((self.name, kwargs["seed"]))
+            return pipe(*args, **kwargs)
+
+    plan = SamplePlan(0, 2, (0, 1, 2), balanced=True)
+    runs = [(Recording("ar"), get_sampler("ar"), plan), (Recording("sjd"), get_sampler("sjd"), plan)]
+    draws = draw_interleaved(runs, 3, SamplingParams(**pipe.info.defaults))
+    first, second = plan.batch_seed(0), plan.batch_seed(1)
+    assert calls == [("ar", first), ("sjd", first), ("ar", second), ("sjd", second)]
+    assert [len(d.samples) for d in draws] == [3, 3] and [len(d.stats) for d in draws] == [2, 2]
 
 
 def test_a_lossless_sampler_under_greedy_decoding_draws_the_same_images(pipe, real):

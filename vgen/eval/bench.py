@@ -6,7 +6,8 @@ Every sampler draws the same images: ``num_samples`` of them, classes in turn, i
 run (DESIGN.md's units):
 
 - ``forward_passes`` (target-model calls, each serving a whole batch) and ``step_compression`` = AR's / the
-  sampler's; ``wall_time_s`` (sampling only) and ``latency_ratio`` = AR's / the sampler's;
+  sampler's; ``wall_time_s`` (sampling only) and ``latency_ratio`` = AR's / the sampler's. The samplers take
+  turns batch by batch, so a change in background load reaches all of them alike;
 - ``tokens_per_forward``: tokens per sample per target pass (a batch runs until its slowest row is done);
 - ``fid``, ``kid``: in vgen's offline ``shapes`` features against real images (the validation split of the
   ``vgen.data.shapes`` set the pipeline records, rendered; or ``real``: a folder, ``.npz``, ``.npy`` or stats
@@ -172,29 +173,42 @@ class Draw:
     """One sampler's images (uint8 [N, H, W, 3]) or clips ([N, T, H, W, 3]) and what drawing them cost, summed over
     batches."""
 
-    samples: np.ndarray
-    forward_passes: int
-    tokens: int
-    row_passes: int  # sum over batches of rows x forward passes
-    wall_time_s: float
-    accepted_lengths: list[int]
-    drafter: str | None
+    samples: list[np.ndarray] = field(default_factory=list)
+    stats: list = field(default_factory=list)  # the SamplerStats of every batch
 
-
-def draw(pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, num_samples: int, params: SamplingParams,
-         progress: bool = False) -> Draw:
-    """The first ``num_samples`` images (clips) of ``plan`` (the last batch cut short), with their cost."""
-    from tqdm.auto import tqdm
-
-    samples, stats = [], []
-    for k in tqdm(range(plan.num_batches(num_samples)), desc=sampler.name, disable=not progress):
+    def add(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, k: int, num_samples: int,
+            params: SamplingParams) -> None:
+        """Draw batch ``k`` of ``plan`` (cut short at ``num_samples``) and keep its samples and stats."""
         indices = plan.batch_indices(k)[:num_samples - k * plan.batch_size]
         out = pipe(plan.labels(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
-        samples += list(out.videos) if is_video(pipe) else [np.asarray(im) for im in out.images]
-        stats.append(out.stats)
-    return Draw(np.stack(samples), sum(s.forward_passes for s in stats), sum(s.tokens for s in stats),
-                sum(s.batch_size * s.forward_passes for s in stats), sum(s.wall_time_s for s in stats),
-                [n for s in stats for n in s.accepted_lengths], stats[-1].details.get("drafter"))
+        self.samples += list(out.videos) if is_video(pipe) else [np.asarray(im) for im in out.images]
+        self.stats.append(out.stats)
+
+    def row(self) -> dict:
+        """The cost columns of the benchmark row, summed over batches."""
+        s = self.stats
+        lengths = [n for x in s for n in x.accepted_lengths]
+        return {"drafter": s[-1].details.get("drafter"), "forward_passes": sum(x.forward_passes for x in s),
+                "wall_time_s": sum(x.wall_time_s for x in s),
+                "tokens_per_forward": sum(x.tokens for x in s) / sum(x.batch_size * x.forward_passes for x in s),
+                "mean_accepted_length": statistics.mean(lengths) if lengths else 1.0}
+
+
+def draw_interleaved(runs: Sequence[tuple[ImagePipeline, Sampler, SamplePlan]], num_samples: int,
+                     params: SamplingParams, progress: bool = False) -> list[Draw]:
+    """The first ``num_samples`` images (clips) of every ``(pipeline, sampler, plan)``, drawn batch by batch in
+    turn (batch 0 of every sampler, then batch 1, ...), so that changes in background load reach every sampler's
+    wall time alike instead of whichever ran during them."""
+    from tqdm.auto import tqdm
+
+    draws = [Draw() for _ in runs]
+    batches = runs[0][2].num_batches(num_samples)  # every plan has the same batch size
+    with tqdm(total=batches * len(runs), desc="bench", unit="batch", disable=not progress) as bar:
+        for k in range(batches):
+            for (pipe, sampler, plan), d in zip(runs, draws):
+                d.add(pipe, sampler, plan, k, num_samples, params)
+                bar.update()
+    return draws
 
 
 def domain_class_accuracy(pipe: ImagePipeline, samples: np.ndarray, labels: Sequence[int]) -> float | None:
@@ -241,20 +255,18 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
     labels = SamplePlan(seed, batch_size, classes, balanced=True).labels(range(num_samples))
     rows, stats_of = [], {}
     start = time.perf_counter()
-    for spec in specs:
-        plan = SamplePlan(seed if spec.seed is None else spec.seed, batch_size, classes, balanced=True)
-        runner = reference_pipe if reference_pipe is not None and spec.label == reference else pipe
-        d = draw(runner, spec.sampler(), plan, num_samples, params, progress)
-        feats = features_of(d.samples)
+    runs = [(reference_pipe if reference_pipe is not None and spec.label == reference else pipe, spec.sampler(),
+             SamplePlan(seed if spec.seed is None else spec.seed, batch_size, classes, balanced=True))
+            for spec in specs]
+    draws = draw_interleaved(runs, num_samples, params, progress)
+    for spec, (_, _, plan), d in zip(specs, runs, draws):
+        samples = np.stack(d.samples)
+        feats = features_of(samples)
         stats = GaussianStats.of(feats)
-        row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed,
-               "drafter": d.drafter, "forward_passes": d.forward_passes, "wall_time_s": d.wall_time_s,
-               "tokens_per_forward": d.tokens / d.row_passes,
-               "mean_accepted_length": statistics.mean(d.accepted_lengths) if d.accepted_lengths else 1.0,
+        row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed, **d.row(),
                "fid": frechet_distance(real.stats, stats).fid,
                "kid": None if real.features is None else kernel_inception_distance(real.features, feats)[0],
-               "fid_vs_ar": None, "class_accuracy": None}
-        row["class_accuracy"] = domain_class_accuracy(pipe, d.samples, labels)
+               "fid_vs_ar": None, "class_accuracy": domain_class_accuracy(pipe, samples, labels)}
         stats_of[spec.label] = stats
         rows.append(row)
     base = next(row for row in rows if row["label"] == reference)
