@@ -109,10 +109,16 @@ def shapes_features(images: np.ndarray, batch_size: int = 256, progress: bool = 
     """The shipped domain classifier's 192-d features [N, 192] of uint8 images [N, H, W, 3]."""
     from vgen.eval.classifier import load_shapes_classifier
 
-    classifier = load_shapes_classifier().eval()
+    return batched_features(load_shapes_classifier().eval(), images, classifier_input, batch_size, progress)
+
+
+def batched_features(model: torch.nn.Module, samples: np.ndarray,
+                     to_input: Callable[[np.ndarray, torch.nn.Module], torch.Tensor], batch_size: int,
+                     progress: bool = False) -> np.ndarray:
+    """``model.features`` (float64 [N, d]) of uint8 samples, ``batch_size`` at a time through ``to_input``."""
     out = []
-    for i in tqdm(range(0, len(images), batch_size), desc="features", disable=not progress):
-        out.append(classifier.features(classifier_input(images[i:i + batch_size], classifier)).double().numpy())
+    for i in tqdm(range(0, len(samples), batch_size), desc="features", disable=not progress):
+        out.append(model.features(to_input(samples[i:i + batch_size], model)).double().numpy())
     return np.concatenate(out)
 
 
@@ -138,11 +144,7 @@ def shapes_video_features(videos: np.ndarray, batch_size: int = 64, progress: bo
     """The shipped video feature network's 128-d features [N, 128] of uint8 videos [N, T, H, W, 3]."""
     from vgen.eval.classifier import load_shapes_video_classifier
 
-    model = load_shapes_video_classifier().eval()
-    out = []
-    for i in tqdm(range(0, len(videos), batch_size), desc="features", disable=not progress):
-        out.append(model.features(clip_input(videos[i:i + batch_size], model)).double().numpy())
-    return np.concatenate(out)
+    return batched_features(load_shapes_video_classifier().eval(), videos, clip_input, batch_size, progress)
 
 
 def shipped_sha256(folder: str) -> str:
