@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vgen.samplers.speculative.exact import ExactRule
-from vgen.samplers.speculative.grouped import GroupedRule
+from vgen.samplers.speculative.grouped import GroupedRule, rank_neighbours
 
 # embeddings: tokens 0, 1, 2 close together, 3 and 4 far away
 EMBEDDINGS = torch.tensor([[0.0, 0.0], [0.3, 0.0], [0.0, 0.4], [3.0, 0.0], [0.0, 3.0]])
@@ -67,3 +67,29 @@ def test_residual_is_sjds() -> None:
 def test_bad_thresholds_are_rejected(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         GroupedRule(EMBEDDINGS, **kwargs)
+
+
+def _ranks_by_sorting(p: torch.Tensor, drafts: torch.Tensor, window: int) -> list[set[int]]:
+    """The candidate sets the slow way: a stable descending sort of the whole vocabulary."""
+    order = p.argsort(dim=-1, descending=True, stable=True)
+    sets = []
+    for row, draft in zip(order, drafts):
+        rank = int((row == draft).nonzero())
+        sets.append({int(row[r]) for r in range(rank - window, rank + window) if 0 <= r < len(row)})
+    return sets
+
+
+@pytest.mark.parametrize("window", [1, 3, 7, 40])
+def test_rank_neighbours_match_a_stable_sort_of_the_vocabulary(window: int) -> None:
+    """Ties included: top-k filtering leaves many zero probabilities, and repeated values occur; the stable
+    sort ranks equal probabilities by index, and so must the sort-free selection."""
+    g = torch.Generator().manual_seed(1)
+    p = (torch.randn(300, 30, generator=g) * 2).softmax(-1)
+    p[:100, 10:] = 0.0  # top-k style zeros, with drafts among them
+    p[100:200] = torch.randint(4, (100, 30), generator=g).float() / 10  # heavy ties
+    drafts = torch.randint(30, (300,), generator=g)
+    candidates, inside = rank_neighbours(p, drafts, window)
+    assert candidates.shape[-1] <= 2 * window + 1
+    for got_row, mask, want in zip(candidates, inside, _ranks_by_sorting(p, drafts, window)):
+        got = got_row[mask].tolist()
+        assert len(got) == len(set(got)) and set(got) == want
