@@ -208,22 +208,25 @@ def test_rows_advance_independently(tiny_gpt_factory, monkeypatch) -> None:
     assert int(last_pass[1]) == GRID_GPT.block_size
 
 
-def test_lantern_with_zero_budget_is_sjd(tiny_gpt_factory) -> None:
+def test_lantern_with_zero_budget_is_mcsjd(tiny_gpt_factory) -> None:
+    """Without a draft head the preset drafts as mcsjd does, so a zero budget leaves exact acceptance."""
     model = tiny_gpt_factory(GRID_GPT)
     tok = FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4))
     params = SamplingParams(cfg_scale=2.0)
     lantern = get_sampler("lantern", lantern_delta=0.0, window=6).sample(
         model, CLASSES, params, generator=torch.Generator().manual_seed(0), tokenizer=tok)
-    assert torch.equal(lantern.tokens, run(model, "sjd", params, window=6).tokens)
+    assert torch.equal(lantern.tokens, run(model, "mcsjd", params, window=6).tokens)
     assert lantern.stats.details["drafter"] == "jacobi"  # the model ships no draft head
 
 
 def test_presets_are_drafter_and_rule_pairs() -> None:
     assert (get_sampler("sjd").drafter, get_sampler("sjd").accept) == ("jacobi", "exact")
+    assert (get_sampler("sjd").draft_coupling, get_sampler("sjd").draft_init) == ("none", "random")  # SJD's own
     assert (get_sampler("lantern").drafter, get_sampler("lantern").accept) == ("auto", "lantern")
     assert (get_sampler("gsd").drafter, get_sampler("gsd").accept) == ("jacobi", "gsd")
-    mcsjd = get_sampler("mcsjd")
-    assert (mcsjd.accept, mcsjd.draft_coupling, mcsjd.draft_init) == ("exact", "gumbel", "vertical")
+    for coupled in ("mcsjd", "lantern", "gsd"):  # Jacobi drafts coupled and vertically initialised
+        assert (get_sampler(coupled).draft_coupling, get_sampler(coupled).draft_init) == ("gumbel", "vertical")
+    assert get_sampler("mcsjd").accept == "exact"
     sampler = get_sampler("speculative", drafter="jacobi", accept="lantern", lantern_k=5, lantern_delta=0.2)
     assert get_sampler(sampler.to_dict()) == sampler
 

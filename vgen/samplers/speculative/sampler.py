@@ -209,17 +209,24 @@ class MCSJD(Speculative):
 @dataclass(frozen=True)
 class Lantern(Speculative):
     """LANTERN (ICLR 2025): relaxed acceptance over latent neighbourhoods; the model's draft head when it ships
-    one, Jacobi drafts otherwise (``stats.details["drafter"]`` says which)."""
+    one, Jacobi drafts otherwise (``stats.details["drafter"]`` says which), coupled and vertically initialised
+    as in ``mcsjd``."""
 
     name: ClassVar[str] = "lantern"
     drafter: str = "auto"
     accept: str = "lantern"
+    draft_init: str = "vertical"
+    draft_coupling: str = "gumbel"
 
 
 @register_sampler
 @dataclass(frozen=True)
 class GSD(Speculative):
-    """Grouped speculative decoding (ICCV 2025): Jacobi drafts, grouped acceptance."""
+    """Grouped speculative decoding (ICCV 2025): grouped acceptance of Jacobi drafts, coupled and vertically
+    initialised as in ``mcsjd`` (on the embedded default: 3.82x fewer passes against 2.83x with GSD's
+    independent drafts, docs/speculative.md)."""
 
     name: ClassVar[str] = "gsd"
     accept: str = "gsd"
+    draft_init: str = "vertical"
+    draft_coupling: str = "gumbel"
