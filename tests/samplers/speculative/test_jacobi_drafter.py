@@ -33,6 +33,39 @@ def test_fresh_drafts_repeat_a_neighbour(init: str) -> None:
     assert torch.equal(q, torch.nn.functional.one_hot(drafts, V).float())
 
 
+def _repeat_left_to_right(tokens: torch.Tensor, pos: torch.Tensor, drafts: torch.Tensor, fresh: torch.Tensor,
+                          init: str, stride: int) -> list[list[int]]:
+    """The reference: walk the window left to right, each fresh draft copying its (already drafted) neighbour."""
+    out = []
+    for row, start, row_drafts, row_fresh in zip(tokens.tolist(), pos.tolist(), drafts.tolist(), fresh.tolist()):
+        seq = row[:start] + row_drafts + row[start + len(row_drafts):]
+        for i, is_fresh in enumerate(row_fresh):
+            at = start + i
+            source = at - stride if init == "vertical" and at >= stride else at - 1
+            if is_fresh:
+                seq[at] = seq[source]
+        out.append(seq[start:start + len(row_drafts)])
+    return out
+
+
+@pytest.mark.parametrize("init", ["left", "vertical"])
+@pytest.mark.parametrize("stride", [3, 4, 16])
+def test_fresh_drafts_follow_chains_of_fresh_neighbours(init: str, stride: int) -> None:
+    """Rows at different positions, with carried drafts then fresh ones, and windows longer than a row, so a
+    fresh draft may repeat a neighbour that is itself a fresh draft (and that one another)."""
+    g = torch.Generator().manual_seed(0)
+    batch, count, n = 6, 9, 40
+    tokens = torch.randint(V, (batch, n + count), generator=g)
+    pos = torch.tensor([1, 2, 5, 9, 17, 30])
+    carried_count = torch.tensor([0, 3, 9, 1, 5, 0])
+    carried_tokens = torch.randint(V, (batch, count), generator=g)
+    drafter = JacobiDrafter(V, stride=stride, init=init)
+    drafter.carried = (carried_tokens, torch.rand(batch, count, V, generator=g), carried_count)
+    drafts, _ = drafter.propose(tokens, pos, count, None)
+    fresh = torch.arange(count)[None] >= carried_count[:, None]
+    assert drafts.tolist() == _repeat_left_to_right(tokens, pos, carried_tokens, fresh, init, stride)
+
+
 def test_the_last_pass_draws_become_the_next_drafts_with_their_distributions() -> None:
     drafter = JacobiDrafter(V, stride=4)
     probs = torch.rand(1, 4, V).softmax(-1)

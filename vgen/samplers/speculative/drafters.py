@@ -121,18 +121,28 @@ class JacobiDrafter(Drafter):
             guess = torch.randint(self.vocab_size, (batch, count), generator=generator, device=device)
             seq.scatter_(1, index, torch.where(fresh, guess, carried_tokens))
         else:
-            for i in range(count):  # left to right: a fresh draft may copy the draft before it
-                at = index[:, i]
-                source = at - 1
-                if self.init == "vertical":
-                    source = torch.where(at >= self.stride, at - self.stride, source)
-                guess, current = seq.gather(1, source[:, None]), seq.gather(1, at[:, None])
-                seq.scatter_(1, at[:, None], torch.where(fresh[:, i, None], guess, current))
+            seq.scatter_(1, index, torch.where(fresh, seq.gather(1, self.copy_sources(index, pos, fresh)),
+                                               carried_tokens))
         drafts = seq.gather(1, index)
         probs = F.one_hot(drafts, self.vocab_size).float()
         if carried_probs is not None:
             probs = torch.where(fresh[..., None], probs, carried_probs)
         return drafts, probs
+
+    def copy_sources(self, index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+        """The token each fresh draft repeats [B, count]: its left (or vertical) neighbour, followed through
+        neighbours that are fresh drafts themselves (which repeat theirs) by pointer doubling, so a chain of k
+        fresh drafts costs log2(k) vectorised steps rather than a Python loop over the window."""
+        source = index - 1
+        if self.init == "vertical":
+            source = torch.where(index >= self.stride, index - self.stride, source)
+        count = index.shape[1]
+        while True:
+            rel = source - pos[:, None]  # the source's place in the window (< 0: a committed token)
+            pending = fresh & (rel >= 0) & fresh.gather(1, rel.clamp(0, count - 1))
+            if not bool(pending.any()):
+                return source
+            source = torch.where(pending, source.gather(1, rel.clamp(0, count - 1)), source)
 
     def refresh(self, result: Verification) -> torch.Tensor:
         """New draws [B, L] from this pass's distributions, coupled with the drafts they replace."""
