@@ -99,6 +99,13 @@ def test_drafter_recipe_trains_a_head_for_the_ar_model_and_exports_it(tmp_path):
     log = [json.loads(line) for line in (tmp_path / "head" / "log.jsonl").read_text().splitlines()]
     assert {"ce", "feat", "agree"} <= set(log[-1])
 
+    # a new run started from that head (for a fine-tuned target) begins at its weights
+    again = train_drafter(tmp_path / "again", tmp_path / "ar" / "export", tmp_path / "vq" / "export",
+                          tmp_path / "data", tmp_path / "ar", replace(head_cfg, steps=0),
+                          DrafterRecipe(num_images=16, batch_size=4), init_from=tmp_path / "head" / "export")
+    for a, b in zip(exported.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b)
+
 
 def test_kl_and_mar_recipes_train_export_and_package_into_a_continuous_pipeline(tmp_path):
     from vgen.models.mar import MARConfig

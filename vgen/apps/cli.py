@@ -267,11 +267,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         if what not in ("tokenizer", "frame-tokenizer", "kl", "blockdiff", "video-classifier"):
             t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
                            help="trained tokenizer folder")
-        if what in ("ar", "nar"):
+        if what in ("ar", "nar", "drafter"):
             t.add_argument("--init-from", default=None,
                            help="start a new run from these model weights (an export folder) instead of random init"
                                 + ("; an AR or NBP model's export warm-starts the NAR blocks and heads" if what == "nar"
-                                   else ""))
+                                   else "; e.g. the head of the model the target was fine-tuned from"
+                                   if what == "drafter" else ""))
         if what == "frame-tokenizer":
             t.add_argument("--encoder", choices=ENCODER_KINDS, default=None,
                            help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
@@ -490,7 +491,8 @@ def run_train(args: argparse.Namespace) -> None:
 
         train_drafter(args.run_dir, args.target, args.tokenizer, args.data_dir, args.codes_dir,
                       TrainConfig(**common, ema_decay=0.99),
-                      DrafterRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes)
+                      DrafterRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes,
+                      init_from=args.init_from)
     else:
         from vgen.training.classifier import ClassifierRecipe, train_classifier
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vgen.hub import from_pretrained, save_pretrained
+from vgen.hub import from_pretrained, load_weights, save_pretrained
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.training.ar import cached_codes
@@ -49,14 +49,19 @@ def drafter_losses(head: DraftHead, target: LlamaGenGPT, class_ids: torch.Tensor
 
 def train_drafter(run_dir: str | Path, target_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path,
                   codes_dir: str | Path, train: TrainConfig, recipe: DrafterRecipe = DrafterRecipe(),
-                  max_minutes: float | None = None) -> DraftHead:
+                  max_minutes: float | None = None, init_from: str | Path | None = None) -> DraftHead:
     """Train a head for the model in ``target_dir`` on the tokenised split cached in ``codes_dir`` (the AR
-    run's folder: tokenising is the expensive part) and export it (EMA weights) to ``run_dir/export``."""
+    run's folder: tokenising is the expensive part) and export it (EMA weights) to ``run_dir/export``.
+
+    ``init_from`` starts a new run from an exported head, e.g. the one of the model the target was fine-tuned
+    from: its features drift little, so the old head is a far better start than random weights."""
     run_dir = Path(run_dir)
     target = from_pretrained(target_dir).eval().requires_grad_(False)
     codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_images, codes_dir)
     codes_t, labels_t = torch.from_numpy(codes.astype(np.int64)), torch.from_numpy(labels).long()
     head = DraftHead(DraftHeadConfig.for_target(target.config))
+    if init_from is not None and not (run_dir / "state.json").exists():
+        load_weights(head, from_pretrained(init_from).state_dict(), source=str(init_from))
     trainer = Trainer(head, train, run_dir)
     null = target.config.num_classes
     drop_generator = torch.Generator().manual_seed(train.seed)
