@@ -209,20 +209,20 @@ def test_rows_advance_independently(tiny_gpt_factory, monkeypatch) -> None:
 
 
 def test_lantern_with_zero_budget_is_mcsjd(tiny_gpt_factory) -> None:
-    """Without a draft head the preset drafts as mcsjd does, so a zero budget leaves exact acceptance."""
+    """The preset drafts as mcsjd does, so a zero budget leaves exact acceptance."""
     model = tiny_gpt_factory(GRID_GPT)
     tok = FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4))
     params = SamplingParams(cfg_scale=2.0)
     lantern = get_sampler("lantern", lantern_delta=0.0, window=6).sample(
         model, CLASSES, params, generator=torch.Generator().manual_seed(0), tokenizer=tok)
     assert torch.equal(lantern.tokens, run(model, "mcsjd", params, window=6).tokens)
-    assert lantern.stats.details["drafter"] == "jacobi"  # the model ships no draft head
+    assert lantern.stats.details["drafter"] == "jacobi"
 
 
 def test_presets_are_drafter_and_rule_pairs() -> None:
     assert (get_sampler("sjd").drafter, get_sampler("sjd").accept) == ("jacobi", "exact")
     assert (get_sampler("sjd").draft_coupling, get_sampler("sjd").draft_init) == ("none", "random")  # SJD's own
-    assert (get_sampler("lantern").drafter, get_sampler("lantern").accept) == ("auto", "lantern")
+    assert (get_sampler("lantern").drafter, get_sampler("lantern").accept) == ("jacobi", "lantern")
     assert (get_sampler("gsd").drafter, get_sampler("gsd").accept) == ("jacobi", "gsd")
     for coupled in ("mcsjd", "lantern", "gsd"):  # Jacobi drafts coupled and vertically initialised
         assert (get_sampler(coupled).draft_coupling, get_sampler(coupled).draft_init) == ("gumbel", "vertical")
@@ -241,11 +241,16 @@ def test_a_missing_draft_head_is_a_clear_error(tiny_gpt_factory) -> None:
         run(tiny_gpt_factory(GRID_GPT), "speculative", SamplingParams(), drafter="head")
 
 
-def test_lantern_drafts_with_the_head_when_there_is_one(tiny_gpt_factory) -> None:
+def test_lantern_drafts_with_the_head_on_request_and_auto_takes_it_when_there_is_one(tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(GRID_GPT)
-    out = get_sampler("lantern", window=4).sample(model, CLASSES, SamplingParams(), draft_head=random_head(model),
-                                                  tokenizer=FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4)))
-    assert out.stats.details["drafter"] == "head" and out.stats.draft_forward_passes > 0
+    tok = FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4))
+    for drafter in ("head", "auto"):
+        out = get_sampler("lantern", window=4, drafter=drafter).sample(model, CLASSES, SamplingParams(),
+                                                                       draft_head=random_head(model), tokenizer=tok)
+        assert out.stats.details["drafter"] == "head" and out.stats.draft_forward_passes > 0
+    plain = get_sampler("lantern", window=4).sample(model, CLASSES, SamplingParams(), draft_head=random_head(model),
+                                                    tokenizer=tok)
+    assert plain.stats.details["drafter"] == "jacobi" and plain.stats.draft_forward_passes == 0
 
 
 def test_a_head_for_another_model_is_refused(tiny_gpt_factory) -> None:
