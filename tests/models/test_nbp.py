@@ -117,6 +117,22 @@ def test_the_class_conditions_every_token_of_a_hybrid_model() -> None:
     assert ((a - b).abs().amax(dim=(0, 2)) > 1e-6).all()
 
 
+@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame")])
+def test_block_0_alone_gives_the_full_forwards_first_block_logits(grid, block) -> None:
+    model = tiny(grid, block, hybrid=True)
+    b = model.block_size
+    tokens = torch.randint(0, 40, (2, model.num_tokens), generator=torch.Generator().manual_seed(3))
+    cls = torch.tensor([0, 4])
+    assert torch.allclose(model.first_block_logits(cls, tokens[:, :b]), model(cls, tokens)[:, :b], atol=1e-5)
+
+
+def test_block_0_alone_is_the_hybrid_layouts_and_takes_one_block() -> None:
+    with pytest.raises(ValueError, match="draws block 0 in one pass"):
+        tiny((3, 4)).first_block_logits(torch.tensor([0]), torch.zeros(1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"block 0 has 4 tokens, got tokens of shape \(1, 12\)"):
+        tiny((3, 4), hybrid=True).first_block_logits(torch.tensor([0]), torch.zeros(1, 12, dtype=torch.long))
+
+
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((2, 2, 3), "row")])
 def test_a_block_sees_only_earlier_blocks(grid, block) -> None:
     """Perturbing the tokens of block k changes the logits of blocks k+1.. and nothing before them."""

@@ -9,13 +9,14 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
 from vgen.training.clip_codes import ClipRecipe, video_config, with_time_reversed
-from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp
+from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
 
@@ -68,3 +69,30 @@ def test_time_reversal_appends_every_clip_with_its_frames_in_reverse_order() -> 
     assert np.array_equal(out[3].reshape(3, 4), codes[1].reshape(3, 4)[::-1])
     with pytest.raises(ValueError, match="12 codes per clip do not split into 5 frames"):
         with_time_reversed(codes, np.array([5, 7]), num_frames=5)
+
+
+def test_the_first_frame_term_scores_block_0_alone_on_other_frames_of_the_same_clip() -> None:
+    """Clips whose frames all equal their frame 0: whichever frames are drawn, the extra term is the cross-entropy
+    of the full forward's first block, with each clip's own class."""
+    torch.manual_seed(0)
+    model = NBPTransformer(NBPConfig(grid=(4, 2, 2), block="frame", hybrid=True, vocab_size=16, **TOY)).eval()
+    with torch.no_grad():
+        model.output.weight.normal_(std=0.5)  # zero-initialised, it would score ln V everywhere
+    frame0 = torch.randint(0, 16, (3, 4))
+    tokens, cls = frame0.repeat(1, 4), torch.tensor([0, 5, 7])
+    loss, figures = with_first_frames(5)(model, cls, tokens)
+    clip_loss, _ = token_grid_loss(model, cls, tokens)
+    first = F.cross_entropy(model(cls, tokens)[:, :4].reshape(-1, 16), frame0.reshape(-1))
+    assert figures["first_loss"] == pytest.approx(first.item(), abs=1e-5)
+    assert loss.item() == pytest.approx(clip_loss.item() + first.item(), abs=1e-5)
+
+
+def test_without_first_frames_or_a_hybrid_start_the_loss_is_nbps() -> None:
+    torch.manual_seed(0)
+    tokens, cls = torch.randint(0, 16, (2, 16)), torch.tensor([1, 2])
+    for hybrid, count in ((True, 0), (False, 8)):
+        model = NBPTransformer(NBPConfig(grid=(4, 2, 2), block="frame", hybrid=hybrid, vocab_size=16, **TOY)).eval()
+        loss, figures = with_first_frames(count)(model, cls, tokens)
+        assert loss.item() == token_grid_loss(model, cls, tokens)[0].item() and "first_loss" not in figures
+    with pytest.raises(ValueError, match="first_frames must be >= 0, got -1"):
+        with_first_frames(-1)

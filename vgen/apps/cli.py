@@ -281,6 +281,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         if what == "nbp":
             t.add_argument("--no-time-reversed", action="store_true",
                            help="train on the clips as rendered only, not also played backwards")
+            t.add_argument("--first-frames", type=int, default=None,
+                           help="frames of each clip that the token-by-token frame 0 also learns from as first "
+                                "frames (default: the recipe's FIRST_FRAMES; 0 = off)")
         if what in ("ar", "nar"):
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -461,11 +464,12 @@ def run_train(args: argparse.Namespace) -> None:
                  max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "nbp":
         from vgen.training.clip_codes import ClipRecipe
-        from vgen.training.nbp import train_nbp
+        from vgen.training.nbp import FIRST_FRAMES, train_nbp
 
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
-                             time_reversed=not args.no_time_reversed), max_minutes=args.max_minutes)
+                             time_reversed=not args.no_time_reversed), max_minutes=args.max_minutes,
+                  first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames)
     elif args.what == "nar":
         from vgen.training.nar import NARRecipe, train_nar, train_video_nar
 

@@ -237,6 +237,20 @@ class NBPTransformer(nn.Module):
         inputs = [bov[:, :1], emb[:, :b], bov[:, 1:], emb[:, b:]] if self.hybrid else [bov, emb]
         return self._run(torch.cat([self.cls_embedding(class_ids), *inputs], dim=1), 0, None)[:, 1:]
 
+    def first_block_logits(self, class_ids: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+        """Hybrid layout: teacher-forced logits [B, block_size, V] of block 0 alone, ``block`` [B, block_size] its
+        tokens. These are :meth:`forward`'s first ``block_size`` rows (block 0 reads only the class and itself) at
+        a sixteenth of a 16-block clip's cost, so a trainer can show the token-by-token start many more first
+        frames than it has clips."""
+        if not self.hybrid:
+            raise ValueError("first_block_logits is the hybrid layout's; this model draws block 0 in one pass")
+        b = self.block_size
+        if block.ndim != 2 or block.shape[1] != b:
+            raise ValueError(f"block 0 has {b} tokens, got tokens of shape {tuple(block.shape)}")
+        h = torch.cat([self.cls_embedding(class_ids), self._bov(len(class_ids))[:, :1],
+                       self.tok_embeddings(block[:, :-1])], dim=1)
+        return self._run(h, 0, None)[:, 1:]
+
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
         """An empty cache with a slot for the class and every input slot (``1 + N``)."""
