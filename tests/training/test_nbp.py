@@ -15,7 +15,7 @@ from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
-from vgen.training.clip_codes import ClipRecipe, video_config, with_time_reversed
+from vgen.training.clip_codes import ClipRecipe, clip_probe, video_config, with_time_reversed
 from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
@@ -96,3 +96,15 @@ def test_without_first_frames_or_a_hybrid_start_the_loss_is_nbps() -> None:
         assert loss.item() == token_grid_loss(model, cls, tokens)[0].item() and "first_loss" not in figures
     with pytest.raises(ValueError, match="first_frames must be >= 0, got -1"):
         with_first_frames(-1)
+
+
+def test_the_clip_probe_reports_class_accuracy_of_clips_frames_and_frame_0_and_keeps_the_training_mode(
+        tiny_vq_dir) -> None:
+    torch.manual_seed(0)
+    model = NBPTransformer(NBPConfig(grid=(4, 4, 4), block="frame", hybrid=True, vocab_size=32, **TOY)).train()
+    figures = clip_probe(tiny_vq_dir, CLIPS, per_class=1)(model)
+    assert set(figures) == {"probe_class_accuracy", "probe_frame_accuracy", "probe_first_frame_accuracy"}
+    assert all(0 <= v <= 1 for v in figures.values()) and model.training
+    # 8 clips of 4 frames: every figure is a count of eighths (frames: of 32nds)
+    assert figures["probe_class_accuracy"] * 8 == round(figures["probe_class_accuracy"] * 8)
+    assert figures["probe_first_frame_accuracy"] * 8 == round(figures["probe_first_frame_accuracy"] * 8)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from vgen.training.trainer import TrainConfig, Trainer, index_batches
+from vgen.training.trainer import TrainConfig, Trainer, every, index_batches
 
 
 def _run(run_dir, steps_per_call: list[int], total: int, log_every: int = 2) -> Trainer:
@@ -92,3 +92,23 @@ def test_the_first_log_after_a_mid_window_resume_averages_only_the_steps_it_ran(
     resumed, every = ({r["step"]: r for r in rows} for rows in logs.values())
     assert resumed[4]["loss"] == pytest.approx(every[4]["loss"], rel=1e-6)
     assert resumed[6]["loss"] == pytest.approx((every[5]["loss"] + every[6]["loss"]) / 2, rel=1e-6)
+
+
+def test_every_runs_the_evaluation_on_the_ema_model_at_multiples_of_its_interval_and_logs_it(tmp_path):
+    seen = []
+
+    def evaluate(model):
+        seen.append(model)
+        return {"probe": float(len(seen))}
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    trainer = Trainer(model, TrainConfig(steps=7, lr=0.01, warmup_steps=1, bf16=False, log_every=10), tmp_path)
+    x = torch.randn(16, 4)
+    trainer.fit(index_batches(16, 4, 0), lambda idx: (model(x[idx]).square().mean(), {}), on_step=every(evaluate, 3))
+    assert len(seen) == 2 and all(m is trainer.ema.model for m in seen)  # after steps 3 and 6
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["probe"]) for r in log if "probe" in r] == [(3, 1.0), (6, 2.0)]
+    assert every(None, 3) is None
+    with pytest.raises(ValueError, match="evaluation interval must be >= 1 step, got 0"):
+        every(evaluate, 0)

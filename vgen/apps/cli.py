@@ -294,6 +294,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
                            help="domain classifier for the periodic class-accuracy probe (used once it exists)")
             t.add_argument("--eval-every", type=int, default=1000, help="steps between sample probes (0 = off)")
+        if what == "nbp":
+            t.add_argument("--eval-every", type=int, default=250,
+                           help="steps between sample probes: 4 clips per class, per-frame class accuracy of the "
+                                "clips, all frames and frame 0 (0 = off)")
         if what == "mar":
             t.add_argument("--size", choices=("target", "draft"), default="target",
                            help="the target model or the small CSpD draft model")
@@ -463,13 +467,15 @@ def run_train(args: argparse.Namespace) -> None:
                  ARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
                  max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "nbp":
-        from vgen.training.clip_codes import ClipRecipe
+        from vgen.training.clip_codes import ClipRecipe, clip_probe
         from vgen.training.nbp import FIRST_FRAMES, train_nbp
 
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
-                             time_reversed=not args.no_time_reversed), max_minutes=args.max_minutes,
-                  first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames)
+                             time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
+                  max_minutes=args.max_minutes,
+                  first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
+                  evaluate=clip_probe(args.tokenizer) if args.eval_every else None)
     elif args.what == "nar":
         from vgen.training.nar import NARRecipe, train_nar, train_video_nar
 

@@ -22,7 +22,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import from_pretrained, load_weights
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import TrainConfig, Trainer, fit_on_codes, save_array_atomic
+from vgen.training.trainer import TrainConfig, every, fit_on_codes, save_array_atomic
 
 SHAPES_GPT = GPTConfig(vocab_size=4096, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        block_size=256, class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0,
@@ -106,14 +106,8 @@ def train_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pat
     model = LlamaGenGPT(gpt_config)
     if init_from is not None and not (run_dir / "state.json").exists():
         load_weights(model, from_pretrained(init_from).state_dict(), source=str(init_from))
-
-    def periodic_eval(t: Trainer) -> dict | None:
-        if evaluate is None or t.step % recipe.eval_every:
-            return None
-        return evaluate(t.ema.model)
-
     return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, next_token_loss,
-                        periodic_eval)
+                        every(evaluate, recipe.eval_every))
 
 
 def next_token_loss(model: LlamaGenGPT, class_ids: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:

@@ -7,6 +7,7 @@ every video token backbone uses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -17,7 +18,7 @@ import torch
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.hub import from_pretrained
 from vgen.training.ar import tokenize_split
-from vgen.training.trainer import TokenLoss, TrainConfig, fit_on_codes, save_array_atomic, token_grid_loss
+from vgen.training.trainer import TokenLoss, TrainConfig, every, fit_on_codes, save_array_atomic, token_grid_loss
 
 GridConfig = TypeVar("GridConfig")  # a backbone config with ``grid`` and ``vocab_size`` fields (NBP, NAR)
 
@@ -26,11 +27,13 @@ GridConfig = TypeVar("GridConfig")  # a backbone config with ``grid`` and ``voca
 class ClipRecipe:
     """How a video token model (NBP, next-token video AR) sees the clips. ``time_reversed``: also train on every
     clip played backwards (:func:`with_time_reversed`), twice the first frames that a model drawing frame 0 token
-    by token learns from (added after NBP's second run, whose frame 0 was not a shape yet)."""
+    by token learns from (added after NBP's second run, whose frame 0 was not a shape yet). ``eval_every``: steps
+    between runs of a :func:`clip_probe`, when the recipe is given one."""
 
     num_clips: int = 4000
     batch_size: int = 16
     time_reversed: bool = True
+    eval_every: int = 250
 
 
 CLIP_RECIPE = ClipRecipe()
@@ -49,13 +52,40 @@ def cached_clip_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: in
 
 def fit_on_clips(run_dir: str | Path, model: torch.nn.Module, tokenizer_dir: str | Path, data_dir: str | Path,
                  train: TrainConfig, recipe: ClipRecipe, clips: ClipsConfig, max_minutes: float | None = None,
-                 loss_fn: TokenLoss = token_grid_loss) -> torch.nn.Module:
+                 loss_fn: TokenLoss = token_grid_loss,
+                 evaluate: Callable[[torch.nn.Module], dict] | None = None) -> torch.nn.Module:
     """Train (or resume) ``model`` on the codes of the recipe's clips (and the same clips played backwards when
-    ``recipe.time_reversed``); the EMA model is exported to ``run_dir/export`` and returned."""
+    ``recipe.time_reversed``), running ``evaluate`` (e.g. :func:`clip_probe`) every ``recipe.eval_every`` steps;
+    the EMA model is exported to ``run_dir/export`` and returned."""
     codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
     if recipe.time_reversed:
         codes, labels = with_time_reversed(codes, labels, clips.num_frames)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, loss_fn)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, loss_fn,
+                        every(evaluate, recipe.eval_every))
+
+
+def clip_probe(tokenizer_dir: str | Path, clips: ClipsConfig = SHAPES_CLIPS, per_class: int = 4,
+               cfg_scale: float = 3.0, seed: int = 0) -> Callable[[torch.nn.Module], dict]:
+    """An ``evaluate(model)`` hook for a video token model: draw ``per_class`` clips per class with the model's
+    own sampler and report what the per-frame domain classifier says of them (:func:`clip_class_accuracy`): the
+    clips' class accuracy, all frames' and frame 0's alone, the frame a model draws from the class only."""
+    from vgen.eval.quality import clip_class_accuracy
+    from vgen.pipelines import PipelineInfo
+    from vgen.video_pipeline import VideoPipeline
+
+    tokenizer = from_pretrained(tokenizer_dir)
+    info = PipelineInfo(name="probe", image_size=clips.frame_size)
+
+    def evaluate(model: torch.nn.Module) -> dict:
+        was_training = model.training
+        classes = [c for c in range(model.num_classes) for _ in range(per_class)]
+        out = VideoPipeline(model, tokenizer, info)(classes, seed=seed, cfg_scale=cfg_scale)
+        model.train(was_training)
+        figures = clip_class_accuracy(out.videos, classes)
+        return {"probe_class_accuracy": figures["class_accuracy"], "probe_frame_accuracy": figures["frame_accuracy"],
+                "probe_first_frame_accuracy": clip_class_accuracy(out.videos[:, :1], classes)["frame_accuracy"]}
+
+    return evaluate
 
 
 def with_time_reversed(codes: np.ndarray, labels: np.ndarray, num_frames: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.tokenizers.kl import KLTokenizer
-from vgen.training.trainer import TrainConfig, Trainer, index_batches, save_array_atomic
+from vgen.training.trainer import TrainConfig, Trainer, every, index_batches, save_array_atomic
 
 SHAPES_MAR = MARConfig(token_channels=4, grid_size=16, dim=256, n_layer=4, n_head=4, multiple_of=64, num_classes=8,
                        dropout_p=0.0, head_width=256, head_depth=3, diffusion_batch_mul=2,
@@ -97,12 +97,7 @@ def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         return model.loss(labels_t[idx], tokens_t[idx].float()), {}
 
-    def periodic_eval(t: Trainer) -> dict | None:
-        if evaluate is None or t.step % recipe.eval_every:
-            return None
-        return evaluate(t.ema.model)
-
     batches = index_batches(len(tokens), recipe.batch_size, train.seed, trainer.step)
-    trainer.fit(batches, step_fn, max_minutes, periodic_eval)
+    trainer.fit(batches, step_fn, max_minutes, every(evaluate, recipe.eval_every))
     save_pretrained(trainer.ema.model, run_dir / "export")
     return trainer.ema.model

@@ -11,6 +11,7 @@ that is 16 x 8 x 8 = 1024 tokens, generated in 16 frame blocks after frame 0's 6
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -64,9 +65,11 @@ def with_first_frames(first_frames: int) -> TokenLoss:
 def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
               recipe: ClipRecipe = CLIP_RECIPE, config: NBPConfig = SHAPES_VIDEO_NBP,
               clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None,
-              first_frames: int = FIRST_FRAMES) -> NBPTransformer:
-    """Train (or resume) an NBP run in ``run_dir`` (:func:`with_first_frames` for a hybrid model); the EMA model is
-    exported to ``run_dir/export``."""
+              first_frames: int = FIRST_FRAMES,
+              evaluate: Callable[[torch.nn.Module], dict] | None = None) -> NBPTransformer:
+    """Train (or resume) an NBP run in ``run_dir`` (:func:`with_first_frames` for a hybrid model), running
+    ``evaluate`` (e.g. :func:`~vgen.training.clip_codes.clip_probe`) every ``recipe.eval_every`` steps; the EMA
+    model is exported to ``run_dir/export``."""
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
     return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes,
-                        with_first_frames(first_frames))
+                        with_first_frames(first_frames), evaluate)

@@ -223,6 +223,15 @@ def token_grid_loss(model: nn.Module, class_ids: torch.Tensor, tokens: torch.Ten
     return loss, {"acc": float((logits.argmax(-1) == tokens).float().mean())}
 
 
+def every(evaluate: Callable[[nn.Module], dict] | None, steps: int) -> Callable[[Trainer], dict | None] | None:
+    """A Trainer ``on_step`` hook that runs ``evaluate`` on the EMA model every ``steps`` steps (None: no hook)."""
+    if evaluate is None:
+        return None
+    if steps < 1:
+        raise ValueError(f"the evaluation interval must be >= 1 step, got {steps}")
+    return lambda t: None if t.step % steps else evaluate(t.ema.model)
+
+
 def fit_on_codes(run_dir: str | Path, model: nn.Module, codes: np.ndarray, labels: np.ndarray, train: TrainConfig,
                  batch_size: int, max_minutes: float | None = None,
                  loss_fn: TokenLoss = token_grid_loss,
