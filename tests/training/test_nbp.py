@@ -87,11 +87,11 @@ def test_the_first_frame_term_scores_block_0_alone_on_other_frames_of_the_same_c
     assert loss.item() == pytest.approx(clip_loss.item() + first.item(), abs=1e-5)
 
 
-def test_without_first_frames_or_a_hybrid_start_the_loss_is_nbps() -> None:
+def test_without_first_frames_or_a_hybrid_start_in_frame_blocks_the_loss_is_nbps() -> None:
     torch.manual_seed(0)
     tokens, cls = torch.randint(0, 16, (2, 16)), torch.tensor([1, 2])
-    for hybrid, count in ((True, 0), (False, 8)):
-        model = NBPTransformer(NBPConfig(grid=(4, 2, 2), block="frame", hybrid=hybrid, vocab_size=16, **TOY)).eval()
+    for hybrid, block, count in ((True, "frame", 0), (False, "frame", 8), (True, "row", 8)):
+        model = NBPTransformer(NBPConfig(grid=(4, 2, 2), block=block, hybrid=hybrid, vocab_size=16, **TOY)).eval()
         loss, figures = with_first_frames(count)(model, cls, tokens)
         assert loss.item() == token_grid_loss(model, cls, tokens)[0].item() and "first_loss" not in figures
     with pytest.raises(ValueError, match="first_frames must be >= 0, got -1"):

@@ -57,11 +57,11 @@ def fit_on_clips(run_dir: str | Path, model: torch.nn.Module, tokenizer_dir: str
     """Train (or resume) ``model`` on the codes of the recipe's clips (and the same clips played backwards when
     ``recipe.time_reversed``), running ``evaluate`` (e.g. :func:`clip_probe`) every ``recipe.eval_every`` steps;
     the EMA model is exported to ``run_dir/export`` and returned."""
+    on_step = every(evaluate, recipe.eval_every)  # a bad interval fails before the clips are tokenised
     codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
     if recipe.time_reversed:
         codes, labels = with_time_reversed(codes, labels, clips.num_frames)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, loss_fn,
-                        every(evaluate, recipe.eval_every))
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, loss_fn, on_step)
 
 
 def clip_probe(tokenizer_dir: str | Path, clips: ClipsConfig = SHAPES_CLIPS, per_class: int = 4,

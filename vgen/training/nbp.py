@@ -39,16 +39,16 @@ FIRST_FRAMES = 8
 
 
 def with_first_frames(first_frames: int) -> TokenLoss:
-    """NBP's loss plus, for a hybrid model, the cross-entropy of block 0 alone on ``first_frames`` frames drawn at
-    random from each clip's frames ``1 .. T-1`` (same class): any frame of a clip is a frame of the class that a
-    clip could start from. The token-by-token start otherwise learns from one frame per clip, and two runs without
-    this never drew a shape in frame 0. Figures: ``acc`` of the clip, ``first_loss`` and ``first_acc``."""
+    """NBP's loss plus, for a hybrid model in frame blocks, the cross-entropy of block 0 alone on ``first_frames``
+    frames drawn at random from each clip's frames ``1 .. T-1`` (same class): any frame of a clip is a frame of the
+    class that a clip could start from. The token-by-token start otherwise learns from one frame per clip, and two
+    runs without this never drew a shape in frame 0. Figures: ``acc`` of the clip, ``first_loss``, ``first_acc``."""
     if first_frames < 0:
         raise ValueError(f"first_frames must be >= 0, got {first_frames}")
 
     def loss_fn(model: NBPTransformer, class_ids: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
         loss, figures = token_grid_loss(model, class_ids, tokens)
-        if not first_frames or not model.hybrid:
+        if not first_frames or not model.hybrid or model.config.block != "frame":  # a later row is no first row
             return loss, figures
         b = model.block_size
         frames = tokens.reshape(len(tokens), -1, b)
@@ -70,6 +70,7 @@ def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     """Train (or resume) an NBP run in ``run_dir`` (:func:`with_first_frames` for a hybrid model), running
     ``evaluate`` (e.g. :func:`~vgen.training.clip_codes.clip_probe`) every ``recipe.eval_every`` steps; the EMA
     model is exported to ``run_dir/export``."""
+    loss_fn = with_first_frames(first_frames)  # a bad count fails before anything loads
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
-    return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes,
-                        with_first_frames(first_frames), evaluate)
+    return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes, loss_fn,
+                        evaluate)
