@@ -4,8 +4,13 @@ For ``--count`` tokenised images it prints the mean summed loss per image (nats)
 one (true + 3 mod C) and the null class, and how often the class with the lowest loss is the true one. A model
 that ignores its class scores the same under all of them (gain 0, recovery at chance 1/C).
 
+For a hybrid NBP video model (frame 0 drawn token by token) the same test scores each clip's frame 0 with
+block 0 alone: the part of a clip that carries its class, since later frames mostly copy earlier ones.
+
     python benchmarks/class_information.py --gpt vgen/assets/shapes-c2i/gpt \
         --codes /work/runs/shapes-ar-smooth/train_codes_16000.npy --labels /work/runs/data-smooth/train_labels.npy
+    python benchmarks/class_information.py --gpt /work/runs/shapes-video-nbp3/export --start 0 --count 96 \
+        --codes /work/runs/shapes-video-nbp3/train_clip_codes_5000.npy --labels /work/runs/data-clips/train_labels.npy
 """
 
 from __future__ import annotations
@@ -19,23 +24,30 @@ import torch.nn.functional as F
 
 from vgen.hub import from_pretrained
 from vgen.models.llamagen import LlamaGenGPT
+from vgen.models.nbp import NBPTransformer
 
 
 @torch.no_grad()
-def image_losses(model: LlamaGenGPT, codes: torch.Tensor, class_ids: torch.Tensor, batch_size: int) -> torch.Tensor:
-    """Summed next-token cross-entropy per image [N] of ``codes`` [N, T] under ``class_ids`` [N]."""
+def image_losses(model: LlamaGenGPT | NBPTransformer, codes: torch.Tensor, class_ids: torch.Tensor,
+                 batch_size: int) -> torch.Tensor:
+    """Summed next-token cross-entropy per image [N] of ``codes`` [N, T] under ``class_ids`` [N] (for an NBP
+    model, of each clip's frame 0 under its block 0)."""
     out = []
     with torch.autocast("cpu", torch.bfloat16):
         for i in range(0, len(codes), batch_size):
             x, y = codes[i:i + batch_size], class_ids[i:i + batch_size]
-            logits = model(y, x[:, :-1]).float()
+            if isinstance(model, NBPTransformer):
+                x = x[:, :model.block_size]
+                logits = model.first_block_logits(y, x).float()
+            else:
+                logits = model(y, x[:, :-1]).float()
             out.append(F.cross_entropy(logits.transpose(1, 2), x, reduction="none").sum(1))
     return torch.cat(out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--gpt", required=True, help="AR model folder (an export or a pipeline's gpt/)")
+    p.add_argument("--gpt", required=True, help="AR or hybrid NBP model folder (an export or a pipeline's gpt/)")
     p.add_argument("--codes", required=True, help=".npy of token codes [N, T] (a training run's cache)")
     p.add_argument("--labels", required=True, help=".npy of the class ids of the same images")
     p.add_argument("--start", type=int, default=15000, help="first image used")
@@ -46,8 +58,14 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = from_pretrained(args.gpt).eval()
+    if isinstance(model, NBPTransformer) and not (model.hybrid and model.config.block == "frame"):
+        raise SystemExit("an NBP model is scored on its token-by-token frame 0: it must be hybrid, in frame blocks")
     rows = slice(args.start, args.start + args.count)
-    codes = torch.from_numpy(np.load(args.codes, mmap_mode="r")[rows].astype(np.int64))
+    all_codes = np.load(args.codes, mmap_mode="r")
+    if args.start + args.count > len(all_codes):
+        raise SystemExit(f"--start {args.start} --count {args.count} needs {args.start + args.count} rows; "
+                         f"{args.codes} has {len(all_codes)}")
+    codes = torch.from_numpy(all_codes[rows].astype(np.int64))
     labels = torch.from_numpy(np.load(args.labels)[rows]).long()
     classes = model.config.num_classes
     per_class = torch.stack([image_losses(model, codes, torch.full_like(labels, c), args.batch_size)
