@@ -72,7 +72,7 @@ class Speculative(Sampler):
     window: int = 16
     draft_init: str = "random"
     draft_coupling: str = "none"
-    lantern_k: int = 1000
+    lantern_k: int = 8  # LANTERN's run.sh uses 5-10; its script's 1000 lost the class here (docs/speculative.md)
     lantern_delta: float = 0.1
     lantern_mode: str = "tv"
     gsd_rank_window: int = 7
