@@ -138,7 +138,29 @@ def test_append_writes_after_the_cached_positions_and_advance_commits_them() -> 
     assert cache.batch_size == 1
 
 
-@torch.no_grad()
+
+@pytest.mark.parametrize("starts", [[2, 2], [1, 3]])
+def test_write_rows_puts_each_rows_keys_at_its_own_slots(starts: list[int]) -> None:
+    """A common start takes the slice write, different starts the scatter: both land every key at its row's
+    slots, and ``attend`` lets query i of a row see its keys up to its own slot i only."""
+    cache = KVCache(num_layers=1, batch_size=2, num_heads=1, max_len=8, head_dim=1)
+    rows = cache.row_slots(torch.tensor(starts), 3)
+    assert rows.common_start == (2 if starts == [2, 2] else None) and rows.end == max(starts) + 3
+    k = torch.arange(1.0, 7.0).reshape(2, 1, 3, 1)
+    keys, values = cache.write_rows(0, k, -k, rows)
+    assert keys.shape == (2, 1, rows.end, 1) and torch.equal(values, -keys)
+    for row, start in enumerate(starts):
+        expected = torch.zeros(rows.end)
+        expected[start:start + 3] = k[row, 0, :, 0]
+        assert torch.equal(keys[row, 0, :, 0], expected)
+        assert torch.equal(rows.attend[row, 0], torch.arange(rows.end)[None, :] <= rows.slots[row][:, None])
+
+
+def test_row_slots_past_the_cache_raise() -> None:
+    cache = KVCache(num_layers=1, batch_size=2, num_heads=1, max_len=8, head_dim=1)
+    with pytest.raises(ValueError, match="KV cache overflow: slot 8 requested, max_len 8"):
+        cache.row_slots(torch.tensor([1, 6]), 3)
+
 @torch.no_grad()
 def test_a_video_layout_cache_equals_full_forward(tiny_gpt_factory) -> None:
     """Three frames of 2 x 2 tokens (vgen's next-token video AR): the same cache contract over the 3-D rotary table."""

@@ -9,7 +9,22 @@ compiled single-token decoding: it takes the position as a tensor and returns th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass(frozen=True)
+class RowSlots:
+    """Where one pass with per-row starts writes (:meth:`KVCache.row_slots`), worked out once for all layers:
+    the slots [B, n], their maximum + 1 (``end``), which cached keys each query may see (``attend``, bool
+    [B, 1, n, end]: its own row's keys up to its own slot), and ``common_start``, the first slot when every row
+    starts there (then a write is a plain slice, as at batch 1 with or without CFG)."""
+
+    slots: torch.Tensor
+    end: int
+    attend: torch.Tensor
+    common_start: int | None
 
 
 class KVCache:
@@ -55,26 +70,32 @@ class KVCache:
         self.values[layer].index_copy_(2, slots, v)
         return self.keys[layer], self.values[layer]
 
-    def write_rows(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor,
-                   end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write [B, H, n, D] keys/values of ``layer`` at per-row positions ``slots`` (LongTensor [B, n]) and
-        return the first ``end`` positions of every row.
+    def write_rows(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+                   rows: RowSlots) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write [B, H, n, D] keys/values of ``layer`` at the per-row positions of ``rows`` and return the first
+        ``rows.end`` positions of every row.
 
         For batches whose rows advance independently (speculative decoding): the caller tracks each row's
-        valid length and masks the slots past it; ``length`` is not used.
+        valid length and masks the slots past it (``rows.attend``); ``length`` is not used.
         """
-        index = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-        self.keys[layer].scatter_(2, index, k)
-        self.values[layer].scatter_(2, index, v)
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        if rows.common_start is not None:
+            self.keys[layer][:, :, rows.common_start:rows.end] = k
+            self.values[layer][:, :, rows.common_start:rows.end] = v
+        else:
+            index = rows.slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+            self.keys[layer].scatter_(2, index, k)
+            self.values[layer].scatter_(2, index, v)
+        return self.keys[layer][:, :, :rows.end], self.values[layer][:, :, :rows.end]
 
-    def row_slots(self, starts: torch.Tensor, count: int) -> tuple[torch.Tensor, int]:
-        """Slots [B, count] of a per-row write starting at ``starts`` [B], and their maximum + 1 (checked to fit)."""
+    def row_slots(self, starts: torch.Tensor, count: int) -> RowSlots:
+        """The :class:`RowSlots` of a per-row write of ``count`` positions from ``starts`` [B] (checked to fit)."""
         slots = starts[:, None] + torch.arange(count, device=starts.device)
-        end = int(slots.max()) + 1
+        first, last = torch.stack([starts.min(), starts.max()]).tolist()  # one device sync
+        end = last + count
         if end > self.max_len:
             raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {self.max_len}")
-        return slots, end
+        attend = (torch.arange(end, device=starts.device)[None, None, :] <= slots[:, :, None])[:, None]
+        return RowSlots(slots, end, attend, first if first == last else None)
 
     def buffers(self) -> list[torch.Tensor]:
         """Every key and value buffer (e.g. to mark their addresses static for CUDA graphs)."""

@@ -86,9 +86,9 @@ class DraftHead(nn.Module):
     def decode_rows(self, features: torch.Tensor, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache,
                     target: LlamaGenGPT) -> torch.Tensor:
         """Cached pass with per-row starts (as :meth:`LlamaGenGPT.decode_rows`): predicted features [B, T, dim]."""
-        slots, end = cache.row_slots(starts, tokens.shape[1])
+        rows = cache.row_slots(starts, tokens.shape[1])
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
-        rope = self.rope[slots.clamp(max=self.rope.shape[0] - 1)]
-        h = self.layer(self._inputs(features, tokens, target), rope, cache, 0, rows=(slots, end))
+        rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]
+        h = self.layer(self._inputs(features, tokens, target), rope, cache, 0, rows=rows)
         return self.norm(h)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vgen.models.cache import KVCache
+from vgen.models.cache import KVCache, RowSlots
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_2d_table, rope_grid_table, swiglu_hidden_dim
 
 
@@ -124,11 +124,11 @@ class Attention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.resid_dropout_p)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
-                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None,
+                slot: torch.Tensor | None = None, rows: RowSlots | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """Without ``slot`` or ``rows``: causal attention over the cached keys (``cache.length`` of them) and the
         new ones. With ``slot`` (LongTensor [1], one new token): static shapes, see
-        :meth:`LlamaGenGPT.decode_step`. With ``rows`` (slots [B, t] per row and their maximum + 1): each row
+        :meth:`LlamaGenGPT.decode_step`. With ``rows`` (:class:`~vgen.models.cache.RowSlots`): each row
         writes at its own positions, see :meth:`LlamaGenGPT.decode_rows`. ``mask`` (bool, True = attend,
         broadcasting to [B, heads, t, keys]) replaces the causal pattern of any of these modes, for backbones
         whose tokens do not see exactly their raster prefix (NAR's proximity mask)."""
@@ -142,11 +142,8 @@ class Attention(nn.Module):
         if cache is None:
             default, causal = None, True
         elif rows is not None:
-            slots, end = rows
-            k, v = cache.write_rows(layer, k, v, slots, end)
-            # each row's query i sees its keys up to its own slot; stale keys of other rows' lengths are masked
-            default = (torch.arange(end, device=x.device)[None, None, :] <= slots[:, :, None])[:, None]
-            causal = False
+            k, v = cache.write_rows(layer, k, v, rows)
+            default, causal = rows.attend, False  # stale keys past a row's own slots are masked
         elif slot is not None:
             k, v = cache.write(layer, k, v, slot)
             default = (torch.arange(cache.max_len, device=x.device) <= slot)[None]  # [1, max_len]: slots 0..slot
@@ -183,7 +180,7 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
-                slot: torch.Tensor | None = None, rows: tuple[torch.Tensor, int] | None = None,
+                slot: torch.Tensor | None = None, rows: RowSlots | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), rope, cache, layer, slot, rows, mask)
         return h + self.feed_forward(self.ffn_norm(h))
@@ -309,13 +306,13 @@ class LlamaGenGPT(nn.Module):
         s - 1; slot 0 the class). Slots past the last image token (a window running off the end) reuse the last
         rotary position; their outputs are meaningless and only need room in the cache (``new_cache(extra=)``).
         """
-        slots, end = cache.row_slots(starts, tokens.shape[1])
+        rows = cache.row_slots(starts, tokens.shape[1])
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
-        rope = self.rope[slots.clamp(max=self.rope.shape[0] - 1)]
+        rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]
         h = self.tok_embeddings(tokens)
         for i, layer in enumerate(self.layers):
-            h = layer(h, rope, cache, i, rows=(slots, end))
+            h = layer(h, rope, cache, i, rows=rows)
         h = self.norm(h)
         logits = self.output(h).float()
         return (logits, h) if return_hidden else logits

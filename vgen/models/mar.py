@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from vgen.models.cache import KVCache
+from vgen.models.cache import KVCache, RowSlots
 from vgen.models.diffusion_head import DiffusionHead, HeadConfig
 from vgen.models.gaussian_diffusion import training_loss
 from vgen.models.layers import RMSNorm, rope_2d_table
@@ -114,7 +114,7 @@ class ContinuousAR(nn.Module):
 
     # -- transformer -------------------------------------------------------------------------------------------
     def _run(self, h: torch.Tensor, rope: torch.Tensor, cache: KVCache | None,
-             rows: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
+             rows: RowSlots | None = None) -> torch.Tensor:
         if self.training:
             h = self.tok_dropout(h)
         for i, layer in enumerate(self.layers):
@@ -174,8 +174,8 @@ class ContinuousAR(nn.Module):
         """Tokens [B, k, C] written at slots ``starts[b] .. starts[b] + k - 1`` of each row (rows advance on
         their own, as in :meth:`LlamaGenGPT.decode_rows`); conditions [B, k, dim]. Slots past the last token
         reuse its rotary position; their outputs are meaningless."""
-        slots, end = cache.row_slots(starts, tokens.shape[1])
+        rows = cache.row_slots(starts, tokens.shape[1])
         rope = self._rope(tokens.device)
-        rope = rope[slots.clamp(max=rope.shape[0] - 1)]
-        return self._run(self.token_proj(tokens.to(self.token_proj.weight.dtype)), rope, cache, rows=(slots, end))
+        rope = rope[rows.slots.clamp(max=rope.shape[0] - 1)]
+        return self._run(self.token_proj(tokens.to(self.token_proj.weight.dtype)), rope, cache, rows=rows)
 

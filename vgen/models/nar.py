@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from vgen.models.cache import KVCache
+from vgen.models.cache import KVCache, RowSlots
 from vgen.models.layers import RMSNorm, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
@@ -245,7 +245,8 @@ class NARTransformer(nn.Module):
         """Run every block; head a reads the hidden state after ``n_layer + a`` blocks."""
         if self.training:
             h = self.tok_dropout(h)
-        rows = None if cache is None else (slots[None].expand(h.shape[0], -1), key_end)
+        # a diagonal's slots are scattered over the raster, so no slice write; the proximity mask is the attend
+        rows = None if cache is None else RowSlots(slots[None].expand(h.shape[0], -1), key_end, mask, None)
         outputs = []
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, rows=rows, mask=mask)

@@ -25,6 +25,11 @@ DRAFT_INITS = ("random", "left", "vertical")
 DRAFT_COUPLINGS = ("none", "maximal", "gumbel")
 
 
+def _gumbel(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """Standard Gumbel noise: ``argmax(log p + g)`` is then an exact draw from ``p``."""
+    return -torch.log(-torch.log(torch.rand(shape, generator=generator, device=device).clamp_min(1e-20)))
+
+
 @dataclass(frozen=True)
 class DraftContext:
     """What a drafter may need beyond the sampler's options: the run's sampling settings (a draft model forms
@@ -161,14 +166,19 @@ class JacobiDrafter(Drafter):
         """The Gumbel noise [B, L, V] of the tokens this pass predicted (``pos + j``), kept from the last pass for
         the tokens it already covered and drawn fresh for the others."""
         shape, device = result.probs.shape, result.probs.device
-        fresh = -torch.log(-torch.log(torch.rand(shape, generator=result.generator, device=device).clamp_min(1e-20)))
         if self.noise is None or self.noise.shape != shape:
-            self.noise = fresh
+            self.noise = _gumbel(shape, result.generator, device)
         else:
             # this pass's output j is token pos + j; the last pass's output j' was token noise_pos + j'
             offset = (result.pos - self.noise_pos)[:, None] + torch.arange(shape[1], device=device)
-            old = self.noise.gather(1, offset.clamp(0, shape[1] - 1)[..., None].expand(-1, -1, shape[2]))
-            self.noise = torch.where(((offset >= 0) & (offset < shape[1]))[..., None], old, fresh)
+            kept = (offset >= 0) & (offset < shape[1])
+            noise = self.noise.gather(1, offset.clamp(0, shape[1] - 1)[..., None].expand(-1, -1, shape[2]))
+            needs_fresh = ~kept.all(0)
+            if bool(needs_fresh.any()):  # draw only from the first column that any row needs fresh (a window's tail)
+                first = int(needs_fresh.int().argmax())
+                fresh = _gumbel((shape[0], shape[1] - first, shape[2]), result.generator, device)
+                noise[:, first:] = torch.where(kept[:, first:, None], noise[:, first:], fresh)
+            self.noise = noise
         self.noise_pos = result.pos
         return self.noise
 
