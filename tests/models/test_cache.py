@@ -138,7 +138,6 @@ def test_append_writes_after_the_cached_positions_and_advance_commits_them() -> 
     assert cache.batch_size == 1
 
 
-
 @pytest.mark.parametrize("starts", [[2, 2], [1, 3]])
 def test_write_rows_puts_each_rows_keys_at_its_own_slots(starts: list[int]) -> None:
     """A common start takes the slice write, different starts the scatter: both land every key at its row's
@@ -160,6 +159,7 @@ def test_row_slots_past_the_cache_raise() -> None:
     cache = KVCache(num_layers=1, batch_size=2, num_heads=1, max_len=8, head_dim=1)
     with pytest.raises(ValueError, match="KV cache overflow: slot 8 requested, max_len 8"):
         cache.row_slots(torch.tensor([1, 6]), 3)
+
 
 @torch.no_grad()
 def test_a_video_layout_cache_equals_full_forward(tiny_gpt_factory) -> None:
