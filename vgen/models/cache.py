@@ -18,8 +18,9 @@ import torch
 class RowSlots:
     """Where one pass with per-row starts writes (:meth:`KVCache.row_slots`), worked out once for all layers:
     the slots [B, n], their maximum + 1 (``end``), which cached keys each query may see (``attend``, bool
-    [B, 1, n, end]: its own row's keys up to its own slot), and ``common_start``, the first slot when every row
-    starts there (then a write is a plain slice, as at batch 1 with or without CFG)."""
+    [B, 1, n, end]: its own row's keys up to its own slot; NAR's scattered diagonals pass their proximity mask),
+    and ``common_start``, the first slot when every row starts there (then a write is a plain slice, as at batch
+    1 with or without CFG)."""
 
     slots: torch.Tensor
     end: int
