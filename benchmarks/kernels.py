@@ -53,7 +53,7 @@ def same_probs(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def same_pair(a: tuple, b: tuple) -> bool:
-    """The same tokens or lengths, and probabilities (acceptance or residual) within float32 rounding."""
+    """The same tokens, and residual probabilities within float32 rounding."""
     return torch.equal(a[0], b[0]) and torch.allclose(a[1], b[1], rtol=1e-4, atol=1e-6)
 
 
@@ -61,8 +61,8 @@ def kept_tokens(probs: torch.Tensor) -> str:
     return f"{(probs > 0).sum(-1).float().mean():.0f} tokens kept"
 
 
-def accepted_drafts(out: tuple) -> str:
-    return f"{out[0].float().mean():.1f} drafts accepted"
+def accepted_drafts(lengths: torch.Tensor) -> str:
+    return f"{lengths.float().mean():.1f} drafts accepted"
 
 
 def distinct_tokens(out: tuple) -> str:
@@ -99,8 +99,8 @@ def build_cases(vocab: int, window: int, batch: int, lantern_k: int, device: str
     for name, rule in rules.items():
         for kind, draft_probs in (("one-hot q", one_hot), ("soft q", q)):
             cases.append(Case("accept_drafts", f"{name}, {kind}", lambda rule=rule, dq=draft_probs: accept_drafts(
-                rule, p[:, :-1], dq, drafts, proposals[:, :-1], uniforms, valid), same_pair, accepted_drafts))
-        accepted = accept_drafts.reference(rule, p[:, :-1], q, drafts, proposals[:, :-1], uniforms, valid)[0]
+                rule, p[:, :-1], dq, drafts, proposals[:, :-1], uniforms, valid), torch.equal, accepted_drafts))
+        accepted = accept_drafts.reference(rule, p[:, :-1], q, drafts, proposals[:, :-1], uniforms, valid)
         at = accepted.clamp(max=window - 2)
         draws = torch.rand(batch, generator=g, device=device)
         cases.append(Case("recover", f"{name}, soft q", lambda rule=rule, at=at, draws=draws: recover(

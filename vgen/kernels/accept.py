@@ -1,9 +1,10 @@
 """Triton kernel of ``accept_drafts``: every draft of every window judged in one launch, one program per draft.
 
 A program computes its draft's acceptance probability with the rule's formula (exact ``min(1, p/q)``; LANTERN
-with the moved neighbour mass; GSD with the grouped sums; exact-match), compares it with its uniform draw and, on
-a rejection (or a position outside the image), lowers its sample's accepted length to its own position with an
-atomic minimum: the result is the first rejected position, or J when every draft was kept.
+with the moved neighbour mass; GSD with the grouped sums, formed only when the exact ratio alone rejects;
+exact-match), compares it with its uniform draw and, on a rejection (or a position outside the image), lowers its
+sample's accepted length to its own position with an atomic minimum: the result is the first rejected position, or
+J when every draft was kept.
 
 GSD's candidates, the tokens ranked just above and below the draft by ``p`` (ties in vocabulary order, the
 stable sort of the reference), are found without sorting: each step takes the next token in that order with a
@@ -71,7 +72,7 @@ def grouped_ratio(p_row, q_row, x, px, qx, V, embeddings, e_stride, D, p_thresho
 
 
 @triton.jit
-def accept_kernel(p_ptr, q_ptr, drafts_ptr, proposals_ptr, uniforms_ptr, valid_ptr, chance_ptr, accepted_ptr,
+def accept_kernel(p_ptr, q_ptr, drafts_ptr, proposals_ptr, uniforms_ptr, valid_ptr, accepted_ptr,
                   table_ptr, embeddings, J, V, K, D, p_sb, p_sj, q_sb, q_sj, drafts_sb, proposals_sb, e_stride,
                   budget, p_threshold, dist_threshold, RULE: tl.constexpr, RELATIVE: tl.constexpr, W: tl.constexpr,
                   BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -80,6 +81,7 @@ def accept_kernel(p_ptr, q_ptr, drafts_ptr, proposals_ptr, uniforms_ptr, valid_p
     x = tl.load(drafts_ptr + b * drafts_sb + j)
     p_row = p_ptr + b * p_sb + j * p_sj
     q_row = q_ptr + b * q_sb + j * q_sj
+    draw = tl.load(uniforms_ptr + b * J + j)
     if RULE == MATCH:
         chance = (x == tl.load(proposals_ptr + b * proposals_sb + j)).to(tl.float32)
     else:
@@ -89,32 +91,31 @@ def accept_kernel(p_ptr, q_ptr, drafts_ptr, proposals_ptr, uniforms_ptr, valid_p
         if RULE == LANTERN:
             relaxed += lantern_moved(p_row, table_ptr + x * K, K, px, budget, RELATIVE, BLOCK_K)[2]
         chance = relaxed / tl.maximum(qx, TINY)
-        if RULE == GSD and W > 0:
-            chance = tl.maximum(chance, grouped_ratio(p_row, q_row, x, px, qx, V, embeddings, e_stride, D,
-                                                      p_threshold, dist_threshold, W, BLOCK_V, BLOCK_D))
+        if RULE == GSD and W > 0:  # noqa: SIM102 (a compile-time branch around a run-time one)
+            if draw >= chance:  # the exact ratio rejects: the group may still keep the draft
+                chance = tl.maximum(chance, grouped_ratio(p_row, q_row, x, px, qx, V, embeddings, e_stride, D,
+                                                          p_threshold, dist_threshold, W, BLOCK_V, BLOCK_D))
         chance = tl.minimum(chance, 1.0)
-    tl.store(chance_ptr + b * J + j, chance.to(chance_ptr.dtype.element_ty))
-    keep = (tl.load(uniforms_ptr + b * J + j) < chance) & (tl.load(valid_ptr + b * J + j) != 0)
+    keep = (draw < chance) & (tl.load(valid_ptr + b * J + j) != 0)
     tl.atomic_min(accepted_ptr + b, j, mask=keep == 0)
 
 
 def accept_drafts(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                   proposals: torch.Tensor, uniforms: torch.Tensor,
-                  valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | NotImplementedType:
+                  valid: torch.Tensor) -> torch.Tensor | NotImplementedType:
     """``vgen.samplers.speculative.rules.accept_drafts`` in one launch (NotImplemented for other rules)."""
     spec = rule_spec(rule, p)
     if spec is None:
         return NotImplemented
     p, q, drafts, proposals = (last_dim_contiguous(x) for x in (p, q, drafts, proposals))
     batch, count, vocab = p.shape
-    chance = torch.empty(batch, count, dtype=p.dtype, device=p.device)
     accepted = torch.full((batch,), count, dtype=torch.int32, device=p.device)
     if batch * count:
         options = row_launch(vocab if spec.kind == GSD.value else 1)  # only GSD holds a vocabulary row
         launch(accept_kernel, (batch, count), p, q, drafts, proposals, uniforms.contiguous(), valid.contiguous(),
-               chance, accepted, spec.table, spec.embeddings, count, vocab, spec.table_width, spec.embedding_dim,
+               accepted, spec.table, spec.embeddings, count, vocab, spec.table_width, spec.embedding_dim,
                p.stride(0), p.stride(1), q.stride(0), q.stride(1), drafts.stride(0), proposals.stride(0),
                spec.embeddings.stride(0), spec.budget, spec.p_threshold, spec.dist_threshold, RULE=spec.kind,
                RELATIVE=spec.relative, W=spec.rank_window, BLOCK_K=triton.next_power_of_2(max(spec.table_width, 1)),
                BLOCK_D=triton.next_power_of_2(spec.embedding_dim), **options)
-    return accepted.long(), chance
+    return accepted.long()

@@ -53,6 +53,32 @@ def test_grouped_acceptance_is_never_below_exact() -> None:
         assert bool((grouped > exact.accept_probs(p, q, drafts, drafts) + 1e-3).any())  # it does relax
 
 
+@pytest.mark.parametrize("q_kind", ["one-hot", "carried"])
+def test_accepted_length_forms_the_group_only_where_needed_and_decides_the_same(q_kind: str) -> None:
+    """The lazy verification (exact test first, then the group at each row's first exact rejection) keeps exactly
+    the drafts that ``uniforms < accept_probs`` keeps, image end included, and forms far fewer groups."""
+    g = torch.Generator().manual_seed(1)
+    batch, window, vocab = 64, 8, 40
+    rule = GroupedRule(torch.randn(vocab, 8, generator=g) * 0.2, dist_threshold=0.5)
+    p = (torch.randn(batch, window, vocab, generator=g) * 1.5).softmax(-1)
+    drafts = torch.multinomial(p.reshape(-1, vocab), 1, generator=g).view(batch, window)
+    if q_kind == "one-hot":
+        q = torch.nn.functional.one_hot(drafts, vocab).float()
+    else:
+        q = (torch.randn(batch, window, vocab, generator=g) * 1.5).softmax(-1)
+    uniforms = torch.rand(batch, window, generator=g)
+    valid = torch.arange(window) < torch.randint(1, window + 1, (batch, 1), generator=g)  # some images end
+    eager = ((uniforms < rule.accept_probs(p, q, drafts, drafts)) & valid).long().cumprod(1).sum(1)
+    exact = ((uniforms < ExactRule().accept_probs(p, q, drafts, drafts)) & valid).long().cumprod(1).sum(1)
+    formed = []
+    grouped_ratio = rule.grouped_ratio
+    rule.grouped_ratio = lambda *args: formed.append(len(args[0])) or grouped_ratio(*args)
+    lengths = rule.accepted_length(p, q, drafts, drafts, uniforms, valid)
+    assert torch.equal(lengths, eager)
+    assert bool((lengths > exact).any())  # the group kept drafts that the exact test rejected
+    assert sum(formed) < batch * window / 2
+
+
 def test_residual_is_sjds() -> None:
     q = torch.tensor([0.1, 0.6, 0.1, 0.1, 0.1])
     got = GroupedRule(EMBEDDINGS).residual(P, q, torch.tensor(1), torch.tensor(1))

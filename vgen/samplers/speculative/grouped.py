@@ -19,7 +19,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vgen.samplers.speculative.rules import _TINY, AcceptanceRule, gather_last, normalized_residual, register_rule
+from vgen.samplers.speculative.rules import (
+    _TINY,
+    AcceptanceRule,
+    gather_last,
+    leading_kept,
+    normalized_residual,
+    register_rule,
+)
 
 
 class GroupedRule(AcceptanceRule):
@@ -46,14 +53,45 @@ class GroupedRule(AcceptanceRule):
         similar = (close_p & (dist < self.dist_threshold)) | (candidates == drafts[..., None])
         return candidates, inside & similar
 
+    def grouped_ratio(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """GSD's ``sum_G p / sum_G q`` for each draft [...]."""
+        candidates, keep = self.group(p, drafts)
+        return (p.gather(-1, candidates) * keep).sum(-1) / (q.gather(-1, candidates) * keep).sum(-1).clamp_min(_TINY)
+
     def accept_probs(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                      proposals: torch.Tensor) -> torch.Tensor:
         exact = gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)
         if self.rank_window == 0:
             return exact.clamp(max=1)
-        candidates, keep = self.group(p, drafts)
-        grouped = (p.gather(-1, candidates) * keep).sum(-1) / (q.gather(-1, candidates) * keep).sum(-1).clamp_min(_TINY)
-        return torch.maximum(exact, grouped).clamp(max=1)
+        return torch.maximum(exact, self.grouped_ratio(p, q, drafts)).clamp(max=1)
+
+    def accepted_length(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
+                        uniforms: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The base rule's accepted length, with the grouped ratio formed only where the decision needs it.
+
+        A draft is kept when its draw passes the exact ratio or the grouped one (:meth:`accept_probs` is their
+        maximum). So the exact test judges the whole window first, and the grouped ratio is formed for one draft
+        per row at a time: the row's first draft that the exact test rejects, then the next one while the group
+        keeps them. That is about one grouped ratio per row and pass instead of J, each needing two top-k
+        selections over the vocabulary; the outcome is the same draft for draft.
+        """
+        kept = (uniforms < gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)) & valid
+        count = drafts.shape[1]
+        if self.rank_window == 0 or count == 0:
+            return leading_kept(kept)
+        rows = torch.arange(len(drafts), device=drafts.device)
+        open_rows = torch.ones_like(rows, dtype=torch.bool)  # the group has not yet rejected this row's draft
+        while True:
+            length = leading_kept(kept)
+            at = length.clamp(max=count - 1)
+            open_rows &= (length < count) & valid[rows, at]  # past the image: rejected without a group
+            if not bool(open_rows.any()):
+                return length
+            b = rows[open_rows]
+            j = at[b]
+            rescued = uniforms[b, j] < self.grouped_ratio(p[b, j], q[b, j], drafts[b, j])
+            kept[b[rescued], j[rescued]] = True
+            open_rows[b[~rescued]] = False
 
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  proposals: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,8 @@ token from the rule's ``residual`` distribution and stops. Every rule works on t
 [...] so a whole batch of windows is judged at once.
 
 The verify loop calls two ops over a batch of windows, each a torch reference here and a fused Triton kernel
-on CUDA (``vgen.kernels``): :func:`accept_drafts` (acceptance probabilities, the left-to-right test against given
-uniform draws, the accepted length) and :func:`recover` (the residual at the first rejection and the recovered
+on CUDA (``vgen.kernels``): :func:`accept_drafts` (the left-to-right test of acceptance probabilities against given
+uniform draws, giving the accepted length) and :func:`recover` (the residual at the first rejection and the recovered
 token). Each rule lives in its own small module and registers here with :func:`register_rule`.
 """
 
@@ -47,6 +47,11 @@ def normalized_residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, residual / mass.clamp_min(_TINY), target)
 
 
+def leading_kept(keep: torch.Tensor) -> torch.Tensor:
+    """How many leading entries of each row of ``keep`` [B, J] (bool) are True: the accepted length [B]."""
+    return keep.long().cumprod(dim=1).sum(dim=1)
+
+
 class AcceptanceRule(ABC):
     """Decides how many drafts to keep. ``lossless`` rules leave the output distribution exactly the target's."""
 
@@ -58,6 +63,12 @@ class AcceptanceRule(ABC):
                      proposals: torch.Tensor) -> torch.Tensor:
         """Probability in [0, 1] of accepting each draft [...]; ``p``, ``q`` [..., V]; ``proposals`` [...] are
         tokens the verify loop drew from ``p`` (only the exact-match rule looks at them)."""
+
+    def accepted_length(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
+                        uniforms: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The leading drafts [B] of windows [B, J] that are ``valid`` and pass ``uniforms < accept_probs``. A
+        rule whose probability is costly may override this to judge only the drafts the decision reaches."""
+        return leading_kept((uniforms < self.accept_probs(p, q, drafts, proposals)) & valid)
 
     @abstractmethod
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
@@ -89,18 +100,14 @@ def build_rule(name: str, options: object, model: nn.Module, tokenizer: nn.Modul
 
 @kernel_op("accept", "vgen.kernels.accept:accept_drafts")
 def accept_drafts(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
-                  proposals: torch.Tensor, uniforms: torch.Tensor,
-                  valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  proposals: torch.Tensor, uniforms: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Left-to-right verification of windows of J drafts: ``p``, ``q`` [B, J, V]; ``drafts``, ``proposals``,
     ``uniforms`` (draws in [0, 1)) and ``valid`` (bool: inside the image) [B, J].
 
-    Draft j is kept when ``uniforms < rule.accept_probs`` and it is valid. Returns the accepted length [B] (the
-    leading kept drafts, which is also the position of the first rejection when below J) and the acceptance
-    probabilities [B, J].
+    Draft j is kept when ``uniforms < rule.accept_probs`` and it is valid. Returns the accepted length [B]: the
+    leading kept drafts, which is also the position of the first rejection when below J.
     """
-    chance = rule.accept_probs(p, q, drafts, proposals)
-    keep = (uniforms < chance) & valid
-    return keep.long().cumprod(dim=1).sum(dim=1), chance
+    return rule.accepted_length(p, q, drafts, proposals, uniforms, valid)
 
 
 @kernel_op("residual", "vgen.kernels.residual:recover")

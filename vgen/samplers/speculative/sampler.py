@@ -156,7 +156,7 @@ class Speculative(Sampler):
                 proposals = draw_rows(p, params.greedy, generator)
                 # left to right: drafts kept until the first rejection (or the end of the image)
                 uniforms = torch.rand(drafts.shape, generator=generator, device=device)
-                accepted = accept_drafts(rule, p[:, :-1], q, drafts, proposals[:, :-1], uniforms, index[:, :-1] < n)[0]
+                accepted = accept_drafts(rule, p[:, :-1], q, drafts, proposals[:, :-1], uniforms, index[:, :-1] < n)
                 nxt = pos + accepted  # the recovered or bonus token's index
                 emits = nxt < n
                 token = proposals[:, -1]  # bonus: every draft accepted
