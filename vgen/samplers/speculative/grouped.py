@@ -11,7 +11,9 @@ With a one-hot draft the grouped ratio ``sum_G p`` is never below ``p(x)``. With
 can be, when a group member is over-drafted; vgen then keeps the exact ratio, so GSD never accepts less often
 than exact verification would (its premise). Distances are gathered for the <= 2w candidates of each draft from
 the embedding table, which costs less than GSD's precomputed V x V matrix and works for any vocabulary, and the
-candidates come from two top-k selections rather than a sort of the vocabulary (``rank_neighbours``).
+candidates come from two top-k selections rather than a sort of the vocabulary (``rank_neighbours``). The verify
+loop forms a group only for a draft that the exact test rejects and that the decision reaches
+(:meth:`GroupedRule.accepted_length`): about one per row and pass.
 """
 
 from __future__ import annotations
