@@ -25,7 +25,8 @@ def tiny(grid=(3, 4), block="row", seed=0, hybrid=False) -> NBPTransformer:
     return model.eval()
 
 
-def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "constant", seed: int = 0):
+def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "constant", seed: int = 0,
+                   prefix: torch.Tensor | None = None):
     generator = torch.Generator().manual_seed(seed)
     guided = params.cfg_scale > 1.0
     cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
@@ -35,8 +36,13 @@ def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "co
     if model.hybrid:
         steps = [(0, i, i + 1) for i in range(b)] + steps[1:]
     seq = torch.full((len(class_ids), model.num_tokens), 7)
+    given = 0 if prefix is None else prefix.shape[1]
+    if given:
+        seq[:, :given] = prefix
     with torch.no_grad():
         for k, first, end in steps:
+            if end <= given:  # a given token is fed, not drawn
+                continue
             logits = model(cond, torch.cat([seq, seq]) if guided else seq)[:, first:end]
             if guided:
                 c, u = logits.chunk(2)
@@ -110,6 +116,21 @@ def test_a_hybrid_model_draws_block_0_one_token_per_pass() -> None:
     assert out.stats.accept_step[0].tolist() == [1, 2, 3, 4] + [5] * 4 + [6] * 4 + [7] * 4
 
 
+@pytest.mark.parametrize("hybrid", [False, True])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_a_prefix_of_whole_blocks_is_kept_and_continued(hybrid, blocks) -> None:
+    """Given leading frames (NBP's frame prediction): kept as given, and the rest drawn as the uncached loop draws
+    it from the same prefix; the passes are the same as without a prefix."""
+    model, params = tiny((4, 2, 2), "frame", hybrid=hybrid), PARAMS["sampled-cfg"]
+    prefix = torch.randint(40, (3, blocks * model.block_size), generator=torch.Generator().manual_seed(2))
+    out = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(9), prefix=prefix)
+    assert torch.equal(out.tokens[:, :prefix.shape[1]], prefix)
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=9, prefix=prefix))
+    assert out.stats.forward_passes == model.num_steps and out.stats.details["given_tokens"] == prefix.shape[1]
+    free = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(9))
+    assert not torch.equal(out.tokens[:, prefix.shape[1]:], free.tokens[:, prefix.shape[1]:])
+
+
 def test_same_seed_same_tokens_other_seed_other_tokens() -> None:
     model = tiny()
     run = lambda seed: NBPSampler().sample(model, CLASSES, SamplingParams(),  # noqa: E731
@@ -132,5 +153,12 @@ def test_bad_input_raises() -> None:
         NBPSampler(cfg_schedule="cosine")
     with pytest.raises(ValueError, match=r"class id 5 is out of range for a model with 5 classes \(valid: 0..4\)"):
         NBPSampler().sample(model, torch.tensor([5]), SamplingParams())
+    for prefix, message in [(torch.zeros(2, 4, dtype=torch.long), r"prefix must be \[batch=3, tokens\]"),
+                            (torch.zeros(3, 3, dtype=torch.long), "whole blocks of 4 tokens and fewer than all 12"),
+                            (torch.zeros(3, 12, dtype=torch.long), "whole blocks of 4 tokens and fewer than all 12"),
+                            (torch.full((3, 4), 40), r"integer token ids in \[0, 40\)"),
+                            (torch.zeros(3, 4), r"integer token ids in \[0, 40\), got torch.float32")]:
+        with pytest.raises(ValueError, match=message):
+            NBPSampler().sample(model, CLASSES, SamplingParams(), prefix=prefix)
     with pytest.raises(ValueError, match="training mode"):
         NBPSampler().sample(model.train(), CLASSES, SamplingParams())

@@ -11,6 +11,9 @@ Classifier-free guidance is LlamaGen's ``u + s (c - u)`` on a doubled batch [con
 raster-order token with that index would be); ``"linear"`` ramps the guidance weight ``t = s - 1`` linearly over
 the blocks, ``t_k = (s - 1)(k + 1) / K`` for block ``k`` of ``K``, NBP's ``scale_cfg`` (``t = ratio * n``)
 normalised so that the last block gets the full scale.
+
+Continuation. ``prefix`` holds the tokens of leading whole blocks (e.g. given first frames, NBP's frame-prediction
+setting): they are fed instead of drawn, at the same passes, and the model continues from them.
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ class NBPSampler(Sampler):
     @torch.no_grad()
     def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
-               tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
+               tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None,
+               prefix: torch.Tensor | None = None) -> SampleOutput:
+        """Draw ``class_ids``' token grids; ``prefix`` [B, k * block_size] (0 < k < blocks) fixes the leading
+        blocks, which the model then continues."""
         check_inputs(model, class_ids, self.token_order)
         start = time.perf_counter()
         device = next(model.parameters()).device
@@ -64,8 +70,13 @@ class NBPSampler(Sampler):
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
         num_blocks = n // b
+        given = check_prefix(prefix, batch, b, n, model.config.vocab_size)
+        if given:
+            tokens[:, :given] = prefix.to(device)
 
-        def draw(logits: torch.Tensor, k: int, first_token: int) -> torch.Tensor:
+        def draw(logits: torch.Tensor, k: int, first_token: int, count: int) -> torch.Tensor:
+            if first_token + count <= given:
+                return tokens[:, first_token:first_token + count]
             return sample_logits(processors(self.guide(logits, params, k, num_blocks, first_token)), params.greedy,
                                  generator)[0]
 
@@ -76,13 +87,13 @@ class NBPSampler(Sampler):
             logits = model.prefill(cond, cache)
             if model.hybrid:  # block 0 token by token
                 for i in range(b):
-                    tokens[:, i:i + 1] = draw(logits, 0, i)
+                    tokens[:, i:i + 1] = draw(logits, 0, i, 1)
                     bar.update(1)
                     if i + 1 < b:
                         logits = model.decode_first_block(feed(tokens[:, i:i + 1]), cache)
                 logits = model.decode(feed(tokens[:, :b]), cache)
             for k in range(1 if model.hybrid else 0, num_blocks):
-                block = draw(logits, k, k * b)
+                block = draw(logits, k, k * b, b)
                 tokens[:, k * b:(k + 1) * b] = block
                 bar.update(b)
                 if k + 1 < num_blocks:
@@ -96,5 +107,23 @@ class NBPSampler(Sampler):
         stats = SamplerStats(sampler=self.name, forward_passes=model.num_steps, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start, batch_size=batch, accept_step=step_of,
                              details={"grid": list(model.grid), "block": model.config.block, "block_size": b,
-                                      "hybrid": model.hybrid, "cfg_schedule": self.cfg_schedule})
+                                      "hybrid": model.hybrid, "cfg_schedule": self.cfg_schedule,
+                                      "given_tokens": given})
         return SampleOutput(tokens=tokens, stats=stats)
+
+
+def check_prefix(prefix: torch.Tensor | None, batch: int, block_size: int, num_tokens: int, vocab_size: int) -> int:
+    """The number of given tokens (0 without a prefix); a clear error for a prefix that is not whole leading
+    blocks of every sample, that leaves nothing to draw, or that holds tokens outside the vocabulary."""
+    if prefix is None:
+        return 0
+    if prefix.ndim != 2 or prefix.shape[0] != batch:
+        raise ValueError(f"prefix must be [batch={batch}, tokens], got shape {tuple(prefix.shape)}")
+    given = prefix.shape[1]
+    if given == 0 or given % block_size or given >= num_tokens:
+        raise ValueError(f"prefix must hold whole blocks of {block_size} tokens and fewer than all {num_tokens}, "
+                         f"got {given} tokens")
+    if prefix.is_floating_point() or int(prefix.min()) < 0 or int(prefix.max()) >= vocab_size:
+        raise ValueError(f"prefix must hold integer token ids in [0, {vocab_size}), got {prefix.dtype} values in "
+                         f"[{prefix.min().item()}, {prefix.max().item()}]")
+    return given

@@ -1,0 +1,102 @@
+"""Does an NBP video model keep a clip's class once its first frames are given? Continue real clips and classify
+the frames the model draws.
+
+For ``--count`` validation clips it tokenises the first ``--given`` frames, lets the model draw the rest
+(``NBPSampler``'s ``prefix``, guided by the clip's own class) and prints the per-frame domain classifier's figures
+on the drawn frames only: clip class accuracy, frame accuracy and identity kept. Beside them, the same figures for
+the real frames in the same places, and for clips drawn from the class alone (frame 0 included) with the same
+settings. A model whose continuations keep the class but whose own clips do not has learnt the motion and not
+yet the first frame.
+
+It also scores the clips teacher-forced (every frame given its real predecessors): top-1 accuracy and loss on the
+codes that change from the previous frame and on those that stay. A model that only copies the previous frame
+has top-1 near 0 on the changed codes.
+
+    python benchmarks/nbp_continuation.py --gpt /work/runs/shapes-video-nbp3/export \
+        --vq /work/runs/shapes-frame-vq/export --data-dir /work/runs/data-clips --count 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+
+from vgen.data.clips import SHAPES_CLIPS, cached_clips
+from vgen.eval.quality import clip_class_accuracy
+from vgen.hub import from_pretrained
+from vgen.pipelines import PipelineInfo
+from vgen.samplers import NBPSampler, SamplingParams
+from vgen.training.ar import tokenize_split
+from vgen.video_pipeline import VideoPipeline
+
+
+def figures(videos: np.ndarray, classes: list[int]) -> dict:
+    out = clip_class_accuracy(videos, classes)
+    return {k: round(out[k], 4) for k in ("class_accuracy", "frame_accuracy", "identity_kept")}
+
+
+@torch.no_grad()
+def teacher_forced(model: torch.nn.Module, codes: torch.Tensor, class_ids: torch.Tensor, batch_size: int) -> dict:
+    """Top-1 accuracy and mean loss (nats) of frames 1 .. T-1 given real predecessors, on the codes [N, T*h*w]
+    that differ from the same position one frame earlier and on those that do not."""
+    logits = torch.cat([model(class_ids[i:i + batch_size], codes[i:i + batch_size]).float()
+                        for i in range(0, len(codes), batch_size)])
+    t = model.grid[0]
+    x = codes.reshape(len(codes), t, -1)
+    logp = logits.log_softmax(-1).reshape(*x.shape, -1)[:, 1:].gather(-1, x[:, 1:, :, None])[..., 0]
+    hit = logits.argmax(-1).reshape(x.shape)[:, 1:] == x[:, 1:]
+    changed = x[:, 1:] != x[:, :-1]
+    return {"share_changed": round(float(changed.float().mean()), 4),
+            "top1_changed": round(float(hit[changed].float().mean()), 4),
+            "top1_kept": round(float(hit[~changed].float().mean()), 4),
+            "loss_changed": round(float(-logp[changed].mean()), 3),
+            "loss_kept": round(float(-logp[~changed].mean()), 3)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpt", required=True, help="NBP model folder (a training export or a pipeline's gpt/)")
+    p.add_argument("--vq", required=True, help="its per-frame VQ tokenizer folder")
+    p.add_argument("--data-dir", required=True, help="moving-shapes clips folder (vgen.data.clips)")
+    p.add_argument("--count", type=int, default=64, help="validation clips (classes in turn)")
+    p.add_argument("--given", type=int, default=1, help="leading frames given to the model")
+    p.add_argument("--cfg-scale", type=float, default=3.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = from_pretrained(args.gpt).eval(), from_pretrained(args.vq).eval()
+    if model.config.block != "frame":
+        raise SystemExit("the continuation test gives whole frames: the model must generate in frame blocks")
+    frames, (_, h, w) = model.grid[0], model.grid
+    if not 0 < args.given < frames:
+        raise SystemExit(f"--given must be between 1 and {frames - 1} frames, got {args.given}")
+    clips, labels = cached_clips(args.data_dir, "val", args.count, SHAPES_CLIPS)
+    clips, classes = np.asarray(clips), [int(c) for c in np.asarray(labels)]
+    pipe = VideoPipeline(model, tokenizer, PipelineInfo(name="continuation", image_size=clips.shape[2]))
+    params = SamplingParams(cfg_scale=args.cfg_scale)
+    generator = torch.Generator().manual_seed(args.seed)
+    codes = tokenize_split(tokenizer, clips.reshape(-1, *clips.shape[2:]))
+    codes = torch.from_numpy(codes.astype(np.int64)).reshape(len(clips), -1)
+    drawn = []
+    for i in range(0, len(clips), args.batch_size):
+        out = NBPSampler().sample(model, torch.tensor(classes[i:i + args.batch_size]), params,
+                                  generator=generator, prefix=codes[i:i + args.batch_size, :args.given * h * w])
+        drawn.extend(pipe.decode(out.tokens))
+    continued = np.stack(drawn)[:, args.given:]
+    free = pipe(classes, seed=args.seed, cfg_scale=args.cfg_scale).videos
+    print(json.dumps({"clips": len(classes), "given_frames": args.given, "cfg_scale": args.cfg_scale,
+                      "continued": figures(continued, classes),
+                      "real_frames_in_the_same_places": figures(clips[:, args.given:], classes),
+                      "drawn_from_the_class_alone": figures(free, classes),
+                      "teacher_forced": teacher_forced(model, codes, torch.tensor(classes), args.batch_size)},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()
