@@ -56,6 +56,35 @@ def test_a_video_nar_backbone_loads_as_a_video_pipeline_and_takes_t_plus_h_plus_
     assert "9 forward passes where next-token AR takes 48" in stdout
 
 
+def test_given_first_frames_are_kept_as_tokens_and_continued(video_dir) -> None:
+    """``context``: the frames are tokenised frame by frame, kept as the clip's first tokens (so the clip starts with
+    their reconstruction) and continued by the sampler's draws; one set of frames serves every clip."""
+    pipe = load(video_dir)
+    frames = np.random.default_rng(0).integers(0, 256, (2, 1, 16, 16, 3), dtype=np.uint8)
+    given = pipe.context_tokens(frames)
+    _, codes, _ = pipe.tokenizer.encode(torch.from_numpy(frames[:, 0]).permute(0, 3, 1, 2).float() / 127.5 - 1)
+    assert torch.equal(given, codes.reshape(2, 16).long())
+    out = pipe([1, 2], seed=3, context=frames)
+    assert torch.equal(out.tokens[:, :16], given) and out.stats.details["given_tokens"] == 16
+    np.testing.assert_array_equal(out.videos[:, 0], np.stack(pipe.decode(given.repeat(1, 3)))[:, 0])
+    assert not torch.equal(out.tokens[:, 16:], pipe([1, 2], seed=3).tokens[:, 16:])  # the draws follow the frames
+    shared = pipe([0, 1, 2], seed=3, context=frames[0, :1, None][0])  # [k, H, W, 3]: the same frame for all
+    assert torch.equal(shared.tokens[:, :16], given[:1].expand(3, -1))
+    assert np.array_equal(pipe([1, 2], seed=3, context=frames).videos, out.videos)
+
+
+@pytest.mark.parametrize(("context", "kwargs", "message"), [
+    (np.zeros((3, 16, 16, 3), np.uint8), {}, "between 1 and 2 frames of the model's 3, got 3"),
+    (np.zeros((1, 8, 8, 3), np.uint8), {}, r"uint8 frames \[k, 16, 16, 3\]"),
+    (np.zeros((1, 16, 16, 3), np.float32), {}, "got float32"),
+    (np.zeros((3, 1, 16, 16, 3), np.uint8), {}, "frames for 3 clips, but 2 clips are asked for"),
+    (np.zeros((1, 16, 16, 3), np.uint8), {"sampler": "ar"}, "the 'ar' sampler cannot continue given tokens"),
+])
+def test_context_that_cannot_be_continued_is_refused(video_dir, context, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        load(video_dir)([0, 1], context=context, **kwargs)
+
+
 def test_parts_that_do_not_fit_are_refused(video_dir) -> None:
     pipe = load(video_dir)
     model, vq, info = pipe.model, pipe.tokenizer, pipe.info

@@ -160,18 +160,9 @@ class ImagePipeline:
             return tensor_to_pil(self.tokenizer.decode(tokens))
         return tensor_to_pil(self.tokenizer.decode_code(tokens, self.model.grid))
 
-    @torch.no_grad()
-    def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_images: int | None = None,
-                 sampler: str | Sampler | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
-                 cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
-                 top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-                 **sampler_options) -> PipelineOutput:
-        """Generate one image per entry of ``class_ids`` (repeated ``num_images`` times if given).
-
-        ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
-        Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
-        ``torch.Generator`` (ignored when ``generator`` is given): the same seed gives the same images.
-        """
+    def class_list(self, class_ids: Sequence[int] | int | None, num_images: int | None = None) -> list[int]:
+        """The class id of every sample asked for: all classes when ``class_ids`` is None, repeated in turn to
+        ``num_images`` when given; checked against the model's classes."""
         if class_ids is None:
             class_ids = list(range(self.num_classes))
         elif isinstance(class_ids, int):
@@ -184,16 +175,38 @@ class ImagePipeline:
         if not class_ids:
             raise ValueError("class_ids is empty: ask for at least one image")
         self.check_class_ids(class_ids)
+        return class_ids
+
+    @torch.no_grad()
+    def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_images: int | None = None,
+                 sampler: str | Sampler | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
+                 cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, progress: bool = False,
+                 prefix: torch.Tensor | None = None, **sampler_options) -> PipelineOutput:
+        """Generate one image per entry of ``class_ids`` (repeated ``num_images`` times if given).
+
+        ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
+        Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
+        ``torch.Generator`` (ignored when ``generator`` is given): the same seed gives the same images.
+        ``prefix`` [B, n] holds given leading tokens of every sample, for a sampler that continues them.
+        """
+        class_ids = self.class_list(class_ids, num_images)
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
                  "top_k": top_k, "top_p": top_p}
         params = SamplingParams(**{**self.info.defaults, **{k: v for k, v in given.items() if v is not None}})
         sampler_obj = get_sampler(sampler or default_sampler(self.model), **sampler_options)
+        given = {}
+        if prefix is not None:
+            if not sampler_obj.continues:
+                raise ValueError(f"the {sampler_obj.name!r} sampler cannot continue given tokens; samplers that can: "
+                                 f"{[n for n in available_samplers() if get_sampler(n).continues]}")
+            given = {"prefix": prefix.to(self.device)}
         if generator is None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(0 if seed is None else seed)
         cond = torch.tensor(class_ids, device=self.device)
         out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
-                                 tokenizer=self.tokenizer, draft_head=self.draft_head)
+                                 tokenizer=self.tokenizer, draft_head=self.draft_head, **given)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
 
     def save_pretrained(self, path: str | Path) -> Path:

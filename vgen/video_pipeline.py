@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vgen.data.shapes import to_tensor
 from vgen.pipelines import ImagePipeline, PipelineInfo, tensor_to_pil
 from vgen.samplers import SamplerStats
 
@@ -60,11 +61,42 @@ class VideoPipeline(ImagePipeline):
         return list(frames.reshape(len(tokens), t, *frames.shape[1:]))
 
     def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_videos: int | None = None,
-                 **kwargs) -> VideoOutput:
+                 context: np.ndarray | None = None, **kwargs) -> VideoOutput:
         """One clip per entry of ``class_ids`` (repeated ``num_videos`` times if given); the other arguments are
-        :meth:`ImagePipeline.__call__`'s (sampler, seed, generator, sampling settings, progress)."""
-        out = super().__call__(class_ids, num_images=num_videos, **kwargs)
+        :meth:`ImagePipeline.__call__`'s (sampler, seed, generator, sampling settings, progress).
+
+        ``context``: given first frames, uint8 [k, H, W, 3] for every clip or [B, k, H, W, 3] one set per clip
+        (0 < k < the model's frames). They are tokenised frame by frame and the model continues them (NBP's frame
+        prediction); the clips returned start with their reconstruction.
+        """
+        classes = self.class_list(class_ids, num_videos)
+        prefix = None
+        if context is not None:
+            prefix = self.context_tokens(context)
+            if len(prefix) == 1:
+                prefix = prefix.expand(len(classes), -1)
+            elif len(prefix) != len(classes):
+                raise ValueError(f"context holds frames for {len(prefix)} clips, but {len(classes)} clips are asked "
+                                 f"for")
+        out = super().__call__(classes, prefix=prefix, **kwargs)
         return VideoOutput(np.stack(out.images), out.tokens, out.class_ids, out.stats)
+
+    @torch.no_grad()
+    def context_tokens(self, context: np.ndarray) -> torch.Tensor:
+        """Tokens [B, k*h*w] of given frames uint8 [k, H, W, 3] (B = 1) or [B, k, H, W, 3]."""
+        frames = np.asarray(context)
+        if frames.ndim == 4:
+            frames = frames[None]
+        size = self.info.image_size
+        if frames.ndim != 5 or frames.shape[2:] != (size, size, 3) or frames.dtype != np.uint8:
+            raise ValueError(f"context must be uint8 frames [k, {size}, {size}, 3] or [clips, k, {size}, {size}, 3], "
+                             f"got {frames.dtype} of shape {frames.shape}")
+        if not 0 < frames.shape[1] < self.num_frames:
+            raise ValueError(f"context must give between 1 and {self.num_frames - 1} frames of the model's "
+                             f"{self.num_frames}, got {frames.shape[1]}")
+        tokenizer_device = next(self.tokenizer.parameters()).device
+        _, codes, _ = self.tokenizer.encode(to_tensor(frames.reshape(-1, size, size, 3)).to(tokenizer_device))
+        return codes.reshape(frames.shape[0], -1).long()
 
 
 def tile_clips(videos: np.ndarray, cols: int) -> np.ndarray:

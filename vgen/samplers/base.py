@@ -158,6 +158,8 @@ class Sampler(ABC):
     name: ClassVar[str]
     # the generation order of the models it samples (a model's ``token_order`` attribute; see check_inputs)
     token_order: ClassVar[str] = "raster"
+    # whether ``sample`` takes ``prefix=``: given leading tokens that it keeps and continues
+    continues: ClassVar[bool] = False
 
     @abstractmethod
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,

@@ -38,6 +38,7 @@ class NBPSampler(Sampler):
 
     name: ClassVar[str] = "nbp"
     token_order: ClassVar[str] = "next-block"
+    continues: ClassVar[bool] = True
     cfg_schedule: str = "constant"
 
     def __post_init__(self) -> None:
