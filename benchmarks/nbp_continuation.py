@@ -2,7 +2,7 @@
 the frames the model draws.
 
 For ``--count`` validation clips it tokenises the first ``--given`` frames, lets the model draw the rest
-(``NBPSampler``'s ``prefix``, guided by the clip's own class) and prints the per-frame domain classifier's figures
+(``VideoPipeline``'s ``context``, guided by the clip's own class) and prints the per-frame domain classifier's figures
 on the drawn frames only: clip class accuracy, frame accuracy and identity kept. Beside them, the same figures for
 the real frames in the same places, and for clips drawn from the class alone (frame 0 included) with the same
 settings. A model whose continuations keep the class but whose own clips do not has learnt the motion and not
@@ -23,12 +23,12 @@ import json
 
 import numpy as np
 import torch
+from PIL import Image
 
 from vgen.data.clips import SHAPES_CLIPS, cached_clips
 from vgen.eval.quality import clip_class_accuracy
 from vgen.hub import from_pretrained
 from vgen.pipelines import PipelineInfo
-from vgen.samplers import NBPSampler, SamplingParams
 from vgen.training.ar import tokenize_split
 from vgen.video_pipeline import VideoPipeline
 
@@ -67,28 +67,30 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--picture", default=None, help="PNG: the first 4 clips, each real (top) over its continuation")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = from_pretrained(args.gpt).eval(), from_pretrained(args.vq).eval()
     if model.config.block != "frame":
         raise SystemExit("the continuation test gives whole frames: the model must generate in frame blocks")
-    frames, (_, h, w) = model.grid[0], model.grid
+    frames = model.grid[0]
     if not 0 < args.given < frames:
         raise SystemExit(f"--given must be between 1 and {frames - 1} frames, got {args.given}")
     clips, labels = cached_clips(args.data_dir, "val", args.count, SHAPES_CLIPS)
     clips, classes = np.asarray(clips), [int(c) for c in np.asarray(labels)]
     pipe = VideoPipeline(model, tokenizer, PipelineInfo(name="continuation", image_size=clips.shape[2]))
-    params = SamplingParams(cfg_scale=args.cfg_scale)
     generator = torch.Generator().manual_seed(args.seed)
+    videos = np.concatenate([pipe(classes[i:i + args.batch_size], generator=generator, cfg_scale=args.cfg_scale,
+                                  context=clips[i:i + args.batch_size, :args.given]).videos
+                             for i in range(0, len(clips), args.batch_size)])
+    continued = videos[:, args.given:]
+    if args.picture:
+        rows = [np.concatenate(list(clip), axis=1) for pair in zip(clips[:4], videos[:4]) for clip in pair]
+        Image.fromarray(np.concatenate(rows)).resize((rows[0].shape[1] * 2, len(rows) * rows[0].shape[0] * 2),
+                                                     Image.NEAREST).save(args.picture)
     codes = tokenize_split(tokenizer, clips.reshape(-1, *clips.shape[2:]))
     codes = torch.from_numpy(codes.astype(np.int64)).reshape(len(clips), -1)
-    drawn = []
-    for i in range(0, len(clips), args.batch_size):
-        out = NBPSampler().sample(model, torch.tensor(classes[i:i + args.batch_size]), params,
-                                  generator=generator, prefix=codes[i:i + args.batch_size, :args.given * h * w])
-        drawn.extend(pipe.decode(out.tokens))
-    continued = np.stack(drawn)[:, args.given:]
     free = pipe(classes, seed=args.seed, cfg_scale=args.cfg_scale).videos
     print(json.dumps({"clips": len(classes), "given_frames": args.given, "cfg_scale": args.cfg_scale,
                       "continued": figures(continued, classes),
