@@ -17,6 +17,7 @@ from vgen.eval.videos import read_video
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.pipelines import PipelineInfo, load, tensor_to_pil
+from vgen.video_io import write_video
 from vgen.video_pipeline import VideoPipeline, tile_clips
 
 
@@ -150,13 +151,34 @@ def test_a_speculative_video_ar_run_draws_its_acceptance_map(tiny_video_ar_pipel
     (["--out", "clip.jpg"], "tiny-video generates videos; write them to one of .mp4, .gif, .png, not .jpg"),
     (["--out", "clip.avi"], "unsupported file type .avi"),
     (["--class-id", "5"], "class id 5 is out of range"),
+    (["--context", "missing.gif"], "--context missing.gif is not a file"),
+    (["--context", "GIVEN", "--context-frames", "4"], "--context-frames must be between 1 and the 3 frames of"),
+    (["--context", "GIVEN", "--context-frames", "3"], "context must give between 1 and 2 frames of the model's 3"),
 ])
 def test_vgen_sample_bad_video_input_is_one_error_line(video_dir, tmp_path, capsys, args, message) -> None:
+    write_video(np.arange(3, dtype=np.uint8)[:, None, None, None].repeat(16, 1).repeat(16, 2).repeat(3, 3) * 100,
+                tmp_path / "given.gif", fps=8)  # 3 distinct frames (a GIF merges equal ones)
+    args = [str(tmp_path / "given.gif") if a == "GIVEN" else a for a in args]
     args = [a if not a.endswith((".jpg", ".avi", ".png")) else str(tmp_path / a) for a in args]
     if "--out" not in args:
         args += ["--out", str(tmp_path / "c.gif")]
     code, _, err = run(["sample", "--model", str(video_dir), *args], capsys)
     assert code == 2 and err.startswith("vgen: error: ") and message in err and err.count("\n") == 1
+
+
+def test_vgen_sample_continues_the_first_frames_of_a_given_clip(video_dir, tmp_path, capsys) -> None:
+    first = load(video_dir)(1, seed=5).videos[0]
+    write_video(first, tmp_path / "given.gif", fps=8)
+    given = read_video(tmp_path / "given.gif")  # what the command reads, whatever the GIF's palette did
+    out = tmp_path / "c.png"
+    code, _, err = run(["sample", "--model", str(video_dir), "--num-images", "2", "--context",
+                        str(tmp_path / "given.gif"), "--context-frames", "2", "--out", str(out), "--stats",
+                        str(tmp_path / "s.json")], capsys)
+    assert code == 0, err
+    expected = load(video_dir)([0, 1], seed=0, context=given[:2]).videos
+    grid = np.asarray(Image.open(out).convert("RGB"))
+    np.testing.assert_array_equal(grid[:16, :32], tile_clips(expected, 2)[0])
+    assert json.loads((tmp_path / "s.json").read_text())["details"]["given_tokens"] == 2 * 16
 
 
 def test_an_image_model_refuses_a_video_output(tiny_pipeline_dir, tmp_path, capsys) -> None:

@@ -59,6 +59,9 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                      help="class to generate (repeatable; default: every class in turn)")
     gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids cycle)")
     gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--context", default=None,
+                     help="video model: a clip (.mp4, .gif) whose first --context-frames frames every clip continues")
+    gen.add_argument("--context-frames", type=int, default=1, help="frames of --context given (default: 1)")
     out = p.add_argument_group("output")
     out.add_argument("--out", default="samples.png",
                      help="image grid to write (default: samples.png); for a video model an .mp4, .gif or "
@@ -190,9 +193,13 @@ def run_sample(args: argparse.Namespace) -> None:
     options = sampler_options(args)
     if args.sampler is not None:
         get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
+    if args.context is not None and not Path(args.context).is_file():
+        raise UsageError(f"--context {args.context} is not a file")
     pipe = load_pipeline(args)
     if hasattr(pipe, "num_frames"):
         return run_sample_video(args, pipe, options)
+    if args.context is not None:
+        raise UsageError(f"--context gives first frames to a video model; {pipe.info.name} generates images")
     if Path(args.out).suffix.lower() not in IMAGE_SUFFIXES:
         raise UsageError(f"{pipe.info.name} generates images; write them to one of {sorted(IMAGE_SUFFIXES)}, "
                          f"not {Path(args.out).suffix}")
@@ -227,9 +234,18 @@ def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
     if Path(args.out).suffix.lower() not in VIDEO_FORMATS:
         raise UsageError(f"{pipe.info.name} generates videos; write them to one of {', '.join(VIDEO_FORMATS)}, "
                          f"not {Path(args.out).suffix}")
+    context = None
+    if args.context is not None:
+        from vgen.eval.videos import read_video
+
+        context = read_video(Path(args.context))
+        if not 0 < args.context_frames <= len(context):
+            raise UsageError(f"--context-frames must be between 1 and the {len(context)} frames of {args.context}, "
+                             f"got {args.context_frames}")
+        context = context[:args.context_frames]
     start = time.perf_counter()
     out = pipe(args.class_ids, num_videos=args.num_images, sampler=args.sampler, seed=args.seed,
-               progress=not args.no_progress, **sampling_overrides(args), **options)
+               progress=not args.no_progress, context=context, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     clip = tile_clips(out.videos, args.cols or min(4, len(out.videos)))
     write_video(clip, args.out, fps=args.fps)
