@@ -26,7 +26,7 @@ import torch
 from PIL import Image
 
 from vgen.data.clips import SHAPES_CLIPS, cached_clips
-from vgen.eval.quality import clip_class_accuracy
+from vgen.eval.quality import clip_class_accuracy, frame_change
 from vgen.hub import from_pretrained
 from vgen.pipelines import PipelineInfo
 from vgen.training.ar import tokenize_split
@@ -64,6 +64,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=64, help="validation clips (classes in turn)")
     p.add_argument("--given", type=int, default=1, help="leading frames given to the model")
     p.add_argument("--cfg-scale", type=float, default=3.0)
+    p.add_argument("--temperature", type=float, default=1.0, help="0: greedy (each token its argmax)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=None)
@@ -81,7 +82,8 @@ def main() -> None:
     clips, classes = np.asarray(clips), [int(c) for c in np.asarray(labels)]
     pipe = VideoPipeline(model, tokenizer, PipelineInfo(name="continuation", image_size=clips.shape[2]))
     generator = torch.Generator().manual_seed(args.seed)
-    videos = np.concatenate([pipe(classes[i:i + args.batch_size], generator=generator, cfg_scale=args.cfg_scale,
+    settings = {"cfg_scale": args.cfg_scale, "temperature": args.temperature}
+    videos = np.concatenate([pipe(classes[i:i + args.batch_size], generator=generator, **settings,
                                   context=clips[i:i + args.batch_size, :args.given]).videos
                              for i in range(0, len(clips), args.batch_size)])
     continued = videos[:, args.given:]
@@ -91,8 +93,10 @@ def main() -> None:
                                                      Image.NEAREST).save(args.picture)
     codes = tokenize_split(tokenizer, clips.reshape(-1, *clips.shape[2:]))
     codes = torch.from_numpy(codes.astype(np.int64)).reshape(len(clips), -1)
-    free = pipe(classes, seed=args.seed, cfg_scale=args.cfg_scale).videos
-    print(json.dumps({"clips": len(classes), "given_frames": args.given, "cfg_scale": args.cfg_scale,
+    free = pipe(classes, seed=args.seed, **settings).videos
+    print(json.dumps({"clips": len(classes), "given_frames": args.given, **settings, "frame_change": {
+                          "continued": round(float(frame_change(continued).mean()), 2),
+                          "real": round(float(frame_change(clips[:, args.given:]).mean()), 2)},
                       "continued": figures(continued, classes),
                       "real_frames_in_the_same_places": figures(clips[:, args.given:], classes),
                       "drawn_from_the_class_alone": figures(free, classes),
