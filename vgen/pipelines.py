@@ -195,18 +195,18 @@ class ImagePipeline:
                  "top_k": top_k, "top_p": top_p}
         params = SamplingParams(**{**self.info.defaults, **{k: v for k, v in given.items() if v is not None}})
         sampler_obj = get_sampler(sampler or default_sampler(self.model), **sampler_options)
-        given = {}
+        continuation = {}
         if prefix is not None:
             if not sampler_obj.continues:
                 raise ValueError(f"the {sampler_obj.name!r} sampler cannot continue given tokens; samplers that can: "
                                  f"{[n for n in available_samplers() if get_sampler(n).continues]}")
-            given = {"prefix": prefix.to(self.device)}
+            continuation = {"prefix": prefix.to(self.device)}
         if generator is None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(0 if seed is None else seed)
         cond = torch.tensor(class_ids, device=self.device)
         out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
-                                 tokenizer=self.tokenizer, draft_head=self.draft_head, **given)
+                                 tokenizer=self.tokenizer, draft_head=self.draft_head, **continuation)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
 
     def save_pretrained(self, path: str | Path) -> Path:
