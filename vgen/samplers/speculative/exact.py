@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from vgen.samplers.speculative.rules import _TINY, AcceptanceRule, gather_last, normalized_residual, register_rule
+from vgen.samplers.speculative.rules import AcceptanceRule, exact_ratio, normalized_residual, register_rule
 
 
 class ExactRule(AcceptanceRule):
@@ -17,7 +17,7 @@ class ExactRule(AcceptanceRule):
 
     def accept_probs(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                      proposals: torch.Tensor) -> torch.Tensor:
-        return (gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)).clamp(max=1)
+        return exact_ratio(p, q, drafts).clamp(max=1)
 
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  proposals: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ from torch import nn
 from vgen.samplers.speculative.rules import (
     _TINY,
     AcceptanceRule,
+    exact_ratio,
     gather_last,
     leading_kept,
     normalized_residual,
@@ -62,7 +63,7 @@ class GroupedRule(AcceptanceRule):
 
     def accept_probs(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                      proposals: torch.Tensor) -> torch.Tensor:
-        exact = gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)
+        exact = exact_ratio(p, q, drafts)
         if self.rank_window == 0:
             return exact.clamp(max=1)
         return torch.maximum(exact, self.grouped_ratio(p, q, drafts)).clamp(max=1)
@@ -77,7 +78,7 @@ class GroupedRule(AcceptanceRule):
         keeps them. That is about one grouped ratio per row and pass instead of J, each needing two top-k
         selections over the vocabulary; the outcome is the same draft for draft.
         """
-        kept = (uniforms < gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)) & valid
+        kept = (uniforms < exact_ratio(p, q, drafts)) & valid
         count = drafts.shape[1]
         if self.rank_window == 0 or count == 0:
             return leading_kept(kept)

@@ -34,6 +34,11 @@ def gather_last(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return values.gather(-1, index[..., None])[..., 0]
 
 
+def exact_ratio(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    """``p(x) / q(x)`` of each draft [...] (unclamped: ``min(1, .)`` is exact acceptance)."""
+    return gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)
+
+
 def pick_rows(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     """``x[b, at[b]]`` for x [B, L, ...]."""
     return x[torch.arange(x.shape[0], device=x.device), at]
