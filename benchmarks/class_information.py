@@ -4,8 +4,9 @@ For ``--count`` tokenised images it prints the mean summed loss per image (nats)
 one (true + 3 mod C) and the null class, and how often the class with the lowest loss is the true one. A model
 that ignores its class scores the same under all of them (gain 0, recovery at chance 1/C).
 
-For a hybrid NBP video model (frame 0 drawn token by token) the same test scores each clip's frame 0 with
-block 0 alone: the part of a clip that carries its class, since later frames mostly copy earlier ones.
+For an NBP video model the same test scores each clip's frame 0 alone, under the model's layout (token by token in
+a hybrid model's frame block 0; in row blocks, row by row after its first row): the part of a clip that carries
+its class, since later frames mostly copy earlier ones.
 
     python benchmarks/class_information.py --gpt vgen/assets/shapes-c2i/gpt \
         --codes /work/runs/shapes-ar-smooth/train_codes_16000.npy --labels /work/runs/data-smooth/train_labels.npy
@@ -31,14 +32,14 @@ from vgen.models.nbp import NBPTransformer
 def image_losses(model: LlamaGenGPT | NBPTransformer, codes: torch.Tensor, class_ids: torch.Tensor,
                  batch_size: int) -> torch.Tensor:
     """Summed next-token cross-entropy per image [N] of ``codes`` [N, T] under ``class_ids`` [N] (for an NBP
-    model, of each clip's frame 0 under its block 0)."""
+    model, of each clip's frame 0 alone)."""
     out = []
     with torch.autocast("cpu", torch.bfloat16):
         for i in range(0, len(codes), batch_size):
             x, y = codes[i:i + batch_size], class_ids[i:i + batch_size]
             if isinstance(model, NBPTransformer):
-                x = x[:, :model.block_size]
-                logits = model.first_block_logits(y, x).float()
+                x = x[:, :model.grid[-2] * model.grid[-1]]
+                logits = model(y, x).float()
             else:
                 logits = model(y, x[:, :-1]).float()
             out.append(F.cross_entropy(logits.transpose(1, 2), x, reduction="none").sum(1))
@@ -47,7 +48,7 @@ def image_losses(model: LlamaGenGPT | NBPTransformer, codes: torch.Tensor, class
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--gpt", required=True, help="AR or hybrid NBP model folder (an export or a pipeline's gpt/)")
+    p.add_argument("--gpt", required=True, help="AR or NBP video model folder (an export or a pipeline's gpt/)")
     p.add_argument("--codes", required=True, help=".npy of token codes [N, T] (a training run's cache)")
     p.add_argument("--labels", required=True, help=".npy of the class ids of the same images")
     p.add_argument("--start", type=int, default=15000, help="first image used")
@@ -58,8 +59,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = from_pretrained(args.gpt).eval()
-    if isinstance(model, NBPTransformer) and not (model.hybrid and model.config.block == "frame"):
-        raise SystemExit("an NBP model is scored on its token-by-token frame 0: it must be hybrid, in frame blocks")
+    if isinstance(model, NBPTransformer) and len(model.grid) != 3:
+        raise SystemExit("an NBP model is scored on its frame 0: it must be a video model (frames, rows, columns)")
     rows = slice(args.start, args.start + args.count)
     all_codes = np.load(args.codes, mmap_mode="r")
     if args.start + args.count > len(all_codes):

@@ -117,20 +117,26 @@ def test_the_class_conditions_every_token_of_a_hybrid_model() -> None:
     assert ((a - b).abs().amax(dim=(0, 2)) > 1e-6).all()
 
 
-@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame")])
-def test_block_0_alone_gives_the_full_forwards_first_block_logits(grid, block) -> None:
-    model = tiny(grid, block, hybrid=True)
-    b = model.block_size
-    tokens = torch.randint(0, 40, (2, model.num_tokens), generator=torch.Generator().manual_seed(3))
+@pytest.mark.parametrize("hybrid", [False, True])
+@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((3, 2, 2), "row")])
+def test_a_prefix_of_whole_blocks_gives_the_full_forwards_first_rows(grid, block, hybrid) -> None:
+    """Block 0 alone (a hybrid model's token-by-token start), or a first frame in row blocks, scores as it does
+    inside the whole grid: a trainer scores other frames of a clip as frame 0 this way."""
+    model = tiny(grid, block, hybrid=hybrid)
+    b, n = model.block_size, model.num_tokens
+    tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(3))
     cls = torch.tensor([0, 4])
-    assert torch.allclose(model.first_block_logits(cls, tokens[:, :b]), model(cls, tokens)[:, :b], atol=1e-5)
+    full = model(cls, tokens)
+    for m in range(b, n, b):
+        assert torch.allclose(model(cls, tokens[:, :m]), full[:, :m], atol=1e-5), f"prefix of {m} tokens"
 
 
-def test_block_0_alone_is_the_hybrid_layouts_and_takes_one_block() -> None:
-    with pytest.raises(ValueError, match="draws block 0 in one pass"):
-        tiny((3, 4)).first_block_logits(torch.tensor([0]), torch.zeros(1, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"block 0 has 4 tokens, got tokens of shape \(1, 12\)"):
-        tiny((3, 4), hybrid=True).first_block_logits(torch.tensor([0]), torch.zeros(1, 12, dtype=torch.long))
+def test_a_prefix_must_be_whole_blocks_of_the_grid() -> None:
+    model = tiny((3, 4), hybrid=True)
+    message = r"the whole 3 rows x 4 columns grid \(12\) or a prefix of whole row blocks of 4"
+    for bad in ((1, 6), (1, 11), (1, 16), (1, 0), (12,)):
+        with pytest.raises(ValueError, match=message):
+            model(torch.tensor([0]), torch.zeros(bad, dtype=torch.long))
 
 
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((2, 2, 3), "row")])
@@ -211,8 +217,6 @@ def test_bad_config_raises_a_specific_error(kwargs, message) -> None:
 def test_bad_tokens_and_cache_states_raise() -> None:
     model = tiny((3, 4))
     cls = torch.tensor([0])
-    with pytest.raises(ValueError, match=r"tokens must be \[batch, 12\] \(the whole 3 rows x 4 columns grid"):
-        model(cls, torch.zeros(1, 11, dtype=torch.long))
     cache = model.new_cache(1)
     with pytest.raises(ValueError, match="call prefill first"):
         model.decode(torch.zeros(1, 4, dtype=torch.long), cache)

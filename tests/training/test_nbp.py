@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from vgen.data.clips import ClipsConfig
-from vgen.hub import from_pretrained
+from vgen.hub import CheckpointError, from_pretrained
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
 from vgen.training.clip_codes import ClipRecipe, clip_probe, video_config, with_time_reversed
@@ -71,11 +71,12 @@ def test_time_reversal_appends_every_clip_with_its_frames_in_reverse_order() -> 
         with_time_reversed(codes, np.array([5, 7]), num_frames=5)
 
 
-def test_the_first_frame_term_scores_block_0_alone_on_other_frames_of_the_same_clip() -> None:
+@pytest.mark.parametrize("block, hybrid", [("frame", True), ("row", True), ("frame", False)])
+def test_the_first_frame_term_scores_frame_0_alone_on_other_frames_of_the_same_clip(block, hybrid) -> None:
     """Clips whose frames all equal their frame 0: whichever frames are drawn, the extra term is the cross-entropy
-    of the full forward's first block, with each clip's own class."""
+    of the full forward's frame 0, with each clip's own class, in every layout."""
     torch.manual_seed(0)
-    model = NBPTransformer(NBPConfig(grid=(4, 2, 2), block="frame", hybrid=True, vocab_size=16, **TOY)).eval()
+    model = NBPTransformer(NBPConfig(grid=(4, 2, 2), block=block, hybrid=hybrid, vocab_size=16, **TOY)).eval()
     with torch.no_grad():
         model.output.weight.normal_(std=0.5)  # zero-initialised, it would score ln V everywhere
     frame0 = torch.randint(0, 16, (3, 4))
@@ -87,11 +88,11 @@ def test_the_first_frame_term_scores_block_0_alone_on_other_frames_of_the_same_c
     assert loss.item() == pytest.approx(clip_loss.item() + first.item(), abs=1e-5)
 
 
-def test_without_first_frames_or_a_hybrid_start_in_frame_blocks_the_loss_is_nbps() -> None:
+def test_without_first_frames_or_frames_the_loss_is_nbps() -> None:
     torch.manual_seed(0)
-    tokens, cls = torch.randint(0, 16, (2, 16)), torch.tensor([1, 2])
-    for hybrid, block, count in ((True, "frame", 0), (False, "frame", 8), (True, "row", 8)):
-        model = NBPTransformer(NBPConfig(grid=(4, 2, 2), block=block, hybrid=hybrid, vocab_size=16, **TOY)).eval()
+    for grid, count in (((4, 2, 2), 0), ((4, 4), 8)):
+        model = NBPTransformer(NBPConfig(grid=grid, block="row", hybrid=True, vocab_size=16, **TOY)).eval()
+        tokens, cls = torch.randint(0, 16, (2, model.num_tokens)), torch.tensor([1, 2])
         loss, figures = with_first_frames(count)(model, cls, tokens)
         assert loss.item() == token_grid_loss(model, cls, tokens)[0].item() and "first_loss" not in figures
     with pytest.raises(ValueError, match="first_frames must be >= 0, got -1"):
@@ -108,3 +109,24 @@ def test_the_clip_probe_reports_class_accuracy_of_clips_frames_and_frame_0_and_k
     # 8 clips of 4 frames: every figure is a count of eighths (frames: of 32nds)
     assert figures["probe_class_accuracy"] * 8 == round(figures["probe_class_accuracy"] * 8)
     assert figures["probe_first_frame_accuracy"] * 8 == round(figures["probe_first_frame_accuracy"] * 8)
+
+
+def test_a_new_run_starts_from_a_frame_block_export_in_row_blocks(tiny_vq_dir, tmp_path) -> None:
+    """Warm start across block kinds: every weight carries over, and the begin-of-video rows the row model has (W
+    of the frame model's H x W); a model of another kind is refused."""
+    data, train = tmp_path / "data", dict(lr=3e-3, warmup_steps=1, log_every=1, bf16=False, ema_decay=0.0)
+    frame_cfg = NBPConfig(grid=(2, 2, 2), block="frame", hybrid=True, vocab_size=2, **TOY)
+    source = train_nbp(tmp_path / "frames", tiny_vq_dir, data, TrainConfig(steps=2, **train),
+                       ClipRecipe(num_clips=8, batch_size=4), frame_cfg, CLIPS, first_frames=0)
+    row_cfg = NBPConfig(grid=(2, 2, 2), block="row", hybrid=True, vocab_size=2, **TOY)
+    exported = from_pretrained(tmp_path / "frames" / "export").state_dict()
+    fresh = train_nbp(tmp_path / "rows", tiny_vq_dir, data, TrainConfig(steps=0, **train),
+                      ClipRecipe(num_clips=8, batch_size=4), row_cfg, CLIPS, first_frames=0,
+                      init_from=tmp_path / "frames" / "export")
+    state = fresh.state_dict()
+    assert source.block_size == 16 and fresh.block_size == 4
+    assert torch.equal(state["bov"], exported["bov"][:4])
+    assert all(torch.equal(state[k], v) for k, v in exported.items() if k != "bov")
+    with pytest.raises(CheckpointError, match="holds a VQModel, not an NBP model"):
+        train_nbp(tmp_path / "other", tiny_vq_dir, data, TrainConfig(steps=0, **train),
+                  ClipRecipe(num_clips=8, batch_size=4), row_cfg, CLIPS, init_from=tiny_vq_dir)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from vgen.data.shapes import BACKGROUND_KINDS
 from vgen.hub import CheckpointError
+from vgen.models.nbp import BLOCK_KINDS
 from vgen.tokenizers.vq import ENCODER_KINDS
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
@@ -283,12 +284,13 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         if what not in ("tokenizer", "frame-tokenizer", "kl", "blockdiff", "video-classifier"):
             t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"),
                            help="trained tokenizer folder")
-        if what in ("ar", "nar", "drafter"):
+        if what in ("ar", "nar", "drafter", "nbp"):
             t.add_argument("--init-from", default=None,
                            help="start a new run from these model weights (an export folder) instead of random init"
                                 + ("; an AR or NBP model's export warm-starts the NAR blocks and heads" if what == "nar"
                                    else "; e.g. the head of the model the target was fine-tuned from"
-                                   if what == "drafter" else ""))
+                                   if what == "drafter" else "; an NBP export in either block kind" if what == "nbp"
+                                   else ""))
         if what == "frame-tokenizer":
             t.add_argument("--encoder", choices=ENCODER_KINDS, default=None,
                            help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
@@ -298,8 +300,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--no-time-reversed", action="store_true",
                            help="train on the clips as rendered only, not also played backwards")
             t.add_argument("--first-frames", type=int, default=None,
-                           help="frames of each clip that the token-by-token frame 0 also learns from as first "
-                                "frames (default: the recipe's FIRST_FRAMES; 0 = off)")
+                           help="frames of each clip that frame 0 also learns from as first frames (default: the "
+                                "recipe's FIRST_FRAMES; 0 = off)")
+            t.add_argument("--block", choices=BLOCK_KINDS, default=None,
+                           help="block kind: row (W tokens a step, NBP's own layout) or frame (H x W a step); "
+                                "default: the recipe's")
         if what in ("ar", "nar"):
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -484,14 +489,15 @@ def run_train(args: argparse.Namespace) -> None:
                  max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "nbp":
         from vgen.training.clip_codes import ClipRecipe, clip_probe
-        from vgen.training.nbp import FIRST_FRAMES, train_nbp
+        from vgen.training.nbp import FIRST_FRAMES, SHAPES_VIDEO_NBP, train_nbp
 
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
                              time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
                   max_minutes=args.max_minutes,
+                  config=dataclasses.replace(SHAPES_VIDEO_NBP, block=args.block or SHAPES_VIDEO_NBP.block),
                   first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
-                  evaluate=clip_probe(args.tokenizer) if args.eval_every else None)
+                  evaluate=clip_probe(args.tokenizer) if args.eval_every else None, init_from=args.init_from)
     elif args.what == "nar":
         from vgen.training.nar import NARRecipe, train_nar, train_video_nar
 

@@ -225,30 +225,21 @@ class NBPTransformer(nn.Module):
         return self.bov[None].expand(batch, -1, -1).to(self.tok_embeddings.weight.dtype)
 
     def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced pass (training, and the reference for cached decoding): logits [B, N, V] in raster
-        order, row p predicting token p from the blocks before its own. ``tokens`` is the whole grid [B, N]."""
+        """Teacher-forced pass (training, and the reference for cached decoding): logits [B, M, V] in raster order,
+        row p predicting token p from the blocks before its own. ``tokens`` [B, M] is the whole grid or its first
+        ``M`` tokens in whole blocks: a row's logits read no later block, so a prefix gives the whole pass's first
+        ``M`` rows at the prefix's cost (a trainer scores other frames of a clip as a first frame this way)."""
         n, b = self.num_tokens, self.block_size
-        if tokens.ndim != 2 or tokens.shape[1] != n:
-            raise ValueError(f"tokens must be [batch, {n}] (the whole {self._grid_text()} grid in raster order), "
-                             f"got shape {tuple(tokens.shape)}")
-        emb = self.tok_embeddings(tokens[:, :n - b])
+        m = tokens.shape[1] if tokens.ndim == 2 else 0
+        if tokens.ndim != 2 or not 0 < m <= n or m % b:
+            raise ValueError(f"tokens must be [batch, M] with M the whole {self._grid_text()} grid ({n}) or a prefix "
+                             f"of whole {self.config.block} blocks of {b}, got shape {tuple(tokens.shape)}")
+        # block 0 of the hybrid layout reads tokens 0 .. B-2 of itself, so it needs one block even for M = B
+        emb = self.tok_embeddings(tokens[:, :max(m - b, b) if self.hybrid else m - b])
         bov = self._bov(len(class_ids))
         # hybrid: [bov_0, z_0 .. z_{B-2}], then input block 1 [z_{B-1}, bov_1 .. bov_{B-1}], then blocks 1 ..
         inputs = [bov[:, :1], emb[:, :b], bov[:, 1:], emb[:, b:]] if self.hybrid else [bov, emb]
-        return self._run(torch.cat([self.cls_embedding(class_ids), *inputs], dim=1), 0, None)[:, 1:]
-
-    def first_block_logits(self, class_ids: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-        """Hybrid layout: teacher-forced logits [B, block_size, V] of block 0 alone, ``block`` [B, block_size] its
-        tokens. These are :meth:`forward`'s first ``block_size`` rows (block 0 reads only the class and itself) at
-        a sixteenth of a 16-block clip's cost, so a trainer can show the token-by-token start many more first
-        frames than it has clips."""
-        if not self.hybrid:
-            raise ValueError("first_block_logits is the hybrid layout's; this model draws block 0 in one pass")
-        b = self.block_size
-        if block.ndim != 2 or block.shape[1] != b:
-            raise ValueError(f"block 0 has {b} tokens, got tokens of shape {tuple(block.shape)}")
-        h = torch.cat([self.cls_embedding(class_ids), self._bov(len(class_ids))[:, :1],
-                       self.tok_embeddings(block[:, :-1])], dim=1)
+        h = torch.cat([self.cls_embedding(class_ids), *inputs], dim=1)[:, :1 + m]
         return self._run(h, 0, None)[:, 1:]
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,

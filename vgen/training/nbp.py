@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
-from vgen.hub import from_pretrained
+from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
 from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config
@@ -39,38 +39,58 @@ FIRST_FRAMES = 8
 
 
 def with_first_frames(first_frames: int) -> TokenLoss:
-    """NBP's loss plus, for a hybrid model in frame blocks, the cross-entropy of block 0 alone on ``first_frames``
-    frames drawn at random from each clip's frames ``1 .. T-1`` (same class): any frame of a clip is a frame of the
-    class that a clip could start from. The token-by-token start otherwise learns from one frame per clip, and two
-    runs without this never drew a shape in frame 0. Figures: ``acc`` of the clip, ``first_loss``, ``first_acc``."""
+    """NBP's loss plus, for a video grid, the cross-entropy of frame 0 alone on ``first_frames`` frames drawn at
+    random from each clip's frames ``1 .. T-1`` (same class): any frame of a clip is a frame of the class that a clip
+    could start from, and frame 0 otherwise learns from one frame per clip (two runs without this never drew a
+    shape in frame 0). A frame is scored by the teacher-forced pass over that one frame as a prefix, so in row
+    blocks it is its rows under the layout's start. Figures: ``acc`` of the clip, ``first_loss``, ``first_acc``."""
     if first_frames < 0:
         raise ValueError(f"first_frames must be >= 0, got {first_frames}")
 
     def loss_fn(model: NBPTransformer, class_ids: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
         loss, figures = token_grid_loss(model, class_ids, tokens)
-        if not first_frames or not model.hybrid or model.config.block != "frame":  # a later row is no first row
+        if not first_frames or len(model.grid) != 3:  # an image grid has no other frames
             return loss, figures
-        b = model.block_size
-        frames = tokens.reshape(len(tokens), -1, b)
+        size = model.grid[1] * model.grid[2]
+        frames = tokens.reshape(len(tokens), -1, size)
         picked = torch.randint(1, frames.shape[1], (len(tokens), first_frames), device=tokens.device)
-        blocks = frames[torch.arange(len(tokens), device=tokens.device)[:, None], picked].reshape(-1, b)
-        logits = model.first_block_logits(class_ids.repeat_interleave(first_frames), blocks)
-        first = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), blocks.reshape(-1))
-        first_acc = float((logits.argmax(-1) == blocks).float().mean())
+        chosen = frames[torch.arange(len(tokens), device=tokens.device)[:, None], picked].reshape(-1, size)
+        logits = model(class_ids.repeat_interleave(first_frames), chosen)
+        first = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chosen.reshape(-1))
+        first_acc = float((logits.argmax(-1) == chosen).float().mean())
         return loss + first, figures | {"first_loss": float(first.detach()), "first_acc": first_acc}
 
     return loss_fn
+
+
+def warm_start(model: NBPTransformer, state: dict[str, torch.Tensor], source: str = "NBP model") -> None:
+    """Load another NBP model's state into ``model``, which may have another block kind (frame blocks into row
+    blocks): every weight by name, and as many begin-of-video rows as both have (a row model has W, a frame
+    model H * W; rows the source lacks keep their initialisation). Any other difference is a
+    :class:`~vgen.hub.CheckpointError`."""
+    if "bov" not in state:
+        raise CheckpointError(f"{source} is not an NBP model: it has no begin-of-video slots (bov)")
+    bov = model.bov.detach().clone()
+    rows = min(len(bov), len(state["bov"]))
+    bov[:rows] = state["bov"][:rows]
+    load_weights(model, {**state, "bov": bov}, source=source)
 
 
 def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
               recipe: ClipRecipe = CLIP_RECIPE, config: NBPConfig = SHAPES_VIDEO_NBP,
               clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None,
               first_frames: int = FIRST_FRAMES,
-              evaluate: Callable[[torch.nn.Module], dict] | None = None) -> NBPTransformer:
-    """Train (or resume) an NBP run in ``run_dir`` (:func:`with_first_frames` for a hybrid model), running
-    ``evaluate`` (e.g. :func:`~vgen.training.clip_codes.clip_probe`) every ``recipe.eval_every`` steps; the EMA
-    model is exported to ``run_dir/export``."""
+              evaluate: Callable[[torch.nn.Module], dict] | None = None,
+              init_from: str | Path | None = None) -> NBPTransformer:
+    """Train (or resume) an NBP run in ``run_dir`` (:func:`with_first_frames`), running ``evaluate`` (e.g.
+    :func:`~vgen.training.clip_codes.clip_probe`) every ``recipe.eval_every`` steps; the EMA model is exported to
+    ``run_dir/export``. ``init_from`` starts a new run from an NBP export (:func:`warm_start`); resumes ignore it."""
     loss_fn = with_first_frames(first_frames)  # a bad count fails before anything loads
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
+    if init_from is not None and not (Path(run_dir) / "state.json").exists():
+        source = from_pretrained(init_from)
+        if not isinstance(source, NBPTransformer):
+            raise CheckpointError(f"{init_from} holds a {type(source).__name__}, not an NBP model to start from")
+        warm_start(model, source.state_dict(), source=str(init_from))
     return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes, loss_fn,
                         evaluate)
