@@ -1,5 +1,5 @@
 """NBP training: ln V on a fresh model, a loss that falls over a few steps on tiny tokenised clips, a resumable run
-that exports a loadable model on the tokenizer's grid, and the shapes-video-nbp size (1024 tokens, 16 blocks)."""
+that exports a loadable model on the tokenizer's grid, and the shapes-video-nbp size (1024 tokens, 128 rows)."""
 
 from __future__ import annotations
 
@@ -33,11 +33,12 @@ def test_a_fresh_model_scores_ln_v() -> None:
     assert loss.item() == pytest.approx(math.log(16), abs=1e-6)
 
 
-def test_the_shapes_video_layout_is_1024_tokens_in_16_frame_blocks_with_a_hybrid_start() -> None:
+def test_the_shapes_video_layout_is_1024_tokens_in_128_row_blocks_with_a_hybrid_start() -> None:
     tokenizer = VQModel(SHAPES_FRAME_VQ)
     config = video_config(tokenizer, ClipsConfig(), SHAPES_VIDEO_NBP)
-    assert config.grid == (16, 8, 8) and config.num_tokens == 1024 and config.num_blocks == 16
-    assert config.hybrid and config.num_steps == 64 + 15  # frame 0 token by token, then 15 frames
+    assert config.grid == (16, 8, 8) and config.num_tokens == 1024 and config.block == "row"
+    assert config.block_size == 8 and config.num_blocks == 16 * 8  # NBP's own layout: one latent row a step
+    assert config.hybrid and config.num_steps == 8 + 127  # row 0 token by token, then 127 rows
     assert SHAPES_FRAME_VQ.downsample_factor == 4 and config.vocab_size == SHAPES_FRAME_VQ.codebook_size
     with pytest.raises(ValueError, match="frame size 18 is not a multiple of the tokenizer's downsample factor 4"):
         video_config(tokenizer, ClipsConfig(frame_size=18), SHAPES_VIDEO_NBP)

@@ -14,10 +14,11 @@ target (the next token in the row) is AR's own target away from the row ends, an
 vocabulary embedding.
 
 Warm start from NBP, for video. ``SHAPES_VIDEO_NAR`` has ``SHAPES_VIDEO_NBP``'s width, depth and frame
-vocabulary. NBP's output at a slot predicts the same cell one frame later, which is the target of NAR's
-next-frame head, so every block and both embeddings carry over and every head starts from NBP's output layer
-(NBP's begin-of-video slots are dropped). NBP rotates slot ``1 + p`` with the position of the token it predicts,
-one frame ahead of NAR's; rotary attention depends only on offsets between slots, and these are unchanged.
+vocabulary. NBP's output at a slot predicts the same cell one block later: one frame later in frame blocks (the
+target of NAR's next-frame head), one row below in row blocks (the below head's). Every block and both embeddings
+carry over and every head starts from NBP's output layer (NBP's begin-of-video slots are dropped). NBP rotates
+slot ``1 + p`` with the position of the token it predicts, one block ahead of NAR's; rotary attention depends only
+on offsets between slots, and these are unchanged.
 """
 
 from __future__ import annotations

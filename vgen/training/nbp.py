@@ -6,7 +6,7 @@ mask, :mod:`vgen.models.nbp`) and the cross-entropy against every token, with Ll
 the null class guidance needs.
 
 Sizes. Default clips are 16 frames of 32x32 pixels; with a per-frame VQ of downsample factor 4 (``SHAPES_FRAME_VQ``)
-that is 16 x 8 x 8 = 1024 tokens, generated in 16 frame blocks after frame 0's 64 tokens one by one (79 passes).
+that is 16 x 8 x 8 = 1024 tokens, generated in 128 row blocks of 8, the first row token by token (135 passes).
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, vide
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TokenLoss, TrainConfig, token_grid_loss
 
-# shapes-video-nbp: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in frame blocks; grid and
-# vocabulary follow the tokenizer and clips a run is given. Hybrid start (frame 0 token by token, 16 + 63 = 79
-# passes): the first run drew frame 0's 64 tokens independently given the class, and its clips were noise
-SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="frame", hybrid=True, vocab_size=SHAPES_FRAME_VQ.codebook_size,
+# shapes-video-nbp: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in row blocks, NBP's own
+# layout (one latent row a step); grid and vocabulary follow the tokenizer and clips a run is given. Hybrid start
+# (row 0 token by token, 8 + 127 = 135 passes): a first run drew block 0 independently given the class, and its
+# clips were noise. Row blocks replaced frame blocks in session 15: a row sees the rows above it in its own frame,
+# and at 548 steps a row model predicted the codes a moving outline changes better than a frame model at 2,634
+# (docs/training.md section 10)
+SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="row", hybrid=True, vocab_size=SHAPES_FRAME_VQ.codebook_size,
                              dim=SHAPES_GPT.dim, n_layer=SHAPES_GPT.n_layer, n_head=SHAPES_GPT.n_head,
                              multiple_of=SHAPES_GPT.multiple_of, num_classes=SHAPES_GPT.num_classes,
                              class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
