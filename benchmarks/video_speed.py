@@ -1,5 +1,5 @@
-"""Video generation speed: NBP (frame blocks) and NAR (next-neighbour) pipelines against next-token AR of the same
-size over the same 1,024-token clips, in one run.
+"""Video generation speed: NBP (row or frame blocks) and NAR (next-neighbour) pipelines against next-token AR of the
+same size over the same 1,024-token clips, in one run.
 
 The NBP and NAR rows run the video pipelines given. The next-token row is a
 LlamaGen GPT with the first pipeline's width, depth, heads and vocabulary over the same tokens flattened in raster
