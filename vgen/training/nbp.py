@@ -37,7 +37,7 @@ SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="row", hybrid=True, vocab_si
                              class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
 
 
-# frames of each clip that the hybrid start also learns from as first frames (session 12: see docs/training.md §10)
+# frames of each clip that frame 0 also learns from as first frames (session 12: see docs/training.md §10)
 FIRST_FRAMES = 8
 
 
