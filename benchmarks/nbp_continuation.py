@@ -65,6 +65,8 @@ def main() -> None:
     p.add_argument("--given", type=int, default=1, help="leading frames given to the model")
     p.add_argument("--cfg-scale", type=float, default=3.0)
     p.add_argument("--temperature", type=float, default=1.0, help="0: greedy (each token its argmax)")
+    p.add_argument("--top-k", type=int, default=0, help="0: no top-k filter")
+    p.add_argument("--top-p", type=float, default=1.0, help="NBP samples its UCF clips with 0.9")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=None)
@@ -80,7 +82,8 @@ def main() -> None:
     clips, classes = np.asarray(clips), [int(c) for c in np.asarray(labels)]
     pipe = VideoPipeline(model, tokenizer, PipelineInfo(name="continuation", image_size=clips.shape[2]))
     generator = torch.Generator().manual_seed(args.seed)
-    settings = {"cfg_scale": args.cfg_scale, "temperature": args.temperature}
+    settings = {"cfg_scale": args.cfg_scale, "temperature": args.temperature, "top_k": args.top_k,
+                "top_p": args.top_p}
     videos = np.concatenate([pipe(classes[i:i + args.batch_size], generator=generator, **settings,
                                   context=clips[i:i + args.batch_size, :args.given]).videos
                              for i in range(0, len(clips), args.batch_size)])
