@@ -114,6 +114,27 @@ def test_cached_split_renders_once_and_reuses(tmp_path):
         cached_split(tmp_path, "holdout", 4)
 
 
+def test_a_larger_cached_split_renders_only_the_images_the_cache_lacks(tmp_path, monkeypatch):
+    import vgen.data.shapes as shapes
+
+    cached_split(tmp_path, "val", 5, workers=1)
+    calls = []
+    render_to_arrays = shapes.render_to_arrays
+    monkeypatch.setattr(shapes, "render_to_arrays",
+                        lambda seed, count, *a, **k: calls.append((count, k["first"])) or
+                        render_to_arrays(seed, count, *a, **k))
+    images, labels = cached_split(tmp_path, "val", 11, workers=1)
+    assert calls == [(6, 5)]
+    assert images.shape[0] == labels.shape[0] == 11
+    for i in (0, 4, 5, 10):
+        image, label = sample_image(1, i)
+        np.testing.assert_array_equal(images[i], image)
+        assert labels[i] == label
+    again, _ = cached_split(tmp_path, "val", 11, workers=1)  # now cached in full
+    np.testing.assert_array_equal(again, images)
+    assert calls == [(6, 5)]
+
+
 def test_a_data_folder_records_its_rendering_config_and_refuses_to_change_it(tmp_path):
     assert data_config(tmp_path) == ShapesConfig()  # nothing recorded: the default
     smooth = ShapesConfig(background="smooth")

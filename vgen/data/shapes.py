@@ -303,19 +303,20 @@ def _render_chunk(args: tuple[int, int, int, ShapesConfig]) -> tuple[np.ndarray,
 
 
 def render_to_arrays(seed: int, count: int, cfg: ShapesConfig = ShapesConfig(), workers: int = 1,
-                     chunk: int = 512, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Render ``count`` images (uint8 [N, S, S, 3]) and labels with a process pool; used to cache training sets."""
+                     chunk: int = 512, progress: bool = True, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Render images ``first .. first+count-1`` (uint8 [N, S, S, 3]) and labels with a process pool; used to
+    cache training sets."""
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm.auto import tqdm
 
-    jobs = [(seed, s, min(chunk, count - s), cfg) for s in range(0, count, chunk)]
+    jobs = [(seed, first + s, min(chunk, count - s), cfg) for s in range(0, count, chunk)]
     images = np.empty((count, cfg.image_size, cfg.image_size, 3), np.uint8)
     labels = np.empty(count, np.int64)
     bar = tqdm(total=count, desc=f"render shapes seed={seed}", unit="img", disable=not progress)
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
         for (_, start, n, _), (imgs, labs) in zip(jobs, pool.map(_render_chunk, jobs)):
-            images[start:start + n], labels[start:start + n] = imgs, labs
+            images[start - first:start - first + n], labels[start - first:start - first + n] = imgs, labs
             bar.update(n)
     bar.close()
     return images, labels
@@ -346,17 +347,24 @@ def set_data_config(cache_dir: str | Path, cfg: ShapesConfig) -> None:
 def cached_split(cache_dir: str | Path, split: str, count: int, workers: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """The first ``count`` images of a split, rendered once into ``cache_dir`` and memory-mapped after that.
 
-    Images are rendered with the folder's recorded config (``set_data_config``), the default one otherwise.
+    Images are rendered with the folder's recorded config (``set_data_config``), the default one otherwise. A
+    smaller cache is extended: only the images it lacks are rendered.
     """
     if split not in SPLIT_SEEDS:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLIT_SEEDS)}")
     cache_dir = Path(cache_dir)
     img_path, lab_path = cache_dir / f"{split}_images.npy", cache_dir / f"{split}_labels.npy"
+    done_images = np.zeros((0, 0, 0, 3), np.uint8)
+    done_labels = np.zeros(0, np.int64)
     if img_path.exists() and lab_path.exists():
-        images, labels = np.load(img_path, mmap_mode="r"), np.load(lab_path)
-        if len(images) >= count:
-            return images[:count], labels[:count]
-    images, labels = render_to_arrays(SPLIT_SEEDS[split], count, data_config(cache_dir), workers=workers)
+        done_images, done_labels = np.load(img_path, mmap_mode="r"), np.load(lab_path)
+        if len(done_images) >= count:
+            return done_images[:count], done_labels[:count]
+    done = len(done_images)
+    images, labels = render_to_arrays(SPLIT_SEEDS[split], count - done, data_config(cache_dir), workers=workers,
+                                      first=done)
+    if done:
+        images, labels = np.concatenate([done_images, images]), np.concatenate([done_labels, labels])
     cache_dir.mkdir(parents=True, exist_ok=True)
     np.save(img_path, images)
     np.save(lab_path, labels)
