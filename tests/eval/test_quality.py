@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from vgen.data.clips import SPLIT_SEEDS, render_clips
-from vgen.eval.quality import clip_class_accuracy, frame_change, motion_check, token_statistics
+from vgen.data.shapes import render_batch, to_tensor
+from vgen.eval.classifier import load_shapes_classifier
+from vgen.eval.quality import (
+    class_accuracy,
+    clip_class_accuracy,
+    frame_change,
+    motion_check,
+    token_statistics,
+)
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.samplers import SamplingParams
@@ -49,6 +57,17 @@ def test_a_fresh_nar_model_is_uniform_over_the_vocabulary() -> None:
 def real_clips() -> tuple[np.ndarray, np.ndarray]:
     """16 validation clips (2 per class) of the recipes' 16 frames of 32 px."""
     return render_clips(SPLIT_SEEDS["val"], 0, 16)
+
+
+def test_the_confusion_counts_say_what_each_requested_class_was_seen_as() -> None:
+    images, labels = render_batch(SPLIT_SEEDS["val"], 0, 32)
+    classifier, pixels = load_shapes_classifier(), to_tensor(images)
+    right = class_accuracy(classifier, pixels, labels.tolist())
+    confusion = np.array(right["confusion"])
+    assert confusion.shape == (8, 8) and confusion.sum() == 32 and (confusion.sum(1) == 4).all()
+    assert np.trace(confusion) / 32 == right["class_accuracy"] >= 31 / 32  # the classifier is >= 99% on real images
+    relabelled = np.array(class_accuracy(classifier, pixels, ((labels + 3) % 8).tolist())["confusion"])
+    assert (relabelled == np.roll(confusion, 3, axis=0)).all()  # requested c + 3, still seen as c
 
 
 def test_real_clips_show_their_class_in_every_frame_and_a_wrong_label_scores_near_zero(real_clips) -> None:

@@ -50,11 +50,16 @@ def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, class_ids: to
 
 @torch.no_grad()
 def class_accuracy(classifier: ShapesClassifier, images: torch.Tensor, class_ids: Sequence[int]) -> dict:
-    """Share of images [N, 3, H, W] in [-1, 1] that the classifier assigns to their requested class."""
+    """Share of images [N, 3, H, W] in [-1, 1] that the classifier assigns to their requested class, per class,
+    and the ``confusion`` counts (row: requested class, column: the class the classifier saw) that say what a
+    failing class turns into."""
     preds = classifier.predict(images).cpu().numpy()
     wanted = np.asarray(class_ids)
     per_class = {int(c): float((preds[wanted == c] == c).mean()) for c in np.unique(wanted)}
-    return {"class_accuracy": float((preds == wanted).mean()), "per_class": per_class, "num_images": len(wanted)}
+    n = classifier.config.num_classes
+    confusion = np.bincount(wanted * n + preds, minlength=n * n).reshape(n, n)
+    return {"class_accuracy": float((preds == wanted).mean()), "per_class": per_class,
+            "confusion": confusion.tolist(), "num_images": len(wanted)}
 
 
 def clip_class_accuracy(videos: np.ndarray, class_ids: Sequence[int]) -> dict:
