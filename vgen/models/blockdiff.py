@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from vgen.models.conditioning import ClassConditional
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_grid_table, swiglu_hidden_dim
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys and values of one layer, [B, heads, tokens, head_dim]
@@ -161,7 +162,7 @@ class DiTBlock(nn.Module):
         return x, kv
 
 
-class BlockDiffusionTransformer(nn.Module):
+class BlockDiffusionTransformer(ClassConditional, nn.Module):
     """Velocity prediction for video blocks at per-block noise levels, block-causal across blocks."""
 
     def __init__(self, config: BlockDiffConfig) -> None:
@@ -198,16 +199,8 @@ class BlockDiffusionTransformer(nn.Module):
             nn.init.normal_(m.weight, std=1.0)
 
     @property
-    def num_classes(self) -> int:
-        return self.config.num_classes
-
-    @property
     def frames_per_block(self) -> int:
         return self.config.frames_per_block
-
-    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
-        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
-        return torch.full_like(class_ids, self.config.num_classes)
 
     # -- patches -----------------------------------------------------------------------------------------------
     def patchify(self, frames: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vgen.models.cache import KVCache, RowSlots
+from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_2d_table, rope_grid_table, swiglu_hidden_dim
 
 
@@ -77,6 +78,11 @@ class GPTConfig:
     def grid_size(self) -> int:
         """Tokens per side of a frame (of the image)."""
         return math.isqrt(self.block_size // self.frames)
+
+    @property
+    def num_tokens(self) -> int:
+        """Image tokens per sample (``grid_size ** 2``; times ``frames`` for a clip)."""
+        return self.block_size
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -201,7 +207,7 @@ class LabelEmbedder(nn.Module):
         return self.embedding_table(class_ids).unsqueeze(1)
 
 
-class LlamaGenGPT(nn.Module):
+class LlamaGenGPT(TokenGridModel, nn.Module):
     """LlamaGen class-conditional transformer over a raster grid of ``block_size`` tokens."""
 
     def __init__(self, config: GPTConfig) -> None:
@@ -216,35 +222,8 @@ class LlamaGenGPT(nn.Module):
         # a plain attribute, not a buffer: it must stay fp32 when the model is cast to bf16 (as in LlamaGen)
         self.rope = (rope_2d_table(config.grid_size, config.head_dim, config.rope_base) if config.frames == 1
                      else rope_grid_table(config.grid, config.head_dim, config.rope_base))
-        self.apply(self._init_weights)
+        self.apply(init_llamagen_weights)
         nn.init.zeros_(self.output.weight)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear | nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
-
-    # -- token layout ------------------------------------------------------------------------------------------
-    @property
-    def num_tokens(self) -> int:
-        """Image tokens per sample (``grid_size ** 2``; times ``frames`` for a clip)."""
-        return self.config.block_size
-
-    @property
-    def grid(self) -> tuple[int, ...]:
-        return self.config.grid
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def num_classes(self) -> int:
-        return self.config.num_classes
-
-    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
-        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
-        return torch.full_like(class_ids, self.config.num_classes)
 
     # -- forward passes ----------------------------------------------------------------------------------------
     def _run(self, h: torch.Tensor, start: int, cache: KVCache | None,

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from vgen.models.cache import KVCache, RowSlots
+from vgen.models.conditioning import ClassConditional, init_llamagen_weights
 from vgen.models.diffusion_head import DiffusionHead, HeadConfig
 from vgen.models.gaussian_diffusion import training_loss
 from vgen.models.layers import RMSNorm, rope_2d_table
@@ -72,7 +73,7 @@ class MARConfig:
         return cls(**d)
 
 
-class ContinuousAR(nn.Module):
+class ContinuousAR(ClassConditional, nn.Module):
     """Class-conditional raster-order AR over ``grid_size ** 2`` continuous tokens with a diffusion head."""
 
     token_order = "continuous"
@@ -87,8 +88,7 @@ class ContinuousAR(nn.Module):
         self.layers = nn.ModuleList(TransformerBlock(tcfg) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, tcfg.norm_eps)
         for m in self.modules():
-            if isinstance(m, nn.Linear | nn.Embedding):
-                nn.init.normal_(m.weight, std=0.02)
+            init_llamagen_weights(m)
         self.head = DiffusionHead(config.head())  # after the init above: the head has its own
         self.rope = rope_2d_table(config.grid_size, tcfg.head_dim, tcfg.rope_base)
 
@@ -104,13 +104,6 @@ class ContinuousAR(nn.Module):
     @property
     def token_channels(self) -> int:
         return self.config.token_channels
-
-    @property
-    def num_classes(self) -> int:
-        return self.config.num_classes
-
-    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(class_ids, self.config.num_classes)
 
     # -- transformer -------------------------------------------------------------------------------------------
     def _run(self, h: torch.Tensor, rope: torch.Tensor, cache: KVCache | None,

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from vgen.models.cache import KVCache, RowSlots
+from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
 from vgen.models.layers import RMSNorm, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
@@ -173,7 +174,7 @@ class OutputHead(nn.Module):
         return self.output(self.norm(h)).float()
 
 
-class NARTransformer(nn.Module):
+class NARTransformer(TokenGridModel, nn.Module):
     """Class-conditional NAR over ``config.grid``; tokens are always handled in raster order [B, N]."""
 
     token_order: ClassVar[str] = "next-neighbour"
@@ -191,24 +192,11 @@ class NARTransformer(nn.Module):
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
         self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base)
         self.layout = NeighbourLayout(config.grid)
-        self.apply(self._init_weights)
+        self.apply(init_llamagen_weights)
         for head in self.heads:
             nn.init.zeros_(head.output.weight)
 
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear | nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
-
     # -- token layout ------------------------------------------------------------------------------------------
-    @property
-    def grid(self) -> tuple[int, ...]:
-        return self.config.grid
-
-    @property
-    def num_tokens(self) -> int:
-        return self.config.num_tokens
-
     @property
     def num_steps(self) -> int:
         """Forward passes to generate a grid: ``H + W - 1`` (image) or ``T + H + W - 2`` (video)."""
@@ -218,18 +206,6 @@ class NARTransformer(nn.Module):
     def steps(self) -> list[torch.Tensor]:
         """Raster positions generated at each step (ascending), on the model's device."""
         return self._layout().steps
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def num_classes(self) -> int:
-        return self.config.num_classes
-
-    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
-        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
-        return torch.full_like(class_ids, self.config.num_classes)
 
     def _layout(self) -> NeighbourLayout:
         device = self.tok_embeddings.weight.device

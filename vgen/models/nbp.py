@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from vgen.models.cache import KVCache
+from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
 from vgen.models.layers import RMSNorm, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
@@ -143,7 +144,7 @@ def block_causal_mask(num_blocks: int, block_size: int, hybrid: bool = False,
     return mask
 
 
-class NBPTransformer(nn.Module):
+class NBPTransformer(TokenGridModel, nn.Module):
     """Class-conditional next-block prediction over ``config.grid``; tokens are handled in raster order [B, N]."""
 
     token_order: ClassVar[str] = "next-block"
@@ -162,24 +163,11 @@ class NBPTransformer(nn.Module):
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
         self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base)
         self.mask = block_causal_mask(config.num_blocks, config.block_size, config.hybrid)
-        self.apply(self._init_weights)
+        self.apply(init_llamagen_weights)
         nn.init.normal_(self.bov, std=0.02)
         nn.init.zeros_(self.output.weight)
 
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear | nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
-
     # -- token layout ------------------------------------------------------------------------------------------
-    @property
-    def grid(self) -> tuple[int, ...]:
-        return self.config.grid
-
-    @property
-    def num_tokens(self) -> int:
-        return self.config.num_tokens
-
     @property
     def block_size(self) -> int:
         return self.config.block_size
@@ -192,18 +180,6 @@ class NBPTransformer(nn.Module):
     @property
     def hybrid(self) -> bool:
         return self.config.hybrid
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
-    def num_classes(self) -> int:
-        return self.config.num_classes
-
-    def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
-        """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
-        return torch.full_like(class_ids, self.config.num_classes)
 
     # -- forward passes ----------------------------------------------------------------------------------------
     def _run(self, h: torch.Tensor, start: int, cache: KVCache | None) -> torch.Tensor:
