@@ -1,0 +1,64 @@
+"""Every class-conditional backbone answers the same questions the same way: its class count, the null condition
+CFG pairs with each class (the extra last row of its class table, which changes the output), and for token
+models the grid, token count and vocabulary of its config. The token models start from LlamaGen's init."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import torch
+from torch import nn
+
+from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
+from vgen.models.conditioning import ClassConditional, TokenGridModel
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.models.mar import ContinuousAR, MARConfig
+from vgen.models.nar import NARConfig, NARTransformer
+from vgen.models.nbp import NBPConfig, NBPTransformer
+
+SIZE = dict(vocab_size=16, dim=32, n_layer=1, n_head=4, multiple_of=16, num_classes=5)
+
+
+@cache
+def token_models() -> dict[str, nn.Module]:
+    torch.manual_seed(0)
+    return {"llamagen": LlamaGenGPT(GPTConfig(block_size=9, **SIZE)),
+            "llamagen-video": LlamaGenGPT(GPTConfig(block_size=18, frames=2, **SIZE)),
+            "nar": NARTransformer(NARConfig(grid=(3, 3), **SIZE)),
+            "nbp": NBPTransformer(NBPConfig(grid=(2, 3, 3), **SIZE))}
+
+
+@cache
+def all_models() -> dict[str, nn.Module]:
+    return {**token_models(),
+            "mar": ContinuousAR(MARConfig(token_channels=3, grid_size=3, dim=32, n_layer=1, n_head=2, num_classes=5,
+                                          head_width=32, head_depth=1, num_sampling_steps=10)),
+            "blockdiff": BlockDiffusionTransformer(BlockDiffConfig(frame_size=8, dim=48, n_layer=1, n_head=4,
+                                                                   num_classes=5))}
+
+
+@pytest.mark.parametrize("name", list(all_models()))
+def test_the_null_condition_is_the_extra_last_row_of_the_class_table(name) -> None:
+    model = all_models()[name]
+    assert isinstance(model, ClassConditional) and model.num_classes == 5
+    classes = torch.tensor([0, 4, 2])
+    null = model.null_condition(classes)
+    assert torch.equal(null, torch.full((3,), 5)) and null.dtype == classes.dtype
+    tables = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == 6]
+    assert len(tables) == 1 and tables[0].embedding_dim == model.config.dim
+
+
+@pytest.mark.parametrize("name", list(token_models()))
+def test_a_token_model_reports_the_grid_tokens_and_vocabulary_of_its_config(name) -> None:
+    model = token_models()[name]
+    assert isinstance(model, TokenGridModel)
+    expected_grid = {"llamagen": (3, 3), "llamagen-video": (2, 3, 3), "nar": (3, 3), "nbp": (2, 3, 3)}[name]
+    assert model.grid == expected_grid and model.num_tokens == torch.Size(expected_grid).numel()
+    assert model.vocab_size == 16 == model.tok_embeddings.num_embeddings
+
+
+@pytest.mark.parametrize("name", list(token_models()))
+def test_token_models_start_from_llamagens_init(name) -> None:
+    weights = token_models()[name].tok_embeddings.weight.detach()
+    assert abs(float(weights.std()) - 0.02) < 0.004 and abs(float(weights.mean())) < 0.005
