@@ -112,3 +112,17 @@ def test_every_runs_the_evaluation_on_the_ema_model_at_multiples_of_its_interval
     assert every(None, 3) is None
     with pytest.raises(ValueError, match="evaluation interval must be >= 1 step, got 0"):
         every(evaluate, 0)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_takes_bf16_only_on_a_cpu_with_native_bf16_matmuls(monkeypatch, native):
+    from vgen.training import trainer as trainer_module
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    assert trainer_module.native_bf16_cpu() is native
+    assert trainer_module.use_bf16("auto") is native
+    assert trainer_module.use_bf16("bf16") is True
+    assert trainer_module.use_bf16("fp32") is False
+    with pytest.raises(ValueError, match="precision must be"):
+        trainer_module.use_bf16("fp16")

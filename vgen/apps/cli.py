@@ -345,10 +345,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         # for the frame tokenizer's 32-px frames and for nar (1.6 against 2.4 s for a batch of 8, 1 thread), 1.7x
         # for nbp (4.7 against 8.1 s for a batch of 4, 1 thread; docs/nbp.md), 2.7x for video-classifier (3.3
         # against 1.2 s for 32 + 32 clips, 2 threads), whose 3-D convolutions also gave an infinite bf16 gradient
-        t.add_argument("--precision", choices=("bf16", "fp32"),
+        t.add_argument("--precision", choices=("auto", "bf16", "fp32"),
                        default="fp32" if what in ("blockdiff", "frame-tokenizer", "nar", "nbp", "video-classifier")
-                       else "bf16",
-                       help="bf16 autocast or plain fp32 for the forward passes")
+                       else "auto",
+                       help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
+                            "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
         t.add_argument("--seed", type=int, default=0)
         t.set_defaults(func=run_train)
     add_package_parser(tsub)
@@ -437,7 +438,7 @@ def package_stream(args: argparse.Namespace, model) -> None:
 def run_train(args: argparse.Namespace) -> None:
     import torch
 
-    from vgen.training.trainer import TrainConfig
+    from vgen.training.trainer import TrainConfig, use_bf16
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -446,7 +447,7 @@ def run_train(args: argparse.Namespace) -> None:
 
         set_data_config(args.data_dir, ShapesConfig(background=args.background))
     common = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
-                  bf16=args.precision == "bf16")
+                  bf16=use_bf16(args.precision))
     if args.what == "tokenizer":
         from vgen.training.tokenizer import TokenizerRecipe, train_tokenizer
 
