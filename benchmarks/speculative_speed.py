@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import vgen
-from vgen.eval.bench import bench_table, parse_sampler_list, real_reference, run_bench
+from vgen.eval.bench import bench_table, parse_sampler_list, real_reference, run_bench, setup_line
 from vgen.samplers import SamplingParams
 
 
@@ -73,7 +73,7 @@ def main() -> None:
     result = run_bench(pipe, specs, args.num_images, args.seed, args.batch_size, params,
                        real_reference(pipe, args.real, args.num_real), progress=True)
     result["setup"]["window_cost"] = costs
-    table = bench_table(result)
+    table = f"{setup_line(result)}\n\n{bench_table(result)}"
     print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

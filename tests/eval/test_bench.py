@@ -25,7 +25,7 @@ from vgen.eval.bench import (
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.features import shapes_features
 from vgen.eval.fid import GaussianStats, frechet_distance
-from vgen.eval.quality import class_accuracy
+from vgen.eval.quality import class_accuracy, token_statistics
 from vgen.eval.sample_many import SamplePlan, sample_many
 from vgen.pipelines import load
 from vgen.samplers import SamplingParams, get_sampler
@@ -188,11 +188,31 @@ def test_the_table_is_the_json(result, tmp_path):
     assert Image.open(paths["plot"]).size == (1040, 400)
 
 
+def test_the_setup_carries_the_reference_rows_token_statistics(pipe, result, tmp_path):
+    """Entropy and top-1 of the distributions AR drew its tokens from, recomputed here from AR's own tokens."""
+    plan = SamplePlan(3, 3, (0, 1, 2), balanced=True)
+    params = SamplingParams(**pipe.info.defaults)
+    drawn = [pipe(plan.labels(plan.batch_indices(k)), sampler="ar", seed=plan.batch_seed(k), **params.to_dict())
+             for k in range(2)]
+    expected = token_statistics(pipe.model, torch.cat([d.tokens for d in drawn]),
+                                torch.tensor([c for k in range(2) for c in plan.labels(plan.batch_indices(k))]),
+                                params)
+    figures = result["setup"]["reference_token_statistics"]
+    assert figures["tokens_measured"] == 6 * 16
+    assert figures["mean_entropy_nats"] == pytest.approx(expected["mean_entropy_nats"])
+    assert figures["median_top1_prob"] == pytest.approx(expected["median_top1_prob"])
+    header = write_outputs(result, tmp_path)["markdown"].read_text().splitlines()[0]
+    assert (f"mean entropy {figures['mean_entropy_nats']:.2f} nats and median top-1 probability "
+            f"{figures['median_top1_prob']:.2f}") in header
+
+
 def test_a_continuous_model_is_measured_against_target_only_sampling(tiny_continuous_pipeline_dir, real):
     pipe = load(tiny_continuous_pipeline_dir)
-    rows = run_bench(pipe, [SamplerSpec("cspd", "cspd")], 2, 0, 2, real=real)["results"]
+    result = run_bench(pipe, [SamplerSpec("cspd", "cspd")], 2, 0, 2, real=real)
+    rows = result["results"]
     assert [r["label"] for r in rows] == ["continuous-ar", "cspd"]
     assert rows[0]["step_compression"] == 1 and rows[1]["fid_vs_ar"] is not None
+    assert result["setup"]["reference_token_statistics"] is None  # no next-token distributions to measure
 
 
 @pytest.fixture

@@ -174,14 +174,19 @@ class Draw:
     batches."""
 
     samples: list[np.ndarray] = field(default_factory=list)
+    tokens: list[torch.Tensor] = field(default_factory=list)  # each batch's token ids (latents for a continuous model)
+    labels: list[int] = field(default_factory=list)
     stats: list = field(default_factory=list)  # the SamplerStats of every batch
 
     def add(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, k: int, num_samples: int,
             params: SamplingParams) -> None:
         """Draw batch ``k`` of ``plan`` (cut short at ``num_samples``) and keep its samples and stats."""
         indices = plan.batch_indices(k)[:num_samples - k * plan.batch_size]
-        out = pipe(plan.labels(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
+        labels = plan.labels(indices)
+        out = pipe(labels, sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
         self.samples += list(out.videos) if is_video(pipe) else [np.asarray(im) for im in out.images]
+        self.tokens.append(out.tokens)
+        self.labels += list(labels)
         self.stats.append(out.stats)
 
     def row(self) -> dict:
@@ -224,6 +229,20 @@ def domain_class_accuracy(pipe: ImagePipeline, samples: np.ndarray, labels: Sequ
 
     pixels = torch.from_numpy(samples).permute(0, 3, 1, 2).float() / 127.5 - 1
     return class_accuracy(load_shapes_classifier(), pixels, labels)["class_accuracy"]
+
+
+def reference_token_statistics(pipe: ImagePipeline, draw: Draw, params: SamplingParams) -> dict | None:
+    """Mean entropy (nats) and median top-1 probability of the distributions the reference row drew its tokens
+    from: how spread out the model's predictions are sets how far a speculative sampler can go, so every table
+    prints them beside its speed-ups. None for a model of continuous tokens."""
+    from vgen.eval.quality import token_statistics
+
+    tokens = torch.cat(draw.tokens)
+    if tokens.is_floating_point():
+        return None
+    figures = token_statistics(pipe.model, tokens.to(pipe.device), torch.tensor(draw.labels, device=pipe.device),
+                               params)
+    return {key: figures[key] for key in ("mean_entropy_nats", "median_top1_prob", "tokens_measured")}
 
 
 def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: int, seed: int = 0,
@@ -270,6 +289,8 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
         stats_of[spec.label] = stats
         rows.append(row)
     base = next(row for row in rows if row["label"] == reference)
+    reference_run = next(i for i, spec in enumerate(specs) if spec.label == reference)
+    token_stats = reference_token_statistics(runs[reference_run][0], draws[reference_run], params)
     for row in rows:
         row["step_compression"] = base["forward_passes"] / row["forward_passes"]
         row["latency_ratio"] = base["wall_time_s"] / row["wall_time_s"]
@@ -283,6 +304,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
              "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."),
              "threads": torch.get_num_threads(),
              "torch": torch.__version__,
+             "reference_token_statistics": token_stats,
              "total_time_s": time.perf_counter() - start}
     return {"setup": setup, "results": rows}
 
@@ -316,7 +338,16 @@ def setup_line(result: dict) -> str:
             f"seed {s['seed']}, CFG {p['cfg_scale']}, temperature {p['temperature']}, top-k {p['top_k']}, "
             f"top-p {p['top_p']}; {s['device']} {s['dtype']}, {s['threads']} thread(s); "
             f"{'/'.join(distance_names(s))} in {s['features']} features against {s['real']} ({s['real_count']} "
-            f"samples); ratios against `{s['reference']}`; {s['total_time_s']:.0f} s in all.")
+            f"samples); ratios against `{s['reference']}`{token_clause(s['reference_token_statistics'])}; "
+            f"{s['total_time_s']:.0f} s in all.")
+
+
+def token_clause(figures: dict | None) -> str:
+    """", whose next-token distributions ..." for the setup line, or nothing for a continuous model."""
+    if figures is None:
+        return ""
+    return (f", whose next-token distributions have mean entropy {figures['mean_entropy_nats']:.2f} nats and "
+            f"median top-1 probability {figures['median_top1_prob']:.2f}")
 
 
 def speed_quality_plot(result: dict) -> Image.Image:
