@@ -288,8 +288,8 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
                "fid_vs_ar": None, "class_accuracy": domain_class_accuracy(pipe, samples, labels)}
         stats_of[spec.label] = stats
         rows.append(row)
-    base = next(row for row in rows if row["label"] == reference)
-    reference_run = next(i for i, spec in enumerate(specs) if spec.label == reference)
+    reference_run = next(i for i, spec in enumerate(specs) if spec.label == reference)  # rows follow specs
+    base = rows[reference_run]
     token_stats = reference_token_statistics(runs[reference_run][0], draws[reference_run], params)
     for row in rows:
         row["step_compression"] = base["forward_passes"] / row["forward_passes"]
