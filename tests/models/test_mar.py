@@ -10,10 +10,10 @@ TINY = dict(token_channels=3, grid_size=3, dim=32, n_layer=2, n_head=2, num_clas
             head_depth=2, num_sampling_steps=10, dropout_p=0.0)
 
 
-@pytest.fixture
-def model():
+@pytest.fixture(params=[0, 16], ids=["linear-tokens", "mlp-tokens"])
+def model(request):
     torch.manual_seed(0)
-    return ContinuousAR(MARConfig(**TINY)).eval()
+    return ContinuousAR(MARConfig(**TINY, token_hidden=request.param)).eval()
 
 
 def test_prefill_and_decode_equal_the_full_causal_pass(model):
@@ -67,9 +67,19 @@ def test_save_and_load_round_trip(model, tmp_path):
     assert torch.equal(loaded(cls, x), model(cls, x))
 
 
+def test_token_hidden_picks_a_linear_projection_or_a_two_layer_mlp():
+    linear = ContinuousAR(MARConfig(**TINY)).token_proj
+    mlp = ContinuousAR(MARConfig(**TINY, token_hidden=16)).token_proj
+    assert isinstance(linear, torch.nn.Linear) and (linear.in_features, linear.out_features) == (3, 32)
+    assert [type(m).__name__ for m in mlp] == ["Linear", "SiLU", "Linear"]
+    assert (mlp[0].in_features, mlp[0].out_features, mlp[2].out_features) == (3, 16, 32)
+
+
 def test_bad_configs_and_inputs_are_refused(model):
     with pytest.raises(ValueError, match="token_channels"):
         MARConfig(token_channels=0)
+    with pytest.raises(ValueError, match="token_hidden"):
+        MARConfig(token_hidden=-1)
     with pytest.raises(ValueError, match="diffusion_batch_mul"):
         MARConfig(diffusion_batch_mul=0)
     with pytest.raises(ValueError, match="divisible"):

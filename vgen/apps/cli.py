@@ -291,6 +291,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                                    else "; e.g. the head of the model the target was fine-tuned from"
                                    if what == "drafter" else "; an NBP export in either block kind" if what == "nbp"
                                    else ""))
+        if what == "mar":
+            t.add_argument("--init-from", default=None,
+                           help="start a new target run from a discrete AR pipeline folder (gpt/ and vq/, e.g. "
+                                "vgen/assets/shapes-c2i): its trunk carries over and the token MLP is fitted to its "
+                                "embeddings of the same images' VQ codes")
         if what == "frame-tokenizer":
             t.add_argument("--encoder", choices=ENCODER_KINDS, default=None,
                            help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
@@ -472,7 +477,7 @@ def run_train(args: argparse.Namespace) -> None:
         probe = mar_probe(args.tokenizer, args.classifier) if args.eval_every else None
         train_mar(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   MARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
-                  SIZES[args.size], max_minutes=args.max_minutes, evaluate=probe)
+                  SIZES[args.size], max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "ar" and args.video:
         from vgen.training.clip_codes import ClipRecipe
         from vgen.training.video_ar import train_video_ar

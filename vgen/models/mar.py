@@ -1,10 +1,12 @@
 """Continuous-token AR transformer with MAR's diffusion head, in raster order with a KV cache.
 
 The transformer is LlamaGen's (the same blocks, 2-D RoPE and class table with a null row for guidance), with a
-linear projection of continuous tokens [C] in place of the token embedding. Position 0 holds the class and the
-output at position p, after the final norm, is the condition ``z`` from which the diffusion head denoises token
-p. Raster order with a KV cache is what speculative decoding needs: :meth:`decode` / :meth:`decode_rows` append
-any number of tokens and return one condition per appended token, the last predicting the next token.
+projection of continuous tokens [C] in place of the token embedding: linear as in MAR, or a small MLP
+(``token_hidden``), which is what lets a discrete AR model's trunk be reused (:mod:`vgen.training.mar`). Position 0
+holds the class and the output at position p, after the final norm, is the condition ``z`` from which the diffusion
+head denoises token p. Raster order with a KV cache is what speculative decoding needs: :meth:`decode` /
+:meth:`decode_rows` append any number of tokens and return one condition per appended token, the last predicting the
+next token.
 
 Tokens are the KL tokenizer's latents scaled to unit variance (the tokenizer holds the scale, as MAR's 0.2325
 for its kl16), which is what the head's noise schedule expects.
@@ -44,11 +46,14 @@ class MARConfig:
     num_sampling_steps: int = 100
     clip_x0: float = 0.0
     diffusion_batch_mul: int = 4
+    token_hidden: int = 0  # > 0: tokens enter through Linear(C, hidden) -> SiLU -> Linear(hidden, dim)
 
     def __post_init__(self) -> None:
         if self.token_channels < 1 or self.grid_size < 1:
             raise ValueError(f"token_channels and grid_size must be >= 1, got {self.token_channels}, "
                              f"{self.grid_size}")
+        if self.token_hidden < 0:
+            raise ValueError(f"token_hidden must be >= 0 (0 = a linear projection), got {self.token_hidden}")
         if self.diffusion_batch_mul < 1:
             raise ValueError(f"diffusion_batch_mul must be >= 1, got {self.diffusion_batch_mul}")
         self.transformer()  # validates dim / heads
@@ -73,6 +78,14 @@ class MARConfig:
         return cls(**d)
 
 
+def token_projection(config: MARConfig) -> nn.Module:
+    """The map from continuous tokens [.., C] to the transformer width."""
+    if config.token_hidden == 0:
+        return nn.Linear(config.token_channels, config.dim)
+    return nn.Sequential(nn.Linear(config.token_channels, config.token_hidden), nn.SiLU(),
+                         nn.Linear(config.token_hidden, config.dim))
+
+
 class ContinuousAR(ClassConditional, nn.Module):
     """Class-conditional raster-order AR over ``grid_size ** 2`` continuous tokens with a diffusion head."""
 
@@ -83,7 +96,7 @@ class ContinuousAR(ClassConditional, nn.Module):
         self.config = config
         tcfg = config.transformer()
         self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
-        self.token_proj = nn.Linear(config.token_channels, config.dim)
+        self.token_proj = token_projection(config)
         self.tok_dropout = nn.Dropout(config.dropout_p)
         self.layers = nn.ModuleList(TransformerBlock(tcfg) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, tcfg.norm_eps)
@@ -105,6 +118,14 @@ class ContinuousAR(ClassConditional, nn.Module):
     def token_channels(self) -> int:
         return self.config.token_channels
 
+    @property
+    def device(self) -> torch.device:
+        return self.cls_embedding.embedding_table.weight.device
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Transformer inputs [.., dim] of continuous tokens [.., C] (in the weights' dtype)."""
+        return self.token_proj(tokens.to(self.cls_embedding.embedding_table.weight.dtype))
+
     # -- transformer -------------------------------------------------------------------------------------------
     def _run(self, h: torch.Tensor, rope: torch.Tensor, cache: KVCache | None,
              rows: RowSlots | None = None) -> torch.Tensor:
@@ -123,7 +144,7 @@ class ContinuousAR(ClassConditional, nn.Module):
         """Full causal pass: conditions [B, 1 + n, dim] for tokens [B, n, C]; position p conditions token p."""
         h = self.cls_embedding(class_ids)
         if tokens is not None and tokens.shape[1]:
-            h = torch.cat([h, self.token_proj(tokens.to(h.dtype))], dim=1)
+            h = torch.cat([h, self.embed_tokens(tokens)], dim=1)
         if h.shape[1] > 1 + self.num_tokens:
             raise ValueError(f"sequence of {h.shape[1]} positions exceeds 1 + {self.num_tokens} tokens")
         return self._run(h, self._rope(h.device)[:h.shape[1]], None)
@@ -141,7 +162,7 @@ class ContinuousAR(ClassConditional, nn.Module):
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None, extra: int = 0) -> KVCache:
         """An empty cache with room for the class position, every token and ``extra`` slots past the end."""
-        p = self.token_proj.weight
+        p = self.cls_embedding.embedding_table.weight
         tcfg = self.config.transformer()
         return KVCache(self.config.n_layer, batch_size, tcfg.kv_heads, 1 + self.num_tokens + extra, tcfg.head_dim,
                        dtype or p.dtype, device or p.device)
@@ -159,7 +180,7 @@ class ContinuousAR(ClassConditional, nn.Module):
         """Append tokens [B, k, C]; conditions [B, k, dim], row i for the token after appended token i."""
         start = cache.reserve(tokens.shape[1])
         rope = self._rope(tokens.device)[start:start + tokens.shape[1]]
-        z = self._run(self.token_proj(tokens.to(self.token_proj.weight.dtype)), rope, cache)
+        z = self._run(self.embed_tokens(tokens), rope, cache)
         cache.advance(tokens.shape[1])
         return z
 
@@ -170,5 +191,5 @@ class ContinuousAR(ClassConditional, nn.Module):
         rows = cache.row_slots(starts, tokens.shape[1])
         rope = self._rope(tokens.device)
         rope = rope[rows.slots.clamp(max=rope.shape[0] - 1)]
-        return self._run(self.token_proj(tokens.to(self.token_proj.weight.dtype)), rope, cache, rows=rows)
+        return self._run(self.embed_tokens(tokens), rope, cache, rows=rows)
 

@@ -103,7 +103,7 @@ class ContinuousARSampler(Sampler):
         check_inputs(model, class_ids, self.token_order)
         check_continuous_params(params)
         start = time.perf_counter()
-        device = model.token_proj.weight.device
+        device = model.device
         class_ids = class_ids.to(device)
         batch, n = class_ids.shape[0], model.num_tokens
         noise = trajectory_noise(model, batch, generator, device)
@@ -173,7 +173,7 @@ class CSpD(Sampler):
         check_continuous_params(params)
         draft = check_draft(model, draft_head)
         start_time = time.perf_counter()
-        device = model.token_proj.weight.device
+        device = model.device
         class_ids = class_ids.to(device)
         batch, n, k, guided = class_ids.shape[0], model.num_tokens, self.draft_length, params.guided
         rows = 2 * batch if guided else batch

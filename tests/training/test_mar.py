@@ -1,0 +1,105 @@
+"""Warm-starting the continuous-token target from a discrete AR model: the trunk carries over by name and the
+token projection is fitted to the AR embeddings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from vgen.hub import CheckpointError, save_pretrained
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.models.mar import ContinuousAR, MARConfig
+from vgen.tokenizers.vq import VQConfig
+from vgen.training.mar import MARRecipe, fit_token_projection, load_trunk, train_mar
+from vgen.training.trainer import TrainConfig
+
+VOCAB = 64
+
+
+def gpt(n_layer: int = 2, dim: int = 32, grid: int = 3) -> LlamaGenGPT:
+    torch.manual_seed(1)
+    model = LlamaGenGPT(GPTConfig(vocab_size=VOCAB, dim=dim, n_layer=n_layer, n_head=2, multiple_of=16,
+                                  num_classes=4, block_size=grid * grid))
+    nn.init.normal_(model.output.weight, std=0.02)
+    return model.eval()
+
+
+def mar(token_channels: int = VOCAB, token_hidden: int = 0, grid: int = 3, **kw) -> ContinuousAR:
+    torch.manual_seed(2)
+    return ContinuousAR(MARConfig(token_channels=token_channels, grid_size=grid, dim=32, n_layer=2, n_head=2,
+                                  multiple_of=16, num_classes=4, head_width=16, head_depth=1, dropout_p=0.0,
+                                  token_hidden=token_hidden, **kw)).eval()
+
+
+def test_a_loaded_trunk_fed_the_ar_embeddings_reproduces_the_ar_hidden_states():
+    ar, model = gpt(), mar()
+    load_trunk(model, ar.state_dict())
+    # one-hot tokens through a projection that holds the embedding table give exactly the AR model's inputs
+    with torch.no_grad():
+        model.token_proj.weight.copy_(ar.tok_embeddings.weight.T)
+        model.token_proj.bias.zero_()
+    classes, codes = torch.tensor([0, 3]), torch.randint(0, VOCAB, (2, 8))
+    _, hidden = ar(classes, codes, return_hidden=True)
+    conditions = model(classes, nn.functional.one_hot(codes, VOCAB).float())
+    assert torch.allclose(conditions, hidden, atol=1e-5)
+
+
+def test_a_trunk_of_another_depth_or_width_is_refused():
+    model = mar()
+    with pytest.raises(CheckpointError, match="deeper"):
+        load_trunk(model, gpt(n_layer=3).state_dict())
+    with pytest.raises(CheckpointError, match="2-layer"):
+        load_trunk(model, gpt(n_layer=1).state_dict())
+    with pytest.raises(CheckpointError, match="shape mismatches"):
+        load_trunk(model, gpt(dim=64).state_dict())
+
+
+def test_the_token_fit_explains_a_learnable_map_and_not_noise():
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randn(4000, 4, generator=gen)
+    teacher = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 32))
+    with torch.no_grad():
+        targets = teacher(tokens)
+    assert fit_token_projection(mar(4, token_hidden=64), tokens, targets, steps=400, batch_size=512, lr=3e-3) > 0.9
+    noise = torch.randn(4000, 32, generator=gen)
+    assert fit_token_projection(mar(4, token_hidden=64), tokens, noise, steps=100, batch_size=512) < 0.05
+
+
+def test_a_new_run_starts_from_a_discrete_pipeline_and_a_resume_ignores_it(tmp_path):
+    from vgen.tokenizers.kl import KLConfig
+    from vgen.training.kl import KLRecipe, train_kl
+    from vgen.training.tokenizer import TokenizerRecipe, train_tokenizer
+
+    fast = TrainConfig(steps=1, warmup_steps=1, bf16=False)
+    train_kl(tmp_path / "kl", tmp_path / "data", fast, KLRecipe(num_images=16, batch_size=8, scale_images=16),
+             KLConfig(block_out_channels=(8, 8, 8), norm_num_groups=4, latent_channels=2))
+    vq = train_tokenizer(tmp_path / "vq", tmp_path / "data", fast, TokenizerRecipe(num_images=16, batch_size=8),
+                         VQConfig(codebook_size=VOCAB, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8,
+                                  norm_groups=4))
+    ar = gpt(grid=16)
+    save_pretrained(ar, tmp_path / "pipe" / "gpt")
+    save_pretrained(vq, tmp_path / "pipe" / "vq")
+    config = mar(token_channels=2, token_hidden=16, grid=16).config
+    recipe = MARRecipe(num_images=16, batch_size=4, fit_images=8, fit_steps=5)
+    run = tmp_path / "run"
+    model = train_mar(run, tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0, bf16=False), recipe,
+                      config, init_from=tmp_path / "pipe")
+    assert torch.equal(model.layers[1].attention.wqkv.weight, ar.layers[1].attention.wqkv.weight)
+    assert torch.equal(model.cls_embedding.embedding_table.weight, ar.cls_embedding.embedding_table.weight)
+    record = json.loads((run / "log.jsonl").read_text().splitlines()[0])
+    assert record["warm_start"] == str(tmp_path / "pipe") and record["token_projection_r2"] <= 1.0
+    assert (run / "train_codes_8.npy").exists()  # the VQ codes of the fitted images, cached in the run
+
+    # a resumed run keeps its own weights: a different pipeline is not even read
+    save_pretrained(gpt(grid=16, n_layer=1), tmp_path / "other" / "gpt")
+    resumed = train_mar(run, tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0, bf16=False), recipe,
+                        config, init_from=tmp_path / "other")
+    for a, b in zip(model.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(CheckpointError, match="not a discrete"):
+        save_pretrained(mar(grid=16), tmp_path / "cont" / "gpt")
+        train_mar(tmp_path / "run2", tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0, bf16=False),
+                  recipe, config, init_from=tmp_path / "cont")
