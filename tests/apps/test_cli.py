@@ -203,6 +203,17 @@ def test_continuous_model_samples_with_cspd_and_its_own_default(tiny_continuous_
     assert code == 0 and json.loads(stats.read_text())["sampler"] == "continuous-ar"
 
 
+def test_quality_of_a_continuous_model_reports_class_accuracy_without_token_statistics(tiny_continuous_pipeline_dir,
+                                                                                       tmp_path, capsys):
+    report = tmp_path / "q.json"
+    code, _, err = run(["quality", "--model", str(tiny_continuous_pipeline_dir), "--num-images", "3",
+                        "--batch-size", "2", "--json", str(report)], capsys)
+    assert code == 0, err
+    figures = json.loads(report.read_text())
+    assert figures["per_class"] and 0.0 <= figures["class_accuracy"] <= 1.0
+    assert "mean_entropy_nats" not in figures  # entropy and top-1 describe discrete distributions only
+
+
 @pytest.mark.parametrize("args, message", [
     (["--sampler", "cspd"], "needs a model with continuous order"),
     (["--sampler", "cspd", "--prefill-ratio", "1.0"], "prefill_ratio must be in [0, 1)"),

@@ -548,8 +548,8 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quality", help="token statistics and class accuracy of a model's samples",
                        description="Sample --num-images images or clips (classes in turn), then report the mean "
                                    "entropy and median top-1 probability of the token distributions they were drawn "
-                                   "from, and the domain classifier's class accuracy on them (on every frame of "
-                                   "a clip, with a motion check against real clips).")
+                                   "from (discrete-token models), and the domain classifier's class accuracy on "
+                                   "them (on every frame of a clip, with a motion check against real clips).")
     p.add_argument("--model", default="shapes-c2i")
     p.add_argument("--num-images", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=64)
@@ -590,8 +590,9 @@ def run_quality(args: argparse.Namespace) -> None:
         tokens.append(out.tokens)
         images.extend(out.videos if hasattr(pipe, "num_frames") else out.images)
     tokens_t = torch.cat(tokens)
-    figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed,
-               **token_statistics(pipe.model, tokens_t, torch.tensor(classes), params)}
+    figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed}
+    if not tokens_t.is_floating_point():  # continuous tokens are drawn from densities: no entropy or top-1 here
+        figures.update(token_statistics(pipe.model, tokens_t, torch.tensor(classes), params))
     if hasattr(pipe, "num_frames"):
         figures.update(clip_figures(pipe, np.stack(images), classes, args.grid))
     else:
