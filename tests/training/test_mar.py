@@ -99,7 +99,15 @@ def test_a_new_run_starts_from_a_discrete_pipeline_and_a_resume_ignores_it(tmp_p
                         config, init_from=tmp_path / "other")
     for a, b in zip(model.state_dict().values(), resumed.state_dict().values()):
         assert torch.equal(a, b)
-    with pytest.raises(CheckpointError, match="not a discrete"):
-        save_pretrained(mar(grid=16), tmp_path / "cont" / "gpt")
+    # a continuous target (here the run's own export, inside a pipeline-like folder) loads as it is
+    save_pretrained(model, tmp_path / "cont" / "gpt")
+    again = train_mar(tmp_path / "again", tmp_path / "kl" / "export", tmp_path / "data",
+                      TrainConfig(steps=0, bf16=False), recipe, config, init_from=tmp_path / "cont")
+    for a, b in zip(model.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(CheckpointError, match="KLTokenizer"):
         train_mar(tmp_path / "run2", tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0, bf16=False),
-                  recipe, config, init_from=tmp_path / "cont")
+                  recipe, config, init_from=tmp_path / "kl" / "export")
+    with pytest.raises(CheckpointError, match="gpt/ and vq/"):
+        train_mar(tmp_path / "run3", tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0, bf16=False),
+                  recipe, config, init_from=tmp_path / "pipe" / "gpt")

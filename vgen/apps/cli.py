@@ -293,7 +293,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                                    else ""))
         if what == "mar":
             t.add_argument("--init-from", default=None,
-                           help="start a new target run from a discrete AR pipeline folder (gpt/ and vq/, e.g. "
+                           help="start a new run from a continuous target (model or pipeline folder) to train it "
+                                "further, or from a discrete AR pipeline folder (gpt/ and vq/, e.g. "
                                 "vgen/assets/shapes-c2i): its trunk carries over and the token MLP is fitted to its "
                                 "embeddings of the same images' VQ codes")
         if what == "frame-tokenizer":

@@ -9,7 +9,8 @@ periodic probe samples a few images per class with the EMA model and reports the
 A target can start from a trained discrete AR model of the same width and depth (``--init-from`` a pipeline folder
 with ``gpt/`` and ``vq/``): its transformer blocks, class table and final norm carry over, and the token MLP is
 first fitted to map each latent to the AR model's embedding of the VQ code at the same grid position, so the
-trunk sees inputs close to the ones it was trained on. A linear projection cannot do that (it explained 0.4% of
+trunk sees inputs close to the ones it was trained on. ``--init-from`` a continuous target instead trains it
+further. A linear projection cannot do that (it explained 0.4% of
 the embedding variance on the shapes data; an MLP 43%), hence the MLP of ``SHAPES_MAR``.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from vgen.data.shapes import cached_split, to_tensor
@@ -127,20 +129,18 @@ def fit_token_projection(model: ContinuousAR, tokens: torch.Tensor, targets: tor
     return float(1 - residual / (held - held.mean(0)).pow(2).sum().clamp(min=1e-12))
 
 
-def warm_start_from_ar(model: ContinuousAR, pipeline_dir: str | Path, data_dir: str | Path, tokens: np.ndarray,
+def warm_start_from_ar(model: ContinuousAR, gpt: nn.Module, vq_dir: Path, data_dir: str | Path, tokens: np.ndarray,
                        run_dir: Path, recipe: MARRecipe) -> dict:
-    """Start ``model`` from the discrete AR pipeline in ``pipeline_dir`` (``gpt/`` and ``vq/``): trunk by name
-    (:func:`load_trunk`), token MLP fitted to the AR embeddings of the training images' VQ codes."""
-    from vgen.models.llamagen import LlamaGenGPT
+    """Start ``model`` from a discrete AR model and its VQ tokenizer: trunk by name (:func:`load_trunk`), token MLP
+    fitted to the AR embeddings of the training images' VQ codes."""
     from vgen.training.ar import cached_codes
 
-    pipeline_dir = Path(pipeline_dir)
-    gpt = from_pretrained(pipeline_dir / "gpt")
-    if not isinstance(gpt, LlamaGenGPT):
-        raise CheckpointError(f"{pipeline_dir / 'gpt'} holds a {type(gpt).__name__}, not a discrete LlamaGen AR model")
-    load_trunk(model, gpt.float().state_dict(), source=str(pipeline_dir / "gpt"))
+    if not (vq_dir / "config.json").exists():
+        raise CheckpointError(f"a warm start from a discrete AR model needs its pipeline folder (gpt/ and vq/); "
+                              f"{vq_dir} is not there")
+    load_trunk(model, gpt.float().state_dict())
     count = min(recipe.fit_images, len(tokens))
-    codes, _ = cached_codes(pipeline_dir / "vq", data_dir, "train", count, run_dir)
+    codes, _ = cached_codes(vq_dir, data_dir, "train", count, run_dir)
     if codes.shape[1] != tokens.shape[1]:
         raise ValueError(f"the VQ tokenizer gives {codes.shape[1]} codes an image and the KL tokenizer "
                          f"{tokens.shape[1]} tokens: the grids must match for a warm start")
@@ -148,15 +148,35 @@ def warm_start_from_ar(model: ContinuousAR, pipeline_dir: str | Path, data_dir: 
     targets = embeddings[torch.from_numpy(codes.astype(np.int64)).reshape(-1)]
     r2 = fit_token_projection(model, torch.from_numpy(tokens[:count]).reshape(-1, tokens.shape[2]), targets,
                               recipe.fit_steps)
-    return {"warm_start": str(pipeline_dir), "token_projection_r2": r2}
+    return {"token_projection_r2": r2}
+
+
+def start_from(model: ContinuousAR, init_from: str | Path, data_dir: str | Path, tokens: np.ndarray, run_dir: Path,
+               recipe: MARRecipe) -> dict:
+    """A new run's first weights, from a model folder or a pipeline folder (its ``gpt/``): a continuous target
+    loads as it is, to be trained further; a discrete LlamaGen AR model warm-starts it (:func:`warm_start_from_ar`,
+    with the pipeline's ``vq/``). Returns what the run logs about it."""
+    from vgen.models.llamagen import LlamaGenGPT
+
+    init_from = Path(init_from)
+    folder = init_from / "gpt" if (init_from / "gpt").is_dir() else init_from
+    source = from_pretrained(folder)
+    if isinstance(source, ContinuousAR):
+        load_weights(model, source.state_dict(), source=str(folder))
+        return {"init_from": str(folder)}
+    if isinstance(source, LlamaGenGPT):
+        return {"warm_start": str(init_from), **warm_start_from_ar(model, source, init_from / "vq", data_dir, tokens,
+                                                                   run_dir, recipe)}
+    raise CheckpointError(f"{folder} holds a {type(source).__name__}: --init-from takes a continuous target or a "
+                          f"discrete LlamaGen AR pipeline")
 
 
 def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
               recipe: MARRecipe = MARRecipe(), config: MARConfig = SHAPES_MAR, max_minutes: float | None = None,
               evaluate: Callable[[ContinuousAR], dict] | None = None,
               init_from: str | Path | None = None) -> ContinuousAR:
-    """Train (or resume) a run; a new run with ``init_from`` starts from that discrete AR pipeline
-    (:func:`warm_start_from_ar`). The EMA model goes to ``run_dir/export``."""
+    """Train (or resume) a run; a new run with ``init_from`` starts from that model (:func:`start_from`). The EMA
+    model goes to ``run_dir/export``."""
     run_dir = Path(run_dir)
     tokens, labels = cached_latents(tokenizer_dir, data_dir, "train", recipe.num_images, run_dir)
     if tokens.shape[1:] != (config.grid_size ** 2, config.token_channels):
@@ -166,7 +186,7 @@ def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     model = ContinuousAR(config)
     started = None
     if init_from is not None and not (run_dir / "state.json").exists():
-        started = warm_start_from_ar(model, init_from, data_dir, tokens, run_dir, recipe)
+        started = start_from(model, init_from, data_dir, tokens, run_dir, recipe)
     trainer = Trainer(model, train, run_dir)
     if started:
         trainer.log({"step": 0, **started})
