@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.layers import rope_grid_table
 from vgen.models.nbp import NBPConfig, NBPTransformer, block_causal_mask
 
 
@@ -172,12 +173,13 @@ def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of
     assert not torch.allclose(model(torch.tensor([0]), tokens)[:, :4], a[:, :4])
 
 
-@pytest.mark.parametrize("grid, block, kv, hybrid", [((3, 4), "row", None, False), ((4, 2, 2), "frame", None, False),
-                                                     ((2, 2, 3), "row", 2, False), ((3, 4), "row", None, True),
-                                                     ((4, 2, 2), "frame", 2, True)])
-def test_cached_block_decoding_equals_the_full_forward(grid, block, kv, hybrid) -> None:
+@pytest.mark.parametrize("grid, block, kv, hybrid, rope", [
+    ((3, 4), "row", None, False, "grid"), ((4, 2, 2), "frame", None, False, "grid"),
+    ((2, 2, 3), "row", 2, False, "grid"), ((3, 4), "row", None, True, "grid"), ((4, 2, 2), "frame", 2, True, "grid"),
+    ((4, 2, 2), "frame", None, True, "spatial"), ((2, 2, 3), "row", None, True, "spatial")])
+def test_cached_block_decoding_equals_the_full_forward(grid, block, kv, hybrid, rope) -> None:
     """prefill, then (hybrid) block 0 token by token, then one block per decode: the full forward's logits."""
-    model = tiny(grid, block, n_kv_head=kv, hybrid=hybrid)
+    model = tiny(grid, block, n_kv_head=kv, hybrid=hybrid, rope=rope)
     b, n = model.block_size, model.num_tokens
     cls = torch.tensor([0, 2, 4])
     tokens = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(3))
@@ -189,6 +191,26 @@ def test_cached_block_decoding_equals_the_full_forward(grid, block, kv, hybrid) 
     steps += [model.decode(tokens[:, k * b:(k + 1) * b], cache) for k in range(n // b - 1)]
     assert len(steps) == model.num_steps and cache.length == 1 + n
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_spatial_positions_rotate_each_frame_as_an_image_and_tell_frames_apart_by_a_learned_embedding() -> None:
+    """rope="spatial": every frame gets the 2-D table of its rows and columns (LlamaGen's, as the image model of the
+    frame grid has it), and a per-frame embedding, zero at initialisation, is added to the slots of each frame (by
+    the token a slot predicts); the class slot gets neither."""
+    config = NBPConfig(grid=(3, 4, 4), block="frame", hybrid=True, rope="spatial", dim=32, n_head=2, n_layer=1)
+    model = NBPTransformer(config)
+    image_table = rope_grid_table((4, 4), config.head_dim)
+    assert torch.equal(model.rope[0], image_table[0])
+    for frame in range(3):
+        assert torch.equal(model.rope[1 + 16 * frame:17 + 16 * frame], image_table[1:])
+    assert not model.frame_embedding.weight.any()
+    with torch.no_grad():
+        model.frame_embedding.weight.copy_(torch.arange(3.0)[:, None].expand(3, 32))
+    offsets = model._frame_offsets(0, 1 + 48, torch.device("cpu"))
+    assert offsets[0].eq(0).all()  # the class slot
+    assert [int(offsets[s, 0]) for s in (1, 16, 17, 32, 33, 48)] == [0, 0, 1, 1, 2, 2]
+    assert not hasattr(NBPTransformer(NBPConfig(grid=(3, 4, 4), block="frame", dim=32, n_head=2, n_layer=1)),
+                       "frame_embedding")
 
 
 def test_round_trips_through_save_and_from_pretrained(tmp_path) -> None:
@@ -207,6 +229,8 @@ def test_round_trips_through_save_and_from_pretrained(tmp_path) -> None:
     (dict(grid=(3, 4), block="frame"), "frame blocks need a video grid"),
     (dict(grid=(1, 4, 4), block="frame"), "NBP needs >= 2"),
     (dict(grid=(3, 4), block="row", n_layer=0), "n_layer must be >= 1"),
+    (dict(grid=(2, 3, 4), block="row", rope="time"), "rope must be one of"),
+    (dict(grid=(3, 4), block="row", rope="spatial"), "rope='spatial' encodes the frames of a video grid"),
     (dict(grid=(3, 4), block="row", dim=30, n_head=4), "divisible"),
 ])
 def test_bad_config_raises_a_specific_error(kwargs, message) -> None:

@@ -3,6 +3,7 @@ that exports a loadable model on the tokenizer's grid, and the shapes-video-nbp 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -12,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from vgen.data.clips import ClipsConfig
-from vgen.hub import CheckpointError, from_pretrained
+from vgen.hub import CheckpointError, from_pretrained, save_pretrained
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
 from vgen.training.clip_codes import ClipRecipe, clip_probe, video_config, with_time_reversed
@@ -128,6 +130,34 @@ def test_a_new_run_starts_from_a_frame_block_export_in_row_blocks(tiny_vq_dir, t
     assert source.block_size == 16 and fresh.block_size == 4
     assert torch.equal(state["bov"], exported["bov"][:4])
     assert all(torch.equal(state[k], v) for k, v in exported.items() if k != "bov")
-    with pytest.raises(CheckpointError, match="holds a VQModel, not an NBP model"):
+    with pytest.raises(CheckpointError, match="holds a VQModel, not an NBP model or a next-token image model"):
         train_nbp(tmp_path / "other", tiny_vq_dir, data, TrainConfig(steps=0, **train),
                   ClipRecipe(num_clips=8, batch_size=4), row_cfg, CLIPS, init_from=tiny_vq_dir)
+
+
+def test_a_new_run_starts_from_a_next_token_image_model_of_the_frame_grid(tiny_vq_dir, tmp_path) -> None:
+    """Warm start from LlamaGen's GPT over one frame's 4 x 4 grid (rope="spatial", hybrid frame blocks): its blocks,
+    embeddings, final norm and output layer carry over by name; the begin-of-video slots and the per-frame
+    embedding (zero) keep their initialisation. A GPT of another vocabulary, or a video GPT, is refused."""
+    data, train = tmp_path / "data", dict(lr=3e-3, warmup_steps=1, log_every=1, bf16=False, ema_decay=0.0)
+    gpt_config = {k: v for k, v in TOY.items() if k in {f.name for f in dataclasses.fields(GPTConfig)}}
+    torch.manual_seed(0)
+    gpt = LlamaGenGPT(GPTConfig(vocab_size=32, block_size=16, **gpt_config))
+    save_pretrained(gpt, tmp_path / "gpt")
+    config = NBPConfig(grid=(2, 2, 2), block="frame", hybrid=True, rope="spatial", vocab_size=2, **TOY)
+    model = train_nbp(tmp_path / "video", tiny_vq_dir, data, TrainConfig(steps=0, **train),
+                      ClipRecipe(num_clips=8, batch_size=4), config, CLIPS, first_frames=0,
+                      init_from=tmp_path / "gpt")
+    state = model.state_dict()
+    assert model.grid == (4, 4, 4) and not state["frame_embedding.weight"].any()
+    assert all(torch.equal(state[k], v) for k, v in gpt.state_dict().items())
+    assert set(state) - set(gpt.state_dict()) == {"bov", "frame_embedding.weight"}
+    save_pretrained(LlamaGenGPT(GPTConfig(vocab_size=64, block_size=16, **gpt_config)), tmp_path / "gpt64")
+    with pytest.raises(CheckpointError, match="tok_embeddings.weight"):
+        train_nbp(tmp_path / "other", tiny_vq_dir, data, TrainConfig(steps=0, **train),
+                  ClipRecipe(num_clips=8, batch_size=4), config, CLIPS, init_from=tmp_path / "gpt64")
+    save_pretrained(LlamaGenGPT(GPTConfig(vocab_size=32, block_size=64, frames=4, **gpt_config)),
+                    tmp_path / "video-gpt")
+    with pytest.raises(CheckpointError, match="not an NBP model or a next-token image model"):
+        train_nbp(tmp_path / "other2", tiny_vq_dir, data, TrainConfig(steps=0, **train),
+                  ClipRecipe(num_clips=8, batch_size=4), config, CLIPS, init_from=tmp_path / "video-gpt")

@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from vgen.data.clips import CLIP_PRESETS, recorded_clips_config
 from vgen.data.shapes import BACKGROUND_KINDS
 from vgen.hub import CheckpointError
-from vgen.models.nbp import BLOCK_KINDS
+from vgen.models.nbp import BLOCK_KINDS, ROPE_KINDS
 from vgen.tokenizers.vq import ENCODER_KINDS
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
@@ -311,6 +312,14 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--block", choices=BLOCK_KINDS, default=None,
                            help="block kind: row (W tokens a step, NBP's own layout) or frame (H x W a step); "
                                 "default: the recipe's")
+            t.add_argument("--rope", choices=ROPE_KINDS, default=None,
+                           help="positions: grid (rotary over frames, rows and columns) or spatial (each frame's "
+                                "rows and columns, as an image model of the frame grid, and a learned per-frame "
+                                "embedding: needed to start from an image model); default: the recipe's")
+            t.add_argument("--clips", choices=sorted(CLIP_PRESETS), default=None,
+                           help="clip geometry to render --data-dir with (32px: 16 frames of 32 x 32; 64px: 8 "
+                                "frames of 64 x 64, for the image tokenizer); default: what the folder records, "
+                                "else 32px")
         if what in ("ar", "nar"):
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -407,7 +416,8 @@ def run_package(args: argparse.Namespace) -> None:
     if len(gpt.grid) == 3:  # a video backbone: frames x rows x columns
         from vgen.video_pipeline import VideoPipeline
 
-        info.data = None  # the data record describes shapes images
+        # the clips the model learnt from (the motion check of vgen quality renders real ones like them)
+        info.data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
         VideoPipeline(gpt, vq, info, head)
     else:
         ImagePipeline(gpt, vq, info, head)  # the parts must fit together before anything is written
@@ -498,13 +508,15 @@ def run_train(args: argparse.Namespace) -> None:
         from vgen.training.clip_codes import ClipRecipe, clip_probe
         from vgen.training.nbp import FIRST_FRAMES, SHAPES_VIDEO_NBP, train_nbp
 
+        clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
                              time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
                   max_minutes=args.max_minutes,
-                  config=dataclasses.replace(SHAPES_VIDEO_NBP, block=args.block or SHAPES_VIDEO_NBP.block),
-                  first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
-                  evaluate=clip_probe(args.tokenizer) if args.eval_every else None, init_from=args.init_from)
+                  config=dataclasses.replace(SHAPES_VIDEO_NBP, block=args.block or SHAPES_VIDEO_NBP.block,
+                                             rope=args.rope or SHAPES_VIDEO_NBP.rope),
+                  clips=clips, first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
+                  evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, init_from=args.init_from)
     elif args.what == "nar":
         from vgen.training.nar import NARRecipe, train_nar, train_video_nar
 
@@ -620,7 +632,9 @@ def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
     from vgen.data.clips import ClipsConfig
     from vgen.eval.quality import clip_quality
 
-    figures = clip_quality(videos, classes, ClipsConfig(num_frames=pipe.num_frames, frame_size=pipe.info.image_size))
+    clips = ClipsConfig(**pipe.info.data) if pipe.info.data else ClipsConfig(num_frames=pipe.num_frames,
+                                                                              frame_size=pipe.info.image_size)
+    figures = clip_quality(videos, classes, clips)
     if grid:
         first = [classes.index(c) for c in range(pipe.num_classes) if c in classes]
         frames = [Image.fromarray(frame) for i in first for frame in videos[i]]

@@ -45,16 +45,23 @@ from vgen.models.layers import RMSNorm, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
 BLOCK_KINDS = ("row", "frame")
+ROPE_KINDS = ("grid", "spatial")
 
 
 @dataclass(frozen=True)
 class NBPConfig:
     """The token grid ((H, W) or (T, H, W)), the block kind (``"row"`` or, for video, ``"frame"``), whether block 0
-    is generated token by token (``hybrid``) and LlamaGen's ``ModelArgs``."""
+    is generated token by token (``hybrid``), how positions are encoded (``rope``) and LlamaGen's ``ModelArgs``.
+
+    ``rope="grid"`` rotates every axis of the grid (time too); ``rope="spatial"`` (video only) rotates each frame's
+    rows and columns with LlamaGen's 2-D table and tells frames apart by a learned per-frame embedding, zero at
+    initialisation: every frame then sees the geometry an image model of the same frame grid was trained with, so
+    such a model's weights start the video model (``vgen.training.nbp.warm_start``)."""
 
     grid: tuple[int, ...] = (16, 8, 8)
     block: str = "frame"
     hybrid: bool = False
+    rope: str = "grid"
     vocab_size: int = 1024
     dim: int = 384
     n_layer: int = 8
@@ -82,6 +89,10 @@ class NBPConfig:
             raise ValueError(f"block must be one of {BLOCK_KINDS}, got {self.block!r}")
         if self.block == "frame" and len(grid) != 3:
             raise ValueError(f"frame blocks need a video grid (frames, rows, columns), got {grid}")
+        if self.rope not in ROPE_KINDS:
+            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
+        if self.rope == "spatial" and len(grid) != 3:
+            raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
         if self.num_blocks < 2:
             raise ValueError(f"a {grid} grid in {self.block} blocks has {self.num_blocks} block; NBP needs >= 2")
         if self.n_layer < 1:
@@ -127,6 +138,15 @@ class NBPConfig:
         return cls(**d)
 
 
+def rope_table(config: NBPConfig) -> torch.Tensor:
+    """The rotary rows of the class slot and every slot: the whole grid's (``rope="grid"``), or each frame's rows
+    and columns repeated frame after frame (``rope="spatial"``)."""
+    if config.rope == "grid":
+        return rope_grid_table(config.grid, config.head_dim, config.rope_base)
+    frame = rope_grid_table(config.grid[1:], config.head_dim, config.rope_base)
+    return torch.cat([frame[:1], frame[1:].repeat(config.grid[0], 1, 1)])
+
+
 def block_causal_mask(num_blocks: int, block_size: int, hybrid: bool = False,
                       device: torch.device | str = "cpu") -> torch.Tensor:
     """Bool [1 + K*B, 1 + K*B] (True = attend) over the slots: the class slot, then ``K`` input blocks of ``B``.
@@ -160,12 +180,16 @@ class NBPTransformer(TokenGridModel, nn.Module):
         self.layers = nn.ModuleList(TransformerBlock(block) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.rope == "spatial":
+            self.frame_embedding = nn.Embedding(config.grid[0], config.dim)
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
-        self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base)
+        self.rope = rope_table(config)
         self.mask = block_causal_mask(config.num_blocks, config.block_size, config.hybrid)
         self.apply(init_llamagen_weights)
         nn.init.normal_(self.bov, std=0.02)
         nn.init.zeros_(self.output.weight)
+        if config.rope == "spatial":
+            nn.init.zeros_(self.frame_embedding.weight)
 
     # -- token layout ------------------------------------------------------------------------------------------
     @property
@@ -188,6 +212,8 @@ class NBPTransformer(TokenGridModel, nn.Module):
         if self.rope.device != device:
             self.rope, self.mask = self.rope.to(device), self.mask.to(device)
         end = start + h.shape[1]
+        if self.config.rope == "spatial":
+            h = h + self._frame_offsets(start, end, device)
         if self.training:
             h = self.tok_dropout(h)
         rope, mask = self.rope[start:end], self.mask[start:end, :end]
@@ -196,6 +222,13 @@ class NBPTransformer(TokenGridModel, nn.Module):
         if cache is not None:
             cache.advance(h.shape[1])
         return self.output(self.norm(h)).float()
+
+    def _frame_offsets(self, start: int, end: int, device: torch.device) -> torch.Tensor:
+        """The per-frame embedding of slots ``start .. end - 1`` [t, dim] (``rope="spatial"``): slot ``s >= 1`` is in
+        the frame of the token it predicts (raster position ``s - 1``); the class slot gets none."""
+        slots = torch.arange(start, end, device=device)
+        frames = (slots - 1).clamp(min=0) // (self.grid[1] * self.grid[2])
+        return self.frame_embedding(frames) * (slots > 0)[:, None].to(self.frame_embedding.weight.dtype)
 
     def _bov(self, batch: int) -> torch.Tensor:
         return self.bov[None].expand(batch, -1, -1).to(self.tok_embeddings.weight.dtype)

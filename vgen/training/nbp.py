@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
+from vgen.models.llamagen import LlamaGenGPT
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
 from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config
@@ -67,16 +68,28 @@ def with_first_frames(first_frames: int) -> TokenLoss:
 
 
 def warm_start(model: NBPTransformer, state: dict[str, torch.Tensor], source: str = "NBP model") -> None:
-    """Load another NBP model's state into ``model``, which may have another block kind (frame blocks into row
-    blocks): every weight by name, and as many begin-of-video rows as both have (a row model has W, a frame
-    model H * W; rows the source lacks keep their initialisation). Any other difference is a
-    :class:`~vgen.hub.CheckpointError`."""
+    """Start ``model`` from another model's state, every weight by name.
+
+    - Another NBP model, which may have another block kind (frame blocks into row blocks): as many begin-of-video
+      rows as both have (a row model has W, a frame model H * W; rows the source lacks keep their initialisation).
+    - A next-token image model (LlamaGen's GPT) of the frame grid: its blocks, embeddings, final norm and output
+      layer; the begin-of-video slots (and a ``rope="spatial"`` model's per-frame embedding, zero) keep their
+      initialisation. With ``rope="spatial"`` the hybrid block 0 is then that image model's own computation, each
+      slot one raster step later (the extra begin-of-video slot aside), so a video model starts out drawing its
+      first frame as the image model draws images (session 21, docs/training.md section 10b).
+
+    Any other difference is a :class:`~vgen.hub.CheckpointError`."""
+    own = {k: v for k, v in model.state_dict().items() if k == "bov" or k.startswith("frame_embedding.")}
     if "bov" not in state:
-        raise CheckpointError(f"{source} is not an NBP model: it has no begin-of-video slots (bov)")
+        if "tok_embeddings.weight" not in state or "output.weight" not in state:
+            raise CheckpointError(f"{source} is neither an NBP model (no begin-of-video slots, bov) nor a next-token "
+                                  f"model (no tok_embeddings and output weights)")
+        load_weights(model, {**state, **own}, source=source)
+        return
     bov = model.bov.detach().clone()
     rows = min(len(bov), len(state["bov"]))
     bov[:rows] = state["bov"][:rows]
-    load_weights(model, {**state, "bov": bov}, source=source)
+    load_weights(model, {**own, **state, "bov": bov}, source=source)
 
 
 def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
@@ -87,13 +100,15 @@ def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
               init_from: str | Path | None = None) -> NBPTransformer:
     """Train (or resume) an NBP run in ``run_dir`` (:func:`with_first_frames`), running ``evaluate`` (e.g.
     :func:`~vgen.training.clip_codes.clip_probe`) every ``recipe.eval_every`` steps; the EMA model is exported to
-    ``run_dir/export``. ``init_from`` starts a new run from an NBP export (:func:`warm_start`); resumes ignore it."""
+    ``run_dir/export``. ``init_from`` starts a new run from an NBP export or a next-token image model
+    (:func:`warm_start`); resumes ignore it."""
     loss_fn = with_first_frames(first_frames)  # a bad count fails before anything loads
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
     if init_from is not None and not (Path(run_dir) / "state.json").exists():
         source = from_pretrained(init_from)
-        if not isinstance(source, NBPTransformer):
-            raise CheckpointError(f"{init_from} holds a {type(source).__name__}, not an NBP model to start from")
+        if not isinstance(source, NBPTransformer | LlamaGenGPT) or getattr(source.config, "frames", 1) != 1:
+            raise CheckpointError(f"{init_from} holds a {type(source).__name__}, not an NBP model or a next-token "
+                                  f"image model to start from")
         warm_start(model, source.state_dict(), source=str(init_from))
     return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes, loss_fn,
                         evaluate)
