@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vgen.data.clips import SHAPES_CLIPS, cached_clips
+from vgen.data.clips import cached_clips, recorded_clips_config
 from vgen.eval.quality import clip_class_accuracy, frame_change
 from vgen.hub import from_pretrained
 from vgen.pipelines import PipelineInfo
@@ -78,7 +78,7 @@ def main() -> None:
     frames = model.grid[0]
     if not 0 < args.given < frames:
         raise SystemExit(f"--given must be between 1 and {frames - 1} frames, got {args.given}")
-    clips, labels = cached_clips(args.data_dir, "val", args.count, SHAPES_CLIPS)
+    clips, labels = cached_clips(args.data_dir, "val", args.count, recorded_clips_config(args.data_dir))
     clips, classes = np.asarray(clips), [int(c) for c in np.asarray(labels)]
     pipe = VideoPipeline(model, tokenizer, PipelineInfo(name="continuation", image_size=clips.shape[2]))
     generator = torch.Generator().manual_seed(args.seed)

@@ -5,7 +5,9 @@ per bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ import torch
 from PIL import Image
 
 from vgen.apps.cli import main
+from vgen.data import clips as clips_module
+from vgen.data.clips import ClipsConfig, cached_clips
 from vgen.eval.videos import read_video
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
@@ -208,3 +212,23 @@ def test_package_assembles_a_video_pipeline(video_dir, tmp_path, capsys) -> None
     pipe = load(out)
     assert isinstance(pipe, VideoPipeline) and pipe.info.image_size == 16
     assert np.array_equal(pipe(1, seed=0).videos, load(video_dir)(1, seed=0).videos)
+
+
+def test_package_records_the_clips_of_its_data_folder_and_quality_renders_real_clips_like_them(
+        video_dir, tmp_path, capsys) -> None:
+    """--data-dir of a clips folder: the pipeline records its ClipsConfig, and vgen quality's real clips follow it
+    (a pipeline packaged without one falls back to the default motion at its frame size)."""
+    clips = ClipsConfig(num_frames=3, frame_size=16, min_scale=0.3, max_scale=0.4, supersample=1)
+    cached_clips(tmp_path / "clips", "val", 1, clips)
+    out = tmp_path / "packaged"
+    code, _, err = run(["train", "package", "--gpt", str(video_dir / "gpt"), "--vq", str(video_dir / "vq"),
+                        "--data-dir", str(tmp_path / "clips"), "--out", str(out), "--name", "packaged-video"], capsys)
+    assert code == 0, err
+    assert load(out).info.data == dataclasses.asdict(clips)
+    seen = []
+    real = clips_module.render_clips
+    with mock.patch.object(clips_module, "render_clips",
+                           lambda seed, start, n, cfg: seen.append(cfg) or real(seed, start, n, cfg)):
+        code, _, err = run(["quality", "--model", str(out), "--num-images", "2", "--batch-size", "2"], capsys)
+    assert code == 0, err
+    assert seen == [clips]

@@ -6,10 +6,14 @@ import numpy as np
 import pytest
 
 from vgen.data.clips import (
+    CLIP_PRESETS,
+    SHAPES_CLIPS,
+    SHAPES_CLIPS_64,
     ClipsConfig,
     _fold,
     cached_clips,
     motion,
+    recorded_clips_config,
     render_clip,
     render_clips,
     sample_clip,
@@ -83,6 +87,22 @@ def test_cached_clips_render_once_then_memory_map(tmp_path):
         cached_clips(tmp_path, "val", 2, ClipsConfig())
     with pytest.raises(ValueError, match="unknown split 'nope'"):
         cached_clips(tmp_path, "nope", 2, SMALL)
+
+
+def test_a_folder_reports_the_config_its_clips_were_rendered_with(tmp_path):
+    assert recorded_clips_config(tmp_path) == SHAPES_CLIPS
+    assert recorded_clips_config(tmp_path, SMALL) == SMALL  # nothing rendered yet: the default asked for
+    cached_clips(tmp_path, "val", 1, SMALL)
+    assert recorded_clips_config(tmp_path) == SMALL
+
+
+def test_the_presets_are_16_frames_of_32px_and_8_frames_of_64px():
+    """The 64-px preset is the shapes images' frame (16 x 16 codes of the image tokenizer, 2,048 a clip)."""
+    assert CLIP_PRESETS == {"32px": SHAPES_CLIPS, "64px": SHAPES_CLIPS_64}
+    assert (SHAPES_CLIPS.num_frames, SHAPES_CLIPS.frame_size) == (16, 32)
+    assert (SHAPES_CLIPS_64.num_frames, SHAPES_CLIPS_64.frame_size) == (8, 64)
+    clip, _ = sample_clip(0, 3, SHAPES_CLIPS_64)
+    assert clip.shape == (8, 64, 64, 3)
 
 
 @pytest.mark.parametrize("kwargs, message", [
