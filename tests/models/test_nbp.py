@@ -87,6 +87,10 @@ def test_block_size_and_step_count(grid, block, block_size, steps) -> None:
     # the hybrid start draws block 0 token by token: B - 1 more passes (NBP's UCF layout: 80 + 15 = 95)
     assert NBPConfig(grid=grid, block=block, hybrid=True, dim=32, n_head=2, n_layer=1).num_steps == \
         steps + block_size - 1
+    if len(grid) == 3 and block == "row":  # all of frame 0 token by token, then rows: H W + (T - 1) H passes
+        whole = NBPConfig(grid=grid, block=block, hybrid=True, hybrid_blocks=grid[1], dim=32, n_head=2, n_layer=1)
+        assert whole.first_tokens == grid[1] * grid[2]
+        assert whole.num_steps == grid[1] * grid[2] + (grid[0] - 1) * grid[1]
 
 
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame")])
@@ -118,12 +122,14 @@ def test_the_class_conditions_every_token_of_a_hybrid_model() -> None:
     assert ((a - b).abs().amax(dim=(0, 2)) > 1e-6).all()
 
 
-@pytest.mark.parametrize("hybrid", [False, True])
+@pytest.mark.parametrize("hybrid", [False, True, 2])
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((3, 2, 2), "row")])
 def test_a_prefix_of_whole_blocks_gives_the_full_forwards_first_rows(grid, block, hybrid) -> None:
     """Block 0 alone (a hybrid model's token-by-token start), or a first frame in row blocks, scores as it does
     inside the whole grid: a trainer scores other frames of a clip as frame 0 this way."""
-    model = tiny(grid, block, hybrid=hybrid)
+    if hybrid == 2 and block == "frame":
+        pytest.skip("three frame blocks: two token-by-token blocks leave one")
+    model = tiny(grid, block, hybrid=bool(hybrid), hybrid_blocks=int(hybrid) or 1)
     b, n = model.block_size, model.num_tokens
     tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(3))
     cls = torch.tensor([0, 4])
@@ -176,19 +182,21 @@ def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of
 @pytest.mark.parametrize("grid, block, kv, hybrid, rope", [
     ((3, 4), "row", None, False, "grid"), ((4, 2, 2), "frame", None, False, "grid"),
     ((2, 2, 3), "row", 2, False, "grid"), ((3, 4), "row", None, True, "grid"), ((4, 2, 2), "frame", 2, True, "grid"),
-    ((4, 2, 2), "frame", None, True, "spatial"), ((2, 2, 3), "row", None, True, "spatial")])
+    ((4, 2, 2), "frame", None, True, "spatial"), ((2, 2, 3), "row", None, True, "spatial"),
+    ((3, 2, 3), "row", None, 2, "spatial")])
 def test_cached_block_decoding_equals_the_full_forward(grid, block, kv, hybrid, rope) -> None:
-    """prefill, then (hybrid) block 0 token by token, then one block per decode: the full forward's logits."""
-    model = tiny(grid, block, n_kv_head=kv, hybrid=hybrid, rope=rope)
-    b, n = model.block_size, model.num_tokens
+    """prefill, then (hybrid) the first blocks token by token, then one block per decode: the full forward's logits.
+    ``hybrid`` 2: the first two blocks (all of frame 0 in rows) token by token."""
+    model = tiny(grid, block, n_kv_head=kv, hybrid=bool(hybrid), hybrid_blocks=int(hybrid) or 1, rope=rope)
+    b, n, first = model.block_size, model.num_tokens, model.first_tokens
     cls = torch.tensor([0, 2, 4])
     tokens = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(3))
     full = model(cls, tokens)
     cache = model.new_cache(3)
     steps = [model.prefill(cls, cache)]
     if hybrid:
-        steps += [model.decode_first_block(tokens[:, i:i + 1], cache) for i in range(b - 1)]
-    steps += [model.decode(tokens[:, k * b:(k + 1) * b], cache) for k in range(n // b - 1)]
+        steps += [model.decode_first_block(tokens[:, i:i + 1], cache) for i in range(first - 1)]
+    steps += [model.decode(tokens[:, k * b:(k + 1) * b], cache) for k in range(max(first // b, 1) - 1, n // b - 1)]
     assert len(steps) == model.num_steps and cache.length == 1 + n
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
@@ -231,6 +239,9 @@ def test_round_trips_through_save_and_from_pretrained(tmp_path) -> None:
     (dict(grid=(3, 4), block="row", n_layer=0), "n_layer must be >= 1"),
     (dict(grid=(2, 3, 4), block="row", rope="time"), "rope must be one of"),
     (dict(grid=(3, 4), block="row", rope="spatial"), "rope='spatial' encodes the frames of a video grid"),
+    (dict(grid=(3, 4), block="row", hybrid_blocks=2), "hybrid_blocks must be 1, or with hybrid=True"),
+    (dict(grid=(3, 4), block="row", hybrid=True, hybrid_blocks=3), "between 1 and 2"),
+    (dict(grid=(3, 4), block="row", hybrid=True, hybrid_blocks=0), "hybrid_blocks must be 1"),
     (dict(grid=(3, 4), block="row", dim=30, n_head=4), "divisible"),
 ])
 def test_bad_config_raises_a_specific_error(kwargs, message) -> None:
@@ -269,6 +280,6 @@ def test_bad_hybrid_cache_states_raise() -> None:
         model.decode_first_block(torch.zeros(1, 2, dtype=torch.long), cache)
     for _ in range(3):
         model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), cache)
-    with pytest.raises(ValueError, match="fewer than 3 tokens of block 0"):
+    with pytest.raises(ValueError, match="fewer than 3 tokens of the token-by-token start"):
         model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), cache)
     assert model.decode(torch.zeros(1, 4, dtype=torch.long), cache).shape == (1, 4, 40)

@@ -15,10 +15,10 @@ from vgen.samplers import NBPSampler, SamplingParams, available_samplers, build_
 CLASSES = torch.tensor([0, 4, 2])
 
 
-def tiny(grid=(3, 4), block="row", seed=0, hybrid=False) -> NBPTransformer:
+def tiny(grid=(3, 4), block="row", seed=0, hybrid=False, hybrid_blocks=1) -> NBPTransformer:
     torch.manual_seed(seed)
-    model = NBPTransformer(NBPConfig(grid=grid, block=block, hybrid=hybrid, vocab_size=40, dim=48, n_layer=2,
-                                     n_head=4, multiple_of=16, num_classes=5))
+    model = NBPTransformer(NBPConfig(grid=grid, block=block, hybrid=hybrid, hybrid_blocks=hybrid_blocks,
+                                     vocab_size=40, dim=48, n_layer=2, n_head=4, multiple_of=16, num_classes=5))
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(std=0.2)
@@ -33,8 +33,9 @@ def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "co
     b, k_total = model.block_size, model.num_tokens // model.block_size
     # (block, first token, last token + 1) drawn per step
     steps = [(k, k * b, (k + 1) * b) for k in range(k_total)]
-    if model.hybrid:
-        steps = [(0, i, i + 1) for i in range(b)] + steps[1:]
+    if model.hybrid:  # the first hybrid_blocks blocks one token a step
+        m = model.config.hybrid_blocks
+        steps = [(i // b, i, i + 1) for i in range(m * b)] + steps[m:]
     seq = torch.full((len(class_ids), model.num_tokens), 7)
     given = 0 if prefix is None else prefix.shape[1]
     if given:
@@ -73,12 +74,12 @@ PARAMS = {
 }
 
 
-@pytest.mark.parametrize("grid, block, hybrid", [((3, 4), "row", False), ((4, 2, 2), "frame", False),
-                                                 ((2, 2, 3), "row", False), ((3, 4), "row", True),
-                                                 ((4, 2, 2), "frame", True)])
+@pytest.mark.parametrize("grid, block, hybrid, hybrid_blocks", [
+    ((3, 4), "row", False, 1), ((4, 2, 2), "frame", False, 1), ((2, 2, 3), "row", False, 1),
+    ((3, 4), "row", True, 1), ((4, 2, 2), "frame", True, 1), ((3, 2, 3), "row", True, 2)])
 @pytest.mark.parametrize("name", list(PARAMS))
-def test_tokens_equal_the_uncached_full_forward_loop(grid, block, hybrid, name) -> None:
-    model, params = tiny(grid, block, hybrid=hybrid), PARAMS[name]
+def test_tokens_equal_the_uncached_full_forward_loop(grid, block, hybrid, hybrid_blocks, name) -> None:
+    model, params = tiny(grid, block, hybrid=hybrid, hybrid_blocks=hybrid_blocks), PARAMS[name]
     out = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(11))
     assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=11))
 
@@ -114,6 +115,18 @@ def test_a_hybrid_model_draws_block_0_one_token_per_pass() -> None:
     assert out.stats.forward_passes == len(calls) == model.num_steps == 7
     assert out.stats.details["hybrid"] is True
     assert out.stats.accept_step[0].tolist() == [1, 2, 3, 4] + [5] * 4 + [6] * 4 + [7] * 4
+
+
+def test_a_whole_first_frame_drawn_token_by_token_then_rows() -> None:
+    """hybrid_blocks = H in row blocks: frame 0 one token per pass (an image model's order), then one pass per
+    row: 6 + 4 = 10 passes for 3 frames of 2 x 3, counted and run, and each token's pass recorded."""
+    model = tiny((3, 2, 3), "row", hybrid=True, hybrid_blocks=2)
+    calls = []
+    model.layers[0].register_forward_hook(lambda *_: calls.append(1))
+    out = NBPSampler().sample(model, CLASSES, SamplingParams(cfg_scale=2.0), generator=torch.Generator().manual_seed(0))
+    assert out.stats.forward_passes == len(calls) == model.num_steps == 10
+    assert out.stats.details["first_tokens"] == 6
+    assert out.stats.accept_step[0].tolist() == [1, 2, 3, 4, 5, 6] + [7] * 3 + [8] * 3 + [9] * 3 + [10] * 3
 
 
 @pytest.mark.parametrize("hybrid", [False, True])

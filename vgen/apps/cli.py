@@ -312,6 +312,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--block", choices=BLOCK_KINDS, default=None,
                            help="block kind: row (W tokens a step, NBP's own layout) or frame (H x W a step); "
                                 "default: the recipe's")
+            t.add_argument("--hybrid-blocks", type=int, default=None,
+                           help="leading blocks drawn token by token (default: the recipe's); with --block row, the "
+                                "rows of a frame (e.g. 16 for 64-px frames) draw all of frame 0 token by token, as an "
+                                "image model of the frame grid draws an image, and each later row in one pass")
             t.add_argument("--rope", choices=ROPE_KINDS, default=None,
                            help="positions: grid (rotary over frames, rows and columns) or spatial (each frame's "
                                 "rows and columns, as an image model of the frame grid, and a learned per-frame "
@@ -514,7 +518,8 @@ def run_train(args: argparse.Namespace) -> None:
                              time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
                   max_minutes=args.max_minutes,
                   config=dataclasses.replace(SHAPES_VIDEO_NBP, block=args.block or SHAPES_VIDEO_NBP.block,
-                                             rope=args.rope or SHAPES_VIDEO_NBP.rope),
+                                             rope=args.rope or SHAPES_VIDEO_NBP.rope,
+                                             hybrid_blocks=args.hybrid_blocks or SHAPES_VIDEO_NBP.hybrid_blocks),
                   clips=clips, first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
                   evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, init_from=args.init_from)
     elif args.what == "nar":

@@ -22,6 +22,9 @@ whose first frame is many-modal (where is the object, what colour) that is noise
 hold tokens ``0 .. B-2`` under a causal mask (next-token prediction), and input block 1 is ``[z_{B-1}, bov_1 ..
 bov_{B-1}]`` (NBP's ``middle_bos``, here the remaining begin-of-video rows, so both layouts have the same
 parameters). Slots and positions are otherwise unchanged; sampling takes ``B + K - 1`` passes.
+``hybrid_blocks = m`` (vgen's) draws the first ``m`` blocks token by token instead of block 0 alone, ``L = m B``
+tokens: with row blocks and ``m = H`` that is all of frame 0, which is then drawn as an image model of the frame
+grid draws an image, and every later row as a block; sampling takes ``L + K - m`` passes.
 
 KV cache. :meth:`NBPTransformer.prefill` runs the class and begin-of-video slots (step 1), and each
 :meth:`NBPTransformer.decode` feeds one generated block and returns the next block's logits (steps 2 .. K); the
@@ -51,7 +54,8 @@ ROPE_KINDS = ("grid", "spatial")
 @dataclass(frozen=True)
 class NBPConfig:
     """The token grid ((H, W) or (T, H, W)), the block kind (``"row"`` or, for video, ``"frame"``), whether block 0
-    is generated token by token (``hybrid``), how positions are encoded (``rope``) and LlamaGen's ``ModelArgs``.
+    (``hybrid``; the first ``hybrid_blocks`` blocks) is generated token by token, how positions are encoded
+    (``rope``) and LlamaGen's ``ModelArgs``.
 
     ``rope="grid"`` rotates every axis of the grid (time too); ``rope="spatial"`` (video only) rotates each frame's
     rows and columns with LlamaGen's 2-D table and tells frames apart by a learned per-frame embedding, zero at
@@ -61,6 +65,7 @@ class NBPConfig:
     grid: tuple[int, ...] = (16, 8, 8)
     block: str = "frame"
     hybrid: bool = False
+    hybrid_blocks: int = 1
     rope: str = "grid"
     vocab_size: int = 1024
     dim: int = 384
@@ -95,6 +100,9 @@ class NBPConfig:
             raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
         if self.num_blocks < 2:
             raise ValueError(f"a {grid} grid in {self.block} blocks has {self.num_blocks} block; NBP needs >= 2")
+        if not 1 <= self.hybrid_blocks < self.num_blocks or (self.hybrid_blocks > 1 and not self.hybrid):
+            raise ValueError(f"hybrid_blocks must be 1, or with hybrid=True between 1 and {self.num_blocks - 1} (the "
+                             f"leading blocks drawn token by token), got {self.hybrid_blocks} (hybrid={self.hybrid})")
         if self.n_layer < 1:
             raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
         self.block_config()  # LlamaGen's own checks (heads, kv heads, head_dim divisible by 4)
@@ -121,9 +129,14 @@ class NBPConfig:
         return self.n_kv_head or self.n_head
 
     @property
+    def first_tokens(self) -> int:
+        """Tokens drawn one per pass before the blocks (``hybrid_blocks * block_size``; 0 without ``hybrid``)."""
+        return self.hybrid_blocks * self.block_size if self.hybrid else 0
+
+    @property
     def num_steps(self) -> int:
-        """Forward passes to generate a grid: one per block, plus ``B - 1`` for a token-by-token block 0."""
-        return self.num_blocks + (self.block_size - 1 if self.hybrid else 0)
+        """Forward passes to generate a grid: one per block, or per token of the first ``hybrid_blocks`` blocks."""
+        return self.num_blocks + (self.first_tokens - self.hybrid_blocks if self.hybrid else 0)
 
     def block_config(self) -> GPTConfig:
         """The transformer-block settings (``block_size`` is unused by a block)."""
@@ -148,19 +161,20 @@ def rope_table(config: NBPConfig) -> torch.Tensor:
 
 
 def block_causal_mask(num_blocks: int, block_size: int, hybrid: bool = False,
-                      device: torch.device | str = "cpu") -> torch.Tensor:
+                      device: torch.device | str = "cpu", hybrid_blocks: int = 1) -> torch.Tensor:
     """Bool [1 + K*B, 1 + K*B] (True = attend) over the slots: the class slot, then ``K`` input blocks of ``B``.
 
     A slot of input block ``k`` sees the class slot and the slots of blocks ``0 .. k``; the class slot sees itself.
-    With ``hybrid`` input block 0 is causal (next-token prediction of block 0).
+    With ``hybrid`` input blocks ``0 .. hybrid_blocks - 1`` are causal (next-token prediction of those blocks).
     """
     block = torch.arange(num_blocks * block_size, device=device) // block_size
     mask = torch.ones(1 + len(block), 1 + len(block), dtype=torch.bool, device=device)
     mask[1:, 1:] = block[None, :] <= block[:, None]
     mask[0, 1:] = False
     if hybrid:
-        first = slice(1, 1 + block_size)
-        mask[first, first] = torch.ones(block_size, block_size, dtype=torch.bool, device=device).tril()
+        length = hybrid_blocks * block_size
+        first = slice(1, 1 + length)
+        mask[first, first] = torch.ones(length, length, dtype=torch.bool, device=device).tril()
     return mask
 
 
@@ -184,7 +198,8 @@ class NBPTransformer(TokenGridModel, nn.Module):
             self.frame_embedding = nn.Embedding(config.grid[0], config.dim)
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
         self.rope = rope_table(config)
-        self.mask = block_causal_mask(config.num_blocks, config.block_size, config.hybrid)
+        self.mask = block_causal_mask(config.num_blocks, config.block_size, config.hybrid,
+                                      hybrid_blocks=config.hybrid_blocks)
         self.apply(init_llamagen_weights)
         nn.init.normal_(self.bov, std=0.02)
         nn.init.zeros_(self.output.weight)
@@ -204,6 +219,11 @@ class NBPTransformer(TokenGridModel, nn.Module):
     @property
     def hybrid(self) -> bool:
         return self.config.hybrid
+
+    @property
+    def first_tokens(self) -> int:
+        """Tokens drawn one per pass before the blocks (:attr:`NBPConfig.first_tokens`)."""
+        return self.config.first_tokens
 
     # -- forward passes ----------------------------------------------------------------------------------------
     def _run(self, h: torch.Tensor, start: int, cache: KVCache | None) -> torch.Tensor:
@@ -243,11 +263,12 @@ class NBPTransformer(TokenGridModel, nn.Module):
         if tokens.ndim != 2 or not 0 < m <= n or m % b:
             raise ValueError(f"tokens must be [batch, M] with M the whole {self._grid_text()} grid ({n}) or a prefix "
                              f"of whole {self.config.block} blocks of {b}, got shape {tuple(tokens.shape)}")
-        # block 0 of the hybrid layout reads tokens 0 .. B-2 of itself, so it needs one block even for M = B
-        emb = self.tok_embeddings(tokens[:, :max(m - b, b) if self.hybrid else m - b])
+        # the token-by-token start (L tokens) reads tokens 0 .. L-2 of itself, so it needs them even for M <= L
+        first = self.first_tokens
+        emb = self.tok_embeddings(tokens[:, :max(m - b, min(m, first)) if self.hybrid else m - b])
         bov = self._bov(len(class_ids))
-        # hybrid: [bov_0, z_0 .. z_{B-2}], then input block 1 [z_{B-1}, bov_1 .. bov_{B-1}], then blocks 1 ..
-        inputs = [bov[:, :1], emb[:, :b], bov[:, 1:], emb[:, b:]] if self.hybrid else [bov, emb]
+        # hybrid: [bov_0, z_0 .. z_{L-2}], then input block m [z_{L-1}, bov_1 .. bov_{B-1}], then blocks m ..
+        inputs = [bov[:, :1], emb[:, :first], bov[:, 1:], emb[:, first:]] if self.hybrid else [bov, emb]
         h = torch.cat([self.cls_embedding(class_ids), *inputs], dim=1)[:, :1 + m]
         return self._run(h, 0, None)[:, 1:]
 
@@ -268,36 +289,38 @@ class NBPTransformer(TokenGridModel, nn.Module):
         return self._run(h, 0, cache)[:, 1:]
 
     def decode_first_block(self, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Hybrid layout: feed token ``i`` [B, 1] of block 0 (the cache holding the class, the first begin-of-video
-        slot and tokens ``< i``) and return the logits [B, 1, V] of token ``i + 1``, for ``i < block_size - 1``."""
+        """Hybrid layout: feed token ``i`` [B, 1] of the token-by-token start (the cache holding the class, the first
+        begin-of-video slot and tokens ``< i``) and return the logits [B, 1, V] of token ``i + 1``, for
+        ``i < first_tokens - 1``."""
         if not self.hybrid:
             raise ValueError("decode_first_block is the hybrid layout's; this model generates block 0 in one pass")
         if token.ndim != 2 or token.shape[1] != 1:
             raise ValueError(f"decode_first_block takes one token per sample [B, 1], got shape {tuple(token.shape)}")
-        start = cache.length
-        if not 2 <= start <= self.block_size:
+        start, first = cache.length, self.first_tokens
+        if not 2 <= start <= first:
             raise ValueError(f"decode_first_block needs a cache holding the class, the first begin-of-video slot and "
-                             f"fewer than {self.block_size - 1} tokens of block 0 (2 .. {self.block_size} "
+                             f"fewer than {first - 1} tokens of the token-by-token start (2 .. {first} "
                              f"positions: call prefill first), this one holds {start}")
         return self._run(self.tok_embeddings(token), start, cache)
 
     def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Feed block ``k`` [B, block_size] (the cache holding the class and blocks before it) and return the logits
-        [B, block_size, V] of block ``k + 1``. In the hybrid layout the cache holds tokens ``0 .. B-2`` of block 0
-        already, and feeding block 0 runs input block 1, ``[z_{B-1}, bov_1 .. bov_{B-1}]``."""
+        [B, block_size, V] of block ``k + 1``. In the hybrid layout the cache holds tokens ``0 .. L-2`` of the
+        token-by-token start already, and feeding its last block ``m - 1`` runs input block ``m``, ``[z_{L-1}, bov_1 ..
+        bov_{B-1}]``."""
         b = self.block_size
         if tokens.ndim != 2 or tokens.shape[1] != b:
             raise ValueError(f"a block of the {self._grid_text()} grid in {self.config.block} blocks has {b} "
                              f"tokens, got tokens of shape {tuple(tokens.shape)}")
         start = cache.length
-        if start < 1 + b or (start - 1) % b:
+        if start < 1 + max(b, self.first_tokens) or (start - 1) % b:
             raise ValueError(f"decode needs a cache holding the class and whole blocks (1 + k * {b} positions, "
-                             f"k >= 1: call prefill{' and decode_first_block' if self.hybrid else ''} first), this "
-                             f"one holds {start}")
+                             f"k >= {self.config.hybrid_blocks}: call prefill"
+                             f"{' and decode_first_block' if self.hybrid else ''} first), this one holds {start}")
         if start + b > 1 + self.num_tokens:
             raise ValueError(f"all {self.config.num_blocks} blocks are generated; the last block feeds nothing")
         h = self.tok_embeddings(tokens)
-        if self.hybrid and start == 1 + b:
+        if self.hybrid and start == 1 + self.first_tokens:
             h = torch.cat([h[:, -1:], self._bov(len(tokens))[:, 1:]], dim=1)
         return self._run(h, start, cache)
 

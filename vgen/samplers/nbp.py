@@ -3,7 +3,8 @@
 Step ``k`` (1-based) feeds the block drawn at step ``k - 1`` (the begin-of-video slots at step 1) and draws all
 ``B`` tokens of block ``k - 1`` at once, each independently (temperature, top-k, top-p, then a draw), as NBP's
 ``sample_with_past`` does. The step count equals the number of blocks. A hybrid model (NBP's
-``hybrid_sample_with_past``) draws block 0 one token per pass first, ``B + K - 1`` passes in all.
+``hybrid_sample_with_past``) draws block 0 one token per pass first, ``B + K - 1`` passes in all (``L + K - m``
+with its first ``m`` blocks, ``L`` tokens, drawn token by token).
 
 Classifier-free guidance is LlamaGen's ``u + s (c - u)`` on a doubled batch [cond; null]. NBP writes it as
 ``(1 + t) c - t u``, the same thing with ``s = 1 + t``. ``cfg_schedule="constant"`` keeps ``s`` for every block
@@ -86,14 +87,15 @@ class NBPSampler(Sampler):
 
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             logits = model.prefill(cond, cache)
-            if model.hybrid:  # block 0 token by token
-                for i in range(b):
-                    tokens[:, i:i + 1] = draw(logits, 0, i, 1)
+            first = model.first_tokens
+            if model.hybrid:  # the first blocks token by token
+                for i in range(first):
+                    tokens[:, i:i + 1] = draw(logits, i // b, i, 1)
                     bar.update(1)
-                    if i + 1 < b:
+                    if i + 1 < first:
                         logits = model.decode_first_block(feed(tokens[:, i:i + 1]), cache)
-                logits = model.decode(feed(tokens[:, :b]), cache)
-            for k in range(1 if model.hybrid else 0, num_blocks):
+                logits = model.decode(feed(tokens[:, first - b:first]), cache)
+            for k in range(first // b, num_blocks):
                 block = draw(logits, k, k * b, b)
                 tokens[:, k * b:(k + 1) * b] = block
                 bar.update(b)
@@ -102,13 +104,13 @@ class NBPSampler(Sampler):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         step_of = torch.arange(n) // b + 1
-        if model.hybrid:  # token i of block 0 at pass i + 1, block k at pass B + k
-            step_of = torch.where(step_of == 1, torch.arange(n) + 1, step_of + b - 1)
+        if model.hybrid:  # token i < L at pass i + 1, block k >= m at pass L + k - m + 1
+            step_of = torch.where(torch.arange(n) < first, torch.arange(n) + 1, step_of + first - first // b)
         step_of = step_of.repeat(batch, 1)
         stats = SamplerStats(sampler=self.name, forward_passes=model.num_steps, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start, batch_size=batch, accept_step=step_of,
                              details={"grid": list(model.grid), "block": model.config.block, "block_size": b,
-                                      "hybrid": model.hybrid, "cfg_schedule": self.cfg_schedule,
+                                      "hybrid": model.hybrid, "first_tokens": first, "cfg_schedule": self.cfg_schedule,
                                       "given_tokens": given})
         return SampleOutput(tokens=tokens, stats=stats)
 
