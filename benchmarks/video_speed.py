@@ -1,5 +1,5 @@
 """Video generation speed: NBP (row or frame blocks) and NAR (next-neighbour) pipelines against next-token AR of the
-same size over the same 1,024-token clips, in one run.
+same size over the same clips' tokens, in one run.
 
 The NBP and NAR rows run the video pipelines given. The next-token row is a
 LlamaGen GPT with the first pipeline's width, depth, heads and vocabulary over the same tokens flattened in raster
@@ -36,17 +36,18 @@ AR_ROW = "next-token AR (random weights)"
 
 
 def next_token_twin(model: torch.nn.Module) -> LlamaGenGPT:
-    """A LlamaGen GPT of ``model``'s size over its whole token grid (random weights, non-zero output layer). LlamaGen
-    lays its tokens on a square, so the grid's token count must be one (16 x 8 x 8 = 32 x 32)."""
+    """A LlamaGen GPT of ``model``'s size over its whole token grid (random weights, non-zero output layer): for a
+    video grid, ``GPTConfig(frames=T)`` (3-D RoPE over frames of square grids, ``vgen train ar --video``'s model)."""
     c = model.config
-    if round(model.num_tokens ** 0.5) ** 2 != model.num_tokens:
-        raise SystemExit(f"the next-token row needs a square token count, the grid has {model.num_tokens}; "
-                         f"use --no-ar")
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=c.vocab_size, dim=c.dim, n_layer=len(model.layers), n_head=c.n_head,
-                       n_kv_head=c.n_kv_head, multiple_of=c.multiple_of, ffn_dim_multiplier=c.ffn_dim_multiplier,
-                       num_classes=c.num_classes, block_size=model.num_tokens, class_dropout_prob=0.0,
-                       token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
+    try:
+        config = GPTConfig(vocab_size=c.vocab_size, dim=c.dim, n_layer=len(model.layers), n_head=c.n_head,
+                           n_kv_head=c.n_kv_head, multiple_of=c.multiple_of, ffn_dim_multiplier=c.ffn_dim_multiplier,
+                           num_classes=c.num_classes, block_size=model.num_tokens, class_dropout_prob=0.0,
+                           token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0,
+                           frames=model.grid[0] if len(model.grid) == 3 else 1)
+    except ValueError as e:
+        raise SystemExit(f"no next-token twin for the grid {model.grid}: {e}; use --no-ar") from None
     twin = LlamaGenGPT(config)
     torch.nn.init.normal_(twin.output.weight, std=0.02)
     return twin.eval()

@@ -84,6 +84,23 @@ def rope_grid_table(shape: tuple[int, ...], head_dim: int, base: float = 10000.0
     return torch.cat([torch.zeros(num_prefix, pairs, 2, device=cpu), table])
 
 
+def rope_frames_table(grid: tuple[int, int, int], head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Rotary table of a video grid (frames, rows, columns) that rotates only rows and columns: each frame's 2-D
+    table (LlamaGen's for a square frame), frame after frame, after one unrotated prefix (class) row. A video model
+    with it sees every frame with the geometry of an image model of the frame grid; it tells frames apart by other
+    means (:func:`frame_offsets`)."""
+    frame = rope_grid_table(tuple(grid[1:]), head_dim, base)
+    return torch.cat([frame[:1], frame[1:].repeat(grid[0], 1, 1)])
+
+
+def frame_offsets(embedding: nn.Embedding, slots: torch.Tensor, frame_tokens: int) -> torch.Tensor:
+    """Per-frame embedding of sequence slots [len(slots), dim] for the rows-and-columns rotary table: slot ``s >= 1``
+    stands for raster position ``s - 1`` of the grid, in frame ``(s - 1) // frame_tokens``; slot 0 (the class) gets
+    none."""
+    frames = (slots - 1).clamp(min=0) // frame_tokens
+    return embedding(frames) * (slots > 0)[:, None].to(embedding.weight.dtype)
+
+
 def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotate interleaved pairs of ``x`` [B, T, H, D] by ``table`` [T, D/2, 2] (or [B, T, D/2, 2], a position per
     row), in fp32."""

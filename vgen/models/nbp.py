@@ -44,7 +44,7 @@ from torch import nn
 
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
-from vgen.models.layers import RMSNorm, rope_grid_table
+from vgen.models.layers import RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
 BLOCK_KINDS = ("row", "frame")
@@ -156,8 +156,7 @@ def rope_table(config: NBPConfig) -> torch.Tensor:
     and columns repeated frame after frame (``rope="spatial"``)."""
     if config.rope == "grid":
         return rope_grid_table(config.grid, config.head_dim, config.rope_base)
-    frame = rope_grid_table(config.grid[1:], config.head_dim, config.rope_base)
-    return torch.cat([frame[:1], frame[1:].repeat(config.grid[0], 1, 1)])
+    return rope_frames_table(config.grid, config.head_dim, config.rope_base)
 
 
 def block_causal_mask(num_blocks: int, block_size: int, hybrid: bool = False,
@@ -246,9 +245,8 @@ class NBPTransformer(TokenGridModel, nn.Module):
     def _frame_offsets(self, start: int, end: int, device: torch.device) -> torch.Tensor:
         """The per-frame embedding of slots ``start .. end - 1`` [t, dim] (``rope="spatial"``): slot ``s >= 1`` is in
         the frame of the token it predicts (raster position ``s - 1``); the class slot gets none."""
-        slots = torch.arange(start, end, device=device)
-        frames = (slots - 1).clamp(min=0) // (self.grid[1] * self.grid[2])
-        return self.frame_embedding(frames) * (slots > 0)[:, None].to(self.frame_embedding.weight.dtype)
+        return frame_offsets(self.frame_embedding, torch.arange(start, end, device=device),
+                             self.grid[1] * self.grid[2])
 
     def _bov(self, batch: int) -> torch.Tensor:
         return self.bov[None].expand(batch, -1, -1).to(self.tok_embeddings.weight.dtype)
