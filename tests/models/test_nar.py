@@ -187,7 +187,8 @@ def decode_all(model: NARTransformer, classes: torch.Tensor, tokens: torch.Tenso
 
 
 @pytest.mark.parametrize(("grid", "overrides"), [((3, 3), {}), ((2, 5), {}), ((4, 4), {"n_kv_head": 2}),
-                                                 ((2, 2, 2), {}), ((2, 3, 4), {"n_kv_head": 1}), ((1, 1), {})])
+                                                 ((2, 2, 2), {}), ((2, 3, 4), {"n_kv_head": 1}), ((1, 1), {}),
+                                                 ((3, 2, 3), {"rope": "spatial"})])
 @torch.no_grad()
 def test_cached_decoding_equals_the_full_forward(tiny_nar_factory, grid: tuple[int, ...], overrides: dict) -> None:
     model = tiny_nar_factory(grid, **overrides)
@@ -238,9 +239,30 @@ def test_config_rejects_grids_it_cannot_lay_out(grid, match: str) -> None:
         NARConfig(grid=grid, dim=32, n_head=4)
 
 
+def test_spatial_positions_rotate_each_frame_as_an_image_and_embed_the_frame(tiny_nar_factory) -> None:
+    """rope="spatial": every frame's slots get the image grid's 2-D table and the frame's learned embedding (zero
+    at initialisation); with the embedding moved, frame 1's logits change and frame 0's do not."""
+    image_table = rope_grid_table((3, 3), 8)
+    fresh = NARTransformer(NARConfig(grid=(2, 3, 3), rope="spatial", dim=32, n_head=4, n_layer=1))
+    assert torch.equal(fresh.rope, torch.cat([image_table, image_table[1:]]))
+    assert not fresh.frame_embedding.weight.any()
+    model = tiny_nar_factory((2, 3, 3), rope="spatial")
+    tokens = torch.randint(0, model.vocab_size, (1, 18), generator=torch.Generator().manual_seed(0))
+    before = model(torch.tensor([1]), tokens)
+    with torch.no_grad():
+        model.frame_embedding.weight[1] += 1.0
+    after = model(torch.tensor([1]), tokens)
+    assert torch.equal(before[:, :1], after[:, :1])  # token 0 reads only the class slot
+    assert not torch.allclose(before[:, 9:], after[:, 9:])
+
+
 def test_config_rejects_a_bad_head_split() -> None:
     with pytest.raises(ValueError, match="heads of a size divisible by 4"):
         NARConfig(grid=(4, 4), dim=48, n_head=8)
+    with pytest.raises(ValueError, match="rope must be one of"):
+        NARConfig(grid=(2, 4, 4), dim=32, n_head=4, rope="time")
+    with pytest.raises(ValueError, match="rope='spatial' encodes the frames of a video grid"):
+        NARConfig(grid=(4, 4), dim=32, n_head=4, rope="spatial")
     with pytest.raises(ValueError, match="n_layer must be >= 1"):
         NARConfig(grid=(4, 4), dim=32, n_head=4, n_layer=0)
 

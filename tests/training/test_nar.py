@@ -16,7 +16,15 @@ from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
-from vgen.training.nar import SHAPES_NAR, SHAPES_VIDEO_NAR, NARRecipe, train_nar, train_video_nar, warm_start
+from vgen.training.nar import (
+    SHAPES_NAR,
+    SHAPES_VIDEO_NAR,
+    NARRecipe,
+    from_image_nar,
+    train_nar,
+    train_video_nar,
+    warm_start,
+)
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
 
@@ -129,6 +137,48 @@ def test_the_nbp_warm_start_drops_the_begin_of_video_slots_and_starts_every_head
         warm_start(nar, NBPTransformer(NBPConfig(grid=(2, 2, 2), block="frame", **TOY)).state_dict())
     with pytest.raises(CheckpointError, match="not a next-token or next-block model"):
         warm_start(nar, {"encoder.conv_in.weight": torch.zeros(1)}, source="a VQ export")
+
+
+def test_a_video_model_starts_from_an_image_nar_of_its_frame_grid_and_depth() -> None:
+    """Image NAR (2 trunk blocks + the below head's) into a video NAR with rope="spatial" of the same trunk: the
+    blocks, embeddings and right / below heads by name, the next-frame head and its block and the per-frame
+    embedding as initialised; an image model of another depth is refused."""
+    torch.manual_seed(0)
+    image = NARTransformer(NARConfig(grid=(3, 3), **TOY))
+    with torch.no_grad():
+        for p in image.parameters():
+            p.normal_()
+    video = NARTransformer(NARConfig(grid=(2, 3, 3), rope="spatial", **TOY))
+    fresh = {k: v.clone() for k, v in video.state_dict().items()}
+    from_image_nar(video, image.state_dict())
+    state = video.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in image.state_dict().items())
+    kept = set(state) - set(image.state_dict())
+    assert kept == {k for k in state if k.startswith(("layers.3.", "heads.2.", "frame_embedding."))}
+    assert all(torch.equal(state[k], fresh[k]) for k in kept)
+    with pytest.raises(CheckpointError, match="has 4 blocks; a video NAR model of 4 starts from an image NAR model "
+                                              "of 3"):
+        from_image_nar(video, NARTransformer(NARConfig(grid=(3, 3), **{**TOY, "n_layer": 3})).state_dict())
+    with pytest.raises(CheckpointError):
+        from_image_nar(video, NARTransformer(NARConfig(grid=(3, 3), **{**TOY, "n_layer": 1})).state_dict())
+
+
+def test_the_64px_video_recipes_start_from_the_shipped_image_models() -> None:
+    """SHAPES_VIDEO_NAR_64 is shapes-nar's trunk over 8 frames of its 16 x 16 grid, and SHAPES_VIDEO_NBP_64 the
+    shapes AR model's size over the same grid with all of frame 0 token by token (368 passes)."""
+    from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64
+    from vgen.training.nar import SHAPES_VIDEO_NAR_64, VIDEO_NAR_RECIPES
+    from vgen.training.nbp import SHAPES_VIDEO_NBP, SHAPES_VIDEO_NBP_64, VIDEO_NBP_RECIPES
+
+    assert SHAPES_VIDEO_NAR_64.grid == (8, 16, 16) and SHAPES_VIDEO_NAR_64.n_layer == SHAPES_NAR.n_layer
+    assert SHAPES_VIDEO_NAR_64.vocab_size == SHAPES_NAR.vocab_size and SHAPES_VIDEO_NAR_64.rope == "spatial"
+    assert NARConfig(**{**SHAPES_VIDEO_NAR_64.to_dict(), "grid": (16, 16), "rope": "grid"}) == SHAPES_NAR
+    assert VIDEO_NAR_RECIPES == {SHAPES_CLIPS: SHAPES_VIDEO_NAR, SHAPES_CLIPS_64: SHAPES_VIDEO_NAR_64}
+    nbp = SHAPES_VIDEO_NBP_64
+    assert (nbp.grid, nbp.block, nbp.hybrid, nbp.rope, nbp.vocab_size) == ((8, 16, 16), "row", True, "spatial", 4096)
+    assert nbp.first_tokens == 256 and nbp.num_steps == 256 + 7 * 16
+    assert (nbp.dim, nbp.n_layer, nbp.n_head) == (SHAPES_GPT.dim, SHAPES_GPT.n_layer, SHAPES_GPT.n_head)
+    assert VIDEO_NBP_RECIPES == {SHAPES_CLIPS: SHAPES_VIDEO_NBP, SHAPES_CLIPS_64: SHAPES_VIDEO_NBP_64}
 
 
 def test_an_image_run_starts_from_an_ar_export_and_trains(tiny_vq_dir, tmp_path) -> None:

@@ -320,10 +320,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                            help="positions: grid (rotary over frames, rows and columns) or spatial (each frame's "
                                 "rows and columns, as an image model of the frame grid, and a learned per-frame "
                                 "embedding: needed to start from an image model); default: the recipe's")
+        if what in ("nbp", "nar"):
             t.add_argument("--clips", choices=sorted(CLIP_PRESETS), default=None,
                            help="clip geometry to render --data-dir with (32px: 16 frames of 32 x 32; 64px: 8 "
-                                "frames of 64 x 64, for the image tokenizer); default: what the folder records, "
-                                "else 32px")
+                                "frames of 64 x 64 in the image tokenizer's codes, whose recipe starts from the "
+                                "image model: --init-from vgen/assets/shapes-c2i/gpt for nbp, shapes-nar/gpt for "
+                                "nar --video); default: what the folder records, else 32px")
         if what in ("ar", "nar"):
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -510,25 +512,31 @@ def run_train(args: argparse.Namespace) -> None:
                  max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "nbp":
         from vgen.training.clip_codes import ClipRecipe, clip_probe
-        from vgen.training.nbp import FIRST_FRAMES, SHAPES_VIDEO_NBP, train_nbp
+        from vgen.training.nbp import FIRST_FRAMES, SHAPES_VIDEO_NBP, VIDEO_NBP_RECIPES, train_nbp
 
         clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
+        recipe = VIDEO_NBP_RECIPES.get(clips, SHAPES_VIDEO_NBP)
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
                              time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
                   max_minutes=args.max_minutes,
-                  config=dataclasses.replace(SHAPES_VIDEO_NBP, block=args.block or SHAPES_VIDEO_NBP.block,
-                                             rope=args.rope or SHAPES_VIDEO_NBP.rope,
-                                             hybrid_blocks=args.hybrid_blocks or SHAPES_VIDEO_NBP.hybrid_blocks),
+                  config=dataclasses.replace(recipe, block=args.block or recipe.block, rope=args.rope or recipe.rope,
+                                             hybrid_blocks=args.hybrid_blocks or recipe.hybrid_blocks),
                   clips=clips, first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
                   evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, init_from=args.init_from)
     elif args.what == "nar":
-        from vgen.training.nar import NARRecipe, train_nar, train_video_nar
+        from vgen.training.nar import SHAPES_VIDEO_NAR, VIDEO_NAR_RECIPES, NARRecipe, train_nar, train_video_nar
 
-        fit = train_video_nar if args.video else train_nar
-        fit(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
-            NARRecipe(num_items=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes,
-            init_from=args.init_from)
+        recipe = NARRecipe(num_items=args.num_images, batch_size=args.batch_size)
+        train = TrainConfig(**common, ema_decay=0.999)
+        if args.video:
+            clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
+            train_video_nar(args.run_dir, args.tokenizer, args.data_dir, train, recipe,
+                            VIDEO_NAR_RECIPES.get(clips, SHAPES_VIDEO_NAR), clips, max_minutes=args.max_minutes,
+                            init_from=args.init_from)
+        else:
+            train_nar(args.run_dir, args.tokenizer, args.data_dir, train, recipe, max_minutes=args.max_minutes,
+                      init_from=args.init_from)
     elif args.what == "blockdiff":
         from vgen.training.blockdiff import BlockDiffRecipe, train_blockdiff
 

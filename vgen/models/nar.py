@@ -30,18 +30,24 @@ from torch import nn
 
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
-from vgen.models.layers import RMSNorm, rope_grid_table
+from vgen.models.layers import RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
 AXIS_NAMES = {2: ("rows", "columns"), 3: ("frames", "rows", "columns")}
+ROPE_KINDS = ("grid", "spatial")
 
 
 @dataclass(frozen=True)
 class NARConfig:
-    """The token grid ((H, W) or (T, H, W)) and LlamaGen's ``ModelArgs``; the model has ``n_layer`` blocks plus
-    one more per extra head (``rank - 1``), as NAR stacks them."""
+    """The token grid ((H, W) or (T, H, W)), how positions are encoded (``rope``) and LlamaGen's ``ModelArgs``; the
+    model has ``n_layer`` blocks plus one more per extra head (``rank - 1``), as NAR stacks them.
+
+    ``rope="grid"`` rotates every axis (time too); ``rope="spatial"`` (video) rotates each frame's rows and columns
+    as an image model of the frame grid does and adds a learned per-frame embedding (zero at initialisation), so an
+    image NAR model's weights can start a video one (``vgen.training.nar.warm_start``)."""
 
     grid: tuple[int, ...] = (16, 16)
+    rope: str = "grid"
     vocab_size: int = 16384
     dim: int = 768
     n_layer: int = 12
@@ -69,6 +75,10 @@ class NARConfig:
                              f"got {self.grid!r}")
         if self.n_layer < 1:
             raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
+        if self.rope not in ROPE_KINDS:
+            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
+        if self.rope == "spatial" and len(grid) != 3:
+            raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
         if self.dim % self.n_head or (self.dim // self.n_head) % 4:
             raise ValueError(f"dim {self.dim} must split into {self.n_head} heads of a size divisible by 4")
         self.block_config()  # LlamaGen's own checks (kv heads)
@@ -189,12 +199,17 @@ class NARTransformer(TokenGridModel, nn.Module):
         self.layers = nn.ModuleList(TransformerBlock(block) for _ in range(config.n_layer + config.rank - 1))
         self.heads = nn.ModuleList(OutputHead(config.dim, config.vocab_size, config.norm_eps)
                                    for _ in range(config.rank))
+        if config.rope == "spatial":
+            self.frame_embedding = nn.Embedding(config.grid[0], config.dim)
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
-        self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base)
+        self.rope = (rope_grid_table(config.grid, config.head_dim, config.rope_base) if config.rope == "grid"
+                     else rope_frames_table(config.grid, config.head_dim, config.rope_base))
         self.layout = NeighbourLayout(config.grid)
         self.apply(init_llamagen_weights)
         for head in self.heads:
             nn.init.zeros_(head.output.weight)
+        if config.rope == "spatial":
+            nn.init.zeros_(self.frame_embedding.weight)
 
     # -- token layout ------------------------------------------------------------------------------------------
     @property
@@ -219,6 +234,10 @@ class NARTransformer(TokenGridModel, nn.Module):
     def _heads(self, h: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor, cache: KVCache | None,
                slots: torch.Tensor | None = None, key_end: int = 0) -> list[torch.Tensor]:
         """Run every block; head a reads the hidden state after ``n_layer + a`` blocks."""
+        if self.config.rope == "spatial":  # slot 1 + p holds token p, in its frame
+            every = torch.arange(h.shape[1], device=h.device)
+            h = h + frame_offsets(self.frame_embedding, every if slots is None else slots,
+                                  self.grid[1] * self.grid[2])
         if self.training:
             h = self.tok_dropout(h)
         # a diagonal's slots are scattered over the raster, so no slice write; the proximity mask is the attend

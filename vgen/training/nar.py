@@ -19,6 +19,11 @@ target of NAR's next-frame head), one row below in row blocks (the below head's)
 carry over and every head starts from NBP's output layer (NBP's begin-of-video slots are dropped). NBP rotates
 slot ``1 + p`` with the position of the token it predicts, one block ahead of NAR's; rotary attention depends only
 on offsets between slots, and these are unchanged.
+
+Warm start from an image NAR, for 64-px video (session 21). ``SHAPES_VIDEO_NAR_64`` lays 8 frames of the image
+tokenizer's 16 x 16 codes with ``rope="spatial"`` (each frame rotated as an image) and the image model's trunk
+depth, so ``shapes-nar``'s blocks, embeddings and right / below heads carry over by name; the next-frame head's
+extra block and the head itself, and the per-frame embedding (zero), keep their initialisation.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
+from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.training.ar import SHAPES_GPT, cached_codes
@@ -46,6 +51,11 @@ SHAPES_NAR = NARConfig(grid=(SHAPES_GPT.grid_size,) * 2, vocab_size=SHAPES_GPT.v
 # shapes-video-nar: the same 8 blocks (6 in the trunk, one more per extra head) over the clips' 16 x 8 x 8 codes
 SHAPES_VIDEO_NAR = NARConfig(grid=(16, 8, 8), vocab_size=SHAPES_FRAME_VQ.codebook_size,
                              n_layer=SHAPES_GPT.n_layer - 2, **_GPT_SIZE)
+# 64-px clips in the image tokenizer's codes, each frame rotated as an image, shapes-nar's trunk: an image NAR model
+# starts it (9 blocks: shapes-nar's 8 and the next-frame head's)
+SHAPES_VIDEO_NAR_64 = NARConfig(grid=(SHAPES_CLIPS_64.num_frames,) + SHAPES_NAR.grid, vocab_size=SHAPES_NAR.vocab_size,
+                                n_layer=SHAPES_NAR.n_layer, rope="spatial", **_GPT_SIZE)
+VIDEO_NAR_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NAR, SHAPES_CLIPS_64: SHAPES_VIDEO_NAR_64}
 
 
 @dataclass(frozen=True)
@@ -68,13 +78,29 @@ def warm_start(model: NARTransformer, state: dict[str, torch.Tensor], source: st
     load_weights(model, kept, source=source)
 
 
+def from_image_nar(model: NARTransformer, state: dict[str, torch.Tensor], source: str = "image NAR model") -> None:
+    """Start a video NAR ``model`` from an image NAR model's ``state`` of the same trunk depth: every block,
+    embedding and the right and below heads by name (the heads read the same blocks in both); the next-frame
+    head, its extra block and a per-frame embedding keep their initialisation. Any other difference is a
+    :class:`~vgen.hub.CheckpointError`."""
+    own = {k: v for k, v in model.state_dict().items()
+           if k.startswith((f"layers.{len(model.layers) - 1}.", f"heads.{model.config.rank - 1}.", "frame_embedding."))}
+    if any(k in state for k in own):
+        blocks = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers."))
+        raise CheckpointError(f"{source} has {blocks} blocks; a video NAR model of {len(model.layers)} starts from "
+                              f"an image NAR model of {len(model.layers) - 1} (the same trunk depth)")
+    load_weights(model, {**state, **own}, source=source)
+
+
 def _initialise(model: NARTransformer, run_dir: Path, init_from: str | Path | None) -> None:
-    """A new run starts from ``init_from`` (a NAR export, or an AR or NBP export to warm-start from); resumes
-    ignore it."""
+    """A new run starts from ``init_from`` (a NAR export, an image NAR export for a video model, or an AR or NBP
+    export to warm-start from); resumes ignore it."""
     if init_from is None or (run_dir / "state.json").exists():
         return
     source = from_pretrained(init_from)
-    if isinstance(source, NARTransformer):
+    if isinstance(source, NARTransformer) and source.config.rank < model.config.rank:
+        from_image_nar(model, source.state_dict(), source=str(init_from))
+    elif isinstance(source, NARTransformer):
         load_weights(model, source.state_dict(), source=str(init_from))
     else:
         warm_start(model, source.state_dict(), source=str(init_from))

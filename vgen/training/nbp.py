@@ -12,12 +12,13 @@ that is 16 x 8 x 8 = 1024 tokens, generated in 128 row blocks of 8, the first ro
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from vgen.data.clips import SHAPES_CLIPS, ClipsConfig
+from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.models.nbp import NBPConfig, NBPTransformer
@@ -37,6 +38,13 @@ SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="row", hybrid=True, vocab_si
                              multiple_of=SHAPES_GPT.multiple_of, num_classes=SHAPES_GPT.num_classes,
                              class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
 
+# shapes-video-nbp on 64-px clips (session 21): the image tokenizer's 16 x 16 codes a frame, each frame rotated as an
+# image (rope="spatial") and all of frame 0 token by token (hybrid_blocks = 16 rows), so that the next-token image
+# model shapes-c2i starts it (warm_start); then one row a pass: 256 + 112 = 368 passes for 8 frames
+SHAPES_VIDEO_NBP_64 = replace(SHAPES_VIDEO_NBP, grid=(SHAPES_CLIPS_64.num_frames, SHAPES_GPT.grid_size,
+                                                      SHAPES_GPT.grid_size),
+                              vocab_size=SHAPES_GPT.vocab_size, hybrid_blocks=SHAPES_GPT.grid_size, rope="spatial")
+VIDEO_NBP_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NBP, SHAPES_CLIPS_64: SHAPES_VIDEO_NBP_64}
 
 # frames of each clip that frame 0 also learns from as first frames (session 12: see docs/training.md §10)
 FIRST_FRAMES = 8
