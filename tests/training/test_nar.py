@@ -168,7 +168,7 @@ def test_the_64px_video_recipes_start_from_the_shipped_image_models() -> None:
     shapes AR model's size over the same grid with all of frame 0 token by token (368 passes)."""
     from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64
     from vgen.training.nar import SHAPES_VIDEO_NAR_64, VIDEO_NAR_RECIPES
-    from vgen.training.nbp import SHAPES_VIDEO_NBP, SHAPES_VIDEO_NBP_64, VIDEO_NBP_RECIPES
+    from vgen.training.nbp import SHAPES_VIDEO_NBP, SHAPES_VIDEO_NBP_64, VIDEO_NBP_RECIPES, video_nbp_config
 
     assert SHAPES_VIDEO_NAR_64.grid == (8, 16, 16) and SHAPES_VIDEO_NAR_64.n_layer == SHAPES_NAR.n_layer
     assert SHAPES_VIDEO_NAR_64.vocab_size == SHAPES_NAR.vocab_size and SHAPES_VIDEO_NAR_64.rope == "spatial"
@@ -179,6 +179,12 @@ def test_the_64px_video_recipes_start_from_the_shipped_image_models() -> None:
     assert nbp.first_tokens == 256 and nbp.num_steps == 256 + 7 * 16
     assert (nbp.dim, nbp.n_layer, nbp.n_head) == (SHAPES_GPT.dim, SHAPES_GPT.n_layer, SHAPES_GPT.n_head)
     assert VIDEO_NBP_RECIPES == {SHAPES_CLIPS: SHAPES_VIDEO_NBP, SHAPES_CLIPS_64: SHAPES_VIDEO_NBP_64}
+    # what vgen train nbp builds: the recipe, and in frame blocks the 64-px recipe's frame 0 is one block
+    assert video_nbp_config(SHAPES_CLIPS_64) == nbp and video_nbp_config(SHAPES_CLIPS) == SHAPES_VIDEO_NBP
+    frames = video_nbp_config(SHAPES_CLIPS_64, block="frame")
+    assert (frames.hybrid_blocks, frames.first_tokens, frames.num_steps) == (1, 256, 263)
+    assert video_nbp_config(SHAPES_CLIPS_64, hybrid_blocks=2).first_tokens == 32
+    assert video_nbp_config(SHAPES_CLIPS, block="frame").hybrid_blocks == 1
 
 
 def test_an_image_run_starts_from_an_ar_export_and_trains(tiny_vq_dir, tmp_path) -> None:

@@ -512,17 +512,16 @@ def run_train(args: argparse.Namespace) -> None:
                  max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
     elif args.what == "nbp":
         from vgen.training.clip_codes import ClipRecipe, clip_probe
-        from vgen.training.nbp import FIRST_FRAMES, SHAPES_VIDEO_NBP, VIDEO_NBP_RECIPES, train_nbp
+        from vgen.training.nbp import FIRST_FRAMES, train_nbp, video_nbp_config
 
         clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
-        recipe = VIDEO_NBP_RECIPES.get(clips, SHAPES_VIDEO_NBP)
+        config = video_nbp_config(clips, args.block, args.rope, args.hybrid_blocks)
         train_nbp(args.run_dir, args.tokenizer, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                   ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
                              time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
                   max_minutes=args.max_minutes,
-                  config=dataclasses.replace(recipe, block=args.block or recipe.block, rope=args.rope or recipe.rope,
-                                             hybrid_blocks=args.hybrid_blocks or recipe.hybrid_blocks),
-                  clips=clips, first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
+                  config=config, clips=clips,
+                  first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
                   evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, init_from=args.init_from)
     elif args.what == "nar":
         from vgen.training.nar import SHAPES_VIDEO_NAR, VIDEO_NAR_RECIPES, NARRecipe, train_nar, train_video_nar

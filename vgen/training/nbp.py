@@ -46,6 +46,16 @@ SHAPES_VIDEO_NBP_64 = replace(SHAPES_VIDEO_NBP, grid=(SHAPES_CLIPS_64.num_frames
                               vocab_size=SHAPES_GPT.vocab_size, hybrid_blocks=SHAPES_GPT.grid_size, rope="spatial")
 VIDEO_NBP_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NBP, SHAPES_CLIPS_64: SHAPES_VIDEO_NBP_64}
 
+
+def video_nbp_config(clips: ClipsConfig, block: str | None = None, rope: str | None = None,
+                     hybrid_blocks: int | None = None) -> NBPConfig:
+    """The recipe for ``clips`` (``VIDEO_NBP_RECIPES``, else ``SHAPES_VIDEO_NBP``) with the settings given. Another
+    block kind keeps the recipe's token-by-token start in tokens (the 64-px recipe's frame 0 is 16 rows or one frame
+    block) unless ``hybrid_blocks`` is given."""
+    base = VIDEO_NBP_RECIPES.get(clips, SHAPES_VIDEO_NBP)
+    config = replace(base, block=block or base.block, rope=rope or base.rope, hybrid_blocks=1)
+    return replace(config, hybrid_blocks=hybrid_blocks or max(1, base.first_tokens // config.block_size))
+
 # frames of each clip that frame 0 also learns from as first frames (session 12: see docs/training.md §10)
 FIRST_FRAMES = 8
 
