@@ -53,6 +53,19 @@ def test_a_fresh_nar_model_is_uniform_over_the_vocabulary() -> None:
     assert figures["median_top1_prob"] == pytest.approx(1 / 16, abs=1e-6)
 
 
+@pytest.mark.parametrize("model", models(), ids=["ar", "nar"])
+def test_scoring_in_small_chunks_gives_the_same_figures(model) -> None:
+    """A logit budget of one guided sequence scores the 5 sequences one by one, with the same result."""
+    for name, weight in model.named_parameters():
+        if "output" in name:
+            torch.nn.init.normal_(weight.data)
+    tokens, classes = torch.randint(0, 16, (5, 9)), torch.tensor([0, 1, 2, 3, 0])
+    params = SamplingParams(cfg_scale=2.0, temperature=0.8)
+    whole = token_statistics(model, tokens, classes, params)
+    one_by_one = token_statistics(model, tokens, classes, params, max_logits=2 * 9 * 16)
+    assert one_by_one == pytest.approx(whole, rel=1e-5) and one_by_one["tokens_measured"] == 45
+
+
 @pytest.fixture(scope="module")
 def real_clips() -> tuple[np.ndarray, np.ndarray]:
     """16 validation clips (2 per class) of the recipes' 16 frames of 32 px."""

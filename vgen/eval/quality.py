@@ -22,15 +22,19 @@ from vgen.samplers import SamplingParams, apply_cfg, build_processors
 
 @torch.no_grad()
 def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, class_ids: torch.Tensor,
-                     params: SamplingParams, batch_size: int = 64) -> dict[str, float]:
+                     params: SamplingParams, max_logits: int = 1 << 27) -> dict[str, float]:
     """Entropy and top-1 probability of the distributions a sampler with ``params`` drew ``tokens`` [B, N] from.
 
     A teacher-forced pass over the finished sequences gives exactly the distributions the sampler used
     (guided, then temperature / top-k / top-p), one per token, without slowing sampling down. A next-token model
     (LlamaGen) reads the sequence without its last token; a grid model (NAR, NBP) reads the whole grid under its
-    own mask and scores every cell from the cells its sampler had at that step.
+    own mask and scores every cell from the cells its sampler had at that step. Sequences go through in chunks of
+    at most ``max_logits`` logits (guided rows included; 512 MB in fp32), so 2,048-token clips over a 4,096-code
+    vocabulary are scored 8 at a time rather than holding gigabytes of logits at once.
     """
     processors = build_processors(params)
+    per_sequence = (2 if params.guided else 1) * tokens.shape[1] * model.config.vocab_size
+    batch_size = max(1, max_logits // per_sequence)
     entropies, top1 = [], []
     for i in range(0, len(tokens), batch_size):
         t = tokens[i:i + batch_size]
