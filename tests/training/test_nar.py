@@ -16,6 +16,7 @@ from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
+from vgen.training.clip_codes import ClipRecipe
 from vgen.training.nar import (
     SHAPES_NAR,
     SHAPES_VIDEO_NAR,
@@ -208,10 +209,13 @@ def test_a_video_run_takes_its_grid_from_the_frame_tokenizer_and_its_loss_falls(
     clips = ClipsConfig(num_frames=2, frame_size=16, supersample=1)
     config = NARConfig(grid=(1, 1, 1), **{**TOY, "n_layer": 1, "num_classes": 8})
     train = TrainConfig(steps=30, lr=3e-3, warmup_steps=3, log_every=5, bf16=False, ema_decay=0.9)
+    probed = []
     model = train_video_nar(tmp_path / "run", tiny_vq_dir, tmp_path / "clips", train,
-                            NARRecipe(num_items=8, batch_size=4), config, clips)
+                            ClipRecipe(num_clips=8, batch_size=4, eval_every=10), config, clips,
+                            evaluate=lambda m: probed.append(m.training) or {"probe_calls": len(probed)})
     assert model.grid == (2, 4, 4) and model.vocab_size == 32
-    losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
-              if "loss" in r]
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["probe_calls"] for r in records if "probe_calls" in r] == [1, 2, 3]  # steps 10, 20 and 30
+    losses = [r["loss"] for r in records if "loss" in r]
     assert losses[-1] < losses[0] - 0.3, losses
     assert isinstance(from_pretrained(tmp_path / "run" / "export"), NARTransformer)

@@ -303,9 +303,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                            help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
                                 "not change between frames keeps its code; conv: LlamaGen's encoder, which mixes the "
                                 "whole frame into every code")
-        if what == "nbp":
+        if what in ("nbp", "nar"):
             t.add_argument("--no-time-reversed", action="store_true",
-                           help="train on the clips as rendered only, not also played backwards")
+                           help="train on the clips as rendered only, not also played backwards"
+                                + (" (with --video)" if what == "nar" else ""))
+        if what == "nbp":
             t.add_argument("--first-frames", type=int, default=None,
                            help="frames of each clip that frame 0 also learns from as first frames (default: the "
                                 "recipe's FIRST_FRAMES; 0 = off)")
@@ -336,10 +338,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--classifier", default=str(RUNS / "shapes-classifier" / "export"),
                            help="domain classifier for the periodic class-accuracy probe (used once it exists)")
             t.add_argument("--eval-every", type=int, default=1000, help="steps between sample probes (0 = off)")
-        if what == "nbp":
+        if what in ("nbp", "nar"):
             t.add_argument("--eval-every", type=int, default=250,
                            help="steps between sample probes: 4 clips per class, per-frame class accuracy of the "
-                                "clips, all frames and frame 0 (0 = off)")
+                                "clips, all frames and frame 0 (0 = off)" + ("; with --video" if what == "nar" else ""))
         if what == "mar":
             t.add_argument("--size", choices=("target", "draft"), default="target",
                            help="the target model or the small CSpD draft model")
@@ -524,17 +526,21 @@ def run_train(args: argparse.Namespace) -> None:
                   first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
                   evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, init_from=args.init_from)
     elif args.what == "nar":
+        from vgen.training.clip_codes import ClipRecipe, clip_probe
         from vgen.training.nar import SHAPES_VIDEO_NAR, VIDEO_NAR_RECIPES, NARRecipe, train_nar, train_video_nar
 
-        recipe = NARRecipe(num_items=args.num_images, batch_size=args.batch_size)
         train = TrainConfig(**common, ema_decay=0.999)
         if args.video:
             clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
-            train_video_nar(args.run_dir, args.tokenizer, args.data_dir, train, recipe,
+            train_video_nar(args.run_dir, args.tokenizer, args.data_dir, train,
+                            ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
+                                       time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
                             VIDEO_NAR_RECIPES.get(clips, SHAPES_VIDEO_NAR), clips, max_minutes=args.max_minutes,
-                            init_from=args.init_from)
+                            init_from=args.init_from,
+                            evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None)
         else:
-            train_nar(args.run_dir, args.tokenizer, args.data_dir, train, recipe, max_minutes=args.max_minutes,
+            train_nar(args.run_dir, args.tokenizer, args.data_dir, train,
+                      NARRecipe(num_items=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes,
                       init_from=args.init_from)
     elif args.what == "blockdiff":
         from vgen.training.blockdiff import BlockDiffRecipe, train_blockdiff

@@ -28,6 +28,7 @@ extra block and the head itself, and the per-frame embedding (zero), keep their 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.training.ar import SHAPES_GPT, cached_codes
-from vgen.training.clip_codes import cached_clip_codes, video_config
+from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, fit_on_codes
 
@@ -60,7 +61,7 @@ VIDEO_NAR_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NAR, SHAPES_CLIPS_64: SHAPES_VID
 
 @dataclass(frozen=True)
 class NARRecipe:
-    num_items: int = 24000  # images, or clips for video
+    num_items: int = 24000  # images
     batch_size: int = 32
 
 
@@ -118,12 +119,14 @@ def train_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
 
 
 def train_video_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
-                    recipe: NARRecipe = NARRecipe(num_items=4000, batch_size=16),
-                    config: NARConfig = SHAPES_VIDEO_NAR, clips: ClipsConfig = SHAPES_CLIPS,
-                    max_minutes: float | None = None, init_from: str | Path | None = None) -> NARTransformer:
-    """Train (or resume) a video NAR run on per-frame codes of the clips; the EMA model goes to ``run_dir/export``."""
-    run_dir = Path(run_dir)
+                    recipe: ClipRecipe = CLIP_RECIPE, config: NARConfig = SHAPES_VIDEO_NAR,
+                    clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None,
+                    init_from: str | Path | None = None,
+                    evaluate: Callable[[torch.nn.Module], dict] | None = None) -> NARTransformer:
+    """Train (or resume) a video NAR run on per-frame codes of the clips as NBP's runs do (:func:`fit_on_clips`:
+    clips also played backwards, ``evaluate`` such as a :func:`clip_probe` every ``recipe.eval_every`` steps); the
+    EMA model goes to ``run_dir/export``."""
     model = NARTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
-    _initialise(model, run_dir, init_from)
-    codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_items, run_dir, clips)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes)
+    _initialise(model, Path(run_dir), init_from)
+    return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes,
+                        evaluate=evaluate)
