@@ -7,6 +7,7 @@
 
     python benchmarks/blockdiff_class.py --model shapes-blockdiff --cfg 1 3 6
     python benchmarks/blockdiff_class.py --weights ~/.cache/vgen/runs/shapes-blockdiff/export --cfg
+    python benchmarks/blockdiff_class.py --model <latent pipeline> --weights <run>/export --data-dir <64-px clips>
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 import vgen
 from vgen.apps.cli import RUNS
-from vgen.data.clips import SHAPES_CLIPS, cached_clips
+from vgen.data.clips import cached_clips, recorded_clips_config
 from vgen.eval.drift import class_probabilities
 from vgen.hub import from_pretrained
 from vgen.training.blockdiff import clips_to_tensor
@@ -48,7 +49,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="shapes-blockdiff", help="streaming pipeline (embedded name or folder)")
     p.add_argument("--weights", default=None, help="a block-diffusion model folder to use instead (a run's export)")
-    p.add_argument("--data-dir", default=str(RUNS / "clips"), help="the rendered training clips")
+    p.add_argument("--data-dir", default=str(RUNS / "clips"),
+                   help="the rendered training clips (of the model's geometry: 64-px clips for a latent model)")
     p.add_argument("--cfg", type=float, nargs="*", default=[1.0, 3.0, 6.0], help="CFG scales to sample at")
     p.add_argument("--levels", type=float, nargs="+", default=[0.5, 0.8, 0.95])
     p.add_argument("--threads", type=int, default=1)
@@ -64,8 +66,10 @@ def main() -> None:
         videos = pipe(ids, num_frames=16, seed=0, cfg_scale=cfg).videos
         predicted = class_probabilities(videos.reshape(-1, *videos.shape[2:])).argmax(-1).reshape(len(ids), -1)
         figures["class_accuracy_by_cfg"][cfg] = float((predicted == np.array(ids)[:, None]).mean())
-    clips, labels = cached_clips(args.data_dir, "train", 4032, SHAPES_CLIPS)
+    clips, labels = cached_clips(args.data_dir, "train", 4032, recorded_clips_config(args.data_dir))
     frames = clips_to_tensor(np.asarray(clips[4000:4032])[:, :model.config.train_frames])
+    if pipe.tokenizer is not None:  # a latent model denoises the tokenizer's latent frames
+        frames = pipe.tokenizer.float().encode_frames(frames)
     figures["first_block_mse"] = class_gap(model, frames, torch.from_numpy(np.asarray(labels[4000:4032])),
                                            args.levels)
     print(json.dumps(figures, indent=1))

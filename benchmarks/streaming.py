@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     pipe = vgen.load(args.model)
     trained = pipe.model.config.train_frames
-    clips = ClipsConfig(num_frames=WINDOW, frame_size=pipe.model.config.frame_size)
+    # real clips of WINDOW frames, drawn like the ones the model learnt from where the pipeline records them
+    clips = (ClipsConfig(**{**pipe.info.data, "num_frames": WINDOW}) if pipe.info.data
+             else ClipsConfig(num_frames=WINDOW, frame_size=pipe.info.image_size))
     real, _ = cached_clips(args.data_dir, "val", 2 * args.real, clips)
     real = np.asarray(real)
     n_all = args.videos * (args.frames // WINDOW)

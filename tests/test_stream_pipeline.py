@@ -1,14 +1,19 @@
 """The streaming pipeline: loads from a folder like every pipeline, yields a video block by block, and takes its
-recommended settings from the folder with per-call overrides."""
+recommended settings from the folder with per-call overrides. A latent model travels with its KL tokenizer,
+which decodes every block to pixels."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import vgen
-from vgen.samplers.streaming import StreamControl
+from vgen.models.blockdiff import BlockDiffConfig
+from vgen.pipelines import PipelineInfo
+from vgen.samplers.streaming import BlockStreamer, StreamControl
 from vgen.stream_pipeline import StreamPipeline
+from vgen.tokenizers.kl import KLConfig, KLTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +60,28 @@ def test_unknown_options_and_defaults_are_rejected(pipe) -> None:
         StreamPipeline(pipe.model, type(pipe.info)(name="x", image_size=16, defaults={"top_k": 3}))
     with pytest.raises(ValueError, match="frame size"):
         StreamPipeline(pipe.model, type(pipe.info)(name="x", image_size=32))
+
+
+def test_a_latent_pipeline_decodes_every_block_with_its_tokenizer(tmp_path, tiny_blockdiff_factory) -> None:
+    torch.manual_seed(0)
+    kl = KLTokenizer(KLConfig(block_out_channels=(8, 8), norm_num_groups=4, image_size=16, latent_channels=2))
+    latent = BlockDiffConfig(frame_size=8, channels=2, patch_size=2, frames_per_block=2, train_frames=8, dim=48,
+                             n_layer=2, n_head=4, num_classes=3)
+    model = tiny_blockdiff_factory(latent)
+    info = PipelineInfo(name="latent", image_size=16, class_names=["a", "b", "c"],
+                        defaults={"steps": 2, "first_steps": 2, "sink_frames": 2, "window_frames": 4})
+    folder = StreamPipeline(model, info, kl).save_pretrained(tmp_path / "latent")
+    assert (folder / "kl").is_dir() and (folder / "blockdiff").is_dir()
+    pipe = vgen.load(folder)
+    assert isinstance(pipe.tokenizer, KLTokenizer) and pipe.tokenizer.config == kl.config
+    out = pipe([0, 2], num_frames=5, seed=1)
+    assert out.videos.shape == (2, 5, 16, 16, 3)  # pixels: the tokenizer's 16-px frames of 8 x 8 latents
+    streamer = BlockStreamer(model, pipe.stream_config(), kl.eval().decode_frames)
+    expected = np.concatenate([b.frames for b in streamer.stream([0, 2], 5, seed=1)], axis=1)
+    assert np.abs(out.videos.astype(int) - expected.astype(int)).max() <= 1
+    with pytest.raises(ValueError, match=r"latent frames \(8 x 8 x 2\) are not the model's \(8 x 8 x 3\)"):
+        StreamPipeline(tiny_blockdiff_factory(BlockDiffConfig(frame_size=8, channels=3, patch_size=2,
+                                                              frames_per_block=2, train_frames=8, dim=48, n_layer=2,
+                                                              n_head=4, num_classes=3)), info, kl)
+    with pytest.raises(ValueError, match="frame size 8 does not match the model's 16"):
+        StreamPipeline(model, PipelineInfo(name="x", image_size=8), kl)

@@ -248,10 +248,11 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
         info = PipelineInfo(**meta)
     except (json.JSONDecodeError, TypeError) as e:
         raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
-    if (path / "blockdiff").is_dir():  # a streaming block-diffusion pipeline: no tokenizer, no sampler
+    if (path / "blockdiff").is_dir():  # a streaming block-diffusion pipeline: no sampler, a tokenizer if latent
         from vgen.stream_pipeline import StreamPipeline
 
-        return StreamPipeline(from_pretrained(path / "blockdiff"), info).to(device, dtype)
+        kl = from_pretrained(path / "kl") if (path / "kl").is_dir() else None
+        return StreamPipeline(from_pretrained(path / "blockdiff"), info, kl).to(device, dtype)
     head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
     tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
     model = from_pretrained(path / "gpt")

@@ -1,6 +1,7 @@
 """The streaming video pipeline: a block-diffusion model (``blockdiff/`` in a pipeline folder) behind
 ``pipe.stream(...)``, which yields each block's frames as soon as they are denoised, and ``pipe(...)`` for whole
-clips. The folder's ``pipeline.json`` ``defaults`` hold the recommended :class:`StreamConfig` settings.
+clips. The folder's ``pipeline.json`` ``defaults`` hold the recommended :class:`StreamConfig` settings. A model
+that denoises a KL tokenizer's latent frames has that tokenizer beside it (``kl/``), which decodes each block.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from vgen.hub import save_pretrained
 from vgen.models.blockdiff import BlockDiffusionTransformer
 from vgen.pipelines import PIPELINE_CONFIG, PipelineInfo
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, StreamControl, StreamProfile
+from vgen.tokenizers.kl import KLTokenizer
 
 MODEL_FOLDER = "blockdiff"
+TOKENIZER_FOLDER = "kl"
 STREAM_OPTIONS = tuple(f.name for f in fields(StreamConfig))
 
 
@@ -35,13 +38,24 @@ class StreamOutput:
 class StreamPipeline:
     """Class-conditional video streaming of unbounded length from a block-diffusion model."""
 
-    def __init__(self, model: BlockDiffusionTransformer, info: PipelineInfo) -> None:
-        if info.image_size != model.config.frame_size:
-            raise ValueError(f"frame size {info.image_size} does not match the model's {model.config.frame_size}")
+    def __init__(self, model: BlockDiffusionTransformer, info: PipelineInfo,
+                 tokenizer: KLTokenizer | None = None) -> None:
+        c = model.config
+        if tokenizer is not None and (tokenizer.grid_size, tokenizer.config.latent_channels) != (c.frame_size,
+                                                                                                 c.channels):
+            raise ValueError(f"the tokenizer's latent frames ({tokenizer.grid_size} x {tokenizer.grid_size} x "
+                             f"{tokenizer.config.latent_channels}) are not the model's ({c.frame_size} x "
+                             f"{c.frame_size} x {c.channels})")
+        if tokenizer is None and c.channels != 3:
+            raise ValueError(f"the model denoises {c.channels}-channel latent frames: it needs its KL tokenizer")
+        size = c.frame_size if tokenizer is None else tokenizer.config.image_size
+        if info.image_size != size:
+            raise ValueError(f"frame size {info.image_size} does not match the model's {size}")
         unknown = set(info.defaults) - set(STREAM_OPTIONS)
         if unknown:
             raise ValueError(f"unknown stream defaults {sorted(unknown)}; known: {list(STREAM_OPTIONS)}")
         self.model, self.info = model.eval(), info
+        self.tokenizer = None if tokenizer is None else tokenizer.eval()
 
     @property
     def num_classes(self) -> int:
@@ -57,6 +71,8 @@ class StreamPipeline:
 
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> StreamPipeline:
         self.model.to(device=device, dtype=dtype)
+        if self.tokenizer is not None:
+            self.tokenizer.to(device=device, dtype=dtype)
         return self
 
     def class_name(self, class_id: int) -> str:
@@ -76,7 +92,8 @@ class StreamPipeline:
                       **options) -> Iterator[StreamBlock]:
         """Every block of ``len(class_ids)`` streams with their timing (see :class:`StreamBlock`)."""
         ids = [class_ids] if isinstance(class_ids, int) else list(class_ids)
-        streamer = BlockStreamer(self.model, self.stream_config(**options))
+        streamer = BlockStreamer(self.model, self.stream_config(**options),
+                                 None if self.tokenizer is None else self.tokenizer.decode_frames)
         return streamer.stream(ids, num_frames, seed=seed, control=control, progress=progress)
 
     def stream(self, class_id: int = 0, num_frames: int = 16, *, seed: int | None = 0,
@@ -101,6 +118,8 @@ class StreamPipeline:
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
         path = Path(path)
         save_pretrained(self.model, path / MODEL_FOLDER, dtype=dtype)
+        if self.tokenizer is not None:
+            save_pretrained(self.tokenizer, path / TOKENIZER_FOLDER, dtype=dtype)
         (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
         return path
 

@@ -113,6 +113,31 @@ def test_package_writes_a_streaming_pipeline_from_a_block_diffusion_export(tiny_
     assert bad == 2 and "exceed the 8 frames" in capsys.readouterr().err
 
 
+def test_package_puts_a_latent_models_kl_tokenizer_beside_it(tiny_blockdiff_factory, tmp_path, capsys) -> None:
+    import vgen
+    from vgen.hub import save_pretrained
+    from vgen.models.blockdiff import BlockDiffConfig
+    from vgen.tokenizers.kl import KLConfig, KLTokenizer
+    from vgen.tokenizers.vq import VQConfig, VQModel
+
+    latent = BlockDiffConfig(frame_size=8, channels=2, patch_size=2, frames_per_block=2, train_frames=8, dim=48,
+                             n_layer=2, n_head=4, num_classes=3)
+    save_pretrained(tiny_blockdiff_factory(latent), tmp_path / "export")
+    save_pretrained(KLTokenizer(KLConfig(block_out_channels=(8, 8), norm_num_groups=4, image_size=16,
+                                         latent_channels=2)), tmp_path / "kl")
+    args = ["train", "package", "--gpt", str(tmp_path / "export"), "--name", "latent",
+            "--stream-defaults", '{"sink_frames": 2, "window_frames": 4}']
+    assert main([*args, "--vq", str(tmp_path / "kl"), "--out", str(tmp_path / "pipe")]) == 0
+    pipe = vgen.load(tmp_path / "pipe")
+    assert pipe.info.image_size == 16 and pipe(0, num_frames=2, seed=0).videos.shape == (1, 2, 16, 16, 3)
+    save_pretrained(VQModel(VQConfig(codebook_size=8, codebook_embed_dim=4, ch=8, ch_mult=(1, 2), z_channels=4,
+                                     num_res_blocks=1, norm_groups=4)), tmp_path / "vq")
+    assert main([*args, "--vq", str(tmp_path / "vq"), "--out", str(tmp_path / "p2")]) == 2
+    assert "holds a VQModel; a block-diffusion pipeline takes the KL tokenizer" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "p3")]) == 2  # latent frames without their decoder
+    assert "denoises 2-channel latent frames: it needs its KL tokenizer" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", [["sample"], ["quality", "--num-images", "1"],
                                      ["bench", "--num-samples", "2", "--num-real", "2", "--out", "bench-out"]])
 def test_image_commands_refuse_a_streaming_model_by_name(tiny_stream_pipeline_dir, tmp_path, command,

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from vgen.models.blockdiff import BlockDiffConfig
 from vgen.samplers.streaming import BlockStreamer, StreamConfig, StreamControl, flow_sigmas
 
 
@@ -25,14 +26,16 @@ def test_flow_sigmas_run_from_one_to_zero_and_shift_spends_steps_at_high_noise()
         flow_sigmas(0, 1.0)
 
 
-def reference_stream(model, class_ids: list[int], num_blocks: int, config: StreamConfig, seed: int) -> torch.Tensor:
-    """Denoise each block with the whole-clip pass over [clean past frames, the noisy block] (no cache)."""
+def reference_stream(model, class_ids: list[int], num_blocks: int, config: StreamConfig, seed: int,
+                     clamp: bool = True) -> torch.Tensor:
+    """Denoise each block with the whole-clip pass over [clean past frames, the noisy block] (no cache); pixel
+    blocks are clamped to [-1, 1] (``clamp``), latent blocks are not."""
     g = torch.Generator().manual_seed(seed)
-    fpb, size = model.frames_per_block, model.config.frame_size
+    fpb, size, channels = model.frames_per_block, model.config.frame_size, model.config.channels
     labels = torch.tensor(class_ids)
-    past = torch.zeros(len(labels), 0, size, size, 3)
+    past = torch.zeros(len(labels), 0, size, size, channels)
     for k in range(num_blocks):
-        x = torch.randn(len(labels), fpb, size, size, 3, generator=g)
+        x = torch.randn(len(labels), fpb, size, size, channels, generator=g)
         sigmas = flow_sigmas(config.first_steps if k == 0 else config.steps, config.shift).tolist()
         for s, s_next in zip(sigmas[:-1], sigmas[1:]):
             sigma = torch.cat([torch.zeros(len(labels), k), torch.full((len(labels), 1), s)], dim=1)
@@ -42,7 +45,7 @@ def reference_stream(model, class_ids: list[int], num_blocks: int, config: Strea
                 v_u = model(clip, sigma, model.null_condition(labels))[:, -fpb:]
                 v = v_u + config.cfg_scale * (v - v_u)
             x = x + (s_next - s) * v
-        past = torch.cat([past, x.clamp(-1, 1)], dim=1)
+        past = torch.cat([past, x.clamp(-1, 1) if clamp else x], dim=1)
     return past
 
 
@@ -55,6 +58,28 @@ def test_stream_equals_denoising_against_the_whole_clip(tiny_blockdiff, cfg_scal
     want = reference_stream(tiny_blockdiff, [0, 2], 4, config, seed=3)
     want_u8 = (want * 127.5 + 128.0).clamp(0, 255).to(torch.uint8)
     assert (got.int() - want_u8.int()).abs().max() <= 1  # one uint8 level of float rounding at most
+
+
+def test_a_latent_stream_is_the_unclamped_stream_decoded_block_by_block(tiny_blockdiff_factory) -> None:
+    """A model of latent frames (2 channels here) keeps its blocks unclamped in the cache, and each block is decoded
+    once, in order, before it is yielded: pixels of the decoder's size."""
+    model = tiny_blockdiff_factory(BlockDiffConfig(frame_size=8, channels=2, patch_size=2, frames_per_block=2,
+                                                   train_frames=8, dim=48, n_layer=2, n_head=4, num_classes=3))
+    decoded = []
+
+    def decode(latents: torch.Tensor) -> torch.Tensor:  # [B, F, 8, 8, 2] -> [B, F, 16, 16, 3] in [-1, 1]
+        decoded.append(latents.shape[1])
+        pixels = torch.cat([latents, latents[..., :1]], dim=-1).tanh()
+        return pixels.repeat_interleave(2, dim=2).repeat_interleave(2, dim=3)
+
+    config = StreamConfig(steps=2, first_steps=3, cfg_scale=2.0, sink_frames=0, window_frames=6)
+    blocks = list(BlockStreamer(model, config, decode).stream([0, 2], num_frames=7, seed=3))
+    assert decoded == [2, 2, 2, 1] and [b.frames.shape for b in blocks] == [(2, 2, 16, 16, 3)] * 3 + [(2, 1, 16, 16, 3)]
+    want = reference_stream(model, [0, 2], 4, config, seed=3, clamp=False)[:, :7]
+    assert want.abs().max() > 1  # unclamped latents: a clamp anywhere would change the stream
+    want_u8 = (decode(want) * 127.5 + 128.0).clamp(0, 255).to(torch.uint8)
+    got = torch.from_numpy(np.concatenate([b.frames for b in blocks], axis=1))
+    assert (got.int() - want_u8.int()).abs().max() <= 1
 
 
 def _recording(cache):

@@ -37,3 +37,20 @@ def test_bad_configs_and_token_shapes_are_refused():
         KLConfig(block_out_channels=(8, 8, 8), norm_num_groups=4, image_size=18)
     with pytest.raises(ValueError, match=r"expected tokens \[B, 64, 3\]"):
         KLTokenizer(TOY).decode(torch.zeros(1, 63, 3))
+
+
+def test_latent_frames_are_the_tokens_of_each_frame_channel_last():
+    """A clip [B, T, S, S, 3] goes to latent frames [B, T, h, w, C] and back, frame by frame, as encode / decode
+    do for one image."""
+    torch.manual_seed(0)
+    tok = KLTokenizer(TOY).eval()
+    clip = torch.rand(2, 3, 16, 16, 3) * 2 - 1
+    latents = tok.encode_frames(clip)
+    assert latents.shape == (2, 3, 8, 8, 3)
+    frame = clip[1, 2].permute(2, 0, 1)[None]  # batch 1, frame 2 as an image [1, 3, S, S]
+    assert torch.allclose(latents[1, 2].reshape(64, 3), tok.encode(frame)[0], atol=1e-6)
+    decoded = tok.decode_frames(latents)
+    assert decoded.shape == clip.shape
+    assert torch.allclose(decoded[1, 2], tok.decode(tok.encode(frame))[0].permute(1, 2, 0), atol=1e-5)
+    with pytest.raises(ValueError, match=r"expected frames \[..., 16, 16, 3\]"):
+        tok.encode_frames(torch.zeros(1, 2, 32, 32, 3))

@@ -1,17 +1,30 @@
 """Block-diffusion training: the diffusion-forcing loss ignores clean blocks and is the velocity error on the
-others; augmentation keeps clips valid; a tiny run lowers the loss, resumes and exports a loadable model."""
+others; augmentation and windows keep clips valid; a tiny run lowers the loss, resumes and exports a loadable
+model; a latent run learns the KL tokenizer's latent frames, and its video model starts from its image model."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
 from vgen.data.clips import ClipsConfig
-from vgen.hub import from_pretrained
+from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
-from vgen.training.blockdiff import BlockDiffRecipe, augment, diffusion_forcing_loss, train_blockdiff
+from vgen.tokenizers.kl import KLConfig, KLTokenizer
+from vgen.training.blockdiff import (
+    BlockDiffRecipe,
+    augment,
+    check_latent_fit,
+    clips_to_tensor,
+    diffusion_forcing_loss,
+    random_windows,
+    start_from,
+    train_blockdiff,
+)
 from vgen.training.trainer import TrainConfig
 
 TOY = BlockDiffConfig(frame_size=16, patch_size=4, frames_per_block=2, train_frames=4, dim=32, n_layer=1, n_head=2)
@@ -40,6 +53,75 @@ def test_augment_flips_space_and_time_and_keeps_every_clip_intact() -> None:
         assert any(torch.equal(b, c) for c in (a, a.flip(2), a.flip(0), a.flip(0).flip(2)))
     changed = sum(not torch.equal(a, b) for a, b in zip(clips, out))
     assert 32 < changed < 64  # about three quarters are flipped one way or the other
+
+
+def test_a_lone_block_is_never_clean() -> None:
+    """With one block per clip (the single-frame image recipe) a clean block would carry no loss and be context
+    for nothing, so every block is noisy whatever clean_prob says."""
+    model = BlockDiffusionTransformer(replace(TOY, frames_per_block=1, train_frames=1))
+    loss, metrics = diffusion_forcing_loss(model, torch.rand(4, 1, 16, 16, 3), torch.tensor([0, 1, 2, 3]), 1.0)
+    assert metrics["noisy_frac"] == 1.0 and loss.item() > 0
+
+
+def test_latents_are_only_reversed_in_time_never_flipped() -> None:
+    torch.manual_seed(0)
+    clips = torch.rand(64, 4, 16, 16, 3)
+    out = augment(clips, flip=False)
+    assert all(torch.equal(b, a) or torch.equal(b, a.flip(0)) for a, b in zip(clips, out))
+    assert 16 < sum(not torch.equal(a, b) for a, b in zip(clips, out)) < 48
+
+
+def test_windows_are_consecutive_frames_from_every_start() -> None:
+    torch.manual_seed(0)
+    clips = torch.arange(200 * 8).reshape(200, 8).float()[:, :, None]  # frame values tell their index
+    windows = random_windows(clips, 3)
+    assert windows.shape == (200, 3, 1)
+    starts = windows[:, 0, 0] - clips[:, 0, 0]
+    assert torch.equal(windows[:, :, 0] - clips[:, :1, 0], starts[:, None] + torch.arange(3))
+    assert set(starts.long().tolist()) == set(range(6))  # starts 0 .. 8 - 3
+    assert torch.equal(random_windows(clips, 8), clips)
+
+
+TINY_KL = KLConfig(block_out_channels=(8, 8), norm_num_groups=4, image_size=16, latent_channels=2)
+LATENT = BlockDiffConfig(frame_size=8, channels=2, patch_size=2, frames_per_block=2, train_frames=4, dim=32,
+                         n_layer=1, n_head=2)
+
+
+def test_a_latent_run_learns_the_tokenizers_latent_frames_and_the_video_run_starts_from_the_image_run(
+        tmp_path) -> None:
+    torch.manual_seed(0)
+    kl_dir = save_pretrained(KLTokenizer(TINY_KL), tmp_path / "kl")
+    clips, data = ClipsConfig(num_frames=4, frame_size=16, supersample=1, min_scale=0.35, max_scale=0.5), tmp_path / "d"
+    train = TrainConfig(steps=4, lr=1e-3, warmup_steps=1, log_every=2, bf16=False)
+    recipe = BlockDiffRecipe(num_clips=8, batch_size=4)
+    image = train_blockdiff(tmp_path / "image", data, train, recipe, replace(LATENT, frames_per_block=1,
+                                                                             train_frames=1), clips,
+                            tokenizer_dir=kl_dir)
+    latents = np.load(tmp_path / "image" / "train_clip_latents_8.npy")
+    videos = np.load(data / "train_clips.npy")[:8]
+    kl = from_pretrained(kl_dir).eval()
+    assert latents.shape == (8, 4, 8, 8, 2) and latents.dtype == np.float16
+    np.testing.assert_allclose(latents[3], kl.encode_frames(clips_to_tensor(videos[3])).numpy(), atol=2e-3)
+
+    started = BlockDiffusionTransformer(LATENT)
+    start_from(started, tmp_path / "image" / "export")
+    assert all(torch.equal(a, b) for a, b in zip(started.state_dict().values(), image.state_dict().values()))
+    video = train_blockdiff(tmp_path / "video", data, replace(train, steps=2), recipe, LATENT, clips,
+                            tokenizer_dir=kl_dir, init_from=tmp_path / "image" / "export")
+    assert video.config == LATENT and json.loads((tmp_path / "video" / "state.json").read_text())["step"] == 2
+    with pytest.raises(CheckpointError, match="does not match"):
+        start_from(BlockDiffusionTransformer(replace(LATENT, dim=48, n_head=4)), tmp_path / "image" / "export")
+    with pytest.raises(CheckpointError, match="not a block-diffusion model"):
+        start_from(started, kl_dir)
+
+
+def test_a_latent_model_must_fit_the_tokenizer_and_the_clips() -> None:
+    kl, clips = KLTokenizer(TINY_KL), ClipsConfig(num_frames=4, frame_size=16)
+    check_latent_fit(LATENT, kl, clips)
+    with pytest.raises(ValueError, match="takes 16-px frames, the clips have 32 px"):
+        check_latent_fit(LATENT, kl, ClipsConfig(num_frames=4, frame_size=32))
+    with pytest.raises(ValueError, match=r"latent frames \(8 x 8 x 2\) are not the model's \(8 x 8 x 4\)"):
+        check_latent_fit(replace(LATENT, channels=4), kl, clips)
 
 
 @pytest.mark.slow

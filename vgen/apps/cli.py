@@ -298,6 +298,16 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                                 "further, or from a discrete AR pipeline folder (gpt/ and vq/, e.g. "
                                 "vgen/assets/shapes-c2i): its trunk carries over and the token MLP is fitted to its "
                                 "embeddings of the same images' VQ codes")
+        if what == "blockdiff":
+            t.add_argument("--tokenizer", default=None,
+                           help="a KL tokenizer folder (e.g. vgen/assets/shapes-c2i-continuous/kl): denoise its "
+                                "latent frames of the clips (the latent recipe, with --clips 64px) instead of pixels")
+            t.add_argument("--image", action="store_true",
+                           help="with --tokenizer: train the latent recipe's transformer on single frames (a "
+                                "class-conditional image diffusion model), to --init-from the video run")
+            t.add_argument("--init-from", default=None,
+                           help="start a new run from a block-diffusion export of the same transformer (e.g. the "
+                                "--image run's)")
         if what == "frame-tokenizer":
             t.add_argument("--encoder", choices=ENCODER_KINDS, default=None,
                            help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
@@ -322,12 +332,14 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                            help="positions: grid (rotary over frames, rows and columns) or spatial (each frame's "
                                 "rows and columns, as an image model of the frame grid, and a learned per-frame "
                                 "embedding: needed to start from an image model); default: the recipe's")
-        if what in ("nbp", "nar"):
+        if what in ("nbp", "nar", "blockdiff"):
             t.add_argument("--clips", choices=sorted(CLIP_PRESETS), default=None,
                            help="clip geometry to render --data-dir with (32px: 16 frames of 32 x 32; 64px: 8 "
-                                "frames of 64 x 64 in the image tokenizer's codes, whose recipe starts from the "
-                                "image model: --init-from vgen/assets/shapes-c2i/gpt for nbp, shapes-nar/gpt for "
-                                "nar --video); default: what the folder records, else 32px")
+                                "frames of 64 x 64, the image models' frames, "
+                                + ("in the KL tokenizer's latents" if what == "blockdiff" else
+                                   "in the image tokenizer's codes, whose recipe starts from the image model: "
+                                   "--init-from vgen/assets/shapes-c2i/gpt for nbp, shapes-nar/gpt for nar --video")
+                                + "); default: what the folder records, else 32px")
         if what in ("ar", "nar"):
             t.add_argument("--video", action="store_true",
                            help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame "
@@ -382,8 +394,9 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t = tsub.add_parser("package", help="assemble trained models into a pipeline folder (e.g. vgen/assets/...)")
     t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/), or a block-diffusion "
                                                 "model folder for a streaming pipeline")
-    t.add_argument("--vq", default=None, help="trained tokenizer folder (VQ, or KL for a continuous model; a "
-                                              "block-diffusion model has none)")
+    t.add_argument("--vq", default=None, help="trained tokenizer folder (VQ, or KL for a continuous model or a "
+                                              "latent block-diffusion model; a pixel block-diffusion model has "
+                                              "none)")
     t.add_argument("--drafter", default=None,
                    help="trained draft head folder, or draft model folder for a continuous model (optional)")
     t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
@@ -410,7 +423,7 @@ def run_package(args: argparse.Namespace) -> None:
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
     gpt = from_pretrained(args.gpt)
-    if hasattr(gpt, "forward_block"):  # a block-diffusion model: a streaming pipeline, no tokenizer
+    if hasattr(gpt, "forward_block"):  # a block-diffusion model: a streaming pipeline
         return package_stream(args, gpt)
     if args.vq is None:
         raise UsageError("--vq is required for a token model")
@@ -438,22 +451,37 @@ def run_package(args: argparse.Namespace) -> None:
 
 
 def package_stream(args: argparse.Namespace, model) -> None:
-    """Write a streaming pipeline folder: ``blockdiff/`` + ``pipeline.json`` with the recommended settings."""
+    """Write a streaming pipeline folder: ``blockdiff/`` (and ``kl/`` for a latent model) + ``pipeline.json`` with
+    the recommended settings."""
+    from dataclasses import asdict
+
     import torch
 
     from vgen.data.shapes import CLASS_NAMES
     from vgen.pipelines import PipelineInfo
     from vgen.stream_pipeline import StreamPipeline
 
-    if args.vq or args.drafter:
-        raise UsageError("a block-diffusion pipeline takes no --vq or --drafter")
+    if args.drafter:
+        raise UsageError("a block-diffusion pipeline takes no --drafter")
+    tokenizer = None
+    if args.vq:  # a model of latent frames: its KL tokenizer decodes them
+        from vgen.hub import from_pretrained
+        from vgen.tokenizers.kl import KLTokenizer
+
+        tokenizer = from_pretrained(args.vq)
+        if not isinstance(tokenizer, KLTokenizer):
+            raise UsageError(f"--vq {args.vq} holds a {type(tokenizer).__name__}; a block-diffusion pipeline takes "
+                             f"the KL tokenizer of a latent model, or none for a pixel model")
     try:
         defaults = json.loads(args.stream_defaults) if args.stream_defaults else {}
     except json.JSONDecodeError as e:
         raise UsageError(f"--stream-defaults is not valid JSON: {e}") from None
-    info = PipelineInfo(name=args.name, image_size=model.config.frame_size, class_names=list(CLASS_NAMES),
-                        defaults=defaults)
-    pipe = StreamPipeline(model, info)
+    size = model.config.frame_size if tokenizer is None else tokenizer.config.image_size
+    # the clips the model learnt from (benchmarks/streaming.py renders real clips like them)
+    data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
+    info = PipelineInfo(name=args.name, image_size=size, class_names=list(CLASS_NAMES), defaults=defaults,
+                        data=data)
+    pipe = StreamPipeline(model, info, tokenizer)
     pipe.stream_config().policy(model.frames_per_block, model.config.train_frames)  # the defaults must fit
     pipe.save_pretrained(args.out, dtype=getattr(torch, DTYPES[args.dtype]))
     print(f"wrote streaming pipeline {args.name} to {args.out}")
@@ -543,11 +571,22 @@ def run_train(args: argparse.Namespace) -> None:
                       NARRecipe(num_items=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes,
                       init_from=args.init_from)
     elif args.what == "blockdiff":
-        from vgen.training.blockdiff import BlockDiffRecipe, train_blockdiff
+        from vgen.training.blockdiff import (
+            SHAPES_BLOCKDIFF,
+            SHAPES_LATENT_BLOCKDIFF,
+            SHAPES_LATENT_IMAGE_DIFF,
+            BlockDiffRecipe,
+            train_blockdiff,
+        )
 
+        if args.image and args.tokenizer is None:
+            raise UsageError("--image trains the latent recipe on single frames: give the KL --tokenizer")
+        config = (SHAPES_BLOCKDIFF if args.tokenizer is None
+                  else SHAPES_LATENT_IMAGE_DIFF if args.image else SHAPES_LATENT_BLOCKDIFF)
+        clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
         train_blockdiff(args.run_dir, args.data_dir, TrainConfig(**common, ema_decay=0.999),
-                        BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size),
-                        max_minutes=args.max_minutes)
+                        BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size), config, clips,
+                        max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from)
     elif args.what == "video-classifier":
         from vgen.training.video_classifier import VideoClassifierRecipe, train_video_classifier
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -194,10 +194,14 @@ def resident_memory_mb() -> float:
 
 
 class BlockStreamer:
-    """Generates a stream from a :class:`BlockDiffusionTransformer` under a :class:`StreamConfig`."""
+    """Generates a stream from a :class:`BlockDiffusionTransformer` under a :class:`StreamConfig`. A model in a
+    tokenizer's latent space comes with ``decode`` (latent frames [B, F, h, w, C] -> frames [B, F, S, S, 3] in
+    [-1, 1], e.g. :meth:`~vgen.tokenizers.kl.KLTokenizer.decode_frames`), run on each block before it is yielded;
+    a pixel-space model's blocks are clamped to [-1, 1] instead."""
 
-    def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig = StreamConfig()) -> None:
-        self.model, self.config = model.eval(), config
+    def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig = StreamConfig(),
+                 decode: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        self.model, self.config, self.decode = model.eval(), config, decode
         self.policy = config.policy(model.frames_per_block, model.config.train_frames)
 
     @property
@@ -261,10 +265,11 @@ class BlockStreamer:
                                 device=device)
                 for s, s_next in zip(sigmas[:-1], sigmas[1:]):
                     x = x + (s_next - s) * self._velocity(x, s, cond, context)
-                clean = x.clamp(-1.0, 1.0)
+                clean = x if self.decode is not None else x.clamp(-1.0, 1.0)
                 self._write_block(cache, clean, cond, context, generator, resident_frames, resident_classes)
+                shown = clean[:, :min(fpb, num_frames - k * fpb)]
+                frames = to_uint8(shown if self.decode is None else self.decode(shown))
                 latency = time.perf_counter() - start
-                frames = to_uint8(clean[:, :min(fpb, num_frames - k * fpb)])
                 bar.update(frames.shape[1])
                 yield StreamBlock(frames, k * fpb, k, labels.tolist(), latency,
                                   None if picked is None else [[cache.bank_ids[i] for i in row]

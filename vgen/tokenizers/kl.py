@@ -93,3 +93,23 @@ class KLTokenizer(nn.Module):
                              f"{tuple(tokens.shape)}")
         latents = (tokens / self.config.latent_scale).transpose(1, 2).reshape(b, c, side, side)
         return self.decode_latents(latents.to(self.vae.dtype)).float().clamp(-1, 1)
+
+    # -- latent frames: the channel-last layout of video models (a block-diffusion model in latent space) ---------
+    @torch.no_grad()
+    def encode_frames(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames [..., S, S, 3] in [-1, 1] -> latent frames [..., h, w, C]: the same scaled posterior means as
+        :meth:`encode`, one small image per frame."""
+        size, side = self.config.image_size, self.grid_size
+        if tuple(frames.shape[-3:]) != (size, size, 3):
+            raise ValueError(f"expected frames [..., {size}, {size}, 3], got {tuple(frames.shape)}")
+        lead = frames.shape[:-3]
+        images = frames.reshape(-1, size, size, 3).permute(0, 3, 1, 2)
+        return self.encode(images).reshape(*lead, side, side, self.config.latent_channels)
+
+    @torch.no_grad()
+    def decode_frames(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latent frames [..., h, w, C] -> frames [..., S, S, 3] in [-1, 1] (:meth:`decode` per frame)."""
+        lead = latents.shape[:-3]
+        h, w, c = latents.shape[-3:]
+        images = self.decode(latents.reshape(-1, h * w, c))
+        return images.permute(0, 2, 3, 1).reshape(*lead, *images.shape[2:], 3)

@@ -3,26 +3,41 @@
 Diffusion forcing. Every block of a training clip gets its own noise level, so the model learns to denoise a
 block from any mix of clean and noisy context, the clean context that streaming gives it included. A block is
 clean (noise level 0, no loss: there is nothing to predict) with probability ``clean_prob``, otherwise its level
-is uniform in (0, 1). The loss is the mean squared error of the velocity over the noisy blocks.
+is uniform in (0, 1). The loss is the mean squared error of the velocity over the noisy blocks. A window of
+``train_frames`` consecutive frames is cut from each clip at a random start.
 
-Augmentation: a random horizontal flip and a random time reversal per clip (a bouncing, spinning shape played
-backwards is another valid clip of the same class).
+Pixels or latents. The first recipe (``SHAPES_BLOCKDIFF``) denoises 32-px pixels. The latent recipe
+(``SHAPES_LATENT_BLOCKDIFF``, session 22) denoises 64-px clips as the shipped KL tokenizer's 16 x 16 x 4 latent
+frames, 512 tokens a clip of 8 frames (half the pixel recipe's 1,024), decoded per block when streamed; its
+transformer can first learn single frames (``SHAPES_LATENT_IMAGE_DIFF``, a class-conditional image diffusion
+model with the same weights) and start the video run from them (``init_from``), as the video token models start
+from the image model.
+
+Augmentation: a random time reversal per clip (a bouncing, spinning shape played backwards is another valid clip
+of the same class), and for pixels a random horizontal flip (a latent frame flipped is not the latent of the
+flipped frame, so latents are not flipped).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
-from vgen.hub import save_pretrained
+from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
-from vgen.training.trainer import TrainConfig, Trainer, index_batches
+from vgen.tokenizers.kl import KLTokenizer
+from vgen.training.trainer import TrainConfig, Trainer, index_batches, save_array_atomic
 
 SHAPES_BLOCKDIFF = BlockDiffConfig()  # 2-frame blocks of 8 x 8 patches, 16 training frames, dim 192, 4 layers
+# 8 latent frames of 16 x 16 x 4 (64-px clips through shapes-c2i-continuous's KL), 2 x 2 patches: 64 tokens a frame
+SHAPES_LATENT_BLOCKDIFF = BlockDiffConfig(frame_size=16, channels=4, patch_size=2, frames_per_block=2,
+                                          train_frames=8, dim=256, n_layer=6, n_head=8)
+SHAPES_LATENT_IMAGE_DIFF = replace(SHAPES_LATENT_BLOCKDIFF, frames_per_block=1, train_frames=1)
 
 
 @dataclass(frozen=True)
@@ -33,8 +48,8 @@ class BlockDiffRecipe:
 
 
 def clips_to_tensor(clips: np.ndarray) -> torch.Tensor:
-    """uint8 clips [B, T, S, S, 3] -> float in [-1, 1]."""
-    return torch.from_numpy(np.ascontiguousarray(clips)).float().div(127.5).sub(1.0)
+    """uint8 clips [B, T, S, S, 3] -> float in [-1, 1] (a copy: a memory-mapped cache is read-only)."""
+    return torch.from_numpy(np.array(clips, dtype=np.float32)).div_(127.5).sub_(1.0)
 
 
 def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tensor, class_ids: torch.Tensor,
@@ -43,7 +58,8 @@ def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tenso
     b, t = frames.shape[:2]
     blocks = t // model.frames_per_block
     sigma = torch.rand(b, blocks)
-    clean = torch.rand(b, blocks) < clean_prob
+    # a lone block is never clean: it would carry no loss and be context for nothing
+    clean = torch.rand(b, blocks) < (clean_prob if blocks > 1 else 0.0)
     sigma = torch.where(clean, torch.zeros_like(sigma), sigma)
     per_frame = sigma.repeat_interleave(model.frames_per_block, dim=1)[:, :, None, None, None]
     noise = torch.randn_like(frames)
@@ -55,31 +71,84 @@ def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tenso
     return loss, {"noisy_frac": float(weight.mean())}
 
 
-def augment(clips: torch.Tensor) -> torch.Tensor:
-    """Random horizontal flip and time reversal, each per clip with probability 1/2."""
-    flip = torch.rand(len(clips)) < 0.5
+def augment(clips: torch.Tensor, flip: bool = True) -> torch.Tensor:
+    """Random time reversal and (with ``flip``) horizontal flip, each per clip with probability 1/2."""
+    flipped = torch.rand(len(clips)) < 0.5
     reverse = torch.rand(len(clips)) < 0.5
-    clips = torch.where(flip[:, None, None, None, None], clips.flip(3), clips)
+    if flip:
+        clips = torch.where(flipped[:, None, None, None, None], clips.flip(3), clips)
     return torch.where(reverse[:, None, None, None, None], clips.flip(1), clips)
+
+
+def random_windows(clips: torch.Tensor, length: int) -> torch.Tensor:
+    """A window of ``length`` consecutive frames of each clip [B, T, ...], at a uniformly random start."""
+    starts = torch.randint(0, clips.shape[1] - length + 1, (len(clips),))
+    return torch.stack([clip[s:s + length] for clip, s in zip(clips, starts.tolist())])
+
+
+def cached_clip_latents(kl_dir: str | Path, data_dir: str | Path, count: int, cache_dir: str | Path,
+                        clips: ClipsConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Latent frames [N, T, h, w, C] (float16, the KL tokenizer's scaled posterior means) and labels of the first
+    ``count`` training clips, cached in ``cache_dir``."""
+    path = Path(cache_dir) / f"train_clip_latents_{count}.npy"
+    videos, labels = cached_clips(data_dir, "train", count, clips)
+    if not path.exists():
+        kl = from_pretrained(kl_dir).eval()
+        latents = [kl.encode_frames(clips_to_tensor(videos[i:i + 32])).half().numpy()
+                   for i in tqdm(range(0, count, 32), desc="encode clips", unit="batch")]
+        save_array_atomic(np.concatenate(latents), path)
+    return np.load(path, mmap_mode="r"), np.asarray(labels)
+
+
+def check_latent_fit(config: BlockDiffConfig, kl: KLTokenizer, clips: ClipsConfig) -> None:
+    """A latent model's frames must be the tokenizer's latent frames of the clips' frames."""
+    if kl.config.image_size != clips.frame_size:
+        raise ValueError(f"the tokenizer takes {kl.config.image_size}-px frames, the clips have {clips.frame_size} px")
+    if (config.frame_size, config.channels) != (kl.grid_size, kl.config.latent_channels):
+        raise ValueError(f"the tokenizer's latent frames ({kl.grid_size} x {kl.grid_size} x "
+                         f"{kl.config.latent_channels}) are not the model's ({config.frame_size} x "
+                         f"{config.frame_size} x {config.channels})")
+
+
+def start_from(model: BlockDiffusionTransformer, init_from: str | Path) -> None:
+    """Load a block-diffusion export of the same transformer (e.g. the single-frame image model into the video
+    model: blocks and frames per clip are not weights), or raise :class:`~vgen.hub.CheckpointError`."""
+    source = from_pretrained(init_from)
+    if not isinstance(source, BlockDiffusionTransformer):
+        raise CheckpointError(f"{init_from} holds a {type(source).__name__}, not a block-diffusion model")
+    load_weights(model, source.state_dict(), source=str(init_from))
 
 
 def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfig,
                     recipe: BlockDiffRecipe = BlockDiffRecipe(), config: BlockDiffConfig = SHAPES_BLOCKDIFF,
-                    clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None) -> BlockDiffusionTransformer:
-    """Train (or resume) a block-diffusion run in ``run_dir``; the EMA model is exported to ``run_dir/export``."""
-    if clips.frame_size != config.frame_size or clips.num_frames < config.train_frames:
-        raise ValueError(f"clips of {clips.num_frames} frames of {clips.frame_size} px do not fit a model of "
-                         f"{config.train_frames} frames of {config.frame_size} px")
+                    clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None,
+                    tokenizer_dir: str | Path | None = None,
+                    init_from: str | Path | None = None) -> BlockDiffusionTransformer:
+    """Train (or resume) a block-diffusion run in ``run_dir`` on pixels, or on latent frames of the KL tokenizer in
+    ``tokenizer_dir``; a new run may start from the block-diffusion export ``init_from`` (resumes ignore it). The
+    EMA model is exported to ``run_dir/export``."""
+    if clips.num_frames < config.train_frames:
+        raise ValueError(f"clips of {clips.num_frames} frames do not fit a model of {config.train_frames} frames")
     run_dir = Path(run_dir)
-    videos, labels = cached_clips(data_dir, "train", recipe.num_clips, clips)
+    if tokenizer_dir is None:
+        if clips.frame_size != config.frame_size:
+            raise ValueError(f"clips of {clips.frame_size} px do not fit a pixel model of {config.frame_size} px")
+        videos, labels = cached_clips(data_dir, "train", recipe.num_clips, clips)
+    else:
+        check_latent_fit(config, from_pretrained(tokenizer_dir), clips)
+        videos, labels = cached_clip_latents(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
     labels_t = torch.from_numpy(np.asarray(labels))
     model = BlockDiffusionTransformer(config)
+    if init_from is not None and not (run_dir / "state.json").exists():
+        start_from(model, init_from)
     trainer = Trainer(model, train, run_dir)
     batches = index_batches(len(labels_t), recipe.batch_size, train.seed, trainer.step)
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         order = idx.sort().values.numpy()  # sorted reads from the memory map
-        frames = augment(clips_to_tensor(videos[order][:, :config.train_frames]))
+        frames = (clips_to_tensor(videos[order]) if tokenizer_dir is None
+                  else torch.from_numpy(np.asarray(videos[order], dtype=np.float32)))
+        frames = augment(random_windows(frames, config.train_frames), flip=tokenizer_dir is None)
         return diffusion_forcing_loss(model, frames, labels_t[order], recipe.clean_prob)
 
     trainer.fit(batches, step_fn, max_minutes)
