@@ -92,17 +92,19 @@ def test_the_continuous_default_draws_the_shape_it_is_asked_for():
     assert domain_class_accuracy(pipe, images, (classes + 1) % len(CLASS_NAMES)) <= 0.25
 
 
-def test_the_video_default_is_shipped_small_on_the_image_tokenizer():
-    """shapes-video-nbp: 8 frames of 16 x 16 codes of the shapes-c2i tokenizer (the same file), all of frame 0 token
-    by token and then one row a pass (368 passes against 2,048 tokens)."""
-    assert "shapes-video-nbp" in vgen.available_models()
-    size = sum(f.stat().st_size for f in (ASSETS / "shapes-video-nbp" / "gpt").rglob("*") if f.is_file())
+@pytest.mark.parametrize("name, passes", [("shapes-video-nbp", 368), ("shapes-video-nar", 38)])
+def test_the_video_defaults_are_shipped_small_on_the_image_tokenizer(name, passes):
+    """8 frames of 16 x 16 codes of the shapes-c2i tokenizer (the same file) against 2,048 tokens: shapes-video-nbp
+    draws all of frame 0 token by token and then one row a pass (368 passes), shapes-video-nar one 3-D diagonal a
+    pass (T + H + W - 2 = 38)."""
+    assert name in vgen.available_models()
+    size = sum(f.stat().st_size for f in (ASSETS / name / "gpt").rglob("*") if f.is_file())
     assert 0 < size < 25 * 2**20
-    assert (ASSETS / "shapes-video-nbp" / "vq" / "model.safetensors").read_bytes() == \
+    assert (ASSETS / name / "vq" / "model.safetensors").read_bytes() == \
         (ASSETS / "shapes-c2i" / "vq" / "model.safetensors").read_bytes()
-    pipe = vgen.load("shapes-video-nbp")
+    pipe = vgen.load(name)
     assert pipe.num_frames == 8 and pipe.info.image_size == 64 and pipe.info.class_names == list(CLASS_NAMES)
-    assert pipe.model.grid == (8, 16, 16) and pipe.model.num_steps == 368 and pipe.model.config.rope == "spatial"
+    assert pipe.model.grid == (8, 16, 16) and pipe.model.num_steps == passes and pipe.model.config.rope == "spatial"
 
 
 @pytest.mark.slow
@@ -118,19 +120,6 @@ def test_the_video_default_draws_the_shape_it_is_asked_for():
     assert clip_class_accuracy(videos[:, :1], classes)["frame_accuracy"] >= 0.5
     assert clip_class_accuracy(videos, classes)["class_accuracy"] >= 0.25
     assert clip_class_accuracy(videos, [(c + 1) % len(CLASS_NAMES) for c in classes])["class_accuracy"] <= 0.2
-
-
-def test_the_video_nar_default_is_shipped_small_on_the_image_tokenizer():
-    """shapes-video-nar: the same 8 frames of 16 x 16 codes, every 3-D diagonal in one pass (T + H + W - 2 = 38
-    passes against 2,048 tokens), started from shapes-nar."""
-    assert "shapes-video-nar" in vgen.available_models()
-    size = sum(f.stat().st_size for f in (ASSETS / "shapes-video-nar" / "gpt").rglob("*") if f.is_file())
-    assert 0 < size < 25 * 2**20
-    assert (ASSETS / "shapes-video-nar" / "vq" / "model.safetensors").read_bytes() == \
-        (ASSETS / "shapes-c2i" / "vq" / "model.safetensors").read_bytes()
-    pipe = vgen.load("shapes-video-nar")
-    assert pipe.num_frames == 8 and pipe.info.image_size == 64 and pipe.info.class_names == list(CLASS_NAMES)
-    assert pipe.model.grid == (8, 16, 16) and pipe.model.num_steps == 38 and pipe.model.config.rope == "spatial"
 
 
 @pytest.mark.slow
