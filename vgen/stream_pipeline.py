@@ -41,12 +41,9 @@ class StreamPipeline:
     def __init__(self, model: BlockDiffusionTransformer, info: PipelineInfo,
                  tokenizer: KLTokenizer | None = None) -> None:
         c = model.config
-        if tokenizer is not None and (tokenizer.grid_size, tokenizer.config.latent_channels) != (c.frame_size,
-                                                                                                 c.channels):
-            raise ValueError(f"the tokenizer's latent frames ({tokenizer.grid_size} x {tokenizer.grid_size} x "
-                             f"{tokenizer.config.latent_channels}) are not the model's ({c.frame_size} x "
-                             f"{c.frame_size} x {c.channels})")
-        if tokenizer is None and c.channels != 3:
+        if tokenizer is not None:
+            tokenizer.check_latent_frames(c.frame_size, c.channels)
+        elif c.channels != 3:
             raise ValueError(f"the model denoises {c.channels}-channel latent frames: it needs its KL tokenizer")
         size = c.frame_size if tokenizer is None else tokenizer.config.image_size
         if info.image_size != size:

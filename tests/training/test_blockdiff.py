@@ -122,6 +122,8 @@ def test_a_latent_model_must_fit_the_tokenizer_and_the_clips() -> None:
         check_latent_fit(LATENT, kl, ClipsConfig(num_frames=4, frame_size=32))
     with pytest.raises(ValueError, match=r"latent frames \(8 x 8 x 2\) are not the model's \(8 x 8 x 4\)"):
         check_latent_fit(replace(LATENT, channels=4), kl, clips)
+    with pytest.raises(ValueError, match="takes a KL tokenizer, got a BlockDiffusionTransformer"):
+        check_latent_fit(LATENT, BlockDiffusionTransformer(LATENT), clips)
 
 
 @pytest.mark.slow

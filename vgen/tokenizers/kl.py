@@ -95,6 +95,13 @@ class KLTokenizer(nn.Module):
         return self.decode_latents(latents.to(self.vae.dtype)).float().clamp(-1, 1)
 
     # -- latent frames: the channel-last layout of video models (a block-diffusion model in latent space) ---------
+    def check_latent_frames(self, side: int, channels: int) -> None:
+        """Raise ``ValueError`` unless this tokenizer's latent frames are ``side x side x channels`` (a latent
+        model's frames)."""
+        if (self.grid_size, self.config.latent_channels) != (side, channels):
+            raise ValueError(f"the tokenizer's latent frames ({self.grid_size} x {self.grid_size} x "
+                             f"{self.config.latent_channels}) are not the model's ({side} x {side} x {channels})")
+
     @torch.no_grad()
     def encode_frames(self, frames: torch.Tensor) -> torch.Tensor:
         """Frames [..., S, S, 3] in [-1, 1] -> latent frames [..., h, w, C]: the same scaled posterior means as

@@ -100,14 +100,13 @@ def cached_clip_latents(kl_dir: str | Path, data_dir: str | Path, count: int, ca
     return np.load(path, mmap_mode="r"), np.asarray(labels)
 
 
-def check_latent_fit(config: BlockDiffConfig, kl: KLTokenizer, clips: ClipsConfig) -> None:
-    """A latent model's frames must be the tokenizer's latent frames of the clips' frames."""
+def check_latent_fit(config: BlockDiffConfig, kl: torch.nn.Module, clips: ClipsConfig) -> None:
+    """A latent model's frames must be the KL tokenizer's latent frames of the clips' frames."""
+    if not isinstance(kl, KLTokenizer):
+        raise ValueError(f"a latent block-diffusion model takes a KL tokenizer, got a {type(kl).__name__}")
     if kl.config.image_size != clips.frame_size:
         raise ValueError(f"the tokenizer takes {kl.config.image_size}-px frames, the clips have {clips.frame_size} px")
-    if (config.frame_size, config.channels) != (kl.grid_size, kl.config.latent_channels):
-        raise ValueError(f"the tokenizer's latent frames ({kl.grid_size} x {kl.grid_size} x "
-                         f"{kl.config.latent_channels}) are not the model's ({config.frame_size} x "
-                         f"{config.frame_size} x {config.channels})")
+    kl.check_latent_frames(config.frame_size, config.channels)
 
 
 def start_from(model: BlockDiffusionTransformer, init_from: str | Path) -> None:

@@ -25,10 +25,10 @@ GridConfig = TypeVar("GridConfig")  # a backbone config with ``grid`` and ``voca
 
 @dataclass(frozen=True)
 class ClipRecipe:
-    """How a video token model (NBP, next-token video AR) sees the clips. ``time_reversed``: also train on every
-    clip played backwards (:func:`with_time_reversed`), twice the first frames that a model drawing frame 0 token
-    by token learns from (added after NBP's second run, whose frame 0 was not a shape yet). ``eval_every``: steps
-    between runs of a :func:`clip_probe`, when the recipe is given one."""
+    """How a video token model (NBP, video NAR, next-token video AR) sees the clips. ``time_reversed``: also train
+    on every clip played backwards (:func:`with_time_reversed`), twice the first frames that a model drawing frame
+    0 token by token learns from (added after NBP's second run, whose frame 0 was not a shape yet). ``eval_every``:
+    steps between runs of a :func:`clip_probe`, when the recipe is given one."""
 
     num_clips: int = 4000
     batch_size: int = 16
