@@ -1,7 +1,7 @@
 """Does a block-diffusion model use its class? Two checks, for a pipeline or a model folder.
 
-1. Class accuracy of sampled clips per CFG scale: 2 clips per class of 16 frames (seed 0), every frame judged by
-   the domain classifier.
+1. Class accuracy of sampled clips per CFG scale: `--per-class` clips per class of 16 frames (seed 0), every
+   frame judged by the domain classifier.
 2. The class gap: on 32 training clips with the first block noised and the rest clean, the first block's velocity
    MSE with the right class, a wrong class (+3) and the null class. A model that ignores its class scores the same.
 
@@ -52,6 +52,8 @@ def main() -> None:
     p.add_argument("--data-dir", default=str(RUNS / "clips"),
                    help="the rendered training clips (of the model's geometry: 64-px clips for a latent model)")
     p.add_argument("--cfg", type=float, nargs="*", default=[1.0, 3.0, 6.0], help="CFG scales to sample at")
+    p.add_argument("--per-class", type=int, default=2, help="sampled clips per class and CFG scale")
+    p.add_argument("--frames", type=int, default=16, help="frames per sampled clip")
     p.add_argument("--levels", type=float, nargs="+", default=[0.5, 0.8, 0.95])
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
@@ -61,11 +63,14 @@ def main() -> None:
         pipe.model = from_pretrained(args.weights).float().eval()
     model = pipe.model.float()
     figures = {"model": args.weights or args.model, "class_accuracy_by_cfg": {}}
-    ids = [c for c in range(model.num_classes) for _ in range(2)]
+    ids = [c for c in range(model.num_classes) for _ in range(args.per_class)]
     for cfg in args.cfg:
-        videos = pipe(ids, num_frames=16, seed=0, cfg_scale=cfg).videos
+        videos = pipe(ids, num_frames=args.frames, seed=0, cfg_scale=cfg).videos
         predicted = class_probabilities(videos.reshape(-1, *videos.shape[2:])).argmax(-1).reshape(len(ids), -1)
-        figures["class_accuracy_by_cfg"][cfg] = float((predicted == np.array(ids)[:, None]).mean())
+        right = predicted == np.array(ids)[:, None]
+        figures["class_accuracy_by_cfg"][cfg] = float(right.mean())
+        figures.setdefault("class_accuracy_by_class", {})[cfg] = {
+            name: float(right[np.array(ids) == c].mean()) for c, name in enumerate(pipe.info.class_names)}
     clips, labels = cached_clips(args.data_dir, "train", 4032, recorded_clips_config(args.data_dir))
     frames = clips_to_tensor(np.asarray(clips[4000:4032])[:, :model.config.train_frames])
     if pipe.tokenizer is not None:  # a latent model denoises the tokenizer's latent frames

@@ -138,7 +138,7 @@ def test_package_puts_a_latent_models_kl_tokenizer_beside_it(tiny_blockdiff_fact
     assert "denoises 2-channel latent frames: it needs its KL tokenizer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["sample"], ["quality", "--num-images", "1"],
+@pytest.mark.parametrize("command", [["sample"],
                                      ["bench", "--num-samples", "2", "--num-real", "2", "--out", "bench-out"]])
 def test_image_commands_refuse_a_streaming_model_by_name(tiny_stream_pipeline_dir, tmp_path, command,
                                                          capsys) -> None:
@@ -146,4 +146,33 @@ def test_image_commands_refuse_a_streaming_model_by_name(tiny_stream_pipeline_di
     code = main([*command, "--model", str(tiny_stream_pipeline_dir)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
-    assert "streaming video model" in err[0] or "measures token models (images or clips)" in err[0]
+    assert "streaming video model" in err[0]
+
+
+def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_models(tiny_stream_pipeline_dir,
+                                                                                   tmp_path, capsys) -> None:
+    report, grid = tmp_path / "q.json", tmp_path / "grid.png"
+    code = main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "5", "--batch-size", "2",
+                 "--num-frames", "6", "--cfg-scale", "2", "--json", str(report), "--grid", str(grid)])
+    assert code == 0, capsys.readouterr().err
+    figures = json.loads(report.read_text())
+    assert figures["num_clips"] == 5 and figures["num_frames"] == 6 and figures["sampling"]["cfg_scale"] == 2.0
+    assert figures["sampling"]["window_frames"] == 4  # the pipeline's own defaults
+    assert 0.0 <= figures["class_accuracy"] <= 1.0 and set(figures["per_class"]) == {"0", "1", "2"}
+    assert figures["num_real_clips"] == 5 and figures["frame_change"] > 0
+    from PIL import Image
+
+    assert Image.open(grid).size == (6 * 16, 3 * 16)  # a row of 6 frames per class
+
+
+@pytest.mark.parametrize("args, message", [(["--num-frames", "1"], "--num-frames must be >= 2"),
+                                           (["--cfg-scale", "-1"], "cfg_scale must be >= 0")])
+def test_quality_of_a_streaming_model_refuses_bad_settings(tiny_stream_pipeline_dir, args, message, capsys) -> None:
+    assert main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "1", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_quality_of_a_token_model_refuses_a_stream_length(tiny_pipeline_dir, capsys) -> None:
+    assert main(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "1", "--num-frames", "4"]) == 2
+    assert "--num-frames is for streaming models" in capsys.readouterr().err
