@@ -136,6 +136,21 @@ def test_stream_video_shows_each_block_then_the_mp4(tiny_stream_pipeline_dir) ->
     assert outs[-1][1] == "done: 6 frames" and read_video(Path(outs[-1][2])).shape == (6, 16, 16, 3)
 
 
+def test_stream_video_keeps_the_models_defaults_for_empty_fields(tiny_stream_pipeline_dir, monkeypatch) -> None:
+    from vgen.stream_pipeline import StreamPipeline
+
+    seen = []
+    original = StreamPipeline.stream_config
+    monkeypatch.setattr(StreamPipeline, "stream_config",
+                        lambda self, **options: seen.append(original(self, **options)) or seen[-1])
+    list(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "", " ", session="defaults"))
+    assert seen[-1].steps == 2 and seen[-1].cfg_scale == 1.0  # the tiny pipeline's recorded defaults
+    list(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "3", "2.5", session="defaults"))
+    assert seen[-1].steps == 3 and seen[-1].cfg_scale == 2.5
+    with pytest.raises(InputError, match="CFG scale must be a number"):
+        next(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "", "lots"))
+
+
 def test_switch_and_stop_reach_the_running_stream(tiny_stream_pipeline_dir) -> None:
     stream = stream_video(str(tiny_stream_pipeline_dir), 0, 1000, 0, 1, 1.0, session="steer")
     assert "class a" in next(stream)[1]

@@ -159,16 +159,19 @@ def is_streaming(name: str) -> bool:
     return (folder / MODEL_FOLDER).is_dir()
 
 
-def stream_video(model: str, class_id: float, num_frames: float, seed: float, steps: float, cfg_scale: float,
-                 session: str = "default", fps: int = 8) -> Iterator[tuple[Image.Image, str, str | None]]:
+def stream_video(model: str, class_id: float, num_frames: float, seed: float, steps: float | str | None,
+                 cfg_scale: float | str | None, session: str = "default",
+                 fps: int = 8) -> Iterator[tuple[Image.Image, str, str | None]]:
     """Stream a video: after each block, its last frame (enlarged) and a progress line; at the end (or after
-    :func:`stop_stream`), the mp4 of every frame done. Raises :class:`InputError` / ``ValueError`` on bad input."""
+    :func:`stop_stream`), the mp4 of every frame done. Empty ``steps`` or ``cfg_scale`` keep the pipeline's
+    defaults. Raises :class:`InputError` / ``ValueError`` on bad input."""
     if not 1 <= int(num_frames) <= MAX_STREAM_FRAMES:
         raise InputError(f"frames must be in 1..{MAX_STREAM_FRAMES}, got {num_frames}")
     pipe = get_pipeline(model)
     if not isinstance(pipe, StreamPipeline):
         raise InputError(f"{model} is not a streaming video model: use the Generate tab")
-    options = {"steps": int(steps), "cfg_scale": float(cfg_scale)}
+    options = {"steps": parse_optional("denoising steps", steps, "int"),
+               "cfg_scale": parse_optional("CFG scale", cfg_scale, "float")}
     pipe.stream_config(**options)  # bad settings fail before anything starts
     control = _CONTROLS[session] = StreamControl()
     path = Path(tempfile.mkdtemp(prefix="vgen-stream-")) / "stream.mp4"
@@ -289,8 +292,8 @@ def add_stream_tab(gr, default_model: str) -> None:
             class_id = gr.Number(value=0, precision=0, label="class of the video")
             num_frames = gr.Number(value=160, precision=0, label="frames")
             seed = gr.Number(value=0, precision=0, label="seed")
-            steps = gr.Number(value=4, precision=0, label="denoising steps per block")
-            cfg_scale = gr.Number(value=1.0, label="CFG scale (1 = off)")
+            steps = gr.Textbox(value="", label="denoising steps per block (empty: the model's default)")
+            cfg_scale = gr.Textbox(value="", label="CFG scale (empty: the model's default; 1 = off)")
             start = gr.Button("Stream", variant="primary")
             stop = gr.Button("Stop")
             new_class = gr.Number(value=1, precision=0, label="switch to class")
