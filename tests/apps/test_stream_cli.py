@@ -166,7 +166,9 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
 
 
 @pytest.mark.parametrize("args, message", [(["--num-frames", "1"], "--num-frames must be >= 2"),
-                                           (["--cfg-scale", "-1"], "cfg_scale must be >= 0")])
+                                           (["--num-frames", "0"], "--num-frames must be >= 2"),
+                                           (["--cfg-scale", "-1"], "cfg_scale must be >= 0"),
+                                           (["--top-k", "5"], "a streaming model denoises frames")])
 def test_quality_of_a_streaming_model_refuses_bad_settings(tiny_stream_pipeline_dir, args, message, capsys) -> None:
     assert main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "1", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()

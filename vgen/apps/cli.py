@@ -697,9 +697,11 @@ def stream_quality(pipe, args: argparse.Namespace) -> dict:
     ``--seed`` plus the batch's first index), judged as the token video models' clips are."""
     import numpy as np
 
-    frames = args.num_frames or pipe.model.config.train_frames
+    frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
     if frames < 2:
         raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {frames}")
+    if (args.temperature, args.top_k, args.top_p) != (1.0, 0, 1.0):
+        raise UsageError("--temperature, --top-k and --top-p sample tokens; a streaming model denoises frames")
     options = {"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}
     try:
         config = pipe.stream_config(**options)
