@@ -17,7 +17,7 @@ from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
-from vgen.training.clip_codes import ClipRecipe, clip_probe, video_config, with_time_reversed
+from vgen.training.clip_codes import ClipRecipe, cached_clip_codes, clip_probe, video_config, with_time_reversed
 from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
@@ -62,6 +62,31 @@ def test_a_few_steps_reduce_the_loss_and_the_run_resumes_and_exports(tiny_vq_dir
     assert json.loads((run / "state.json").read_text())["step"] == 45
     steps = [r["step"] for r in (json.loads(line) for line in (run / "log.jsonl").read_text().splitlines())]
     assert steps[-1] == 45 and steps.count(40) == 1  # resumed at 40, not restarted
+
+
+def test_once_the_codes_are_cached_a_run_needs_no_clips(tiny_vq_dir, tmp_path) -> None:
+    """A run folder (or a copy of its codes on another machine) trains without the rendered clips."""
+    codes = np.arange(16 * 64, dtype=np.int16).reshape(16, 64) % 32
+    np.save(tmp_path / "train_clip_codes_16.npy", codes)
+    got, labels = cached_clip_codes(tiny_vq_dir, tmp_path / "no-clips", 16, tmp_path, CLIPS)
+    assert np.array_equal(got, codes) and labels.tolist() == [c % 8 for c in range(16)]
+    assert not (tmp_path / "no-clips").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_run_trains_on_cuda_with_its_probe_and_exports(tiny_vq_dir, tmp_path) -> None:
+    run = tmp_path / "run"
+    cfg = NBPConfig(grid=(2, 2, 2), block="frame", vocab_size=2, **TOY)
+    train = TrainConfig(steps=40, lr=3e-3, warmup_steps=5, log_every=5, bf16=True, ema_decay=0.9, device="cuda")
+    train_nbp(run, tiny_vq_dir, tmp_path / "data", train, ClipRecipe(num_clips=16, batch_size=8, eval_every=20),
+              cfg, CLIPS, evaluate=clip_probe(tiny_vq_dir, CLIPS, per_class=1))
+    logs = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in logs if "loss" in r]
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert sum("probe_class_accuracy" in r for r in logs) == 2
+    model = from_pretrained(run / "export")
+    assert next(model.parameters()).device.type == "cpu" and model.grid == (4, 4, 4)
 
 
 def test_time_reversal_appends_every_clip_with_its_frames_in_reverse_order() -> None:

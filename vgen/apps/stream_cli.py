@@ -42,6 +42,8 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--shift", type=float, default=None, help="flow-matching schedule shift")
     s.add_argument("--context-noise", type=float, default=None, help="noise level of the cache-writing forward")
     s.add_argument("--cfg-scale", type=float, default=None)
+    s.add_argument("--cfg-min-sigma", type=float, default=None,
+                   help="guide only the steps starting at this noise level or above (0 = every step)")
     s.add_argument("--sink", type=int, default=None, dest="sink_frames", help="sink frames kept for good")
     s.add_argument("--window", type=int, default=None, dest="window_frames", help="local window in frames")
     s.add_argument("--retrieve", type=int, default=None, dest="retrieved_blocks",
@@ -57,8 +59,8 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_stream)
 
 
-STREAM_ARGS = ("steps", "first_steps", "shift", "context_noise", "cfg_scale", "sink_frames", "window_frames",
-               "retrieved_blocks", "bank_blocks", "refresh")
+STREAM_ARGS = ("steps", "first_steps", "shift", "context_noise", "cfg_scale", "cfg_min_sigma", "sink_frames",
+               "window_frames", "retrieved_blocks", "bank_blocks", "refresh")
 
 
 def run_stream(args: argparse.Namespace) -> None:

@@ -134,11 +134,16 @@ def render_clip(class_id: int, rng: np.random.Generator, cfg: ClipsConfig = Clip
     return (np.clip(clip, 0, 1) * 255 + 0.5).astype(np.uint8)
 
 
+def clip_classes(index: int | np.ndarray) -> int | np.ndarray:
+    """The class of the clip (or clips) at ``index`` of any clip set: classes cycle evenly."""
+    return index % NUM_CLASSES
+
+
 def sample_clip(seed: int, index: int, cfg: ClipsConfig = ClipsConfig()) -> tuple[np.ndarray, int]:
     """The (clip, class) pair at ``index`` of the clip set with this ``seed``; classes cycle evenly."""
     if index < 0:
         raise ValueError(f"index must be >= 0, got {index}")
-    class_id = index % NUM_CLASSES
+    class_id = clip_classes(index)
     return render_clip(class_id, image_rng(seed, index), cfg), class_id
 
 

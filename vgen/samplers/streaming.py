@@ -7,7 +7,9 @@ Per block:
 1. the context is read once from the :class:`~vgen.models.rolling_cache.RollingKVCache` (sinks, retrieved
    blocks, local window), and the block takes the frame positions right after it;
 2. fresh noise is denoised by Euler steps of the flow ODE over the chunk-wise schedule (``first_steps`` for
-   the first block, which has no context, ``steps`` after it), with classifier-free guidance if ``cfg_scale > 1``;
+   the first block, which has no context, ``steps`` after it), with classifier-free guidance if ``cfg_scale > 1``
+   on the steps that start at a noise level >= ``cfg_min_sigma`` (a guidance interval: the later steps run the
+   conditional half alone, at half the cost);
 3. one extra forward at noise level ``context_noise`` (0: clean) writes the block's keys/values, which are pushed
    into the cache (Inferix's cache update); the oldest window block is evicted when the window is full;
 4. with ``refresh="recompute"``, an eviction re-encodes the kept blocks from their clean frames, as CausVid
@@ -59,6 +61,7 @@ class StreamConfig:
     shift: float = 3.0
     context_noise: float = 0.0
     cfg_scale: float = 1.0
+    cfg_min_sigma: float = 0.0
     sink_frames: int = 2
     window_frames: int = 12
     retrieved_blocks: int = 0
@@ -74,6 +77,8 @@ class StreamConfig:
             raise ValueError(f"context_noise must be in [0, 1), got {self.context_noise}")
         if not self.cfg_scale >= 0:
             raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
+        if not 0.0 <= self.cfg_min_sigma <= 1.0:
+            raise ValueError(f"cfg_min_sigma must be in [0, 1], got {self.cfg_min_sigma}")
         if self.refresh not in REFRESH_MODES:
             raise ValueError(f"refresh must be one of {REFRESH_MODES}, got {self.refresh!r}")
         if self.refresh == "recompute" and self.context_noise > 0:
@@ -215,12 +220,18 @@ class BlockStreamer:
                               p.device)
 
     def _velocity(self, x: torch.Tensor, sigma: float, cond: torch.Tensor, context: BlockContext | None):
-        """Guided velocity of a block (CFG on the velocity, the doubled batch's second half unconditional)."""
-        if self.guided:
+        """Velocity of a block: guided (CFG on the velocity, the doubled batch's second half unconditional) when
+        the stream is guided and ``sigma`` is inside the guidance interval, else from the conditional rows alone
+        (``cond`` and ``context`` hold both halves while the stream is guided)."""
+        guided = self.guided and sigma >= self.config.cfg_min_sigma
+        if guided:
             x = torch.cat([x, x])
+        elif self.guided:
+            cond = cond[:len(x)]
+            context = None if context is None else context.rows(len(x))
         s = torch.full((len(x),), sigma, device=x.device)
         v, _ = self.model.forward_block(x, s, cond, context)
-        if not self.guided:
+        if not guided:
             return v
         v_c, v_u = v.chunk(2)
         return v_u + self.config.cfg_scale * (v_c - v_u)

@@ -15,7 +15,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
+from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips, clip_classes
 from vgen.hub import from_pretrained
 from vgen.training.ar import tokenize_split
 from vgen.training.trainer import TokenLoss, TrainConfig, every, fit_on_codes, save_array_atomic, token_grid_loss
@@ -41,13 +41,14 @@ CLIP_RECIPE = ClipRecipe()
 
 def cached_clip_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: int, cache_dir: str | Path,
                       clips: ClipsConfig = SHAPES_CLIPS) -> tuple[np.ndarray, np.ndarray]:
-    """Codes [N, T*h*w] (int16, frame by frame) and labels of the first ``count`` training clips, cached."""
+    """Codes [N, T*h*w] (int16, frame by frame) and labels of the first ``count`` training clips, cached. Once the
+    codes are cached the clips are not needed (the labels follow from the indices)."""
     path = Path(cache_dir) / f"train_clip_codes_{count}.npy"
-    videos, labels = cached_clips(data_dir, "train", count, clips)
     if not path.exists():
+        videos, _ = cached_clips(data_dir, "train", count, clips)
         frames = np.asarray(videos).reshape(-1, clips.frame_size, clips.frame_size, 3)
         save_array_atomic(tokenize_split(from_pretrained(tokenizer_dir), frames).reshape(count, -1), path)
-    return np.load(path), np.asarray(labels)
+    return np.load(path), clip_classes(np.arange(count))
 
 
 def fit_on_clips(run_dir: str | Path, model: torch.nn.Module, tokenizer_dir: str | Path, data_dir: str | Path,
@@ -79,6 +80,7 @@ def clip_probe(tokenizer_dir: str | Path, clips: ClipsConfig = SHAPES_CLIPS, per
     def evaluate(model: torch.nn.Module) -> dict:
         was_training = model.training
         classes = [c for c in range(model.num_classes) for _ in range(per_class)]
+        tokenizer.to(next(model.parameters()).device)
         out = VideoPipeline(model, tokenizer, info)(classes, seed=seed, cfg_scale=cfg_scale)
         model.train(was_training)
         figures = clip_class_accuracy(out.videos, classes)

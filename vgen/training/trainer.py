@@ -48,6 +48,7 @@ class TrainConfig:
     checkpoint_every_s: float = 600.0
     log_every: int = 25
     seed: int = 0
+    device: str = "cpu"
 
 
 def native_bf16_cpu() -> bool:
@@ -101,11 +102,12 @@ def save_array_atomic(array: np.ndarray, path: str | Path) -> None:
 
 
 class Trainer:
-    """Runs ``step_fn`` for ``cfg.steps`` steps with checkpoints in ``run_dir``; resumes if one is there."""
+    """Runs ``step_fn`` for ``cfg.steps`` steps with checkpoints in ``run_dir``; resumes if one is there. The model
+    is moved to ``cfg.device`` first, so its optimizer state and EMA copy live there too."""
 
     def __init__(self, model: nn.Module, cfg: TrainConfig, run_dir: str | Path,
                  param_groups: list[dict] | None = None) -> None:
-        self.model, self.cfg, self.run_dir = model, cfg, Path(run_dir)
+        self.model, self.cfg, self.run_dir = model.to(cfg.device), cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         params = param_groups or self._decay_groups(model, cfg.weight_decay)
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas)
@@ -256,7 +258,8 @@ def fit_on_codes(run_dir: str | Path, model: nn.Module, codes: np.ndarray, label
                  on_step: Callable[[Trainer], dict | None] | None = None) -> nn.Module:
     """Train (or resume) ``model`` on token ``codes`` [N, L] with class ``labels`` [N] in ``run_dir``; the EMA
     model is exported to ``run_dir/export`` and returned."""
-    codes_t, labels_t = torch.from_numpy(codes.astype(np.int64)), torch.from_numpy(np.asarray(labels))
+    codes_t = torch.from_numpy(codes.astype(np.int64)).to(train.device)
+    labels_t = torch.from_numpy(np.asarray(labels)).to(train.device)
     trainer = Trainer(model, train, run_dir)
     batches = index_batches(len(codes_t), batch_size, train.seed, trainer.step)
     trainer.fit(batches, lambda idx: loss_fn(model, labels_t[idx], codes_t[idx]), max_minutes, on_step)
