@@ -8,6 +8,7 @@ step compression can buy: latency ratio <= step compression / cost(window).
 
     python benchmarks/speculative_speed.py --num-images 64 --batch-size 1 --threads 2 \
         --samplers ar sjd lantern gsd --json docs/speculative_speed.json --markdown docs/speculative_speed.md
+    python benchmarks/speculative_speed.py --device cuda --dtype bf16 --num-images 16   # on a GPU
 """
 
 from __future__ import annotations
@@ -21,21 +22,36 @@ from pathlib import Path
 import torch
 
 import vgen
-from vgen.eval.bench import bench_table, parse_sampler_list, real_reference, run_bench, setup_line
+from vgen.eval.bench import (
+    bench_table,
+    parse_sampler_list,
+    real_reference,
+    run_bench,
+    setup_line,
+    with_reference,
+)
+from vgen.pipelines import default_sampler
 from vgen.samplers import SamplingParams
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @torch.no_grad()
 def window_cost(model, window: int, batch: int, repeats: int = 20) -> float:
     """Median over interleaved pairs of (time of a ``window``-token forward / time of a 1-token forward), both at
-    slot N/2 of a cache of ``batch`` rows (CFG rows included); interleaving cancels drifts in machine load."""
+    slot N/2 of a cache of ``batch`` rows (CFG rows included); interleaving cancels drifts in machine load. On a
+    GPU each forward is timed to its end (synchronised)."""
+    device = next(model.parameters()).device
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     cache = model.new_cache(batch, extra=window)
-    start = torch.full((batch,), model.num_tokens // 2)
+    start = torch.full((batch,), model.num_tokens // 2, device=device)
 
     def timed(k: int) -> float:
-        tokens = torch.zeros(batch, k, dtype=torch.long)
+        tokens = torch.zeros(batch, k, dtype=torch.long, device=device)
+        sync()
         t = time.perf_counter()
         model.decode_rows(tokens, start, cache)
+        sync()
         return time.perf_counter() - t
 
     timed(1), timed(window)  # warm-up
@@ -54,6 +70,11 @@ def main() -> None:
     ap.add_argument("--real", default=None, help="real images or stats (default: rendered validation images)")
     ap.add_argument("--num-real", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="e.g. cuda (the Triton kernels run there when triton imports)")
+    ap.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="backbone dtype")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed batches drawn with every sampler first (on a GPU: loads CUDA's libraries and "
+                         "compiles the Triton kernels); default 1 on CUDA, 0 elsewhere")
     ap.add_argument("--windows", type=int, nargs="*", default=[1, 2, 4, 8, 12, 16, 24, 32])
     ap.add_argument("--cost-repeats", type=int, default=20, help="timed forwards per window size (median)")
     ap.add_argument("--cost-only", action="store_true", help="measure the k-token forward cost curve and stop")
@@ -63,13 +84,18 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     specs = parse_sampler_list(args.samplers)
-    pipe = vgen.load(args.model)
+    pipe = vgen.load(args.model, device=args.device, dtype=DTYPES[args.dtype])
     params = SamplingParams(**{**pipe.info.defaults, **({"cfg_scale": args.cfg_scale} if args.cfg_scale else {})})
     rows = 2 * args.batch_size if params.guided else args.batch_size
     costs = {k: window_cost(pipe.model, k, rows, args.cost_repeats) for k in args.windows}
     print("k-token forward cost (x 1-token):", {k: round(v, 2) for k, v in costs.items()})
     if args.cost_only:
         return
+    warmup = args.warmup if args.warmup is not None else int(pipe.device.type == "cuda")
+    for spec in with_reference(specs, default_sampler(pipe.model))[0] if warmup else []:
+        for k in range(warmup):  # a batch of the timed size: Triton specialises kernels on sizes and strides
+            pipe([(k + i) % pipe.num_classes for i in range(args.batch_size)], sampler=spec.sampler(), seed=k,
+                 **params.to_dict())
     result = run_bench(pipe, specs, args.num_images, args.seed, args.batch_size, params,
                        real_reference(pipe, args.real, args.num_real), progress=True)
     result["setup"]["window_cost"] = costs

@@ -109,17 +109,17 @@ def test_the_video_defaults_are_shipped_small_on_the_image_tokenizer(name, passe
 
 @pytest.mark.slow
 def test_the_video_default_draws_the_shape_it_is_asked_for():
-    """16 clips (2 per class, seed 0, default CFG): the per-frame classifier finds the requested shape in most first
-    frames (drawn token by token, as the image model draws) and, over each clip's frames, in clearly more clips than
-    chance (README: 200 clips). Against the next class, the same clips score near zero."""
+    """16 clips (2 per class, seed 0, default CFG): the per-frame classifier finds the requested shape in the first
+    frames (drawn token by token, as the image model draws) and over each clip's frames (README: 99.5% of 200 clips;
+    these 16 measured 16 of 16 both ways). Against the next class, the same clips score near zero."""
     from vgen.eval.quality import clip_class_accuracy
 
     pipe = vgen.load("shapes-video-nbp")
     classes = [c for c in range(len(CLASS_NAMES)) for _ in range(2)]
     videos = pipe(classes, seed=0).videos
-    assert clip_class_accuracy(videos[:, :1], classes)["frame_accuracy"] >= 0.5
-    assert clip_class_accuracy(videos, classes)["class_accuracy"] >= 0.25
-    assert clip_class_accuracy(videos, [(c + 1) % len(CLASS_NAMES) for c in classes])["class_accuracy"] <= 0.2
+    assert clip_class_accuracy(videos[:, :1], classes)["frame_accuracy"] >= 0.8
+    assert clip_class_accuracy(videos, classes)["class_accuracy"] >= 0.8
+    assert clip_class_accuracy(videos, [(c + 1) % len(CLASS_NAMES) for c in classes])["class_accuracy"] <= 0.1
 
 
 @pytest.mark.slow

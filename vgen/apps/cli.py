@@ -637,6 +637,7 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
                    help="streaming models: frames per clip (default: the length the model was trained on)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
     p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--device", default="cpu", help="where the model samples (the judges run on the CPU)")
     p.set_defaults(func=run_quality)
 
 
@@ -654,7 +655,7 @@ def run_quality(args: argparse.Namespace) -> None:
     check_writable(args.json, {".json"})
     if args.num_images < 1 or args.batch_size < 1:
         raise UsageError("--num-images and --batch-size must be >= 1")
-    pipe = pipelines.load(args.model)
+    pipe = pipelines.load(args.model, device=args.device)
     if isinstance(pipe, StreamPipeline):
         return write_quality(stream_quality(pipe, args), args.json)
     if not isinstance(pipe, pipelines.ImagePipeline):
@@ -666,7 +667,7 @@ def run_quality(args: argparse.Namespace) -> None:
     n_cls = pipe.num_classes
     classes = [i % n_cls for i in range(args.num_images)]
     tokens, images = [], []
-    generator = torch.Generator().manual_seed(args.seed)
+    generator = torch.Generator(pipe.device).manual_seed(args.seed)
     for i in range(0, args.num_images, args.batch_size):
         out = pipe(classes[i:i + args.batch_size], generator=generator, progress=True, **params.to_dict())
         tokens.append(out.tokens)

@@ -37,8 +37,8 @@ def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, class_ids: to
     batch_size = max(1, max_logits // per_sequence)
     entropies, top1 = [], []
     for i in range(0, len(tokens), batch_size):
-        t = tokens[i:i + batch_size]
-        c = class_ids[i:i + batch_size]
+        device = next(model.parameters()).device
+        t, c = tokens[i:i + batch_size].to(device), class_ids[i:i + batch_size].to(device)
         if params.guided:
             t, c = torch.cat([t, t]), torch.cat([c, model.null_condition(c)])
         logits = model(c, t[:, :-1] if isinstance(model, LlamaGenGPT) else t)

@@ -11,6 +11,7 @@ kernel on CUDA, ``vgen.kernels``), which every sampler calls.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import replace
 
 import torch
 
@@ -168,3 +169,16 @@ def target_probs(logits: torch.Tensor, params: SamplingParams, token_index: int 
     guidance) predicting image tokens ``token_index`` (as in :func:`apply_cfg`): CFG merge, temperature, top-k,
     top-p and softmax (the one-hot argmax when greedy), for every position of a window at once."""
     return to_probs(build_processors(params)(apply_cfg(logits, params, token_index)), params.greedy)
+
+
+def nucleus_edge(logits: torch.Tensor, params: SamplingParams, token_index: int | torch.Tensor,
+                 tolerance: float = 1e-5) -> torch.Tensor:
+    """Bool [B, ..., V]: the tokens of :func:`target_probs` whose probability mass ranked before them (in float64)
+    lies within ``tolerance`` of ``top_p``. Only their fate float32 rounding may decide, so an implementation that
+    sums in another order (the Triton kernel against torch's cumsum) may keep or drop them and still be right."""
+    before_top_p = target_probs.reference(logits.double(), replace(params, top_p=1.0), token_index)
+    if params.top_p >= 1:
+        return torch.zeros_like(before_top_p, dtype=torch.bool)
+    ranked, order = before_top_p.sort(dim=-1, descending=True, stable=True)
+    mass_before = torch.empty_like(ranked).scatter_(-1, order, ranked.cumsum(-1) - ranked)
+    return (before_top_p > 0) & ((mass_before - params.top_p).abs() < tolerance)

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# vgen on a CUDA machine in one run: the environment, the GPU tests (pytest -m gpu), the Triton kernels' speed
+# against their torch references, and the samplers' speed (vanilla AR vs SJD / LANTERN / GSD on the embedded
+# shapes-c2i model; ARSampler eager vs compiled with CUDA graphs on a random GPT-B).
+#
+#   bash benchmarks/gpu_check.sh                  # every default step, in order
+#   bash benchmarks/gpu_check.sh kernels ar       # only these steps (a rerun skips what passed)
+#
+# Steps: env, tests, kernels, speculative, ar (the default set) and extra (not in the default set: a batch-8
+# speculative table in bf16 and ARSampler compile="default" on GPT-B). Each step writes $OUT/<step>.log and a line
+# to $OUT/summary.log; a failing or timed-out step does not stop the others. Every step has its own time limit and
+# the whole run keeps within BUDGET_S seconds (steps that would start too late are skipped, and say so).
+# Environment: PYTHON (python3), OUT (gpu_check_out), BUDGET_S (540), GPU_TEST_WORKERS (4, pytest-xdist workers
+# when xdist imports; 0 runs the tests in one process). Exit status: the number of step commands that did not pass.
+set -u
+
+cd "$(dirname "$0")/.." || exit 99
+PYTHON=${PYTHON:-python3}
+OUT=${OUT:-gpu_check_out}
+BUDGET_S=${BUDGET_S:-540}
+GPU_TEST_WORKERS=${GPU_TEST_WORKERS:-4}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+SUMMARY="$OUT/summary.log"
+FAILED=0
+STEP=""
+
+note() {  # a line in the step's log and on the console
+    echo "$*" | tee -a "$OUT/$STEP.log"
+}
+
+run() {  # run LIMIT_S COMMAND...: time-limited, output teed into the step's log; never stops the script
+    local limit=$1
+    shift
+    local left=$((BUDGET_S - SECONDS - 5))
+    if [ "$left" -lt 20 ]; then
+        note "=== SKIPPED (the run's budget of ${BUDGET_S}s is spent): $*"
+        printf '%-12s %-26s %5ss  %s\n' "$STEP" "SKIPPED (no time left)" 0 "$*" >>"$SUMMARY"
+        FAILED=$((FAILED + 1))
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    note "=== $(date +%T) [$STEP] $* (limit ${limit}s)"
+    local start=$SECONDS
+    timeout --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$OUT/$STEP.log"
+    local rc=${PIPESTATUS[0]} took=$((SECONDS - start)) verdict=ok
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        verdict="TIMED OUT after ${limit}s"
+    elif [ "$rc" != 0 ]; then
+        verdict="FAILED (exit $rc)"
+    fi
+    [ "$verdict" = ok ] || FAILED=$((FAILED + 1))
+    note "=== $verdict in ${took}s [$STEP] $*"
+    printf '%-12s %-26s %5ss  %s\n' "$STEP" "$verdict" "$took" "$*" >>"$SUMMARY"
+}
+
+step_env() {
+    if command -v nvidia-smi >/dev/null; then
+        run 30 nvidia-smi -L
+        run 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    else
+        note "nvidia-smi is not on PATH"
+    fi
+    run 60 "$PYTHON" - <<'EOF'
+import importlib.metadata as md
+import platform
+import sys
+
+import torch
+
+print("python", sys.version.split()[0], platform.platform())
+print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
+print("cuda available", torch.cuda.is_available(), "devices", torch.cuda.device_count())
+if torch.cuda.is_available():
+    print("device", torch.cuda.get_device_name(), "capability", torch.cuda.get_device_capability())
+    x = torch.randn(256, 256, device="cuda")
+    print("cuda matmul ok:", bool(torch.allclose((x @ x).cpu(), x.cpu() @ x.cpu(), rtol=1e-3, atol=1e-3)),
+          "| free / total GiB: %.1f / %.1f" % tuple(v / 2**30 for v in torch.cuda.mem_get_info()))
+import os
+import shutil
+import sysconfig
+
+# Triton builds its launcher with a C compiler against Python's headers at the first kernel launch
+print("C compiler:", os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), "NONE"),
+      "| Python.h:", os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
+for name in ("triton", "numpy", "pytest", "pytest-xdist", "einops", "safetensors", "pillow", "imageio", "tqdm",
+             "scipy", "torchmetrics", "diffusers", "imageio-ffmpeg", "gradio"):
+    try:
+        print(f"{name:14s} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name:14s} MISSING")
+EOF
+    run 60 "$PYTHON" -c 'import vgen; print("import vgen:", vgen.__file__, vgen.available_models())'
+}
+
+step_tests() {
+    local files workers=()
+    files=$(grep -rl --include='*.py' 'pytest.mark.gpu' tests | sort)
+    note "GPU test files: $(echo "$files" | tr '\n' ' ')"
+    if [ "$GPU_TEST_WORKERS" != 0 ] && "$PYTHON" -c 'import xdist' 2>/dev/null; then
+        workers=(-n "$GPU_TEST_WORKERS")
+    fi
+    # -m gpu on the command line overrides pyproject's addopts (-m 'not gpu'): the last -m wins
+    # shellcheck disable=SC2086
+    run 330 "$PYTHON" -m pytest -m gpu -p no:cacheprovider -q -rfEs --durations=15 "${workers[@]}" $files
+}
+
+step_kernels() {
+    run 180 "$PYTHON" benchmarks/kernels.py
+}
+
+step_speculative() {
+    # batch 1 (latency), fp32; the k-token forward cost curve first
+    run 240 "$PYTHON" benchmarks/speculative_speed.py --device cuda --dtype fp32 --num-images 16 --batch-size 1 \
+        --num-real 256 --samplers ar,sjd,mcsjd,lantern,gsd --cost-repeats 20
+}
+
+step_ar() {
+    run 270 "$PYTHON" benchmarks/ar_speed.py --device cuda --gpt-model GPT-B --tokens 256 --batch 8 --cfg-scale 4.0 \
+        --top-k 2000 --dtype bf16 --no-naive --compile reduce-overhead --repeats 3
+}
+
+step_extra() {
+    run 240 "$PYTHON" benchmarks/speculative_speed.py --device cuda --dtype bf16 --num-images 32 --batch-size 8 \
+        --num-real 256 --samplers ar,sjd,mcsjd,lantern,gsd --windows 1 8 16 32 --cost-repeats 10
+    run 240 "$PYTHON" benchmarks/ar_speed.py --device cuda --gpt-model GPT-B --tokens 256 --batch 8 --cfg-scale 4.0 \
+        --top-k 2000 --dtype bf16 --no-naive --compile default --repeats 3
+}
+
+ALL=(env tests kernels speculative ar)
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL[@]}")
+for STEP in "${STEPS[@]}"; do
+    case "$STEP" in
+        env | tests | kernels | speculative | ar | extra) ;;
+        *)
+            echo "unknown step '$STEP'; steps: ${ALL[*]} extra" >&2
+            exit 99
+            ;;
+    esac
+done
+echo "vgen GPU check: steps ${STEPS[*]}; logs in $OUT; budget ${BUDGET_S}s; $(date)" | tee -a "$SUMMARY"
+for STEP in "${STEPS[@]}"; do
+    "step_$STEP"
+done
+echo "=== summary ($SECONDS s in all; $FAILED step command(s) did not pass)"
+cat "$SUMMARY"
+exit "$FAILED"
