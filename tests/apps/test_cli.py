@@ -174,8 +174,8 @@ def test_train_refuses_to_rerender_a_data_folder_with_another_background(tmp_pat
 def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path, capsys):
     code, _, err = run(["train", "kl", "--device", "cuda", "--data-dir", str(tmp_path / "data"),
                         "--run-dir", str(tmp_path / "run")], capsys)
-    assert code == 2 and err.strip() == ("vgen: error: --device cuda: only the video token recipes (nbp, nar, ar "
-                                         "--video) train off the CPU; train kl on the CPU")
+    assert code == 2 and err.strip() == ("vgen: error: --device cuda: only the video recipes (nbp, nar, ar --video, "
+                                         "blockdiff) train off the CPU; train kl on the CPU")
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 

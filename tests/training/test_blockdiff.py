@@ -142,3 +142,16 @@ def test_a_tiny_run_lowers_the_loss_resumes_and_exports(tmp_path) -> None:
     assert json.loads((run / "state.json").read_text())["step"] == 125
     with pytest.raises(ValueError, match="do not fit"):
         train_blockdiff(tmp_path / "r2", data, train, recipe, TOY, ClipsConfig(num_frames=4, frame_size=32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_tiny_run_trains_on_cuda_and_exports(tmp_path) -> None:
+    run = tmp_path / "run"
+    clips = ClipsConfig(num_frames=4, frame_size=16, supersample=1, min_scale=0.35, max_scale=0.5)
+    train = TrainConfig(steps=120, lr=3e-3, warmup_steps=5, log_every=10, bf16=True, device="cuda")
+    train_blockdiff(run, tmp_path / "data", train, BlockDiffRecipe(num_clips=16, batch_size=8), TOY, clips)
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if "loss" in line]
+    assert log[-1]["loss"] < 0.8 * log[0]["loss"]
+    model = from_pretrained(run / "export")
+    assert next(model.parameters()).device.type == "cpu" and model.config == TOY

@@ -376,7 +376,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                             "video-classifier)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-        t.add_argument("--device", default="cpu", help="where the model trains (cuda for a GPU)")
+        t.add_argument("--device", default="cpu", help="where the model trains (cuda for a GPU; the video "
+                                                        "recipes: nbp, nar, ar --video, blockdiff)")
         # fp32 where bf16 autocast measured slower on this CPU: 2x for blockdiff (1,024 tokens a clip), about 1.5x
         # for the frame tokenizer's 32-px frames and for nar (1.6 against 2.4 s for a batch of 8, 1 thread), 1.7x
         # for nbp (4.7 against 8.1 s for a batch of 4, 1 thread; docs/nbp.md), 2.7x for video-classifier (3.3
@@ -495,9 +496,9 @@ def run_train(args: argparse.Namespace) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.device != "cpu" and not (args.what in ("nbp", "nar") or (args.what == "ar" and args.video)):
-        raise UsageError(f"--device {args.device}: only the video token recipes (nbp, nar, ar --video) train off the "
-                         f"CPU; train {args.what} on the CPU")
+    if args.device != "cpu" and not (args.what in ("nbp", "nar", "blockdiff") or (args.what == "ar" and args.video)):
+        raise UsageError(f"--device {args.device}: only the video recipes (nbp, nar, ar --video, blockdiff) train off "
+                         f"the CPU; train {args.what} on the CPU")
     if args.background:
         from vgen.data.shapes import ShapesConfig, set_data_config
 

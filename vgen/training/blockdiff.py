@@ -57,9 +57,9 @@ def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tenso
     """Flow-matching loss with an independent noise level per block (clean blocks carry no loss)."""
     b, t = frames.shape[:2]
     blocks = t // model.frames_per_block
-    sigma = torch.rand(b, blocks)
+    sigma = torch.rand(b, blocks, device=frames.device)
     # a lone block is never clean: it would carry no loss and be context for nothing
-    clean = torch.rand(b, blocks) < (clean_prob if blocks > 1 else 0.0)
+    clean = torch.rand(b, blocks, device=frames.device) < (clean_prob if blocks > 1 else 0.0)
     sigma = torch.where(clean, torch.zeros_like(sigma), sigma)
     per_frame = sigma.repeat_interleave(model.frames_per_block, dim=1)[:, :, None, None, None]
     noise = torch.randn_like(frames)
@@ -148,7 +148,8 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
         frames = (clips_to_tensor(videos[order]) if tokenizer_dir is None
                   else torch.from_numpy(np.asarray(videos[order], dtype=np.float32)))
         frames = augment(random_windows(frames, config.train_frames), flip=tokenizer_dir is None)
-        return diffusion_forcing_loss(model, frames, labels_t[order], recipe.clean_prob)
+        return diffusion_forcing_loss(model, frames.to(train.device), labels_t[order].to(train.device),
+                                      recipe.clean_prob)
 
     trainer.fit(batches, step_fn, max_minutes)
     save_pretrained(trainer.ema.model, run_dir / "export")
