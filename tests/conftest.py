@@ -186,3 +186,34 @@ def tiny_video_ar_pipeline_dir(tmp_path_factory):
     info = PipelineInfo(name="tiny-video-ar", image_size=16, class_names=["a", "b", "c"], defaults={"cfg_scale": 2.0})
     return VideoPipeline(model, vq, info).save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-video-ar")
 # ---- end video ---------------------------------------------------------------------------------------------
+
+
+# ---- kernels: which Triton kernels ran, and whether they run compiled ------------------------------------------
+@pytest.fixture
+def launched(monkeypatch) -> list[str]:
+    """The names of the Triton kernels launched from here on (each launch still runs), with VGEN_DISABLE_TRITON
+    unset."""
+    pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
+    # imported here, not at collection: on a CPU run triton must first be set up for the interpreter
+    from vgen.kernels import accept, common, probs, residual
+
+    names: list[str] = []
+
+    def spy(kernel, grid, *args, **options):
+        names.append(kernel.__name__)
+        common.launch(kernel, grid, *args, **options)
+
+    for module in (probs, accept, residual):
+        monkeypatch.setattr(module, "launch", spy)
+    monkeypatch.delenv("VGEN_DISABLE_TRITON", raising=False)
+    return names
+
+
+@pytest.fixture
+def compiled_kernels() -> None:
+    """Skip a GPU test where Triton's interpreter is loaded (a run that selected the CPU kernel tests too)."""
+    from vgen.kernels import dispatch
+
+    if dispatch.interpreted():
+        pytest.skip("Triton's interpreter is loaded in this run (CPU kernel tests selected too): run pytest -m gpu")
+

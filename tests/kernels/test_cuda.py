@@ -12,10 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+              pytest.mark.usefixtures("compiled_kernels")]
 triton = pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
-from vgen.kernels import accept, common, dispatch, probs, residual, use_backend  # noqa: E402
+from vgen.kernels import accept, dispatch, probs, residual, use_backend  # noqa: E402
 from vgen.samplers.base import SamplingParams  # noqa: E402
 from vgen.samplers.logits import nucleus_edge, target_probs  # noqa: E402
 from vgen.samplers.speculative.exact import ExactRule  # noqa: E402
@@ -27,26 +28,6 @@ from vgen.samplers.speculative.rules import accept_drafts, recover  # noqa: E402
 CUDA = torch.device("cuda")
 # (samples, window, vocabulary): a small odd case and LlamaGen's verify step
 SIZES = {"small": (3, 5, 45), "llamagen": (8, 16, 16384)}
-
-
-@pytest.fixture(autouse=True)
-def compiled_kernels() -> None:
-    if dispatch.interpreted():
-        pytest.skip("Triton's interpreter is loaded in this run (CPU kernel tests selected too): run pytest -m gpu")
-
-
-@pytest.fixture
-def launched(monkeypatch) -> list[str]:
-    """The names of the kernels launched from here on (each launch still runs)."""
-    names: list[str] = []
-
-    def spy(kernel, grid, *args, **options):
-        names.append(kernel.__name__)
-        common.launch(kernel, grid, *args, **options)
-
-    for module in (probs, accept, residual):
-        monkeypatch.setattr(module, "launch", spy)
-    return names
 
 
 def on_cuda(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
-from vgen.kernels import accept, common, dispatch, probs, residual, use_backend  # noqa: E402
+from vgen.kernels import dispatch, probs, use_backend  # noqa: E402
 from vgen.kernels.common import recording  # noqa: E402
 from vgen.kernels.dispatch import choose  # noqa: E402
 from vgen.models.llamagen import GPTConfig  # noqa: E402
@@ -94,20 +94,6 @@ class FakeTokenizer(torch.nn.Module):
 
     def codebook(self) -> torch.Tensor:
         return self.vectors
-
-
-@pytest.fixture
-def launched(monkeypatch) -> list[str]:
-    """The names of the kernels launched from here on (each launch still runs)."""
-    names: list[str] = []
-
-    def spy(kernel, grid, *args, **options):
-        names.append(kernel.__name__)
-        common.launch(kernel, grid, *args, **options)
-
-    for module in (probs, accept, residual):
-        monkeypatch.setattr(module, "launch", spy)
-    return names
 
 
 SPECULATIVE = {"probs_kernel", "accept_kernel", "residual_kernel"}

@@ -9,9 +9,10 @@ tests/kernels/conftest.py), and these skip."""
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+              pytest.mark.usefixtures("compiled_kernels")]
 
-from vgen.kernels import dispatch, use_backend  # noqa: E402 (imports no triton: see launched)
+from vgen.kernels import use_backend  # noqa: E402 (imports no triton: see launched)
 from vgen.models.llamagen import GPTConfig  # noqa: E402
 from vgen.samplers import ARSampler, SamplingParams, get_sampler  # noqa: E402
 from vgen.samplers import ar as ar_module  # noqa: E402
@@ -20,31 +21,6 @@ from vgen.samplers.speculative.drafters import Drafter  # noqa: E402
 
 CUDA = torch.device("cuda")
 KERNELS = {"probs_kernel", "accept_kernel", "residual_kernel"}
-
-
-@pytest.fixture(autouse=True)
-def compiled_kernels() -> None:
-    if dispatch.interpreted():
-        pytest.skip("Triton's interpreter is loaded in this run (CPU kernel tests selected too): run pytest -m gpu")
-
-
-@pytest.fixture
-def launched(monkeypatch) -> list[str]:
-    """The names of the kernels launched from here on (each launch still runs)."""
-    pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
-    # imported here, not at collection: on a CPU run triton must first be set up for the interpreter
-    from vgen.kernels import accept, common, probs, residual
-
-    names: list[str] = []
-
-    def spy(kernel, grid, *args, **options):
-        names.append(kernel.__name__)
-        common.launch(kernel, grid, *args, **options)
-
-    for module in (probs, accept, residual):
-        monkeypatch.setattr(module, "launch", spy)
-    monkeypatch.delenv("VGEN_DISABLE_TRITON", raising=False)
-    return names
 
 
 def generator(seed: int) -> torch.Generator:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from vgen.data.clips import ClipsConfig
+from vgen.data.clips import ClipsConfig, cached_clips
 from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
@@ -21,6 +21,9 @@ from vgen.training.blockdiff import (
     check_latent_fit,
     clips_to_tensor,
     diffusion_forcing_loss,
+    guidance_distillation_loss,
+    guided_velocity,
+    noise_blocks,
     random_windows,
     start_from,
     train_blockdiff,
@@ -142,6 +145,52 @@ def test_a_tiny_run_lowers_the_loss_resumes_and_exports(tmp_path) -> None:
     assert json.loads((run / "state.json").read_text())["step"] == 125
     with pytest.raises(ValueError, match="do not fit"):
         train_blockdiff(tmp_path / "r2", data, train, recipe, TOY, ClipsConfig(num_frames=4, frame_size=32))
+
+
+def test_the_distillation_target_is_the_teachers_guided_velocity() -> None:
+    torch.manual_seed(0)
+    teacher = BlockDiffusionTransformer(TOY)
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.normal_(std=0.1)  # past adaLN-Zero's zero output, so that the class changes the velocity
+    frames, classes = torch.rand(3, 4, 16, 16, 3) * 2 - 1, torch.tensor([0, 1, 2])
+    torch.manual_seed(1)
+    at_one, _ = guidance_distillation_loss(teacher, teacher, frames, classes, clean_prob=0.0, cfg_scale=1.0)
+    assert at_one.item() < 1e-10  # CFG 1 is the conditional velocity: the teacher is its own student
+    torch.manual_seed(1)
+    loss, _ = guidance_distillation_loss(teacher, teacher, frames, classes, clean_prob=0.0, cfg_scale=3.0)
+    torch.manual_seed(1)
+    clip = noise_blocks(frames, 2, 0.0)
+    v_c = teacher(clip.x_t, clip.sigma, classes)
+    v_u = teacher(clip.x_t, clip.sigma, torch.full_like(classes, TOY.num_classes))
+    guided = guided_velocity(teacher, clip.x_t, clip.sigma, classes, 3.0)
+    torch.testing.assert_close(guided, v_u + 3.0 * (v_c - v_u), rtol=1e-5, atol=1e-6)
+    assert loss.item() == pytest.approx((v_c - guided).pow(2).mean().item(), rel=1e-5) and loss.item() > 1e-4
+
+
+def test_a_distilled_student_matches_the_guided_teacher_without_guidance(tmp_path) -> None:
+    """A student distilled from a tiny trained teacher at CFG 4: on fresh noised clips its conditional velocity is
+    closer to the teacher's guided one than the teacher's own conditional velocity is; it has no class dropout."""
+    clips = ClipsConfig(num_frames=4, frame_size=16, supersample=1, min_scale=0.35, max_scale=0.5)
+    recipe = BlockDiffRecipe(num_clips=16, batch_size=8)
+    train = dict(lr=3e-3, warmup_steps=5, log_every=10, bf16=False, ema_decay=0.9)
+    teacher = train_blockdiff(tmp_path / "teacher", tmp_path / "data", TrainConfig(steps=60, **train), recipe, TOY,
+                              clips)
+    student = train_blockdiff(tmp_path / "student", tmp_path / "data", TrainConfig(steps=80, **train), recipe,
+                              clips=clips, teacher=tmp_path / "teacher" / "export", teacher_cfg=4.0)
+    assert student.config == replace(TOY, class_dropout_prob=0.0)
+    torch.manual_seed(5)
+    frames = clips_to_tensor(cached_clips(tmp_path / "data", "train", 16, clips)[0])
+    classes = torch.arange(len(frames)) % 8
+    clip = noise_blocks(frames, 2, 0.3)
+    with torch.no_grad():
+        guided = guided_velocity(teacher, clip.x_t, clip.sigma, classes, 4.0)
+        gap_teacher = (teacher(clip.x_t, clip.sigma, classes) - guided).pow(2).mean()
+        gap_student = (student(clip.x_t, clip.sigma, classes) - guided).pow(2).mean()
+    assert gap_student < 0.5 * gap_teacher, (gap_student.item(), gap_teacher.item())
+    with pytest.raises(ValueError, match="teacher CFG scale > 1"):
+        train_blockdiff(tmp_path / "s2", tmp_path / "data", TrainConfig(steps=1, **train), recipe, clips=clips,
+                        teacher=tmp_path / "teacher" / "export", teacher_cfg=1.0)
 
 
 @pytest.mark.gpu

@@ -308,6 +308,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--init-from", default=None,
                            help="start a new run from a block-diffusion export of the same transformer (e.g. the "
                                 "--image run's)")
+            t.add_argument("--distill-from", default=None,
+                           help="a block-diffusion model folder (e.g. vgen/assets/shapes-blockdiff/blockdiff): "
+                                "distil its guided velocity at --teacher-cfg into a student of its architecture, "
+                                "started from its weights, that streams without guidance")
+            t.add_argument("--teacher-cfg", type=float, default=5.0, help="the teacher's CFG scale to distil")
         if what == "frame-tokenizer":
             t.add_argument("--encoder", choices=ENCODER_KINDS, default=None,
                            help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does "
@@ -586,12 +591,15 @@ def run_train(args: argparse.Namespace) -> None:
 
         if args.image and args.tokenizer is None:
             raise UsageError("--image trains the latent recipe on single frames: give the KL --tokenizer")
+        if args.distill_from and (args.image or args.init_from):
+            raise UsageError("--distill-from starts the student from the teacher: drop --image and --init-from")
         config = (SHAPES_BLOCKDIFF if args.tokenizer is None
                   else SHAPES_LATENT_IMAGE_DIFF if args.image else SHAPES_LATENT_BLOCKDIFF)
         clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
         train_blockdiff(args.run_dir, args.data_dir, TrainConfig(**common, ema_decay=0.999),
                         BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size), config, clips,
-                        max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from)
+                        max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from,
+                        teacher=args.distill_from, teacher_cfg=args.teacher_cfg)
     elif args.what == "video-classifier":
         from vgen.training.video_classifier import VideoClassifierRecipe, train_video_classifier
 

@@ -13,6 +13,11 @@ decoded per block when streamed. Its transformer can first learn single frames (
 class-conditional image diffusion model with the same weights) and start the video run from them
 (``init_from``), as the video token models start from the image model.
 
+Guidance distillation (``teacher``). A student starts from a trained model's weights and regresses its plain
+conditional velocity on the teacher's classifier-free-guided one, over the same diffusion-forcing clips (Meng et
+al., 2023, "On distillation of guided diffusion models", first stage). The student then streams at CFG 1: one
+forward at batch 1 per step and per cache write, where the guided teacher runs batch 2.
+
 Augmentation: a random time reversal per clip (a bouncing, spinning shape played backwards is another valid clip
 of the same class), and for pixels a random horizontal flip (a latent frame flipped is not the latent of the
 flipped frame, so latents are not flipped).
@@ -52,23 +57,64 @@ def clips_to_tensor(clips: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(clips, dtype=np.float32)).div_(127.5).sub_(1.0)
 
 
-def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tensor, class_ids: torch.Tensor,
-                           clean_prob: float) -> tuple[torch.Tensor, dict]:
-    """Flow-matching loss with an independent noise level per block (clean blocks carry no loss)."""
+@dataclass
+class NoisedClip:
+    """Clips at an independent noise level per block: ``x_t`` [B, T, ...], ``sigma`` [B, blocks], the ``noise``
+    drawn and ``weight`` [B, T] (1 on the frames of noisy blocks, 0 on clean ones)."""
+
+    x_t: torch.Tensor
+    sigma: torch.Tensor
+    noise: torch.Tensor
+    weight: torch.Tensor
+
+
+def noise_blocks(frames: torch.Tensor, frames_per_block: int, clean_prob: float) -> NoisedClip:
+    """Diffusion forcing's inputs: each block clean with probability ``clean_prob``, else at a uniform level."""
     b, t = frames.shape[:2]
-    blocks = t // model.frames_per_block
+    blocks = t // frames_per_block
     sigma = torch.rand(b, blocks, device=frames.device)
     # a lone block is never clean: it would carry no loss and be context for nothing
     clean = torch.rand(b, blocks, device=frames.device) < (clean_prob if blocks > 1 else 0.0)
     sigma = torch.where(clean, torch.zeros_like(sigma), sigma)
-    per_frame = sigma.repeat_interleave(model.frames_per_block, dim=1)[:, :, None, None, None]
+    per_frame = sigma.repeat_interleave(frames_per_block, dim=1)[:, :, None, None, None]
     noise = torch.randn_like(frames)
-    x_t = (1 - per_frame) * frames + per_frame * noise
-    v = model(x_t, sigma, class_ids)
-    err = (v - (noise - frames)).pow(2).mean(dim=(2, 3, 4))  # [B, T]
-    weight = (~clean).repeat_interleave(model.frames_per_block, dim=1).float()
-    loss = (err * weight).sum() / weight.sum().clamp_min(1.0)
-    return loss, {"noisy_frac": float(weight.mean())}
+    weight = (~clean).repeat_interleave(frames_per_block, dim=1).float()
+    return NoisedClip((1 - per_frame) * frames + per_frame * noise, sigma, noise, weight)
+
+
+def noisy_block_mse(v: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of velocities over the frames of noisy blocks."""
+    err = (v - target).pow(2).mean(dim=(2, 3, 4))  # [B, T]
+    return (err * weight).sum() / weight.sum().clamp_min(1.0)
+
+
+def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tensor, class_ids: torch.Tensor,
+                           clean_prob: float) -> tuple[torch.Tensor, dict]:
+    """Flow-matching loss with an independent noise level per block (clean blocks carry no loss)."""
+    clip = noise_blocks(frames, model.frames_per_block, clean_prob)
+    v = model(clip.x_t, clip.sigma, class_ids)
+    return noisy_block_mse(v, clip.noise - frames, clip.weight), {"noisy_frac": float(clip.weight.mean())}
+
+
+@torch.no_grad()
+def guided_velocity(teacher: BlockDiffusionTransformer, x_t: torch.Tensor, sigma: torch.Tensor,
+                    class_ids: torch.Tensor, cfg_scale: float) -> torch.Tensor:
+    """The teacher's classifier-free-guided velocity over whole clips, as its stream computes it per block (the
+    unconditional half sees its own unconditional context)."""
+    v = teacher(torch.cat([x_t, x_t]), torch.cat([sigma, sigma]),
+                torch.cat([class_ids, teacher.null_condition(class_ids)]))
+    v_c, v_u = v.chunk(2)
+    return v_u + cfg_scale * (v_c - v_u)
+
+
+def guidance_distillation_loss(student: BlockDiffusionTransformer, teacher: BlockDiffusionTransformer,
+                               frames: torch.Tensor, class_ids: torch.Tensor, clean_prob: float,
+                               cfg_scale: float) -> tuple[torch.Tensor, dict]:
+    """The student's conditional velocity against the teacher's guided one, on diffusion-forcing clips."""
+    clip = noise_blocks(frames, student.frames_per_block, clean_prob)
+    target = guided_velocity(teacher, clip.x_t, clip.sigma, class_ids, cfg_scale)
+    v = student(clip.x_t, clip.sigma, class_ids)
+    return noisy_block_mse(v, target, clip.weight), {"noisy_frac": float(clip.weight.mean())}
 
 
 def augment(clips: torch.Tensor, flip: bool = True) -> torch.Tensor:
@@ -122,10 +168,22 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
                     recipe: BlockDiffRecipe = BlockDiffRecipe(), config: BlockDiffConfig = SHAPES_BLOCKDIFF,
                     clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None,
                     tokenizer_dir: str | Path | None = None,
-                    init_from: str | Path | None = None) -> BlockDiffusionTransformer:
+                    init_from: str | Path | None = None, teacher: str | Path | None = None,
+                    teacher_cfg: float = 1.0) -> BlockDiffusionTransformer:
     """Train (or resume) a block-diffusion run in ``run_dir`` on pixels, or on latent frames of the KL tokenizer in
-    ``tokenizer_dir``; a new run may start from the block-diffusion export ``init_from`` (resumes ignore it). The
-    EMA model is exported to ``run_dir/export``."""
+    ``tokenizer_dir``; a new run may start from the block-diffusion export ``init_from`` (resumes ignore it). With
+    ``teacher`` (a block-diffusion model folder), the run distils the teacher's guidance at ``teacher_cfg`` into a
+    student of its architecture started from its weights (``config`` and ``init_from`` do not apply; the student
+    has no class dropout). The EMA model is exported to ``run_dir/export``."""
+    teacher_model = None
+    if teacher is not None:
+        teacher_model = from_pretrained(teacher, map_location=train.device)
+        if not isinstance(teacher_model, BlockDiffusionTransformer):
+            raise CheckpointError(f"{teacher} holds a {type(teacher_model).__name__}, not a block-diffusion model")
+        if not teacher_cfg > 1.0:
+            raise ValueError(f"guidance distillation needs a teacher CFG scale > 1, got {teacher_cfg}")
+        teacher_model.eval().requires_grad_(False)
+        config, init_from = replace(teacher_model.config, class_dropout_prob=0.0), teacher
     if clips.num_frames < config.train_frames:
         raise ValueError(f"clips of {clips.num_frames} frames do not fit a model of {config.train_frames} frames")
     run_dir = Path(run_dir)
@@ -147,9 +205,11 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
         order = idx.sort().values.numpy()  # sorted reads from the memory map
         frames = (clips_to_tensor(videos[order]) if tokenizer_dir is None
                   else torch.from_numpy(np.asarray(videos[order], dtype=np.float32)))
-        frames = augment(random_windows(frames, config.train_frames), flip=tokenizer_dir is None)
-        return diffusion_forcing_loss(model, frames.to(train.device), labels_t[order].to(train.device),
-                                      recipe.clean_prob)
+        frames = augment(random_windows(frames, config.train_frames), flip=tokenizer_dir is None).to(train.device)
+        labels = labels_t[order].to(train.device)
+        if teacher_model is not None:
+            return guidance_distillation_loss(model, teacher_model, frames, labels, recipe.clean_prob, teacher_cfg)
+        return diffusion_forcing_loss(model, frames, labels, recipe.clean_prob)
 
     trainer.fit(batches, step_fn, max_minutes)
     save_pretrained(trainer.ema.model, run_dir / "export")
