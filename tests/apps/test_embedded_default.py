@@ -136,28 +136,40 @@ def test_the_video_nar_default_draws_the_shape_it_is_asked_for():
     assert clip_class_accuracy(videos, [(c + 1) % len(CLASS_NAMES) for c in classes])["class_accuracy"] <= 0.25
 
 
-def test_the_streaming_default_is_a_small_latent_model_on_the_continuous_tokenizer():
-    """shapes-blockdiff denoises 16 x 16 x 4 latent frames of shapes-c2i-continuous's KL tokenizer (the same file)
-    in 2-frame blocks over 8 trained frames, and streams 64-px frames with a cache that fits them."""
-    assert "shapes-blockdiff" in vgen.available_models()
-    size = sum(f.stat().st_size for f in (ASSETS / "shapes-blockdiff" / "blockdiff").rglob("*") if f.is_file())
+@pytest.mark.parametrize("name", ["shapes-blockdiff", "shapes-blockdiff-cfg"])
+def test_the_streaming_models_are_small_latent_models_on_the_continuous_tokenizer(name):
+    """Both denoise 16 x 16 x 4 latent frames of shapes-c2i-continuous's KL tokenizer (the same file) in 2-frame
+    blocks over 8 trained frames, and stream 64-px frames with a cache that fits them."""
+    assert name in vgen.available_models()
+    size = sum(f.stat().st_size for f in (ASSETS / name / "blockdiff").rglob("*") if f.is_file())
     assert 0 < size < 25 * 2**20
-    assert (ASSETS / "shapes-blockdiff" / "kl" / "model.safetensors").read_bytes() == \
+    assert (ASSETS / name / "kl" / "model.safetensors").read_bytes() == \
         (ASSETS / "shapes-c2i-continuous" / "kl" / "model.safetensors").read_bytes()
-    pipe = vgen.load("shapes-blockdiff")
+    pipe = vgen.load(name)
     config = pipe.model.config
-    assert pipe.info.image_size == 64 and pipe.info.class_names == list(CLASS_NAMES)
+    assert pipe.info.name == name and pipe.info.image_size == 64 and pipe.info.class_names == list(CLASS_NAMES)
     assert (config.frame_size, config.channels, config.frames_per_block, config.train_frames) == (16, 4, 2, 8)
     stream = pipe.stream_config()
     assert stream.sink_frames + stream.window_frames + config.frames_per_block <= config.train_frames
-    assert stream.cfg_scale > 1
+
+
+def test_the_streaming_default_is_the_guidance_distilled_student_of_the_guided_model():
+    """shapes-blockdiff streams without guidance in 3 steps a block: it was distilled from shapes-blockdiff-cfg's
+    guided velocity (CFG 5), whose weights it started from, and has no class dropout."""
+    student, teacher = vgen.load("shapes-blockdiff"), vgen.load("shapes-blockdiff-cfg")
+    assert (student.stream_config().cfg_scale, student.stream_config().steps) == (1.0, 3)
+    assert teacher.stream_config().cfg_scale == 5.0 and teacher.stream_config().steps == 4
+    assert student.model.config.class_dropout_prob == 0.0 and teacher.model.config.class_dropout_prob > 0
+    assert {k: v for k, v in student.model.config.to_dict().items() if k != "class_dropout_prob"} == \
+        {k: v for k, v in teacher.model.config.to_dict().items() if k != "class_dropout_prob"}
 
 
 @pytest.mark.slow
 def test_the_streaming_default_draws_the_shape_it_is_asked_for():
-    """16 streams (2 per class, seed 0, default settings) of 16 frames, twice the trained length: over each clip's
-    frames the per-frame classifier finds the requested shape in clearly more clips than chance (README: 53% of
-    200 clips; 7 of these 16), and against the next class the same clips score lower (3 of 16)."""
+    """16 streams (2 per class, seed 0, default settings: the distilled student, 3 steps, no guidance) of 16
+    frames, twice the trained length: over each clip's frames the per-frame classifier finds the requested shape in
+    clearly more clips than chance (6 of these 16; the guided teacher: 7), and against the next class the same
+    clips score lower (3 of 16)."""
     from vgen.eval.quality import clip_class_accuracy
 
     pipe = vgen.load("shapes-blockdiff")

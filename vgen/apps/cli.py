@@ -309,7 +309,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                            help="start a new run from a block-diffusion export of the same transformer (e.g. the "
                                 "--image run's)")
             t.add_argument("--distill-from", default=None,
-                           help="a block-diffusion model folder (e.g. vgen/assets/shapes-blockdiff/blockdiff): "
+                           help="a block-diffusion model folder (e.g. vgen/assets/shapes-blockdiff-cfg/blockdiff): "
                                 "distil its guided velocity at --teacher-cfg into a student of its architecture, "
                                 "started from its weights, that streams without guidance")
             t.add_argument("--teacher-cfg", type=float, default=5.0, help="the teacher's CFG scale to distil")
