@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import vgen
+from vgen.apps.cli import DTYPES
 from vgen.eval.bench import (
     bench_table,
     parse_sampler_list,
@@ -32,8 +33,6 @@ from vgen.eval.bench import (
 )
 from vgen.pipelines import default_sampler
 from vgen.samplers import SamplingParams
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @torch.no_grad()
@@ -71,7 +70,7 @@ def main() -> None:
     ap.add_argument("--num-real", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="e.g. cuda (the Triton kernels run there when triton imports)")
-    ap.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="backbone dtype")
+    ap.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="backbone dtype")
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed batches drawn with every sampler first (on a GPU: loads CUDA's libraries and "
                          "compiles the Triton kernels); default 1 on CUDA, 0 elsewhere")
@@ -84,7 +83,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     specs = parse_sampler_list(args.samplers)
-    pipe = vgen.load(args.model, device=args.device, dtype=DTYPES[args.dtype])
+    pipe = vgen.load(args.model, device=args.device, dtype=getattr(torch, DTYPES[args.dtype]))
     params = SamplingParams(**{**pipe.info.defaults, **({"cfg_scale": args.cfg_scale} if args.cfg_scale else {})})
     rows = 2 * args.batch_size if params.guided else args.batch_size
     costs = {k: window_cost(pipe.model, k, rows, args.cost_repeats) for k in args.windows}

@@ -92,16 +92,22 @@ def test_the_continuous_default_draws_the_shape_it_is_asked_for():
     assert domain_class_accuracy(pipe, images, (classes + 1) % len(CLASS_NAMES)) <= 0.25
 
 
+def assert_shipped_small_beside_a_shared_tokenizer(name: str, model: str, tokenizer: str, owner: str) -> None:
+    """``name`` is an embedded model whose ``model/`` folder is under 25 MiB and whose ``tokenizer/`` is byte for
+    byte ``owner``'s (git then stores no second copy)."""
+    assert name in vgen.available_models()
+    size = sum(f.stat().st_size for f in (ASSETS / name / model).rglob("*") if f.is_file())
+    assert 0 < size < 25 * 2**20
+    assert (ASSETS / name / tokenizer / "model.safetensors").read_bytes() == \
+        (ASSETS / owner / tokenizer / "model.safetensors").read_bytes()
+
+
 @pytest.mark.parametrize("name, passes", [("shapes-video-nbp", 368), ("shapes-video-nar", 38)])
 def test_the_video_defaults_are_shipped_small_on_the_image_tokenizer(name, passes):
     """8 frames of 16 x 16 codes of the shapes-c2i tokenizer (the same file) against 2,048 tokens: shapes-video-nbp
     draws all of frame 0 token by token and then one row a pass (368 passes), shapes-video-nar one 3-D diagonal a
     pass (T + H + W - 2 = 38)."""
-    assert name in vgen.available_models()
-    size = sum(f.stat().st_size for f in (ASSETS / name / "gpt").rglob("*") if f.is_file())
-    assert 0 < size < 25 * 2**20
-    assert (ASSETS / name / "vq" / "model.safetensors").read_bytes() == \
-        (ASSETS / "shapes-c2i" / "vq" / "model.safetensors").read_bytes()
+    assert_shipped_small_beside_a_shared_tokenizer(name, "gpt", "vq", "shapes-c2i")
     pipe = vgen.load(name)
     assert pipe.num_frames == 8 and pipe.info.image_size == 64 and pipe.info.class_names == list(CLASS_NAMES)
     assert pipe.model.grid == (8, 16, 16) and pipe.model.num_steps == passes and pipe.model.config.rope == "spatial"
@@ -140,11 +146,7 @@ def test_the_video_nar_default_draws_the_shape_it_is_asked_for():
 def test_the_streaming_models_are_small_latent_models_on_the_continuous_tokenizer(name):
     """Both denoise 16 x 16 x 4 latent frames of shapes-c2i-continuous's KL tokenizer (the same file) in 2-frame
     blocks over 8 trained frames, and stream 64-px frames with a cache that fits them."""
-    assert name in vgen.available_models()
-    size = sum(f.stat().st_size for f in (ASSETS / name / "blockdiff").rglob("*") if f.is_file())
-    assert 0 < size < 25 * 2**20
-    assert (ASSETS / name / "kl" / "model.safetensors").read_bytes() == \
-        (ASSETS / "shapes-c2i-continuous" / "kl" / "model.safetensors").read_bytes()
+    assert_shipped_small_beside_a_shared_tokenizer(name, "blockdiff", "kl", "shapes-c2i-continuous")
     pipe = vgen.load(name)
     config = pipe.model.config
     assert pipe.info.name == name and pipe.info.image_size == 64 and pipe.info.class_names == list(CLASS_NAMES)

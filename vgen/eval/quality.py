@@ -36,8 +36,8 @@ def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, class_ids: to
     per_sequence = (2 if params.guided else 1) * tokens.shape[1] * model.config.vocab_size
     batch_size = max(1, max_logits // per_sequence)
     entropies, top1 = [], []
+    device = next(model.parameters()).device
     for i in range(0, len(tokens), batch_size):
-        device = next(model.parameters()).device
         t, c = tokens[i:i + batch_size].to(device), class_ids[i:i + batch_size].to(device)
         if params.guided:
             t, c = torch.cat([t, t]), torch.cat([c, model.null_condition(c)])

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from vgen.models.blockdiff import BlockContext, BlockDiffusionTransformer
 from vgen.models.rolling_cache import CachePolicy, RollingKVCache
 from vgen.pipelines import to_uint8
+from vgen.samplers.logits import cfg_merge
 
 REFRESH_MODES = ("none", "recompute")
 
@@ -233,8 +234,7 @@ class BlockStreamer:
         v, _ = self.model.forward_block(x, s, cond, context)
         if not guided:
             return v
-        v_c, v_u = v.chunk(2)
-        return v_u + self.config.cfg_scale * (v_c - v_u)
+        return cfg_merge(*v.chunk(2), self.config.cfg_scale)
 
     @torch.no_grad()
     def stream(self, class_ids: Sequence[int], num_frames: int, seed: int | None = 0,

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
+from vgen.samplers.logits import cfg_merge
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.training.trainer import TrainConfig, Trainer, index_batches, save_array_atomic
 
@@ -103,8 +104,7 @@ def guided_velocity(teacher: BlockDiffusionTransformer, x_t: torch.Tensor, sigma
     unconditional half sees its own unconditional context)."""
     v = teacher(torch.cat([x_t, x_t]), torch.cat([sigma, sigma]),
                 torch.cat([class_ids, teacher.null_condition(class_ids)]))
-    v_c, v_u = v.chunk(2)
-    return v_u + cfg_scale * (v_c - v_u)
+    return cfg_merge(*v.chunk(2), cfg_scale)
 
 
 def guidance_distillation_loss(student: BlockDiffusionTransformer, teacher: BlockDiffusionTransformer,
