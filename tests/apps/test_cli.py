@@ -196,6 +196,29 @@ def test_package_assembles_a_loadable_pipeline_that_records_its_training_data(ti
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)  # bf16 storage
 
 
+def test_package_records_sampling_defaults_that_quality_uses_unless_overridden(tiny_pipeline_dir, tmp_path, capsys):
+    out, report = tmp_path / "packaged", tmp_path / "q.json"
+    code, _, err = run(["train", "package", "--gpt", str(tiny_pipeline_dir / "gpt"), "--vq",
+                        str(tiny_pipeline_dir / "vq"), "--out", str(out), "--cfg-scale", "3", "--temperature", "0.6",
+                        "--top-k", "5"], capsys)
+    assert code == 0, err
+    defaults = json.loads((out / "pipeline.json").read_text())["defaults"]
+    assert defaults == {"cfg_scale": 3.0, "temperature": 0.6, "top_k": 5}
+    quality = ["quality", "--model", str(out), "--num-images", "2", "--batch-size", "2", "--json", str(report)]
+    assert run(quality, capsys)[0] == 0
+    assert json.loads(report.read_text())["sampling"] | defaults == json.loads(report.read_text())["sampling"]
+    assert run([*quality, "--temperature", "1", "--top-p", "0.9"], capsys)[0] == 0
+    sampling = json.loads(report.read_text())["sampling"]
+    assert (sampling["temperature"], sampling["top_k"], sampling["top_p"]) == (1.0, 5, 0.9)
+
+
+def test_package_refuses_invalid_sampling_defaults_before_writing(tiny_pipeline_dir, tmp_path, capsys):
+    out = tmp_path / "packaged"
+    code, _, err = run(["train", "package", "--gpt", str(tiny_pipeline_dir / "gpt"), "--vq",
+                        str(tiny_pipeline_dir / "vq"), "--out", str(out), "--top-p", "0"], capsys)
+    assert code == 2 and "top_p must be in (0, 1]" in err and not out.exists()
+
+
 def test_continuous_model_samples_with_cspd_and_its_own_default(tiny_continuous_pipeline_dir, tmp_path, capsys):
     model = str(tiny_continuous_pipeline_dir)
     out, stats, amap = tmp_path / "c.png", tmp_path / "c.json", tmp_path / "map.png"

@@ -48,6 +48,13 @@ def test_compare_runs_vanilla_ar_on_the_same_seed(tiny_model) -> None:
     assert ar.tobytes() == grid.tobytes()  # greedy: the lossless sampler draws AR's images
 
 
+def test_empty_sampling_fields_take_the_models_defaults(tiny_model) -> None:
+    explicit = generate(tiny_model, "ar", **SETTINGS)[0]
+    empty = generate(tiny_model, "ar", **{**SETTINGS, "temperature": "", "top_k": " ", "top_p": ""})[0]
+    assert empty.tobytes() == explicit.tobytes()  # the tiny model's defaults are temperature 1, no filters
+    assert generate(tiny_model, "ar", **{**SETTINGS, "temperature": "0.5"})[0].tobytes() != explicit.tobytes()
+
+
 def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_filled() -> None:
     assert sampler_options("ar", {"window": 8}) == {}
     assert sampler_options("lantern", {"window": "8", "lantern_delta": "", "draft_init": " "}) == {"window": 8}
@@ -65,6 +72,7 @@ def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_f
     (dict(class_id=7), "class id 7 is out of range"),
     (dict(num_images=99), "number of images must be in 1..16"),
     (dict(top_p=0.0), "top_p"),
+    (dict(top_k="many"), "top-k must be a number"),
     (dict(cfg_scale="strong"), "CFG scale must be a number"),
     (dict(sampler="sjd", window=0), "window must be an integer >= 1"),
     (dict(sampler="sjd", drafter="head"), "needs a draft head"),

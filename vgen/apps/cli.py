@@ -411,6 +411,10 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", required=True, help="pipeline folder to write")
     t.add_argument("--name", default="shapes-c2i")
     t.add_argument("--cfg-scale", type=float, default=2.0, help="recommended CFG scale stored as the default")
+    t.add_argument("--temperature", type=float, default=None,
+                   help="recommended sampling temperature stored as the default (token models; default: 1)")
+    t.add_argument("--top-k", type=int, default=None, help="recommended top-k stored as the default (token models)")
+    t.add_argument("--top-p", type=float, default=None, help="recommended top-p stored as the default (token models)")
     t.add_argument("--dtype", default="fp32", help="storage dtype of the weights (bf16 halves the size; they load "
                                                    "into fp32 models)")
     t.add_argument("--stream-defaults", default=None, metavar="JSON",
@@ -426,6 +430,7 @@ def run_package(args: argparse.Namespace) -> None:
     from vgen.data.shapes import CLASS_NAMES, data_config
     from vgen.hub import from_pretrained, save_pretrained
     from vgen.pipelines import PIPELINE_CONFIG, ImagePipeline, PipelineInfo, tokenizer_folder
+    from vgen.samplers import SamplingParams
 
     if args.dtype not in DTYPES:
         raise UsageError(f"unknown dtype {args.dtype!r}; expected one of {sorted(DTYPES)}")
@@ -434,13 +439,19 @@ def run_package(args: argparse.Namespace) -> None:
         return package_stream(args, gpt)
     if args.vq is None:
         raise UsageError("--vq is required for a token model")
+    defaults = {"cfg_scale": args.cfg_scale, **{name: getattr(args, name) for name in ("temperature", "top_k", "top_p")
+                                                if getattr(args, name) is not None}}
+    try:
+        SamplingParams(**defaults)
+    except ValueError as e:
+        raise UsageError(f"the recommended sampling settings are invalid: {e}") from None
     vq = from_pretrained(args.vq)
     head = from_pretrained(args.drafter) if args.drafter else None
     out = Path(args.out)
     dtype = getattr(torch, DTYPES[args.dtype])
     data = asdict(data_config(args.data_dir)) if args.data_dir else None
     info = PipelineInfo(name=args.name, image_size=gpt.grid[-1] * vq.downsample_factor,
-                        class_names=list(CLASS_NAMES), defaults={"cfg_scale": args.cfg_scale}, data=data)
+                        class_names=list(CLASS_NAMES), defaults=defaults, data=data)
     if len(gpt.grid) == 3:  # a video backbone: frames x rows x columns
         from vgen.video_pipeline import VideoPipeline
 
@@ -639,9 +650,9 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cfg-scale", type=float, default=None, help="default: the model's recommended scale")
-    p.add_argument("--temperature", type=float, default=1.0, help="token models")
-    p.add_argument("--top-k", type=int, default=0, help="token models")
-    p.add_argument("--top-p", type=float, default=1.0, help="token models")
+    p.add_argument("--temperature", type=float, default=None, help="token models (default: the model's)")
+    p.add_argument("--top-k", type=int, default=None, help="token models (default: the model's)")
+    p.add_argument("--top-p", type=float, default=None, help="token models (default: the model's)")
     p.add_argument("--num-frames", type=int, default=None,
                    help="streaming models: frames per clip (default: the length the model was trained on)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
@@ -671,8 +682,9 @@ def run_quality(args: argparse.Namespace) -> None:
         raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
     if args.num_frames is not None:
         raise UsageError("--num-frames is for streaming models; a token model's clips have a fixed length")
-    params = SamplingParams(**{**pipe.info.defaults, "temperature": args.temperature, "top_k": args.top_k,
-                               "top_p": args.top_p, **({"cfg_scale": args.cfg_scale} if args.cfg_scale else {})})
+    given = {"cfg_scale": args.cfg_scale or None, "temperature": args.temperature, "top_k": args.top_k,
+             "top_p": args.top_p}
+    params = SamplingParams(**{**pipe.info.defaults, **{k: v for k, v in given.items() if v is not None}})
     n_cls = pipe.num_classes
     classes = [i % n_cls for i in range(args.num_images)]
     tokens, images = [], []
@@ -714,7 +726,7 @@ def stream_quality(pipe, args: argparse.Namespace) -> dict:
     frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
     if frames < 2:
         raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {frames}")
-    if (args.temperature, args.top_k, args.top_p) != (1.0, 0, 1.0):
+    if (args.temperature, args.top_k, args.top_p) != (None, None, None):
         raise UsageError("--temperature, --top-k and --top-p sample tokens; a streaming model denoises frames")
     options = {"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}
     try:

@@ -111,7 +111,8 @@ def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> s
 
 
 def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, cfg_scale: float | str | None,
-             temperature: float, top_k: float, top_p: float, compare: bool = False, gpt_ckpt: str = "",
+             temperature: float | str | None, top_k: float | str | None, top_p: float | str | None,
+             compare: bool = False, gpt_ckpt: str = "",
              vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
              **sampler_values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None, str | None]:
     """Images (a grid), the acceptance map (speculative samplers), a stats table, with ``compare`` one token per
@@ -131,7 +132,9 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
                          f"with a next-token model)")
     cfg_scale = parse_optional("CFG scale", cfg_scale, "float")
     count, cols = int(num_images), min(4, int(num_images))
-    settings = dict(seed=int(seed), cfg_scale=cfg_scale, temperature=temperature, top_k=int(top_k), top_p=top_p)
+    settings = dict(seed=int(seed), cfg_scale=cfg_scale,
+                    temperature=parse_optional("temperature", temperature, "float"),
+                    top_k=parse_optional("top-k", top_k, "int"), top_p=parse_optional("top-p", top_p, "float"))
     chosen = get_sampler(sampler, **sampler_options(sampler, sampler_values))
     if isinstance(pipe, VideoPipeline):
         clips = pipe([int(class_id)], num_videos=count, sampler=chosen, **settings)
@@ -242,9 +245,9 @@ def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
                 num_images = gr.Slider(1, MAX_IMAGES, value=4, step=1, label="number of images")
                 seed = gr.Number(value=0, precision=0, label="seed")
                 cfg_scale = gr.Textbox(value="", label="CFG scale (empty: the model's default)")
-                temperature = gr.Number(value=1.0, label="temperature (0 = greedy)")
-                top_k = gr.Number(value=0, precision=0, label="top-k (0 = off)")
-                top_p = gr.Number(value=1.0, label="top-p (1 = off)")
+                temperature = gr.Textbox(value="", label="temperature (0 = greedy; empty: the model's default)")
+                top_k = gr.Textbox(value="", label="top-k (0 = off; empty: the model's default)")
+                top_p = gr.Textbox(value="", label="top-p (1 = off; empty: the model's default)")
                 compare = gr.Checkbox(value=False, label="compare with vanilla AR on the same seed")
                 with gr.Accordion("sampler parameters (empty: the preset's default)", open=False):
                     fields = [gr.Textbox(value="", label=name) for name in SAMPLER_FIELDS]
