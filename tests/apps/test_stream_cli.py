@@ -111,6 +111,10 @@ def test_package_writes_a_streaming_pipeline_from_a_block_diffusion_export(tiny_
     bad = main(["train", "package", "--gpt", str(tmp_path / "export"), "--out", str(tmp_path / "p2"),
                 "--stream-defaults", '{"window_frames": 8}'])
     assert bad == 2 and "exceed the 8 frames" in capsys.readouterr().err
+    token = main(["train", "package", "--gpt", str(tmp_path / "export"), "--out", str(tmp_path / "p3"),
+                  "--temperature", "0.6"])
+    assert token == 2 and "takes its settings as --stream-defaults" in capsys.readouterr().err
+    assert not (tmp_path / "p3").exists()
 
 
 def test_package_puts_a_latent_models_kl_tokenizer_beside_it(tiny_blockdiff_factory, tmp_path, capsys) -> None:
@@ -168,7 +172,9 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
 @pytest.mark.parametrize("args, message", [(["--num-frames", "1"], "--num-frames must be >= 2"),
                                            (["--num-frames", "0"], "--num-frames must be >= 2"),
                                            (["--cfg-scale", "-1"], "cfg_scale must be >= 0"),
-                                           (["--top-k", "5"], "a streaming model denoises frames")])
+                                           (["--top-k", "5"], "--top-k sample tokens"),
+                                           (["--temperature", "1", "--cfg-interval", "3"],
+                                            "--cfg-interval, --temperature sample tokens")])
 def test_quality_of_a_streaming_model_refuses_bad_settings(tiny_stream_pipeline_dir, args, message, capsys) -> None:
     assert main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "1", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()

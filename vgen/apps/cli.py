@@ -422,6 +422,11 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=run_package)
 
 
+def recorded_token_settings(args: argparse.Namespace) -> dict:
+    """The token-sampling defaults given to ``vgen train package`` (the CFG scale aside)."""
+    return {name: getattr(args, name) for name in ("temperature", "top_k", "top_p") if getattr(args, name) is not None}
+
+
 def run_package(args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
@@ -439,8 +444,7 @@ def run_package(args: argparse.Namespace) -> None:
         return package_stream(args, gpt)
     if args.vq is None:
         raise UsageError("--vq is required for a token model")
-    defaults = {"cfg_scale": args.cfg_scale, **{name: getattr(args, name) for name in ("temperature", "top_k", "top_p")
-                                                if getattr(args, name) is not None}}
+    defaults = {"cfg_scale": args.cfg_scale, **recorded_token_settings(args)}
     try:
         SamplingParams(**defaults)
     except ValueError as e:
@@ -481,6 +485,9 @@ def package_stream(args: argparse.Namespace, model) -> None:
 
     if args.drafter:
         raise UsageError("a block-diffusion pipeline takes no --drafter")
+    if recorded_token_settings(args):
+        raise UsageError("--temperature, --top-k and --top-p are token-sampling defaults; a block-diffusion "
+                         "pipeline takes its settings as --stream-defaults")
     tokenizer = None
     if args.vq:  # a model of latent frames: its KL tokenizer decodes them
         from vgen.hub import from_pretrained
@@ -649,10 +656,7 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-images", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cfg-scale", type=float, default=None, help="default: the model's recommended scale")
-    p.add_argument("--temperature", type=float, default=None, help="token models (default: the model's)")
-    p.add_argument("--top-k", type=int, default=None, help="token models (default: the model's)")
-    p.add_argument("--top-p", type=float, default=None, help="token models (default: the model's)")
+    add_sampling_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
     p.add_argument("--num-frames", type=int, default=None,
                    help="streaming models: frames per clip (default: the length the model was trained on)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
@@ -682,9 +686,7 @@ def run_quality(args: argparse.Namespace) -> None:
         raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
     if args.num_frames is not None:
         raise UsageError("--num-frames is for streaming models; a token model's clips have a fixed length")
-    given = {"cfg_scale": args.cfg_scale or None, "temperature": args.temperature, "top_k": args.top_k,
-             "top_p": args.top_p}
-    params = SamplingParams(**{**pipe.info.defaults, **{k: v for k, v in given.items() if v is not None}})
+    params = SamplingParams(**{**pipe.info.defaults, **sampling_overrides(args)})
     n_cls = pipe.num_classes
     classes = [i % n_cls for i in range(args.num_images)]
     tokens, images = [], []
@@ -726,8 +728,10 @@ def stream_quality(pipe, args: argparse.Namespace) -> dict:
     frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
     if frames < 2:
         raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {frames}")
-    if (args.temperature, args.top_k, args.top_p) != (None, None, None):
-        raise UsageError("--temperature, --top-k and --top-p sample tokens; a streaming model denoises frames")
+    token_settings = sorted(set(sampling_overrides(args)) - {"cfg_scale"})
+    if token_settings:
+        raise UsageError(f"{', '.join('--' + name.replace('_', '-') for name in token_settings)} sample tokens; "
+                         f"a streaming model denoises frames")
     options = {"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}
     try:
         config = pipe.stream_config(**options)
