@@ -8,8 +8,9 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from vgen.models.layers import rope_2d_table, rope_grid_table
+from vgen.models.layers import PrefixMask, rope_2d_table, rope_grid_table
 
 
 def closed_form_angles(shape: tuple[int, ...], head_dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -50,3 +51,51 @@ def test_square_grid_is_llamagens_2d_table() -> None:
 def test_grid_table_rejects_empty_axes_and_too_few_pairs(shape: tuple[int, ...], head_dim: int) -> None:
     with pytest.raises(ValueError, match="rotary table for grid"):
         rope_grid_table(shape, head_dim)
+
+
+def dense_of(ends: torch.Tensor) -> torch.Tensor:
+    return torch.arange(int(ends[-1]))[None, :] < ends[:, None]
+
+
+@pytest.mark.parametrize("ends", [torch.arange(1, 41),  # causal
+                                  torch.tensor([1] + [5] * 4 + [9] * 4 + [13] * 4 + [17] * 4),  # block-causal
+                                  torch.tensor([1, 2, 4, 4, 7, 7, 7, 11, 11, 11, 11, 12])])  # NAR's steps, sorted
+@pytest.mark.parametrize("min_chunk", [1, 3, 5, 128])
+def test_prefix_mask_attention_equals_the_dense_mask_with_gradients(ends: torch.Tensor, min_chunk: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    t, keys = len(ends), int(ends[-1])
+    q = torch.randn(2, 3, t, 8, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, 3, keys, 8, generator=g, requires_grad=True) for _ in range(2))
+    weights = torch.randn(2, 3, t, 8, generator=g)
+    chunked = PrefixMask(ends, min_chunk).attention(q, k, v)
+    grads = torch.autograd.grad((chunked * weights).sum(), (q, k, v))
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=dense_of(ends))
+    torch.testing.assert_close(chunked, dense, atol=1e-6, rtol=0)
+    for got, want in zip(grads, torch.autograd.grad((dense * weights).sum(), (q, k, v))):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_prefix_mask_chunks_cover_the_queries_once_and_never_split_equal_key_counts() -> None:
+    ends = torch.tensor([1, 3, 3, 3, 3, 6, 6, 9])
+    chunks = PrefixMask(ends, min_chunk=2).chunks
+    assert [c[:3] for c in chunks] == [(0, 5, 3), (5, 7, 6), (7, 8, 9)]
+    assert chunks[1][3] is None and chunks[2][3] is None  # one key count: no mask needed
+    assert torch.equal(chunks[0][3], dense_of(ends)[:5, :3])
+
+
+@pytest.mark.parametrize("ends", [torch.tensor([2, 1]), torch.tensor([0, 1]), torch.tensor([], dtype=torch.long),
+                                  torch.ones(2, 2)])
+def test_prefix_mask_rejects_rows_that_are_not_growing_prefixes(ends: torch.Tensor) -> None:
+    with pytest.raises(ValueError, match="non-decreasing row of key counts"):
+        PrefixMask(ends)
+
+
+def test_prefix_mask_from_a_dense_mask_keeps_its_rows_or_refuses_it() -> None:
+    ends = torch.tensor([1, 3, 3, 4])
+    assert torch.equal(PrefixMask.from_dense(dense_of(ends)).ends, ends)
+    holed = dense_of(ends).clone()
+    holed[2, 1] = False
+    with pytest.raises(ValueError, match="not growing prefixes"):
+        PrefixMask.from_dense(holed)
+    with pytest.raises(ValueError, match="not growing prefixes"):
+        PrefixMask.from_dense(torch.tensor([[True, False, False], [True, True, False]]))  # a key nobody sees

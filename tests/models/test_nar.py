@@ -174,6 +174,19 @@ def test_no_target_reaches_its_own_logits(tiny_nar_factory, grid: tuple[int, ...
         assert not torch.allclose(model(classes, earlier)[:, distance == s], base[:, distance == s], atol=1e-4)
 
 
+@pytest.mark.parametrize("grid", [(3, 3), (2, 2, 2), (4, 16, 16)])
+def test_slots_in_step_order_turn_the_proximity_mask_into_growing_key_prefixes(grid: tuple[int, ...]) -> None:
+    """The teacher-forced pass attends over the slots in step order, where every query sees a prefix of the keys
+    (``PrefixMask``): that prefix mask is the proximity mask, reordered."""
+    layout = NeighbourLayout(grid)
+    ends = layout.prefix_mask.ends
+    prefixes = torch.arange(len(ends))[None, :] < ends[:, None]
+    assert torch.equal(prefixes, layout.mask[layout.order][:, layout.order])
+    assert torch.equal(layout.order[layout.restore], torch.arange(len(ends)))
+    assert layout.order[0] == 0 and torch.equal(layout.distance[layout.order[1:] - 1].diff().clamp(max=0),
+                                                torch.zeros(len(ends) - 2, dtype=torch.long))
+
+
 def decode_all(model: NARTransformer, classes: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Logits [B, N, V] from the prefill and one cached decode step per step, fed the given tokens."""
     cache = model.new_cache(len(classes))
@@ -188,7 +201,8 @@ def decode_all(model: NARTransformer, classes: torch.Tensor, tokens: torch.Tenso
 
 @pytest.mark.parametrize(("grid", "overrides"), [((3, 3), {}), ((2, 5), {}), ((4, 4), {"n_kv_head": 2}),
                                                  ((2, 2, 2), {}), ((2, 3, 4), {"n_kv_head": 1}), ((1, 1), {}),
-                                                 ((3, 2, 3), {"rope": "spatial"})])
+                                                 ((3, 2, 3), {"rope": "spatial"}),
+                                                 ((3, 9, 9), {"rope": "spatial"})])  # 2 attention chunks
 @torch.no_grad()
 def test_cached_decoding_equals_the_full_forward(tiny_nar_factory, grid: tuple[int, ...], overrides: dict) -> None:
     model = tiny_nar_factory(grid, **overrides)

@@ -183,7 +183,8 @@ def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of
     ((3, 4), "row", None, False, "grid"), ((4, 2, 2), "frame", None, False, "grid"),
     ((2, 2, 3), "row", 2, False, "grid"), ((3, 4), "row", None, True, "grid"), ((4, 2, 2), "frame", 2, True, "grid"),
     ((4, 2, 2), "frame", None, True, "spatial"), ((2, 2, 3), "row", None, True, "spatial"),
-    ((3, 2, 3), "row", None, 2, "spatial")])
+    ((3, 2, 3), "row", None, 2, "spatial"),
+    ((4, 6, 6), "row", None, 6, "spatial")])  # 145 slots: the full forward attends in 3 chunks (PrefixMask)
 def test_cached_block_decoding_equals_the_full_forward(grid, block, kv, hybrid, rope) -> None:
     """prefill, then (hybrid) the first blocks token by token, then one block per decode: the full forward's logits.
     ``hybrid`` 2: the first two blocks (all of frame 0 in rows) token by token."""

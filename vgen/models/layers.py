@@ -110,3 +110,44 @@ def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     cos, sin = table[:, :, None, :, 0], table[:, :, None, :, 1]
     out = torch.stack([xs[..., 0] * cos - xs[..., 1] * sin, xs[..., 1] * cos + xs[..., 0] * sin], dim=-1)
     return out.flatten(3).type_as(x)
+
+
+class PrefixMask:
+    """An attention mask under which query ``i`` sees exactly the keys ``0 .. ends[i] - 1``, with ``ends``
+    non-decreasing: a causal mask, a block-causal one (NBP's), or NAR's proximity mask with the slots in diagonal
+    order. Attention then runs in query chunks, each over only the keys its last query sees, which skips the
+    masked-out upper part (about half of a long sequence's score matrix) that a dense mask computes and discards.
+
+    ``min_chunk``: queries a chunk holds at least (fewer, larger kernel calls against a little masked work)."""
+
+    def __init__(self, ends: torch.Tensor, min_chunk: int = 64) -> None:
+        ends = ends.long()
+        if ends.ndim != 1 or len(ends) == 0 or (ends[1:] < ends[:-1]).any() or ends[0] < 1:
+            raise ValueError("a prefix mask needs a non-empty, non-decreasing row of key counts >= 1")
+        self.ends = ends
+        dense = torch.arange(int(ends[-1]), device=ends.device)[None, :] < ends[:, None]  # [t, keys]
+        self.chunks: list[tuple[int, int, int, torch.Tensor | None]] = []  # (first query, query end, key end, mask)
+        start = 0
+        while start < len(ends):
+            stop = min(start + min_chunk, len(ends))
+            stop += int((ends[stop:] == ends[stop - 1]).sum())  # a run of equal key counts is never split
+            end = int(ends[stop - 1])
+            uniform = bool((ends[start:stop] == end).all())  # every query of the chunk sees the same keys
+            self.chunks.append((start, stop, end, None if uniform else dense[start:stop, :end]))
+            start = stop
+
+    @classmethod
+    def from_dense(cls, mask: torch.Tensor, min_chunk: int = 64) -> PrefixMask:
+        """The prefix mask equal to a bool mask [t, keys] whose rows are growing prefixes; any other mask is refused."""
+        ends = mask.sum(1)
+        if (mask.ndim != 2 or not len(ends) or mask.shape[1] != int(ends.max())
+                or not torch.equal(torch.arange(mask.shape[1], device=mask.device)[None, :] < ends[:, None], mask)):
+            raise ValueError("the mask's rows are not growing prefixes of its keys")
+        return cls(ends, min_chunk)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
+        """``scaled_dot_product_attention`` of q [B, H, t, d] under this mask, chunk by chunk."""
+        outs = [F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :end], v[:, :, :end], attn_mask=mask,
+                                               dropout_p=dropout_p)
+                for start, stop, end, mask in self.chunks]
+        return torch.cat(outs, dim=2)

@@ -26,7 +26,15 @@ from torch import nn
 
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
-from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_2d_table, rope_grid_table, swiglu_hidden_dim
+from vgen.models.layers import (
+    FeedForward,
+    PrefixMask,
+    RMSNorm,
+    apply_rope,
+    rope_2d_table,
+    rope_grid_table,
+    swiglu_hidden_dim,
+)
 
 
 @dataclass(frozen=True)
@@ -131,13 +139,14 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
                 slot: torch.Tensor | None = None, rows: RowSlots | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | PrefixMask | None = None) -> torch.Tensor:
         """Without ``slot`` or ``rows``: causal attention over the cached keys (``cache.length`` of them) and the
         new ones. With ``slot`` (LongTensor [1], one new token): static shapes, see
         :meth:`LlamaGenGPT.decode_step`. With ``rows`` (:class:`~vgen.models.cache.RowSlots`): each row
         writes at its own positions, see :meth:`LlamaGenGPT.decode_rows`. ``mask`` (bool, True = attend,
         broadcasting to [B, heads, t, keys]) replaces the causal pattern of any of these modes, for backbones
-        whose tokens do not see exactly their raster prefix (NAR's proximity mask)."""
+        whose tokens do not see exactly their raster prefix (NAR's proximity mask); a
+        :class:`~vgen.models.layers.PrefixMask` does so in query chunks that skip the keys no query of a chunk sees."""
         b, t, _ = x.shape
         nq, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
         qkv = self.wqkv(x)
@@ -170,8 +179,11 @@ class Attention(nn.Module):
             v = v.repeat_interleave(nq // nkv, dim=1)
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                             dropout_p=self.attn_dropout_p if self.training else 0.0)
+        dropout_p = self.attn_dropout_p if self.training else 0.0
+        if isinstance(mask, PrefixMask):
+            out = mask.attention(q, k, v, dropout_p)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
         out = self.wo(out.transpose(1, 2).reshape(b, t, -1))
         return self.resid_dropout(out) if self.training else out
 
@@ -187,7 +199,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor, cache: KVCache | None, layer: int,
                 slot: torch.Tensor | None = None, rows: RowSlots | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | PrefixMask | None = None) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), rope, cache, layer, slot, rows, mask)
         return h + self.feed_forward(self.ffn_norm(h))
 

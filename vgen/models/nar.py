@@ -30,7 +30,7 @@ from torch import nn
 
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
-from vgen.models.layers import RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
+from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
 AXIS_NAMES = {2: ("rows", "columns"), 3: ("frames", "rows", "columns")}
@@ -137,6 +137,11 @@ class NeighbourLayout:
         self.full_link = self.link(torch.arange(1 + n, device=device), torch.arange(n, device=device))
         # slots cached before step s's tokens are fed: the class and steps 0..s-1
         self.cached_before = [1 + sum(len(t) for t in self.steps[:s]) for s in range(self.num_steps)]
+        # the slots in step order (the class, then step by step): there the proximity mask is a prefix of the keys
+        # for every query, which the teacher-forced pass attends in chunks (PrefixMask); ``restore`` undoes it
+        self.order = torch.cat([torch.zeros(1, dtype=torch.long, device=device), 1 + torch.cat(self.steps)])
+        self.restore = torch.argsort(self.order)
+        self.prefix_mask = PrefixMask.from_dense(seen[self.order][:, self.order])
 
     def link(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For each head a and target, the row of ``inputs`` (slots) holding its predecessor and whether it exists:
@@ -231,13 +236,12 @@ class NARTransformer(TokenGridModel, nn.Module):
         return self.layout
 
     # -- forward passes ----------------------------------------------------------------------------------------
-    def _heads(self, h: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor, cache: KVCache | None,
-               slots: torch.Tensor | None = None, key_end: int = 0) -> list[torch.Tensor]:
-        """Run every block; head a reads the hidden state after ``n_layer + a`` blocks."""
+    def _heads(self, h: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | PrefixMask, cache: KVCache | None,
+               slots: torch.Tensor, key_end: int = 0, restore: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Run every block over the sequence slots ``slots`` of ``h``; head a reads the hidden state after
+        ``n_layer + a`` blocks, put back in slot order by ``restore`` when given."""
         if self.config.rope == "spatial":  # slot 1 + p holds token p, in its frame
-            every = torch.arange(h.shape[1], device=h.device)
-            h = h + frame_offsets(self.frame_embedding, every if slots is None else slots,
-                                  self.grid[1] * self.grid[2])
+            h = h + frame_offsets(self.frame_embedding, slots, self.grid[1] * self.grid[2])
         if self.training:
             h = self.tok_dropout(h)
         # a diagonal's slots are scattered over the raster, so no slice write; the proximity mask is the attend
@@ -246,20 +250,22 @@ class NARTransformer(TokenGridModel, nn.Module):
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, rows=rows, mask=mask)
             if i >= self.config.n_layer - 1:
-                outputs.append(self.heads[len(outputs)](h))
+                outputs.append(self.heads[len(outputs)](h if restore is None else h[:, restore]))
         if cache is not None:
             cache.advance(h.shape[1])
         return outputs
 
     def head_logits(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """Teacher-forced pass under the proximity mask: each head's logits [B, 1 + N, V] over the slots."""
+        """Teacher-forced pass under the proximity mask: each head's logits [B, 1 + N, V] over the slots. The blocks
+        run over the slots in step order, where the mask lets attention skip the keys no query of a chunk sees."""
         n = self.num_tokens
         if tokens.ndim != 2 or tokens.shape[1] != n:
             raise ValueError(f"tokens must be [batch, {n}] (the whole {self._grid_text()} grid in raster order), "
                              f"got shape {tuple(tokens.shape)}")
         layout = self._layout()
-        h = torch.cat([self.cls_embedding(class_ids), self.tok_embeddings(tokens)], dim=1)
-        return self._heads(h, self.rope, layout.mask, None)
+        h = torch.cat([self.cls_embedding(class_ids), self.tok_embeddings(tokens)], dim=1)[:, layout.order]
+        return self._heads(h, self.rope[layout.order], layout.prefix_mask, None, layout.order,
+                           restore=layout.restore)
 
     def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, N, V] in raster order: row p predicts token p from every token nearer the origin (training

@@ -44,7 +44,7 @@ from torch import nn
 
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
-from vgen.models.layers import RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
+from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
 BLOCK_KINDS = ("row", "frame")
@@ -199,6 +199,7 @@ class NBPTransformer(TokenGridModel, nn.Module):
         self.rope = rope_table(config)
         self.mask = block_causal_mask(config.num_blocks, config.block_size, config.hybrid,
                                       hybrid_blocks=config.hybrid_blocks)
+        self._prefix_masks: dict[int, PrefixMask] = {}  # the mask of each teacher-forced length, as key prefixes
         self.apply(init_llamagen_weights)
         nn.init.normal_(self.bov, std=0.02)
         nn.init.zeros_(self.output.weight)
@@ -230,12 +231,17 @@ class NBPTransformer(TokenGridModel, nn.Module):
         device = h.device
         if self.rope.device != device:
             self.rope, self.mask = self.rope.to(device), self.mask.to(device)
+            self._prefix_masks.clear()
         end = start + h.shape[1]
         if self.config.rope == "spatial":
             h = h + self._frame_offsets(start, end, device)
         if self.training:
             h = self.tok_dropout(h)
         rope, mask = self.rope[start:end], self.mask[start:end, :end]
+        if cache is None and start == 0:  # teacher-forced: every slot sees a prefix of the slots, in chunks
+            if end not in self._prefix_masks:
+                self._prefix_masks[end] = PrefixMask.from_dense(mask)
+            mask = self._prefix_masks[end]
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, mask=mask)
         if cache is not None:
