@@ -99,3 +99,21 @@ def test_prefix_mask_from_a_dense_mask_keeps_its_rows_or_refuses_it() -> None:
         PrefixMask.from_dense(holed)
     with pytest.raises(ValueError, match="not growing prefixes"):
         PrefixMask.from_dense(torch.tensor([[True, False, False], [True, True, False]]))  # a key nobody sees
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_prefix_mask_attention_on_cuda_equals_the_dense_mask(dtype: torch.dtype, tolerance: float) -> None:
+    """CUDA's attention kernels take the chunks' masks (slices of one dense mask) as they take a whole mask."""
+    ends = torch.cat([torch.arange(1, 40), torch.arange(1, 9).repeat_interleave(30) * 30 + 40]).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 4, len(ends), 32, generator=g, device="cuda", dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(2, 4, int(ends[-1]), 32, generator=g, device="cuda", dtype=dtype, requires_grad=True)
+            for _ in range(2))
+    chunked = PrefixMask(ends).attention(q, k, v)
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=dense_of(ends.cpu()).cuda())
+    torch.testing.assert_close(chunked, dense, atol=tolerance, rtol=0)
+    for got, want in zip(torch.autograd.grad(chunked.float().sum(), (q, k, v)),
+                         torch.autograd.grad(dense.float().sum(), (q, k, v))):
+        torch.testing.assert_close(got, want, atol=tolerance * 10, rtol=0)
