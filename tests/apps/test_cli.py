@@ -179,6 +179,17 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--image-first"], "--image-first and --first-frames train a video model: add --video"),
+    (["--first-frames", "2"], "--image-first and --first-frames train a video model: add --video"),
+    (["--video", "--first-frames", "2"], "--first-frames trains frame 0 alone, which needs --image-first")])
+def test_train_nar_refuses_frame_0_options_it_cannot_use(tmp_path, capsys, extra, message):
+    code, _, err = run(["train", "nar", "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
+                        *extra], capsys)
+    assert code == 2 and err.strip() == f"vgen: error: {message}"
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
 def test_package_assembles_a_loadable_pipeline_that_records_its_training_data(tiny_pipeline_dir, tmp_path, capsys):
     from vgen.data.shapes import ShapesConfig, set_data_config
     from vgen.pipelines import load

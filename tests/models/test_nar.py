@@ -96,6 +96,73 @@ def test_order_visits_every_position_exactly_once_by_distance(grid: tuple[int, .
         assert all(sum(coords[p]) == s for p in positions.tolist())
 
 
+# frame 0 first: frame 0 at distances 0 1 1 2, frame 1 raised by H + W - 2 = 2 to 3 4 4 5
+MASK_2x2x2_IMAGE_FIRST = rows_of("""
+1 0 0 0 0 0 0 0 0
+1 1 0 0 0 0 0 0 0
+1 1 1 1 0 0 0 0 0
+1 1 1 1 0 0 0 0 0
+1 1 1 1 1 0 0 0 0
+1 1 1 1 1 1 0 0 0
+1 1 1 1 1 1 1 1 0
+1 1 1 1 1 1 1 1 0
+1 1 1 1 1 1 1 1 1
+""")
+
+
+def test_image_first_mask_of_a_2x2x2_video_cell_by_cell() -> None:
+    assert torch.equal(NeighbourLayout((2, 2, 2), image_first=True).mask, MASK_2x2x2_IMAGE_FIRST)
+
+
+@pytest.mark.parametrize(("grid", "steps"), [((2, 2, 2), 6), ((3, 2, 4), 11), ((8, 16, 16), 68), ((1, 3, 3), 5)])
+def test_image_first_takes_h_plus_w_minus_1_steps_for_frame_0_and_t_plus_h_plus_w_minus_3_for_the_rest(
+        grid: tuple[int, ...], steps: int) -> None:
+    """T + 2 (H + W) - 4 passes: 31 for a 16 x 16 frame 0, as the image model, and 37 for the other 7 frames."""
+    layout = NeighbourLayout(grid, image_first=True)
+    assert layout.num_steps == steps == len(layout.steps)
+
+
+@pytest.mark.parametrize("grid", [(2, 2, 2), (3, 2, 4), (4, 3, 1)])
+def test_image_first_draws_all_of_frame_0_as_an_image_then_the_other_frames_in_the_3d_order(
+        grid: tuple[int, ...]) -> None:
+    layout = NeighbourLayout(grid, image_first=True)
+    frame = grid[1] * grid[2]
+    order = torch.cat(layout.steps).tolist()
+    assert sorted(order) == list(range(len(order)))
+    assert sorted(order[:frame]) == list(range(frame))  # frame 0 is done before any other frame starts
+    coords = list(itertools.product(*(range(n) for n in grid)))
+    image_steps = grid[1] + grid[2] - 1
+    assert [s.tolist() for s in layout.steps[:image_steps]] == [s.tolist() for s in NeighbourLayout(grid[1:]).steps]
+    for s, positions in enumerate(layout.steps[image_steps:]):
+        assert all(sum(coords[p]) == s + 1 for p in positions.tolist())
+    assert [s.tolist() for s in NeighbourLayout((2, 2, 2), image_first=True).steps] == [[0], [1, 2], [3], [4],
+                                                                                           [5, 6], [7]]
+
+
+@pytest.mark.parametrize("grid", [(2, 2, 2), (3, 9, 9)])
+@torch.no_grad()
+def test_with_frame_0_first_a_pass_over_frame_0_alone_gives_frame_0s_logits_of_the_whole_grid(
+        tiny_nar_factory, grid: tuple[int, ...]) -> None:
+    """Frame 0's cells see only frame 0, so a frame alone [B, H * W] is scored as the clip's frame 0 is (the
+    first-frames loss feeds other frames of a clip this way); without image_first a frame alone is refused."""
+    model = tiny_nar_factory(grid, rope="spatial", image_first=True)
+    frame = grid[1] * grid[2]
+    tokens = torch.randint(0, model.vocab_size, (2, model.num_tokens), generator=torch.Generator().manual_seed(8))
+    classes = torch.tensor([1, 4])
+    alone = model(classes, tokens[:, :frame])
+    assert alone.shape == (2, frame, model.vocab_size)
+    torch.testing.assert_close(alone, model(classes, tokens)[:, :frame], atol=2e-5, rtol=0)
+    with pytest.raises(ValueError, match=rf"or \[batch, {frame}\] \(frame 0 alone, which comes first\)"):
+        model(classes, tokens[:, :frame + 1])
+    with pytest.raises(ValueError, match=rf"tokens must be \[batch, {model.num_tokens}\] \(the whole"):
+        tiny_nar_factory(grid, rope="spatial")(classes, tokens[:, :frame])
+
+
+def test_image_first_needs_a_video_grid() -> None:
+    with pytest.raises(ValueError, match="image_first draws frame 0 of a video grid"):
+        NARConfig(grid=(4, 4), dim=32, n_head=4, image_first=True)
+
+
 def expected_combination(heads: list[torch.Tensor], grid: tuple[int, ...]) -> torch.Tensor:
     """NAR's rule with explicit coordinates: target c takes the mean over axes a with c[a] > 0 of the head for
     axis a (head index rank - 1 - a) at slot 1 + raster(c - e_a); the first token takes the mean of all heads
@@ -135,6 +202,41 @@ def test_logits_average_the_heads_over_available_predecessors(tiny_nar_factory, 
         torch.testing.assert_close(logits[:, 4], (r[:, 4] + b[:, 2]) / 2)  # (1,1) from (1,0) and (0,1)
 
 
+def expected_image_first_combination(heads: list[torch.Tensor], grid: tuple[int, ...]) -> torch.Tensor:
+    """The image-first rule with explicit coordinates: the first token takes the mean of the right and below
+    heads at the class slot, frame 1's first cell the next-frame head at frame 0's last cell; frame 1's other cells
+    their right and below predecessors only; every other cell NAR's rule."""
+    coords = list(itertools.product(*(range(n) for n in grid)))
+    last_of_frame_0 = 1 + coords.index((0, grid[1] - 1, grid[2] - 1))
+    out = []
+    for c in coords:
+        if c == (0, 0, 0):
+            out.append((heads[0][:, 0] + heads[1][:, 0]) / 2)
+            continue
+        if c == (1, 0, 0):
+            out.append(heads[2][:, last_of_frame_0])
+            continue
+        terms = []
+        for axis in (0, 1, 2):
+            if c[axis] > (1 if axis == 0 else 0):
+                prev = list(c)
+                prev[axis] -= 1
+                terms.append(heads[2 - axis][:, 1 + coords.index(tuple(prev))])
+        out.append(sum(terms) / len(terms))
+    return torch.stack(out, dim=1)
+
+
+@pytest.mark.parametrize("grid", [(2, 2, 2), (3, 2, 3)])
+@torch.no_grad()
+def test_image_first_logits_take_the_heads_by_the_image_first_rule(tiny_nar_factory, grid: tuple[int, ...]) -> None:
+    model = tiny_nar_factory(grid, image_first=True)
+    tokens = torch.randint(0, model.vocab_size, (2, model.num_tokens), generator=torch.Generator().manual_seed(1))
+    classes = torch.tensor([1, 3])
+    heads = model.head_logits(classes, tokens)
+    torch.testing.assert_close(model(classes, tokens), expected_image_first_combination(heads, grid),
+                               atol=1e-6, rtol=0)
+
+
 @torch.no_grad()
 def test_head_a_reads_the_hidden_state_after_n_layer_plus_a_blocks(tiny_nar_factory) -> None:
     """Video: 2 + 2 blocks. Perturbing the last block moves only the time head; the one before it moves the
@@ -153,18 +255,18 @@ def test_head_a_reads_the_hidden_state_after_n_layer_plus_a_blocks(tiny_nar_fact
     assert changed == [[False, False, True], [False, True, True]]
 
 
-@pytest.mark.parametrize("grid", [(3, 3), (2, 2, 2)])
+@pytest.mark.parametrize(("grid", "image_first"), [((3, 3), False), ((2, 2, 2), False), ((2, 2, 3), True)])
 @torch.no_grad()
-def test_no_target_reaches_its_own_logits(tiny_nar_factory, grid: tuple[int, ...]) -> None:
+def test_no_target_reaches_its_own_logits(tiny_nar_factory, grid: tuple[int, ...], image_first: bool) -> None:
     """The logits of step s do not change when every token at distance >= s changes; they do change with
     the tokens of step s - 1."""
-    model = tiny_nar_factory(grid)
+    model = tiny_nar_factory(grid, **({"image_first": True} if image_first else {}))
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, model.vocab_size, (2, model.num_tokens), generator=g)
     classes = torch.tensor([2, 2])
     base = model(classes, tokens)
-    distance = NeighbourLayout(grid).distance
-    for s in range(1, NeighbourLayout(grid).num_steps):
+    distance = model.layout.distance
+    for s in range(1, model.num_steps):
         later = tokens.clone()
         later[:, distance >= s] = torch.randint(0, model.vocab_size, (2, int((distance >= s).sum())), generator=g)
         torch.testing.assert_close(model(classes, later)[:, distance == s], base[:, distance == s],
@@ -174,15 +276,18 @@ def test_no_target_reaches_its_own_logits(tiny_nar_factory, grid: tuple[int, ...
         assert not torch.allclose(model(classes, earlier)[:, distance == s], base[:, distance == s], atol=1e-4)
 
 
-@pytest.mark.parametrize("grid", [(3, 3), (2, 2, 2), (4, 16, 16)])
-def test_slots_in_step_order_turn_the_proximity_mask_into_growing_key_prefixes(grid: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(("grid", "image_first"), [((3, 3), False), ((2, 2, 2), False), ((4, 16, 16), False),
+                                                   ((4, 16, 16), True)])
+def test_slots_in_step_order_turn_the_proximity_mask_into_growing_key_prefixes(grid: tuple[int, ...],
+                                                                               image_first: bool) -> None:
     """The teacher-forced pass attends over the slots in step order, where every query sees a prefix of the keys
     (``PrefixMask``): that prefix mask is the proximity mask, reordered."""
-    layout = NeighbourLayout(grid)
-    ends = layout.prefix_mask.ends
+    layout = NeighbourLayout(grid, image_first=image_first)
+    full = layout.passes[layout.coords.shape[0]]
+    ends = full.mask.ends
     prefixes = torch.arange(len(ends))[None, :] < ends[:, None]
     assert torch.equal(prefixes, layout.mask[layout.order][:, layout.order])
-    assert torch.equal(layout.order[layout.restore], torch.arange(len(ends)))
+    assert torch.equal(layout.order[full.restore], torch.arange(len(ends)))
     assert layout.order[0] == 0 and torch.equal(layout.distance[layout.order[1:] - 1].diff().clamp(max=0),
                                                 torch.zeros(len(ends) - 2, dtype=torch.long))
 
@@ -202,7 +307,9 @@ def decode_all(model: NARTransformer, classes: torch.Tensor, tokens: torch.Tenso
 @pytest.mark.parametrize(("grid", "overrides"), [((3, 3), {}), ((2, 5), {}), ((4, 4), {"n_kv_head": 2}),
                                                  ((2, 2, 2), {}), ((2, 3, 4), {"n_kv_head": 1}), ((1, 1), {}),
                                                  ((3, 2, 3), {"rope": "spatial"}),
-                                                 ((3, 9, 9), {"rope": "spatial"})])  # 2 attention chunks
+                                                 ((3, 9, 9), {"rope": "spatial"}),  # 2 attention chunks
+                                                 ((2, 2, 2), {"image_first": True}),
+                                                 ((3, 9, 9), {"rope": "spatial", "image_first": True})])
 @torch.no_grad()
 def test_cached_decoding_equals_the_full_forward(tiny_nar_factory, grid: tuple[int, ...], overrides: dict) -> None:
     model = tiny_nar_factory(grid, **overrides)

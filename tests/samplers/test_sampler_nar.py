@@ -18,15 +18,17 @@ from vgen.samplers.speculative import SJD
 CLASSES = torch.tensor([0, 4, 2])
 
 
-def distances(grid: tuple[int, ...]) -> torch.Tensor:
-    return torch.tensor([sum(c) for c in itertools.product(*(range(n) for n in grid))])
+def distances(grid: tuple[int, ...], image_first: bool = False) -> torch.Tensor:
+    """Coordinate sums; with frame 0 first, the later frames' raised by H + W - 2."""
+    lift = grid[1] + grid[2] - 2 if image_first else 0
+    return torch.tensor([sum(c) + (lift if c[0] > 0 else 0) for c in itertools.product(*(range(n) for n in grid))])
 
 
 def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     guided = params.cfg_scale > 1.0
     cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
-    dist = distances(model.grid)
+    dist = distances(model.grid, model.config.image_first)
     seq = torch.full((len(class_ids), model.num_tokens), 7)  # placeholder for cells not drawn yet
     drawn = 0
     with torch.no_grad():
@@ -64,10 +66,12 @@ PARAMS = {
 }
 
 
-@pytest.mark.parametrize("grid", [(3, 3), (2, 4), (2, 2, 2)])
+@pytest.mark.parametrize(("grid", "image_first"), [((3, 3), False), ((2, 4), False), ((2, 2, 2), False),
+                                                   ((3, 2, 3), True)])
 @pytest.mark.parametrize("name", list(PARAMS))
-def test_tokens_equal_the_uncached_full_forward_loop(tiny_nar_factory, grid: tuple[int, ...], name: str) -> None:
-    model = tiny_nar_factory(grid)
+def test_tokens_equal_the_uncached_full_forward_loop(tiny_nar_factory, grid: tuple[int, ...], image_first: bool,
+                                                     name: str) -> None:
+    model = tiny_nar_factory(grid, image_first=image_first)
     params = PARAMS[name]
     out = run(model, params, seed=11)
     assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=11))
@@ -81,11 +85,12 @@ def test_the_interval_switches_guidance_off_for_later_steps(tiny_nar_factory) ->
     assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
 
 
-@pytest.mark.parametrize(("grid", "passes"), [((3, 3), 5), ((2, 5), 6), ((4, 4), 7), ((2, 2, 2), 4),
-                                              ((2, 3, 4), 7)])
-def test_forward_passes_are_counted_from_the_model_calls(tiny_nar_factory, grid: tuple[int, ...], passes: int,
-                                                         monkeypatch) -> None:
-    model = tiny_nar_factory(grid)
+@pytest.mark.parametrize(("grid", "image_first", "passes"), [((3, 3), False, 5), ((2, 5), False, 6),
+                                                             ((4, 4), False, 7), ((2, 2, 2), False, 4),
+                                                             ((2, 3, 4), False, 7), ((2, 3, 4), True, 12)])
+def test_forward_passes_are_counted_from_the_model_calls(tiny_nar_factory, grid: tuple[int, ...], image_first: bool,
+                                                         passes: int, monkeypatch) -> None:
+    model = tiny_nar_factory(grid, image_first=image_first)
     calls = []
     for method in ("prefill", "decode"):
         real = getattr(model, method)
@@ -98,7 +103,7 @@ def test_forward_passes_are_counted_from_the_model_calls(tiny_nar_factory, grid:
     assert out.stats.tokens_per_forward == pytest.approx(n / passes)
     assert out.stats.wall_time_s > 0 and out.stats.details == {"grid": list(grid)}
     # the pass that produced each cell: its distance from the origin + 1
-    assert torch.equal(out.stats.accept_step, (distances(grid) + 1).repeat(len(CLASSES), 1))
+    assert torch.equal(out.stats.accept_step, (distances(grid, image_first) + 1).repeat(len(CLASSES), 1))
     assert out.tokens.shape == (len(CLASSES), n) and out.tokens.min() >= 0 and out.tokens.max() < model.vocab_size
 
 

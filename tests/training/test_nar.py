@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -164,6 +165,29 @@ def test_a_video_model_starts_from_an_image_nar_of_its_frame_grid_and_depth() ->
         from_image_nar(video, NARTransformer(NARConfig(grid=(3, 3), **{**TOY, "n_layer": 1})).state_dict())
 
 
+@torch.no_grad()
+def test_an_image_first_video_model_started_from_an_image_nar_draws_frame_0_as_that_model_draws_an_image() -> None:
+    """With frame 0 first, frame 0's cells see only frame 0 and take the right and below heads, so an image NAR's
+    weights give frame 0 the image model's own logits whatever the later frames hold; the 3-D order's frame 0
+    also sees cells of later frames and differs."""
+    torch.manual_seed(0)
+    image = NARTransformer(NARConfig(grid=(3, 3), **TOY))
+    for p in image.parameters():
+        p.normal_(std=0.3)
+    g = torch.Generator().manual_seed(1)
+    classes = torch.tensor([0, 3])
+    tokens = torch.randint(0, 16, (2, 18), generator=g)
+    frame_0 = image(classes, tokens[:, :9])
+    for image_first in (True, False):
+        video = NARTransformer(NARConfig(grid=(2, 3, 3), rope="spatial", image_first=image_first, **TOY))
+        from_image_nar(video, image.state_dict())
+        video.eval()
+        if image_first:
+            torch.testing.assert_close(video(classes, tokens)[:, :9], frame_0, atol=1e-5, rtol=0)
+        else:
+            assert not torch.allclose(video(classes, tokens)[:, :9], frame_0, atol=1e-3)
+
+
 def test_the_64px_video_recipes_start_from_the_shipped_image_models() -> None:
     """SHAPES_VIDEO_NAR_64 is shapes-nar's trunk over 8 frames of its 16 x 16 grid, and SHAPES_VIDEO_NBP_64 the
     shapes AR model's size over the same grid with all of frame 0 token by token (368 passes)."""
@@ -219,3 +243,20 @@ def test_a_video_run_takes_its_grid_from_the_frame_tokenizer_and_its_loss_falls(
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses[-1] < losses[0] - 0.3, losses
     assert isinstance(from_pretrained(tmp_path / "run" / "export"), NARTransformer)
+
+
+def test_an_image_first_video_run_also_learns_frame_0_from_other_frames(tiny_vq_dir, tmp_path) -> None:
+    """With frame 0 first, ``first_frames`` other frames of each clip are scored as frame 0 alone: the run logs
+    their loss beside the clip's; a model that draws frame 0 beside the others is refused the term."""
+    clips = ClipsConfig(num_frames=3, frame_size=16, supersample=1)
+    config = NARConfig(grid=(1, 1, 1), image_first=True, **{**TOY, "n_layer": 1, "num_classes": 8})
+    train = TrainConfig(steps=4, lr=3e-3, warmup_steps=1, log_every=2, bf16=False)
+    model = train_video_nar(tmp_path / "run", tiny_vq_dir, tmp_path / "clips", train,
+                            ClipRecipe(num_clips=8, batch_size=4), config, clips, first_frames=2)
+    assert model.grid == (3, 4, 4) and model.config.image_first and model.num_steps == 3 + 2 * 8 - 4
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert all(0 < r["first_loss"] < 2 * math.log(32) for r in records if "loss" in r)
+    with pytest.raises(ValueError, match="needs a model that draws frame 0 first"):
+        train_video_nar(tmp_path / "other", tiny_vq_dir, tmp_path / "clips", train, ClipRecipe(num_clips=8),
+                        replace(config, image_first=False), clips, first_frames=2)
+    assert not (tmp_path / "other").exists()

@@ -17,8 +17,15 @@ from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.tokenizers.vq import VQModel
-from vgen.training.clip_codes import ClipRecipe, cached_clip_codes, clip_probe, video_config, with_time_reversed
-from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp, with_first_frames
+from vgen.training.clip_codes import (
+    ClipRecipe,
+    cached_clip_codes,
+    clip_probe,
+    video_config,
+    with_first_frames,
+    with_time_reversed,
+)
+from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, token_grid_loss
 

@@ -322,10 +322,16 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--no-time-reversed", action="store_true",
                            help="train on the clips as rendered only, not also played backwards"
                                 + (" (with --video)" if what == "nar" else ""))
-        if what == "nbp":
+        if what in ("nbp", "nar"):
             t.add_argument("--first-frames", type=int, default=None,
-                           help="frames of each clip that frame 0 also learns from as first frames (default: the "
-                                "recipe's FIRST_FRAMES; 0 = off)")
+                           help="frames of each clip that frame 0 also learns from as first frames ("
+                                + ("default: the recipe's FIRST_FRAMES" if what == "nbp" else
+                                   "with --video --image-first; default: VIDEO_NAR_FIRST_FRAMES") + "; 0 = off)")
+        if what == "nar":
+            t.add_argument("--image-first", action="store_true",
+                           help="with --video: draw frame 0 first, as the image model draws an image (H + W - 1 "
+                                "passes), then the other frames in the 3-D order (T + H + W - 3 passes), so that "
+                                "--init-from an image NAR model draws frame 0 as that model does")
             t.add_argument("--block", choices=BLOCK_KINDS, default=None,
                            help="block kind: row (W tokens a step, NBP's own layout) or frame (H x W a step); "
                                 "default: the recipe's")
@@ -583,17 +589,31 @@ def run_train(args: argparse.Namespace) -> None:
                   evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, init_from=args.init_from)
     elif args.what == "nar":
         from vgen.training.clip_codes import ClipRecipe, clip_probe
-        from vgen.training.nar import SHAPES_VIDEO_NAR, VIDEO_NAR_RECIPES, NARRecipe, train_nar, train_video_nar
+        from vgen.training.nar import (
+            SHAPES_VIDEO_NAR,
+            VIDEO_NAR_FIRST_FRAMES,
+            VIDEO_NAR_RECIPES,
+            NARRecipe,
+            train_nar,
+            train_video_nar,
+        )
 
         train = TrainConfig(**common, ema_decay=0.999)
+        if (args.image_first or args.first_frames is not None) and not args.video:
+            raise UsageError("--image-first and --first-frames train a video model: add --video")
+        if args.first_frames and not args.image_first:
+            raise UsageError("--first-frames trains frame 0 alone, which needs --image-first")
         if args.video:
             clips = CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
+            config = dataclasses.replace(VIDEO_NAR_RECIPES.get(clips, SHAPES_VIDEO_NAR), image_first=args.image_first)
+            first_frames = args.first_frames if args.first_frames is not None else (
+                VIDEO_NAR_FIRST_FRAMES if args.image_first else 0)
             train_video_nar(args.run_dir, args.tokenizer, args.data_dir, train,
                             ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size,
                                        time_reversed=not args.no_time_reversed, eval_every=args.eval_every or 1),
-                            VIDEO_NAR_RECIPES.get(clips, SHAPES_VIDEO_NAR), clips, max_minutes=args.max_minutes,
-                            init_from=args.init_from,
-                            evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None)
+                            config, clips, max_minutes=args.max_minutes, init_from=args.init_from,
+                            evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None,
+                            first_frames=first_frames)
         else:
             train_nar(args.run_dir, args.tokenizer, args.data_dir, train,
                       NARRecipe(num_items=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes,

@@ -15,6 +15,14 @@ RMSNorm and output layer (NAR's R/B heads on images, R/D/B on video). The logits
 the heads whose predecessor exists (1 to ``rank`` of them); the first token takes the mean of every head at the
 class position.
 
+Frame 0 first (``image_first=True``, video only; vgen's addition, after NBP's hybrid start). Frame 0 is laid out
+as an image: its cells keep their distances ``h + w`` and see only frame 0, so it is drawn in ``H + W - 1`` steps
+exactly as an image NAR model of the frame grid draws an image. The other frames follow in the 3-D order, every
+distance raised by ``H + W - 2``, so they see all of frame 0: ``T + 2 (H + W) - 4`` steps in all. The first token
+takes the spatial heads at the class position, as an image model does; frame 1's first cell takes the next-frame
+head at frame 0's last cell, which has seen the whole frame; the next-frame head links the other cells of frame 1
+to nothing, since frame 0 was drawn in earlier steps, and those of frames 2 .. T-1 to the frame before.
+
 Sequence layout: slot 0 holds the class embedding and slot ``1 + p`` the token at raster position ``p``, which is
 where its keys and values are written in the KV cache whatever the step that produced it.
 """
@@ -48,6 +56,7 @@ class NARConfig:
 
     grid: tuple[int, ...] = (16, 16)
     rope: str = "grid"
+    image_first: bool = False
     vocab_size: int = 16384
     dim: int = 768
     n_layer: int = 12
@@ -77,6 +86,8 @@ class NARConfig:
             raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
         if self.rope not in ROPE_KINDS:
             raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
+        if self.image_first and len(grid) != 3:
+            raise ValueError(f"image_first draws frame 0 of a video grid (frames, rows, columns) first, got {grid}")
         if self.rope == "spatial" and len(grid) != 3:
             raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
         if self.dim % self.n_head or (self.dim // self.n_head) % 4:
@@ -112,18 +123,47 @@ class NARConfig:
         return cls(**d)
 
 
+@dataclass(frozen=True)
+class TeacherForcedPass:
+    """A teacher-forced pass over the class and the first raster positions: its slots in step order (``order``),
+    where the proximity mask lets every query see a prefix of the keys (``mask``), the permutation back to slot
+    order (``restore``) and which row feeds which head for each position (``link``)."""
+
+    order: torch.Tensor
+    restore: torch.Tensor
+    mask: PrefixMask
+    link: tuple[torch.Tensor, torch.Tensor]
+
+
 class NeighbourLayout:
     """Next-neighbour order on a raster grid: distances, steps, the proximity mask, and which input feeds which
-    head for each target. Pure bookkeeping, built once per model (index tensors on one device)."""
+    head for each target. Pure bookkeeping, built once per model (index tensors on one device). ``image_first``
+    (video) lays frame 0 out as an image ahead of the other frames."""
 
-    def __init__(self, grid: tuple[int, ...], device: torch.device | str = "cpu") -> None:
+    def __init__(self, grid: tuple[int, ...], device: torch.device | str = "cpu", image_first: bool = False) -> None:
         self.grid = tuple(grid)
+        self.image_first = image_first
         rank = len(grid)
         coords = torch.cartesian_prod(*(torch.arange(n, device=device) for n in grid)).reshape(-1, rank)
         self.coords = coords  # [N, rank], raster order
         self.distance = coords.sum(1)  # [N]
         self.strides = [math.prod(grid[a + 1:]) for a in range(rank)]
-        self.num_steps = sum(grid) - rank + 1
+        # a head links a target to its predecessor along an axis from this coordinate on; the first cell of a
+        # segment takes the heads ``opening_heads`` at the slot ``opening`` instead (-1: not a first cell)
+        self.first_linked = [0] * rank
+        self.opening = torch.full((len(coords),), -1, dtype=torch.long, device=device)
+        self.opening_heads = torch.zeros(rank, len(coords), dtype=torch.bool, device=device)
+        self.opening[0] = 0  # the first token: every head at the class slot (NAR's rule)
+        self.opening_heads[:, 0] = True
+        if image_first:  # frame 0 opens as an image (the spatial heads), frame 1 from frame 0's last cell
+            self.opening_heads[-1, 0] = False
+            if grid[0] > 1:
+                frame = grid[1] * grid[2]
+                self.distance = self.distance + (coords[:, 0] > 0) * (grid[1] + grid[2] - 2)
+                self.first_linked[0] = 1
+                self.opening[frame] = frame  # slot 1 + (frame - 1)
+                self.opening_heads[-1, frame] = True
+        self.num_steps = int(self.distance.max()) + 1
         self.steps = [torch.nonzero(self.distance == s).flatten() for s in range(self.num_steps)]
         n = len(coords)
         seen = torch.ones(1 + n, 1 + n, dtype=torch.bool, device=device)
@@ -134,28 +174,42 @@ class NeighbourLayout:
         self.inputs = [torch.zeros(1, dtype=torch.long, device=device)] + [1 + p for p in self.steps[:-1]]
         self.links = [self.link(i, t) for i, t in zip(self.inputs, self.steps)]
         self.key_ends = [int(torch.nonzero(seen[i].any(0)).max()) + 1 for i in self.inputs]
-        self.full_link = self.link(torch.arange(1 + n, device=device), torch.arange(n, device=device))
         # slots cached before step s's tokens are fed: the class and steps 0..s-1
         self.cached_before = [1 + sum(len(t) for t in self.steps[:s]) for s in range(self.num_steps)]
         # the slots in step order (the class, then step by step): there the proximity mask is a prefix of the keys
-        # for every query, which the teacher-forced pass attends in chunks (PrefixMask); ``restore`` undoes it
+        # for every query, which a teacher-forced pass attends in chunks (PrefixMask)
         self.order = torch.cat([torch.zeros(1, dtype=torch.long, device=device), 1 + torch.cat(self.steps)])
-        self.restore = torch.argsort(self.order)
-        self.prefix_mask = PrefixMask.from_dense(seen[self.order][:, self.order])
+        # teacher-forced passes by token count: the whole grid, and frame 0 alone when it comes first
+        self.passes = {n: self.teacher_forced(n)}
+        if image_first and grid[0] > 1:
+            self.passes[grid[1] * grid[2]] = self.teacher_forced(grid[1] * grid[2])
+
+    def teacher_forced(self, length: int) -> TeacherForcedPass:
+        """The teacher-forced pass over the class and raster positions ``0 .. length - 1``, which must be the first
+        steps (the whole grid, or frame 0 when it comes first)."""
+        order = self.order[:1 + length]
+        if not torch.equal(order.sort().values, torch.arange(1 + length, device=order.device)):
+            raise ValueError(f"the first {length} raster positions are not the first steps of the {self.grid} grid")
+        return TeacherForcedPass(order, torch.argsort(order), PrefixMask.from_dense(self.mask[order][:, order]),
+                                 self.link(torch.arange(1 + length, device=order.device),
+                                           torch.arange(length, device=order.device)))
 
     def link(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For each head a and target, the row of ``inputs`` (slots) holding its predecessor and whether it exists:
         ``src, valid`` [rank, len(targets)]. Head a's predecessor of position p is p minus one step along axis
-        ``rank - 1 - a``; the first position's predecessor is the class slot for every head."""
+        ``rank - 1 - a``; the first position's predecessor is the class slot for every head (with ``image_first``:
+        for the spatial heads, and frame 1's first position's is frame 0's last cell for the next-frame head)."""
         rank = len(self.grid)
         row = torch.full((1 + len(self.coords),), -1, dtype=torch.long, device=inputs.device)
         row[inputs] = torch.arange(len(inputs), device=inputs.device)
-        first = self.distance[targets] == 0
+        opening = self.opening[targets]
+        first = opening >= 0
         src, valid = [], []
         for a in range(rank):
             axis = rank - 1 - a
-            ok = (self.coords[targets, axis] > 0) | first
-            slot = torch.where(first, 0, 1 + targets - self.strides[axis])
+            linked = self.coords[targets, axis] > self.first_linked[axis]
+            ok = torch.where(first, self.opening_heads[a, targets], linked)
+            slot = torch.where(first, opening, 1 + targets - self.strides[axis])
             src.append(torch.where(ok, row[slot.clamp(min=0)], 0))
             valid.append(ok)
         src, valid = torch.stack(src), torch.stack(valid)
@@ -164,7 +218,7 @@ class NeighbourLayout:
         return src, valid
 
     def to(self, device: torch.device) -> NeighbourLayout:
-        return NeighbourLayout(self.grid, device)
+        return NeighbourLayout(self.grid, device, self.image_first)
 
 
 def combine_heads(head_logits: list[torch.Tensor], src: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -209,7 +263,7 @@ class NARTransformer(TokenGridModel, nn.Module):
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
         self.rope = (rope_grid_table(config.grid, config.head_dim, config.rope_base) if config.rope == "grid"
                      else rope_frames_table(config.grid, config.head_dim, config.rope_base))
-        self.layout = NeighbourLayout(config.grid)
+        self.layout = NeighbourLayout(config.grid, image_first=config.image_first)
         self.apply(init_llamagen_weights)
         for head in self.heads:
             nn.init.zeros_(head.output.weight)
@@ -219,7 +273,8 @@ class NARTransformer(TokenGridModel, nn.Module):
     # -- token layout ------------------------------------------------------------------------------------------
     @property
     def num_steps(self) -> int:
-        """Forward passes to generate a grid: ``H + W - 1`` (image) or ``T + H + W - 2`` (video)."""
+        """Forward passes to generate a grid: ``H + W - 1`` (image), ``T + H + W - 2`` (video) or
+        ``T + 2 (H + W) - 4`` (video, ``image_first``)."""
         return self.layout.num_steps
 
     @property
@@ -256,21 +311,24 @@ class NARTransformer(TokenGridModel, nn.Module):
         return outputs
 
     def head_logits(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """Teacher-forced pass under the proximity mask: each head's logits [B, 1 + N, V] over the slots. The blocks
-        run over the slots in step order, where the mask lets attention skip the keys no query of a chunk sees."""
-        n = self.num_tokens
-        if tokens.ndim != 2 or tokens.shape[1] != n:
-            raise ValueError(f"tokens must be [batch, {n}] (the whole {self._grid_text()} grid in raster order), "
-                             f"got shape {tuple(tokens.shape)}")
+        """Teacher-forced pass under the proximity mask: each head's logits [B, 1 + n, V] over the slots of the n
+        tokens given (:meth:`forward`). The blocks run over the slots in step order, where the mask lets attention
+        skip the keys no query of a chunk sees."""
         layout = self._layout()
-        h = torch.cat([self.cls_embedding(class_ids), self.tok_embeddings(tokens)], dim=1)[:, layout.order]
-        return self._heads(h, self.rope[layout.order], layout.prefix_mask, None, layout.order,
-                           restore=layout.restore)
+        if tokens.ndim != 2 or tokens.shape[1] not in layout.passes:
+            frame = (f" or [batch, {self.grid[1] * self.grid[2]}] (frame 0 alone, which comes first)"
+                     if len(layout.passes) > 1 else "")
+            raise ValueError(f"tokens must be [batch, {self.num_tokens}] (the whole {self._grid_text()} grid in raster "
+                             f"order){frame}, got shape {tuple(tokens.shape)}")
+        tf = layout.passes[tokens.shape[1]]
+        h = torch.cat([self.cls_embedding(class_ids), self.tok_embeddings(tokens)], dim=1)[:, tf.order]
+        return self._heads(h, self.rope[tf.order], tf.mask, None, tf.order, restore=tf.restore)
 
     def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits [B, N, V] in raster order: row p predicts token p from every token nearer the origin (training
-        and the reference for cached decoding). ``tokens`` is the whole grid, unshifted."""
-        return combine_heads(self.head_logits(class_ids, tokens), *self._layout().full_link)
+        """Logits [B, n, V] in raster order: row p predicts token p from every token nearer the origin (training
+        and the reference for cached decoding). ``tokens`` is the whole grid, unshifted, or with ``image_first``
+        frame 0 alone [B, H * W], whose cells see only frame 0 (a first frame to learn from, as NBP's)."""
+        return combine_heads(self.head_logits(class_ids, tokens), *self._layout().passes[tokens.shape[1]].link)
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:

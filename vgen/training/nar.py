@@ -24,6 +24,12 @@ Warm start from an image NAR, for 64-px video (session 21). ``SHAPES_VIDEO_NAR_6
 tokenizer's 16 x 16 codes with ``rope="spatial"`` (each frame rotated as an image) and the image model's trunk
 depth, so ``shapes-nar``'s blocks, embeddings and right / below heads carry over by name; the next-frame head's
 extra block and the head itself, and the per-frame embedding (zero), keep their initialisation.
+
+Frame 0 first, for video (session 27; ``--image-first``). In the 3-D order frame 0's cells are drawn beside later
+frames' cells and see some of them, so an image NAR's start is lost on frame 0. With ``image_first`` frame 0 is laid
+out as an image (:mod:`vgen.models.nar`): started from an image NAR, the video model draws frame 0 exactly as that
+model draws an image from the first step, and, as in NBP's recipe, ``first_frames`` other frames of each clip also
+train frame 0 alone (:func:`~vgen.training.clip_codes.with_first_frames`).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.training.ar import SHAPES_GPT, cached_codes
-from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config
+from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, fit_on_codes
 
@@ -57,6 +63,9 @@ SHAPES_VIDEO_NAR = NARConfig(grid=(16, 8, 8), vocab_size=SHAPES_FRAME_VQ.codeboo
 SHAPES_VIDEO_NAR_64 = NARConfig(grid=(SHAPES_CLIPS_64.num_frames,) + SHAPES_NAR.grid, vocab_size=SHAPES_NAR.vocab_size,
                                 n_layer=SHAPES_NAR.n_layer, rope="spatial", **_GPT_SIZE)
 VIDEO_NAR_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NAR, SHAPES_CLIPS_64: SHAPES_VIDEO_NAR_64}
+# other frames of each clip that an image-first video model's frame 0 also learns from (with_first_frames); NBP's
+# H100 run used 2 as well
+VIDEO_NAR_FIRST_FRAMES = 2
 
 
 @dataclass(frozen=True)
@@ -122,11 +131,17 @@ def train_video_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: st
                     recipe: ClipRecipe = CLIP_RECIPE, config: NARConfig = SHAPES_VIDEO_NAR,
                     clips: ClipsConfig = SHAPES_CLIPS, max_minutes: float | None = None,
                     init_from: str | Path | None = None,
-                    evaluate: Callable[[torch.nn.Module], dict] | None = None) -> NARTransformer:
+                    evaluate: Callable[[torch.nn.Module], dict] | None = None,
+                    first_frames: int = 0) -> NARTransformer:
     """Train (or resume) a video NAR run on per-frame codes of the clips as NBP's runs do (:func:`fit_on_clips`:
     clips also played backwards, ``evaluate`` such as a :func:`clip_probe` every ``recipe.eval_every`` steps); the
-    EMA model goes to ``run_dir/export``."""
+    EMA model goes to ``run_dir/export``. ``first_frames`` other frames of each clip also train frame 0 alone
+    (:func:`with_first_frames`), which needs ``config.image_first``."""
+    if first_frames and not config.image_first:
+        raise ValueError(f"first_frames={first_frames} trains frame 0 alone, which needs a model that draws frame 0 "
+                         f"first (image_first=True)")
+    loss_fn = with_first_frames(first_frames)  # a bad count fails before anything loads
     model = NARTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
     _initialise(model, Path(run_dir), init_from)
-    return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes,
-                        evaluate=evaluate)
+    return fit_on_clips(run_dir, model, tokenizer_dir, data_dir, train, recipe, clips, max_minutes, loss_fn,
+                        evaluate)

@@ -16,16 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
-from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config
+from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import TokenLoss, TrainConfig, token_grid_loss
+from vgen.training.trainer import TrainConfig
 
 # shapes-video-nbp: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in row blocks, NBP's own
 # layout (one latent row a step); grid and vocabulary follow the tokenizer and clips a run is given. Hybrid start
@@ -56,33 +55,8 @@ def video_nbp_config(clips: ClipsConfig, block: str | None = None, rope: str | N
     config = replace(base, block=block or base.block, rope=rope or base.rope, hybrid_blocks=1)
     return replace(config, hybrid_blocks=hybrid_blocks or max(1, base.first_tokens // config.block_size))
 
-# frames of each clip that frame 0 also learns from as first frames (session 12: see docs/training.md §10)
+# frames of each clip that frame 0 also learns from as first frames (session 12: see docs/training.md section 10)
 FIRST_FRAMES = 8
-
-
-def with_first_frames(first_frames: int) -> TokenLoss:
-    """NBP's loss plus, for a video grid, the cross-entropy of frame 0 alone on ``first_frames`` frames drawn at
-    random from each clip's frames ``1 .. T-1`` (same class): any frame of a clip is a frame of the class that a clip
-    could start from, and frame 0 otherwise learns from one frame per clip (two runs without this never drew a
-    shape in frame 0). A frame is scored by the teacher-forced pass over that one frame as a prefix, so in row
-    blocks it is its rows under the layout's start. Figures: ``acc`` of the clip, ``first_loss``, ``first_acc``."""
-    if first_frames < 0:
-        raise ValueError(f"first_frames must be >= 0, got {first_frames}")
-
-    def loss_fn(model: NBPTransformer, class_ids: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        loss, figures = token_grid_loss(model, class_ids, tokens)
-        if not first_frames or len(model.grid) != 3:  # an image grid has no other frames
-            return loss, figures
-        size = model.grid[1] * model.grid[2]
-        frames = tokens.reshape(len(tokens), -1, size)
-        picked = torch.randint(1, frames.shape[1], (len(tokens), first_frames), device=tokens.device)
-        chosen = frames[torch.arange(len(tokens), device=tokens.device)[:, None], picked].reshape(-1, size)
-        logits = model(class_ids.repeat_interleave(first_frames), chosen)
-        first = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chosen.reshape(-1))
-        first_acc = float((logits.argmax(-1) == chosen).float().mean())
-        return loss + first, figures | {"first_loss": float(first.detach()), "first_acc": first_acc}
-
-    return loss_fn
 
 
 def warm_start(model: NBPTransformer, state: dict[str, torch.Tensor], source: str = "NBP model") -> None:
