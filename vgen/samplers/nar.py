@@ -3,7 +3,8 @@
 The prefill runs the class position and draws the first token; each later pass feeds the tokens just drawn
 (written to the KV cache at their raster slots) and returns the logits of every token one step further from the
 origin: ``H + W - 1`` passes for an image, ``T + H + W - 2`` for a video (``T + 2 (H + W) - 4`` for a model that
-draws frame 0 first, ``image_first``), against ``H * W`` (``T * H * W``) for next-token AR. The tokens of a step are drawn independently, each from its own processed distribution, as NAR does.
+draws frame 0 first, ``image_first``), against ``H * W`` (``T * H * W``) for next-token AR. The tokens of a step
+are drawn independently, each from its own processed distribution, as NAR does.
 
 Guidance follows the AR sampler: the batch is doubled as [cond; null] once and both halves are fed the same
 tokens; ``cfg_interval`` is read as for AR with a step's first token index (the tokens drawn before it), so a step
