@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vgen.apps.cli import main
+from vgen.apps.cli import build_parser, main
 
 
 def run(args, capsys):
@@ -177,6 +177,20 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
     assert code == 2 and err.strip() == ("vgen: error: --device cuda: only the video recipes (nbp, nar, ar --video, "
                                          "blockdiff) train off the CPU; train kl on the CPU")
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
+def test_train_nbp_and_nar_each_take_their_own_layout_options():
+    """NBP's block layout (--block, --hybrid-blocks, --rope) and NAR's --image-first belong to one recipe each; the
+    first-frames count is both recipes'."""
+    parser = build_parser()
+    nbp = parser.parse_args(["train", "nbp", "--block", "row", "--hybrid-blocks", "16", "--rope", "spatial",
+                             "--first-frames", "2"])
+    assert (nbp.block, nbp.hybrid_blocks, nbp.rope, nbp.first_frames) == ("row", 16, "spatial", 2)
+    nar = parser.parse_args(["train", "nar", "--video", "--image-first", "--first-frames", "3"])
+    assert nar.image_first and nar.first_frames == 3 and not hasattr(nar, "block")
+    for wrong in (["train", "nar", "--block", "row"], ["train", "nbp", "--image-first"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(wrong)
 
 
 @pytest.mark.parametrize(("extra", "message"), [

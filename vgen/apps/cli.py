@@ -322,7 +322,6 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
             t.add_argument("--no-time-reversed", action="store_true",
                            help="train on the clips as rendered only, not also played backwards"
                                 + (" (with --video)" if what == "nar" else ""))
-        if what in ("nbp", "nar"):
             t.add_argument("--first-frames", type=int, default=None,
                            help="frames of each clip that frame 0 also learns from as first frames ("
                                 + ("default: the recipe's FIRST_FRAMES" if what == "nbp" else
@@ -332,6 +331,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                            help="with --video: draw frame 0 first, as the image model draws an image (H + W - 1 "
                                 "passes), then the other frames in the 3-D order (T + H + W - 3 passes), so that "
                                 "--init-from an image NAR model draws frame 0 as that model does")
+        if what == "nbp":
             t.add_argument("--block", choices=BLOCK_KINDS, default=None,
                            help="block kind: row (W tokens a step, NBP's own layout) or frame (H x W a step); "
                                 "default: the recipe's")
