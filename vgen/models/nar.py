@@ -19,9 +19,9 @@ Frame 0 first (``image_first=True``, video only; vgen's addition, after NBP's hy
 as an image: its cells keep their distances ``h + w`` and see only frame 0, so it is drawn in ``H + W - 1`` steps
 exactly as an image NAR model of the frame grid draws an image. The other frames follow in the 3-D order, every
 distance raised by ``H + W - 2``, so they see all of frame 0: ``T + 2 (H + W) - 4`` steps in all. The first token
-takes the spatial heads at the class position, as an image model does; frame 1's first cell takes the next-frame
-head at frame 0's last cell, which has seen the whole frame; the next-frame head links the other cells of frame 1
-to nothing, since frame 0 was drawn in earlier steps, and those of frames 2 .. T-1 to the frame before.
+takes the spatial heads at the class position, as an image model does; every later cell takes NAR's rule, so
+frame 1's cells take the next-frame head at frame 0's cells. Those were fed many steps earlier, so decoding keeps
+their last hidden state in the cache (:class:`NARCache`) and runs the next-frame head on it when frame 1 needs it.
 
 Sequence layout: slot 0 holds the class embedding and slot ``1 + p`` the token at raster position ``p``, which is
 where its keys and values are written in the KV cache whatever the step that produced it.
@@ -148,21 +148,13 @@ class NeighbourLayout:
         self.coords = coords  # [N, rank], raster order
         self.distance = coords.sum(1)  # [N]
         self.strides = [math.prod(grid[a + 1:]) for a in range(rank)]
-        # a head links a target to its predecessor along an axis from this coordinate on; the first cell of a
-        # segment takes the heads ``opening_heads`` at the slot ``opening`` instead (-1: not a first cell)
-        self.first_linked = [0] * rank
-        self.opening = torch.full((len(coords),), -1, dtype=torch.long, device=device)
-        self.opening_heads = torch.zeros(rank, len(coords), dtype=torch.bool, device=device)
-        self.opening[0] = 0  # the first token: every head at the class slot (NAR's rule)
-        self.opening_heads[:, 0] = True
-        if image_first:  # frame 0 opens as an image (the spatial heads), frame 1 from frame 0's last cell
-            self.opening_heads[-1, 0] = False
+        # the first token takes these heads at the class slot: every one (NAR's rule), the spatial ones when frame 0
+        # opens as an image
+        self.first_heads = torch.ones(rank, dtype=torch.bool, device=device)
+        if image_first:
+            self.first_heads[-1] = False
             if grid[0] > 1:
-                frame = grid[1] * grid[2]
                 self.distance = self.distance + (coords[:, 0] > 0) * (grid[1] + grid[2] - 2)
-                self.first_linked[0] = 1
-                self.opening[frame] = frame  # slot 1 + (frame - 1)
-                self.opening_heads[-1, frame] = True
         self.num_steps = int(self.distance.max()) + 1
         self.steps = [torch.nonzero(self.distance == s).flatten() for s in range(self.num_steps)]
         n = len(coords)
@@ -172,7 +164,16 @@ class NeighbourLayout:
         self.mask = seen  # [1 + N, 1 + N] over slots: class, then raster positions
         # slots fed at step s (the class at step 0, else step s - 1's tokens) and the keys they may see
         self.inputs = [torch.zeros(1, dtype=torch.long, device=device)] + [1 + p for p in self.steps[:-1]]
-        self.links = [self.link(i, t) for i, t in zip(self.inputs, self.steps)]
+        # frame 1's cells take the next-frame head at frame 0's cells, which were fed many steps earlier (image_first):
+        # decoding keeps the last hidden state of frame 0's cells (``kept``: rows of the inputs) and runs the head
+        # again on those a step's targets need (``held``: frame 0 positions, rows after the inputs in ``links``)
+        frame = grid[1] * grid[2] if image_first and grid[0] > 1 else 0
+        self.kept = [torch.nonzero((i >= 1) & (i <= frame)).flatten() for i in self.inputs]
+        self.held = []
+        for i, t in zip(self.inputs, self.steps):
+            below = t[(t >= frame) & (t < 2 * frame)] - frame
+            self.held.append(below[~torch.isin(1 + below, i)])
+        self.links = [self.link(i, t, h) for i, t, h in zip(self.inputs, self.steps, self.held)]
         self.key_ends = [int(torch.nonzero(seen[i].any(0)).max()) + 1 for i in self.inputs]
         # slots cached before step s's tokens are fed: the class and steps 0..s-1
         self.cached_before = [1 + sum(len(t) for t in self.steps[:s]) for s in range(self.num_steps)]
@@ -194,29 +195,29 @@ class NeighbourLayout:
                                  self.link(torch.arange(1 + length, device=order.device),
                                            torch.arange(length, device=order.device)))
 
-    def link(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """For each head a and target, the row of ``inputs`` (slots) holding its predecessor and whether it exists:
-        ``src, valid`` [rank, len(targets)]. Head a's predecessor of position p is p minus one step along axis
-        ``rank - 1 - a``; the first position's predecessor is the class slot for every head (with ``image_first``:
-        for the spatial heads, and frame 1's first position's is frame 0's last cell for the next-frame head)."""
+    def link(self, inputs: torch.Tensor, targets: torch.Tensor,
+             held: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each head a and target, the row holding its predecessor and whether it exists: ``src, valid``
+        [rank, len(targets)]. Rows are the slots ``inputs``, then for the last head the positions ``held``. Head a's
+        predecessor of position p is p minus one step along axis ``rank - 1 - a``; the first position's predecessor
+        is the class slot for the heads ``first_heads``."""
         rank = len(self.grid)
         row = torch.full((1 + len(self.coords),), -1, dtype=torch.long, device=inputs.device)
+        if held is not None:
+            row[1 + held] = len(inputs) + torch.arange(len(held), device=inputs.device)
         row[inputs] = torch.arange(len(inputs), device=inputs.device)
-        opening = self.opening[targets]
-        first = opening >= 0
+        first = targets == 0
         src, valid = [], []
         for a in range(rank):
             axis = rank - 1 - a
-            linked = self.coords[targets, axis] > self.first_linked[axis]
-            ok = torch.where(first, self.opening_heads[a, targets], linked)
-            slot = torch.where(first, opening, 1 + targets - self.strides[axis])
+            ok = torch.where(first, self.first_heads[a], self.coords[targets, axis] > 0)
+            slot = torch.where(first, 0, 1 + targets - self.strides[axis])
             src.append(torch.where(ok, row[slot.clamp(min=0)], 0))
             valid.append(ok)
         src, valid = torch.stack(src), torch.stack(valid)
-        if (src[valid] < 0).any():
+        if (src[valid] < 0).any() or (src[:-1] >= len(inputs)).any():
             raise ValueError("a predecessor of the targets is not among the inputs")
         return src, valid
-
     def to(self, device: torch.device) -> NeighbourLayout:
         return NeighbourLayout(self.grid, device, self.image_first)
 
@@ -241,6 +242,20 @@ class OutputHead(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.output(self.norm(h)).float()
+
+
+class NARCache(KVCache):
+    """A NAR model's KV cache, plus the last hidden state of frame 0's cells (``frame0`` [B, H * W, dim]; empty
+    unless the model draws frame 0 first), from which frame 1's cells take the next-frame head."""
+
+    def __init__(self, num_layers: int, batch_size: int, num_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
+                 frame_tokens: int = 0, dim: int = 0) -> None:
+        super().__init__(num_layers, batch_size, num_heads, max_len, head_dim, dtype, device)
+        self.frame0 = torch.zeros(batch_size, frame_tokens, dim, dtype=dtype, device=device)
+
+    def buffers(self) -> list[torch.Tensor]:
+        return [*super().buffers(), self.frame0]
 
 
 class NARTransformer(TokenGridModel, nn.Module):
@@ -292,9 +307,11 @@ class NARTransformer(TokenGridModel, nn.Module):
 
     # -- forward passes ----------------------------------------------------------------------------------------
     def _heads(self, h: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | PrefixMask, cache: KVCache | None,
-               slots: torch.Tensor, key_end: int = 0, restore: torch.Tensor | None = None) -> list[torch.Tensor]:
+               slots: torch.Tensor, key_end: int = 0,
+               restore: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Run every block over the sequence slots ``slots`` of ``h``; head a reads the hidden state after
-        ``n_layer + a`` blocks, put back in slot order by ``restore`` when given."""
+        ``n_layer + a`` blocks, put back in slot order by ``restore`` when given. Returns the heads' logits and the
+        last hidden state (the last head's input), in the order of ``slots``."""
         if self.config.rope == "spatial":  # slot 1 + p holds token p, in its frame
             h = h + frame_offsets(self.frame_embedding, slots, self.grid[1] * self.grid[2])
         if self.training:
@@ -308,7 +325,7 @@ class NARTransformer(TokenGridModel, nn.Module):
                 outputs.append(self.heads[len(outputs)](h if restore is None else h[:, restore]))
         if cache is not None:
             cache.advance(h.shape[1])
-        return outputs
+        return outputs, h
 
     def head_logits(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
         """Teacher-forced pass under the proximity mask: each head's logits [B, 1 + n, V] over the slots of the n
@@ -322,7 +339,7 @@ class NARTransformer(TokenGridModel, nn.Module):
                              f"order){frame}, got shape {tuple(tokens.shape)}")
         tf = layout.passes[tokens.shape[1]]
         h = torch.cat([self.cls_embedding(class_ids), self.tok_embeddings(tokens)], dim=1)[:, tf.order]
-        return self._heads(h, self.rope[tf.order], tf.mask, None, tf.order, restore=tf.restore)
+        return self._heads(h, self.rope[tf.order], tf.mask, None, tf.order, restore=tf.restore)[0]
 
     def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, n, V] in raster order: row p predicts token p from every token nearer the origin (training
@@ -331,11 +348,13 @@ class NARTransformer(TokenGridModel, nn.Module):
         return combine_heads(self.head_logits(class_ids, tokens), *self._layout().passes[tokens.shape[1]].link)
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
-                  device: torch.device | str | None = None) -> KVCache:
-        """An empty cache with a slot for the class and for every raster position."""
+                  device: torch.device | str | None = None) -> NARCache:
+        """An empty cache with a slot for the class and for every raster position (and, with ``image_first``, room
+        for frame 0's last hidden states)."""
         p = self.tok_embeddings.weight
-        return KVCache(len(self.layers), batch_size, self.config.kv_heads, 1 + self.num_tokens,
-                       self.config.head_dim, dtype or p.dtype, device or p.device)
+        frame = self.grid[1] * self.grid[2] if self.config.image_first and self.grid[0] > 1 else 0
+        return NARCache(len(self.layers), batch_size, self.config.kv_heads, 1 + self.num_tokens,
+                        self.config.head_dim, dtype or p.dtype, device or p.device, frame, self.config.dim)
 
     def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Run the class position into an empty cache; logits [B, 1, V] of step 0 (the first token)."""
@@ -360,10 +379,15 @@ class NARTransformer(TokenGridModel, nn.Module):
                              f"({held} positions), this one holds {cache.length}")
         return self._step(self.tok_embeddings(tokens), step + 1, cache)
 
-    def _step(self, h: torch.Tensor, target_step: int, cache: KVCache) -> torch.Tensor:
+    def _step(self, h: torch.Tensor, target_step: int, cache: NARCache) -> torch.Tensor:
         layout = self._layout()
         slots, end = layout.inputs[target_step], layout.key_ends[target_step]
-        heads = self._heads(h, self.rope[slots], layout.mask[slots, :end], cache, slots, end)
+        heads, last = self._heads(h, self.rope[slots], layout.mask[slots, :end], cache, slots, end)
+        kept, held = layout.kept[target_step], layout.held[target_step]
+        if len(kept):
+            cache.frame0[:, slots[kept] - 1] = last[:, kept]
+        if len(held):
+            heads[-1] = torch.cat([heads[-1], self.heads[-1](cache.frame0[:, held])], dim=1)
         return combine_heads(heads, *layout.links[target_step])
 
     def _grid_text(self) -> str:
