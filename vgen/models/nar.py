@@ -218,6 +218,7 @@ class NeighbourLayout:
         if (src[valid] < 0).any() or (src[:-1] >= len(inputs)).any():
             raise ValueError("a predecessor of the targets is not among the inputs")
         return src, valid
+
     def to(self, device: torch.device) -> NeighbourLayout:
         return NeighbourLayout(self.grid, device, self.image_first)
 
