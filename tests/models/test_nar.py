@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.cache import KVCache
 from vgen.models.layers import apply_rope, rope_grid_table
 from vgen.models.nar import NARConfig, NARTransformer, NeighbourLayout
 
@@ -406,3 +407,8 @@ def test_bad_tokens_steps_and_caches_are_refused(tiny_nar_factory) -> None:
     video = tiny_nar_factory((2, 2, 2))
     with pytest.raises(ValueError, match="the whole 2 frames x 2 rows x 2 columns grid"):
         video(classes, torch.zeros(1, 4, dtype=torch.long))
+    first = tiny_nar_factory((2, 2, 2), image_first=True)  # frame 1 reads frame 0's hidden states from the cache
+    for cache in (KVCache(len(first.layers), 1, first.config.kv_heads, 9, first.config.head_dim),
+                  model.new_cache(1)):
+        with pytest.raises(ValueError, match="keeps its 4 cells' hidden states for frame 1: decode with a cache from"):
+            first.prefill(classes, cache)

@@ -167,7 +167,7 @@ class NeighbourLayout:
         # frame 1's cells take the next-frame head at frame 0's cells, which were fed many steps earlier (image_first):
         # decoding keeps the last hidden state of frame 0's cells (``kept``: rows of the inputs) and runs the head
         # again on those a step's targets need (``held``: frame 0 positions, rows after the inputs in ``links``)
-        frame = grid[1] * grid[2] if image_first and grid[0] > 1 else 0
+        frame = self.kept_cells = grid[1] * grid[2] if image_first and grid[0] > 1 else 0
         self.kept = [torch.nonzero((i >= 1) & (i <= frame)).flatten() for i in self.inputs]
         self.held = []
         for i, t in zip(self.inputs, self.steps):
@@ -353,9 +353,9 @@ class NARTransformer(TokenGridModel, nn.Module):
         """An empty cache with a slot for the class and for every raster position (and, with ``image_first``, room
         for frame 0's last hidden states)."""
         p = self.tok_embeddings.weight
-        frame = self.grid[1] * self.grid[2] if self.config.image_first and self.grid[0] > 1 else 0
         return NARCache(len(self.layers), batch_size, self.config.kv_heads, 1 + self.num_tokens,
-                        self.config.head_dim, dtype or p.dtype, device or p.device, frame, self.config.dim)
+                        self.config.head_dim, dtype or p.dtype, device or p.device, self.layout.kept_cells,
+                        self.config.dim)
 
     def prefill(self, class_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Run the class position into an empty cache; logits [B, 1, V] of step 0 (the first token)."""
@@ -380,8 +380,11 @@ class NARTransformer(TokenGridModel, nn.Module):
                              f"({held} positions), this one holds {cache.length}")
         return self._step(self.tok_embeddings(tokens), step + 1, cache)
 
-    def _step(self, h: torch.Tensor, target_step: int, cache: NARCache) -> torch.Tensor:
+    def _step(self, h: torch.Tensor, target_step: int, cache: KVCache) -> torch.Tensor:
         layout = self._layout()
+        if layout.kept_cells and not (isinstance(cache, NARCache) and cache.frame0.shape[1] == layout.kept_cells):
+            raise ValueError(f"this model draws frame 0 first and keeps its {layout.kept_cells} cells' hidden "
+                             f"states for frame 1: decode with a cache from its new_cache()")
         slots, end = layout.inputs[target_step], layout.key_ends[target_step]
         heads, last = self._heads(h, self.rope[slots], layout.mask[slots, :end], cache, slots, end)
         kept, held = layout.kept[target_step], layout.held[target_step]
