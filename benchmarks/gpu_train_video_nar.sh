@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Train the video NAR model on one CUDA GPU in one call (docs/training.md §10h), package it and measure it on
+# 200 clips, so that a session lent a device for 15 minutes spends them on training rather than setup.
+#
+#   CARRY=runs/device bash benchmarks/gpu_train_video_nar.sh
+#
+# CARRY holds what the run reads instead of rendering and tokenising clips (neither fits the device time):
+# clips.json (the 64-px clips' config, as `vgen train --clips 64px` writes it) and train_clip_codes_<N>.npy (N
+# clips tokenised by shapes-c2i/vq, e.g. /work/runs/video-nar-if3/train_clip_codes_3000.npy). Steps: train for
+# TRAIN_MIN minutes (the cosine schedule of STEPS steps is cut there; a second call on the still-warm machine
+# resumes the same run folder), export, package in bf16, then `vgen quality` on NUM_CLIPS clips at each
+# temperature of TEMPERATURES (the first one is stored as the package's default). Everything lands in $OUT:
+# train.log, log.jsonl, quality_t<T>.json, grid_t<T>.png, and the package with its weights split into 15 MiB
+# parts (the device returns files of at most 16 MiB; `cat model.safetensors.part-* > model.safetensors`
+# rebuilds them, sha256 in model.safetensors.sha256).
+#
+# Environment (defaults): OUT (gpu_video_nar_out), CARRY (runs/device), DEVICE (cuda), INIT
+# (vgen/assets/shapes-video-nar/gpt), LAYOUT (image-first, or 3d), TRAIN_MIN (5.5), STEPS (3000), BATCH (32),
+# LR (1e-3), WARMUP (100), EVAL_EVERY (1000), NUM_CLIPS (200), QUALITY_BATCH (40), TEMPERATURES ("0.6 1.0"),
+# PRECISION (bf16). DEVICE=cpu with small STEPS, BATCH and NUM_CLIPS is the dry run this script is tested by.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_video_nar_out}
+CARRY=${CARRY:-runs/device}
+DEVICE=${DEVICE:-cuda}
+INIT=${INIT:-vgen/assets/shapes-video-nar/gpt}
+LAYOUT=${LAYOUT:-image-first}
+TRAIN_MIN=${TRAIN_MIN:-5.5}
+STEPS=${STEPS:-3000}
+BATCH=${BATCH:-32}
+LR=${LR:-1e-3}
+WARMUP=${WARMUP:-100}
+EVAL_EVERY=${EVAL_EVERY:-1000}
+NUM_CLIPS=${NUM_CLIPS:-200}
+QUALITY_BATCH=${QUALITY_BATCH:-40}
+TEMPERATURES=${TEMPERATURES:-0.6 1.0}
+PRECISION=${PRECISION:-bf16}
+VQ=vgen/assets/shapes-video-nar/vq
+RUN=${RUN:-runs/gpu-video-nar}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+VGEN=(python3 -m vgen.apps.cli)
+
+shopt -s nullglob
+found=("$CARRY"/train_clip_codes_*.npy)
+if [ ! -f "$CARRY/clips.json" ] || [ ${#found[@]} != 1 ]; then
+    echo "CARRY=$CARRY needs clips.json and one train_clip_codes_<N>.npy, found ${#found[@]} codes files" \
+        "(see the header of $0)" >&2
+    exit 2
+fi
+codes=${found[0]}
+num_clips=$(basename "$codes" .npy)
+num_clips=${num_clips##*_}
+case $LAYOUT in
+    image-first) layout_args=(--image-first --first-frames 2) ;;
+    3d) layout_args=() ;;
+    *) echo "LAYOUT must be image-first or 3d, got $LAYOUT" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT" "$RUN"
+[ -f "$RUN/$(basename "$codes")" ] || cp "$codes" "$RUN/"
+
+"${VGEN[@]}" train nar --video --clips 64px "${layout_args[@]}" --run-dir "$RUN" --tokenizer "$VQ" \
+    --data-dir "$CARRY" --init-from "$INIT" --num-images "$num_clips" --batch-size "$BATCH" --lr "$LR" \
+    --warmup-steps "$WARMUP" --steps "$STEPS" --max-minutes "$TRAIN_MIN" --eval-every "$EVAL_EVERY" \
+    --device "$DEVICE" --precision "$PRECISION" 2>&1 | tee -a "$OUT/train.log"
+[ ! -f "$RUN/log.jsonl" ] || cp "$RUN/log.jsonl" "$OUT/"  # written every 25 steps
+
+read -r -a temps <<<"$TEMPERATURES"
+"${VGEN[@]}" train package --gpt "$RUN/export" --vq "$VQ" --data-dir "$CARRY" --out "$OUT/pipe" \
+    --name shapes-video-nar --cfg-scale 3.0 --temperature "${temps[0]}" --dtype bf16
+for t in "${temps[@]}"; do
+    "${VGEN[@]}" quality --model "$OUT/pipe" --num-images "$NUM_CLIPS" --batch-size "$QUALITY_BATCH" \
+        --temperature "$t" --device "$DEVICE" --json "$OUT/quality_t$t.json" --grid "$OUT/grid_t$t.png" \
+        >"$OUT/quality_t$t.log" 2>&1
+    python3 -c "import json, sys; q = json.load(open(sys.argv[1])); print(sys.argv[1], {k: q[k] for k in (
+        'class_accuracy', 'frame_accuracy', 'share_above_real_p95', 'share_moving')})" "$OUT/quality_t$t.json"
+done
+
+weights="$OUT/pipe/gpt/model.safetensors"
+sha256sum "$weights" | cut -d' ' -f1 >"$weights.sha256"
+split -b 15M -d "$weights" "$weights.part-"
+rm "$weights"
+echo "done: $(ls "$OUT")"

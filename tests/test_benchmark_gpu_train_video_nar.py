@@ -1,0 +1,80 @@
+"""benchmarks/gpu_train_video_nar.sh, dry-run on the CPU: from carried clip codes it trains the shipped video NAR
+model, packages it with its weights split into parts small enough to come back from a device, and measures it at
+each temperature asked for; without the carried files it stops before doing anything."""
+
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vgen import pipelines
+from vgen.data.clips import SHAPES_CLIPS_64
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_train_video_nar.sh"
+
+
+def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    settings = dict(OUT=str(tmp_path / "out"), RUN=str(tmp_path / "run"), CARRY=str(tmp_path / "carry"),
+                    DEVICE="cpu", PRECISION="fp32", STEPS="1", BATCH="2", WARMUP="1", TRAIN_MIN="3", NUM_CLIPS="2",
+                    QUALITY_BATCH="2", TEMPERATURES="0.7 1.0")
+    return subprocess.run(["bash", str(SCRIPT)], env={**os.environ, **settings, **env}, capture_output=True,
+                          text=True, timeout=900)
+
+
+def carry(tmp_path: Path, clips: int = 4) -> None:
+    folder = tmp_path / "carry"
+    folder.mkdir()
+    (folder / "clips.json").write_text(json.dumps(asdict(SHAPES_CLIPS_64)))
+    codes = np.random.default_rng(0).integers(0, 4096, (clips, 8 * 16 * 16)).astype(np.int16)
+    np.save(folder / f"train_clip_codes_{clips}.npy", codes)
+
+
+@pytest.mark.slow
+def test_dry_run_trains_packages_splits_and_measures(tmp_path) -> None:
+    carry(tmp_path)
+    out = run(tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert state["step"] == 1 and state["train_config"]["device"] == "cpu"
+    gpt = tmp_path / "out" / "pipe" / "gpt"
+    assert not (gpt / "model.safetensors").exists()  # only parts of at most 15 MiB come back
+    parts = sorted(gpt.glob("model.safetensors.part-*"))
+    assert len(parts) == 2 and all(p.stat().st_size <= 15 * 2**20 for p in parts)
+    whole = b"".join(p.read_bytes() for p in parts)
+    assert hashlib.sha256(whole).hexdigest() == (gpt / "model.safetensors.sha256").read_text().strip()
+    (gpt / "model.safetensors").write_bytes(whole)
+    pipe = pipelines.load(str(tmp_path / "out" / "pipe"))
+    assert pipe.model.config.image_first and pipe.model.num_steps == 68
+    defaults = json.loads((tmp_path / "out" / "pipe" / "pipeline.json").read_text())["defaults"]
+    assert defaults == {"cfg_scale": 3.0, "temperature": 0.7}  # the first temperature measured
+    for t in ("0.7", "1.0"):
+        quality = json.loads((tmp_path / "out" / f"quality_t{t}.json").read_text())
+        assert quality["num_clips"] == 2 and quality["sampling"]["temperature"] == float(t)
+        assert (tmp_path / "out" / f"grid_t{t}.png").stat().st_size > 0
+        assert f"quality_t{t}.json" in out.stdout and "class_accuracy" in out.stdout
+
+
+def test_missing_carried_files_stop_it_before_training(tmp_path) -> None:
+    out = run(tmp_path)
+    assert out.returncode == 2 and "needs clips.json and one train_clip_codes_<N>.npy, found 0" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_two_codes_files_are_refused_rather_than_one_picked(tmp_path) -> None:
+    carry(tmp_path)
+    np.save(tmp_path / "carry" / "train_clip_codes_2.npy", np.zeros((2, 2048), dtype=np.int16))
+    out = run(tmp_path)
+    assert out.returncode == 2 and "found 2 codes files" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_layout_is_refused(tmp_path) -> None:
+    carry(tmp_path)
+    out = run(tmp_path, LAYOUT="raster")
+    assert out.returncode == 2 and "LAYOUT must be image-first or 3d, got raster" in out.stderr
+    assert not (tmp_path / "run").exists()
