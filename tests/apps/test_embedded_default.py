@@ -130,16 +130,17 @@ def test_the_video_default_draws_the_shape_it_is_asked_for():
 
 @pytest.mark.slow
 def test_the_video_nar_default_draws_the_shape_it_is_asked_for():
-    """16 clips (2 per class, seed 0, default CFG and temperature 0.6): over each clip's frames the per-frame
-    classifier finds the requested shape in clearly more clips than chance (README: 43.0% of 200 clips), and
-    against the next class the same clips score lower."""
+    """16 clips (2 per class, seed 0, the package's CFG 3, temperature 0.7 and top-k 40): over each clip's frames
+    the per-frame classifier finds the requested shape in clearly more clips than chance (README: 64.5% of 200
+    clips; these 16 measured 11 of 16), and against the next class the same clips score near chance (1 of 16)."""
     from vgen.eval.quality import clip_class_accuracy
 
     pipe = vgen.load("shapes-video-nar")
+    assert pipe.info.defaults == {"cfg_scale": 3.0, "temperature": 0.7, "top_k": 40}
     classes = [c for c in range(len(CLASS_NAMES)) for _ in range(2)]
     videos = pipe(classes, seed=0).videos
-    assert clip_class_accuracy(videos, classes)["class_accuracy"] >= 0.25
-    assert clip_class_accuracy(videos, [(c + 1) % len(CLASS_NAMES) for c in classes])["class_accuracy"] <= 0.25
+    assert clip_class_accuracy(videos, classes)["class_accuracy"] >= 0.4
+    assert clip_class_accuracy(videos, [(c + 1) % len(CLASS_NAMES) for c in classes])["class_accuracy"] <= 0.2
 
 
 @pytest.mark.parametrize("name", ["shapes-blockdiff", "shapes-blockdiff-cfg"])
