@@ -9,15 +9,16 @@
 # clips tokenised by shapes-c2i/vq, e.g. /work/runs/video-nar-if3/train_clip_codes_3000.npy). Steps: train for
 # TRAIN_MIN minutes (the cosine schedule of STEPS steps is cut there; a second call on the still-warm machine
 # resumes the same run folder), export, package in bf16, then `vgen quality` on NUM_CLIPS clips at each
-# temperature of TEMPERATURES (the first one is stored as the package's default). Everything lands in $OUT:
-# train.log, log.jsonl, quality_t<T>.json, grid_t<T>.png, and the package with its weights split into 15 MiB
+# temperature:top-k pair of SAMPLINGS (top-k 0 is off; the first pair is stored as the package's default). Everything
+# lands in $OUT: train.log, log.jsonl, quality_t<T>_k<K>.json, grid_t<T>_k<K>.png, and the package with its weights
+# split into 15 MiB
 # parts (the device returns files of at most 16 MiB; `cat model.safetensors.part-* > model.safetensors`
 # rebuilds them, sha256 in model.safetensors.sha256).
 #
 # Environment (defaults): OUT (gpu_video_nar_out), CARRY (runs/device), DEVICE (cuda), INIT
 # (vgen/assets/shapes-video-nar/gpt), LAYOUT (image-first, or 3d), TRAIN_MIN (5.5), STEPS (3000), BATCH (32),
-# LR (1e-3), WARMUP (100), EVAL_EVERY (1000), NUM_CLIPS (200), QUALITY_BATCH (40), TEMPERATURES ("0.6 1.0"),
-# PRECISION (bf16). DEVICE=cpu with small STEPS, BATCH and NUM_CLIPS is the dry run this script is tested by.
+# LR (1e-3), WARMUP (100), EVAL_EVERY (1000), NUM_CLIPS (200), QUALITY_BATCH (40), SAMPLINGS ("0.7:40 1.0:0": the
+# shipped package's sampling, and NBP's), PRECISION (bf16). DEVICE=cpu with small STEPS, BATCH and NUM_CLIPS is the dry run this script is tested by.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,7 +35,7 @@ WARMUP=${WARMUP:-100}
 EVAL_EVERY=${EVAL_EVERY:-1000}
 NUM_CLIPS=${NUM_CLIPS:-200}
 QUALITY_BATCH=${QUALITY_BATCH:-40}
-TEMPERATURES=${TEMPERATURES:-0.6 1.0}
+SAMPLINGS=${SAMPLINGS:-0.7:40 1.0:0}
 PRECISION=${PRECISION:-bf16}
 VQ=vgen/assets/shapes-video-nar/vq
 RUN=${RUN:-runs/gpu-video-nar}
@@ -65,15 +66,18 @@ mkdir -p "$OUT" "$RUN"
     --device "$DEVICE" --precision "$PRECISION" 2>&1 | tee -a "$OUT/train.log"
 [ ! -f "$RUN/log.jsonl" ] || cp "$RUN/log.jsonl" "$OUT/"  # written every 25 steps
 
-read -r -a temps <<<"$TEMPERATURES"
+read -r -a samplings <<<"$SAMPLINGS"
 "${VGEN[@]}" train package --gpt "$RUN/export" --vq "$VQ" --data-dir "$CARRY" --out "$OUT/pipe" \
-    --name shapes-video-nar --cfg-scale 3.0 --temperature "${temps[0]}" --dtype bf16
-for t in "${temps[@]}"; do
+    --name shapes-video-nar --cfg-scale 3.0 --temperature "${samplings[0]%%:*}" --top-k "${samplings[0]##*:}" \
+    --dtype bf16
+for pair in "${samplings[@]}"; do
+    t=${pair%%:*} k=${pair##*:}
+    name="t${t}_k$k"
     "${VGEN[@]}" quality --model "$OUT/pipe" --num-images "$NUM_CLIPS" --batch-size "$QUALITY_BATCH" \
-        --temperature "$t" --device "$DEVICE" --json "$OUT/quality_t$t.json" --grid "$OUT/grid_t$t.png" \
-        >"$OUT/quality_t$t.log" 2>&1
+        --temperature "$t" --top-k "$k" --device "$DEVICE" --json "$OUT/quality_$name.json" \
+        --grid "$OUT/grid_$name.png" >"$OUT/quality_$name.log" 2>&1
     python3 -c "import json, sys; q = json.load(open(sys.argv[1])); print(sys.argv[1], {k: q[k] for k in (
-        'class_accuracy', 'frame_accuracy', 'share_above_real_p95', 'share_moving')})" "$OUT/quality_t$t.json"
+        'class_accuracy', 'frame_accuracy', 'share_above_real_p95', 'share_moving')})" "$OUT/quality_$name.json"
 done
 
 weights="$OUT/pipe/gpt/model.safetensors"

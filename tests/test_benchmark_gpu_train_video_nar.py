@@ -1,6 +1,6 @@
 """benchmarks/gpu_train_video_nar.sh, dry-run on the CPU: from carried clip codes it trains the shipped video NAR
 model, packages it with its weights split into parts small enough to come back from a device, and measures it at
-each temperature asked for; without the carried files it stops before doing anything."""
+each sampling asked for; without the carried files it stops before doing anything."""
 
 import hashlib
 import json
@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_train_video_nar.sh"
 def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     settings = dict(OUT=str(tmp_path / "out"), RUN=str(tmp_path / "run"), CARRY=str(tmp_path / "carry"),
                     DEVICE="cpu", PRECISION="fp32", STEPS="1", BATCH="2", WARMUP="1", TRAIN_MIN="3", NUM_CLIPS="2",
-                    QUALITY_BATCH="2", TEMPERATURES="0.7 1.0")
+                    QUALITY_BATCH="2", SAMPLINGS="0.7:40 1.0:0")
     return subprocess.run(["bash", str(SCRIPT)], env={**os.environ, **settings, **env}, capture_output=True,
                           text=True, timeout=900)
 
@@ -51,12 +51,13 @@ def test_dry_run_trains_packages_splits_and_measures(tmp_path) -> None:
     pipe = pipelines.load(str(tmp_path / "out" / "pipe"))
     assert pipe.model.config.image_first and pipe.model.num_steps == 68
     defaults = json.loads((tmp_path / "out" / "pipe" / "pipeline.json").read_text())["defaults"]
-    assert defaults == {"cfg_scale": 3.0, "temperature": 0.7}  # the first temperature measured
-    for t in ("0.7", "1.0"):
-        quality = json.loads((tmp_path / "out" / f"quality_t{t}.json").read_text())
-        assert quality["num_clips"] == 2 and quality["sampling"]["temperature"] == float(t)
-        assert (tmp_path / "out" / f"grid_t{t}.png").stat().st_size > 0
-        assert f"quality_t{t}.json" in out.stdout and "class_accuracy" in out.stdout
+    assert defaults == {"cfg_scale": 3.0, "temperature": 0.7, "top_k": 40}  # the first sampling measured
+    for t, k in (("0.7", "40"), ("1.0", "0")):
+        quality = json.loads((tmp_path / "out" / f"quality_t{t}_k{k}.json").read_text())
+        assert quality["num_clips"] == 2
+        assert (quality["sampling"]["temperature"], quality["sampling"]["top_k"]) == (float(t), int(k))
+        assert (tmp_path / "out" / f"grid_t{t}_k{k}.png").stat().st_size > 0
+        assert f"quality_t{t}_k{k}.json" in out.stdout and "class_accuracy" in out.stdout
 
 
 def test_missing_carried_files_stop_it_before_training(tmp_path) -> None:
