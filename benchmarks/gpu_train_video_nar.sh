@@ -9,11 +9,11 @@
 # clips tokenised by shapes-c2i/vq, e.g. /work/runs/video-nar-if3/train_clip_codes_3000.npy). Steps: train for
 # TRAIN_MIN minutes (the cosine schedule of STEPS steps is cut there; a second call on the still-warm machine
 # resumes the same run folder), export, package in bf16, then `vgen quality` on NUM_CLIPS clips at each
-# temperature:top-k pair of SAMPLINGS (top-k 0 is off; the first pair is stored as the package's default). Everything
-# lands in $OUT: train.log, log.jsonl, quality_t<T>_k<K>.json, grid_t<T>_k<K>.png, and the package with its weights
-# split into 15 MiB
-# parts (the device returns files of at most 16 MiB; `cat model.safetensors.part-* > model.safetensors`
-# rebuilds them, sha256 in model.safetensors.sha256).
+# temperature:top-k pair of SAMPLINGS (top-k 0 is off; the first pair is stored as the package's default). The
+# device returns at most 8 files of at most 16 MiB each, so $OUT gets five: train.log, summary.txt (the quality
+# figures), and result.tar (log.jsonl, pipe/, quality_t<T>_k<K>.json and .log, grid_t<T>_k<K>.png) split into
+# 15 MiB parts result.tar.part-NN with its sha256 in result.tar.sha256; `cat result.tar.part-* | tar -x` unpacks it.
+# The package is packed before it is measured, so a failed measurement still returns the weights.
 #
 # Environment (defaults): OUT (gpu_video_nar_out), CARRY (runs/device), DEVICE (cuda), INIT
 # (vgen/assets/shapes-video-nar/gpt), LAYOUT (image-first, or 3d), TRAIN_MIN (5.5), STEPS (3000), BATCH (32),
@@ -64,24 +64,34 @@ mkdir -p "$OUT" "$RUN"
     --data-dir "$CARRY" --init-from "$INIT" --num-images "$num_clips" --batch-size "$BATCH" --lr "$LR" \
     --warmup-steps "$WARMUP" --steps "$STEPS" --max-minutes "$TRAIN_MIN" --eval-every "$EVAL_EVERY" \
     --device "$DEVICE" --precision "$PRECISION" 2>&1 | tee -a "$OUT/train.log"
-[ ! -f "$RUN/log.jsonl" ] || cp "$RUN/log.jsonl" "$OUT/"  # written every 25 steps
 
 read -r -a samplings <<<"$SAMPLINGS"
-"${VGEN[@]}" train package --gpt "$RUN/export" --vq "$VQ" --data-dir "$CARRY" --out "$OUT/pipe" \
+result="$RUN/result"
+rm -rf "$result" && mkdir -p "$result"
+[ ! -f "$RUN/log.jsonl" ] || cp "$RUN/log.jsonl" "$result/"  # written every 25 steps
+"${VGEN[@]}" train package --gpt "$RUN/export" --vq "$VQ" --data-dir "$CARRY" --out "$result/pipe" \
     --name shapes-video-nar --cfg-scale 3.0 --temperature "${samplings[0]%%:*}" --top-k "${samplings[0]##*:}" \
     --dtype bf16
+
+pack() {  # result/ as 15 MiB parts of one tar in $OUT, replacing any earlier parts
+    rm -f "$OUT"/result.tar.part-*
+    tar -C "$result" -cf "$RUN/result.tar" .
+    sha256sum "$RUN/result.tar" | cut -d' ' -f1 >"$OUT/result.tar.sha256"
+    split -b 15M -d "$RUN/result.tar" "$OUT/result.tar.part-"
+}
+pack
 for pair in "${samplings[@]}"; do
     t=${pair%%:*} k=${pair##*:}
     name="t${t}_k$k"
-    "${VGEN[@]}" quality --model "$OUT/pipe" --num-images "$NUM_CLIPS" --batch-size "$QUALITY_BATCH" \
-        --temperature "$t" --top-k "$k" --device "$DEVICE" --json "$OUT/quality_$name.json" \
-        --grid "$OUT/grid_$name.png" >"$OUT/quality_$name.log" 2>&1
-    python3 -c "import json, sys; q = json.load(open(sys.argv[1])); print(sys.argv[1], {k: q[k] for k in (
-        'class_accuracy', 'frame_accuracy', 'share_above_real_p95', 'share_moving')})" "$OUT/quality_$name.json"
+    if "${VGEN[@]}" quality --model "$result/pipe" --num-images "$NUM_CLIPS" --batch-size "$QUALITY_BATCH" \
+        --temperature "$t" --top-k "$k" --device "$DEVICE" --json "$result/quality_$name.json" \
+        --grid "$result/grid_$name.png" >"$result/quality_$name.log" 2>&1; then
+        python3 -c "import json, sys; q = json.load(open(sys.argv[1])); print(sys.argv[2], {k: q[k] for k in (
+            'class_accuracy', 'frame_accuracy', 'share_above_real_p95', 'share_moving')})" \
+            "$result/quality_$name.json" "quality_$name" | tee -a "$OUT/summary.txt"
+    else
+        echo "quality_$name failed: $(tail -n 3 "$result/quality_$name.log")" | tee -a "$OUT/summary.txt"
+    fi
 done
-
-weights="$OUT/pipe/gpt/model.safetensors"
-sha256sum "$weights" | cut -d' ' -f1 >"$weights.sha256"
-split -b 15M -d "$weights" "$weights.part-"
-rm "$weights"
+pack
 echo "done: $(ls "$OUT")"

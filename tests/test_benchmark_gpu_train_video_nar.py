@@ -3,9 +3,11 @@ model, packages it with its weights split into parts small enough to come back f
 each sampling asked for; without the carried files it stops before doing anything."""
 
 import hashlib
+import io
 import json
 import os
 import subprocess
+import tarfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -41,24 +43,39 @@ def test_dry_run_trains_packages_splits_and_measures(tmp_path) -> None:
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     state = json.loads((tmp_path / "run" / "state.json").read_text())
     assert state["step"] == 1 and state["train_config"]["device"] == "cpu"
-    gpt = tmp_path / "out" / "pipe" / "gpt"
-    assert not (gpt / "model.safetensors").exists()  # only parts of at most 15 MiB come back
-    parts = sorted(gpt.glob("model.safetensors.part-*"))
-    assert len(parts) == 2 and all(p.stat().st_size <= 15 * 2**20 for p in parts)
+    out_dir = tmp_path / "out"
+    assert sorted(f.name for f in out_dir.iterdir()) == [  # the device returns at most 8 files of 16 MiB
+        "result.tar.part-00", "result.tar.part-01", "result.tar.sha256", "summary.txt", "train.log"]
+    parts = sorted(out_dir.glob("result.tar.part-*"))
+    assert all(p.stat().st_size <= 15 * 2**20 for p in parts)
     whole = b"".join(p.read_bytes() for p in parts)
-    assert hashlib.sha256(whole).hexdigest() == (gpt / "model.safetensors.sha256").read_text().strip()
-    (gpt / "model.safetensors").write_bytes(whole)
-    pipe = pipelines.load(str(tmp_path / "out" / "pipe"))
+    assert hashlib.sha256(whole).hexdigest() == (out_dir / "result.tar.sha256").read_text().strip()
+    result = tmp_path / "result"
+    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+        tar.extractall(result, filter="data")
+    pipe = pipelines.load(str(result / "pipe"))
     assert pipe.model.config.image_first and pipe.model.num_steps == 68
-    defaults = json.loads((tmp_path / "out" / "pipe" / "pipeline.json").read_text())["defaults"]
+    defaults = json.loads((result / "pipe" / "pipeline.json").read_text())["defaults"]
     assert defaults == {"cfg_scale": 3.0, "temperature": 0.7, "top_k": 40}  # the first sampling measured
+    summary = (out_dir / "summary.txt").read_text()
     for t, k in (("0.7", "40"), ("1.0", "0")):
-        quality = json.loads((tmp_path / "out" / f"quality_t{t}_k{k}.json").read_text())
+        quality = json.loads((result / f"quality_t{t}_k{k}.json").read_text())
         assert quality["num_clips"] == 2
         assert (quality["sampling"]["temperature"], quality["sampling"]["top_k"]) == (float(t), int(k))
-        assert (tmp_path / "out" / f"grid_t{t}_k{k}.png").stat().st_size > 0
-        assert f"quality_t{t}_k{k}.json" in out.stdout and "class_accuracy" in out.stdout
+        assert (result / f"grid_t{t}_k{k}.png").stat().st_size > 0
+        assert f"quality_t{t}_k{k} {{'class_accuracy'" in summary
 
+
+@pytest.mark.slow
+def test_a_failed_measurement_still_returns_the_packaged_weights(tmp_path) -> None:
+    carry(tmp_path)
+    out = run(tmp_path, QUALITY_BATCH="0", SAMPLINGS="0.7:40")  # vgen quality refuses a batch of 0
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert summary.startswith("quality_t0.7_k40 failed:") and "--batch-size must be >= 1" in summary
+    whole = b"".join(p.read_bytes() for p in sorted((tmp_path / "out").glob("result.tar.part-*")))
+    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+        assert "./pipe/gpt/model.safetensors" in tar.getnames()
 
 def test_missing_carried_files_stop_it_before_training(tmp_path) -> None:
     out = run(tmp_path)
