@@ -14,7 +14,7 @@ For every setting (``label=key:value,...`` over :class:`vgen.samplers.streaming.
 Writes ``streaming.json``, ``streaming.md``, ``streaming.png`` (per-chunk measures and memory per block) and a GIF
 of the first setting's videos into ``--out``.
 
-    python benchmarks/streaming.py --frames 160 --videos 16 --out docs/streaming
+    python benchmarks/streaming.py --frames 160 --videos 16 --out docs/results/streaming
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "vgen-clips"))
-    p.add_argument("--out", default="docs/streaming")
+    p.add_argument("--out", default="docs/results/streaming")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 sets a class, clicks Generate, waits for the image, checks its pixels are not blank and saves a screenshot; on
 the Streaming tab it starts a stream, checks a live frame, stops it and waits for the video. Screenshots go to a
 temporary folder, so that running the tests leaves the checkout clean; ``VGEN_WRITE_SCREENSHOT=1 pytest
-tests/apps/test_gradio_browser.py`` refreshes docs/app_screenshot.png and docs/app_streaming.png.
+tests/apps/test_gradio_browser.py`` refreshes docs/results/images/app_screenshot.png and docs/results/images/app_streaming.png.
 Skipped only where Playwright or Chromium is not installed (``.ci/run`` installs both)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from vgen.apps.gradio_app import MAX_STREAM_FRAMES, build_app
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "app_screenshot.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "results" / "images" / "app_screenshot.png"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 
