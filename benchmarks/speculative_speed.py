@@ -7,7 +7,7 @@ of one ``decode_rows`` of k tokens over a half-full cache divided by the time of
 step compression can buy: latency ratio <= step compression / cost(window).
 
     python benchmarks/speculative_speed.py --num-images 64 --batch-size 1 --threads 2 \
-        --samplers ar sjd lantern gsd --json docs/results/speed/speculative_speed.json --markdown docs/results/speed/speculative_speed.md
+        --samplers ar sjd lantern gsd --json speed.json --markdown speed.md
     python benchmarks/speculative_speed.py --device cuda --dtype bf16 --num-images 16   # on a GPU
 """
 

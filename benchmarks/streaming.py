@@ -14,7 +14,8 @@ For every setting (``label=key:value,...`` over :class:`vgen.samplers.streaming.
 Writes ``streaming.json``, ``streaming.md``, ``streaming.png`` (per-chunk measures and memory per block) and a GIF
 of the first setting's videos into ``--out``.
 
-    python benchmarks/streaming.py --frames 160 --videos 16 --out docs/results/streaming
+    python benchmarks/streaming.py --model shapes-blockdiff --frames 80 --videos 8 --real 256 --threads 2 \
+        --settings default "4-steps=steps:4" --data-dir runs/stream-real64 --out docs/results/streaming
 """
 
 from __future__ import annotations
