@@ -12,8 +12,8 @@ It also scores the clips teacher-forced (every frame given its real predecessors
 codes that change from the previous frame and on those that stay. A model that only copies the previous frame
 has top-1 near 0 on the changed codes.
 
-    python benchmarks/nbp_continuation.py --gpt /work/runs/shapes-video-nbp3/export \
-        --vq /work/runs/shapes-frame-vq/export --data-dir /work/runs/data-clips --count 64
+    python benchmarks/nbp_continuation.py --gpt vgen/assets/shapes-video-nbp/gpt \
+        --vq vgen/assets/shapes-video-nbp/vq --data-dir runs/clips64 --count 64
 """
 
 from __future__ import annotations
