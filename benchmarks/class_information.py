@@ -9,9 +9,9 @@ a hybrid model's frame block 0; in row blocks, row by row after its first row): 
 its class, since later frames mostly copy earlier ones.
 
     python benchmarks/class_information.py --gpt vgen/assets/shapes-c2i/gpt \
-        --codes /work/runs/shapes-ar-smooth/train_codes_16000.npy --labels /work/runs/data-smooth/train_labels.npy
-    python benchmarks/class_information.py --gpt /work/runs/shapes-video-nbp3/export --start 0 --count 96 \
-        --codes /work/runs/shapes-video-nbp3/train_clip_codes_5000.npy --labels /work/runs/data-clips/train_labels.npy
+        --codes runs/shapes-ar-smooth/train_codes_16000.npy --labels runs/data-smooth/train_labels.npy
+    python benchmarks/class_information.py --gpt runs/shapes-video-nbp3/export --start 0 --count 96 \
+        --codes runs/shapes-video-nbp3/train_clip_codes_5000.npy --labels runs/data-clips/train_labels.npy
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Train the video NAR model on one CUDA GPU in one call (docs/training.md §10i-§10j), package it and measure it on
-# 200 clips, so that a session lent a device for 15 minutes spends them on training rather than setup.
+# Train the video NAR model on one CUDA GPU in one call (docs/models/shapes-video-nar.md), package it and measure it on
+# 200 clips, so that a device lent for 15 minutes spends them on training rather than setup.
 #
 #   CARRY=runs/device bash benchmarks/gpu_train_video_nar.sh
 #
 # CARRY holds what the run reads instead of rendering and tokenising clips (neither fits the device time):
 # clips.json (the 64-px clips' config, as `vgen train --clips 64px` writes it) and train_clip_codes_<N>.npy (N
-# clips tokenised by shapes-c2i/vq, e.g. /work/runs/video-nar-if3/train_clip_codes_3000.npy). Steps: train for
+# clips tokenised by shapes-c2i/vq, as a `vgen train nar --video --clips 64px` run folder holds it). Steps: train for
 # TRAIN_MIN minutes (the cosine schedule of STEPS steps is cut there; a second call on the still-warm machine
 # resumes the same run folder), export, package in bf16, then `vgen quality` on NUM_CLIPS clips at each
 # temperature:top-k pair of SAMPLINGS (top-k 0 is off; the first pair is stored as the package's default). The

@@ -8,7 +8,8 @@ tokenization: the ceiling for generated samples); writes a grid with originals o
 reconstructions below. With ``--clips`` and a VQ it also prints how many codes stay the same from one frame to the
 next beside how many pixels do (a next-frame predictor such as NBP gets the unchanged codes almost for free).
 
-    python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 --picture docs/results/images/vq_reconstructions.png
+    python benchmarks/tokenizer_quality.py --model shapes-c2i --num-images 2048 \
+        --picture docs/results/images/vq_reconstructions.png
     python benchmarks/tokenizer_quality.py --model shapes-c2i-continuous --data-dir ~/.cache/vgen/runs/data-smooth
     python benchmarks/tokenizer_quality.py --tokenizer ~/.cache/vgen/runs/shapes-frame-tokenizer/export --clips \
         --num-images 4096 --data-dir ~/.cache/vgen/runs/clips --picture docs/results/images/frame_vq_reconstructions.png

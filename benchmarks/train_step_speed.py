@@ -4,7 +4,7 @@ against one call over the whole score matrix under the dense mask, in one run.
 NAR's proximity mask (slots in step order) and NBP's block-causal mask let every query see a prefix of the keys,
 so the teacher-forced pass attends in query chunks over only the keys each chunk sees. The dense row runs the very
 same model and step with ``PrefixMask.attention`` swapped for one ``scaled_dot_product_attention`` call under the
-dense mask, the computation before session 26. A step is a forward and backward pass with the cross-entropy
+dense mask, the computation without key-prefix chunks. A step is a forward and backward pass with the cross-entropy
 against random tokens (the cost of a step does not depend on the weights). Repeats are interleaved so background
 load hits both alike; the table reports medians and the largest gap between the two losses (they agree to float
 rounding).

@@ -1,11 +1,11 @@
 """Teacher-forced loss of a video model's exported weights, frame by frame, on tokenised training clips.
 
 It shows where in a clip a layout change costs or gains, e.g. frame 1 with and without the next-frame link of a
-NAR model that draws frame 0 first (docs/training.md §10g). Clips ``0, step, 2 step, ...`` of the codes are scored,
-``step = len(codes) // count``, each under its own class (``vgen.training.clip_codes.clip_classes``).
+NAR model that draws frame 0 first (docs/models/shapes-video-nar.md). Clips ``0, step, 2 step, ...`` of the codes
+are scored, ``step = len(codes) // count``, each under its own class (``vgen.training.clip_codes.clip_classes``).
 
-    python benchmarks/video_frame_loss.py --gpt /work/runs/video-nar-if3/export \
-        --codes /work/runs/video-nar-if3/train_clip_codes_3000.npy --count 32
+    python benchmarks/video_frame_loss.py --gpt runs/video-nar-if3/export \
+        --codes runs/video-nar-if3/train_clip_codes_3000.npy --count 32
 """
 
 from __future__ import annotations

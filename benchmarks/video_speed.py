@@ -11,8 +11,8 @@ hits them alike, and the table reports medians. The class accuracy beside each t
 classifier's (``vgen.eval.quality.clip_class_accuracy``) on the clips the timed runs produced; ``vgen quality``
 gives it on more clips.
 
-    vgen train package --gpt <nbp run>/export --vq <frame vq> --out /work/runs/pipe-video-nbp --cfg-scale 3.0
-    python benchmarks/video_speed.py --models /work/runs/pipe-video-nbp --batch 8 --repeats 3 --threads 1
+    vgen train package --gpt <nbp run>/export --vq <frame vq> --out runs/pipe-video-nbp --cfg-scale 3.0
+    python benchmarks/video_speed.py --models runs/pipe-video-nbp --batch 8 --repeats 3 --threads 1
 """
 
 from __future__ import annotations

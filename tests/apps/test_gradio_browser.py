@@ -2,7 +2,7 @@
 sets a class, clicks Generate, waits for the image, checks its pixels are not blank and saves a screenshot; on
 the Streaming tab it starts a stream, checks a live frame, stops it and waits for the video. Screenshots go to a
 temporary folder, so that running the tests leaves the checkout clean; ``VGEN_WRITE_SCREENSHOT=1 pytest
-tests/apps/test_gradio_browser.py`` refreshes docs/results/images/app_screenshot.png and docs/results/images/app_streaming.png.
+tests/apps/test_gradio_browser.py`` refreshes docs/results/images/app_screenshot.png and app_streaming.png.
 Skipped only where Playwright or Chromium is not installed (``.ci/run`` installs both)."""
 
 from __future__ import annotations

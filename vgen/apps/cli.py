@@ -391,7 +391,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                                                         "recipes: nbp, nar, ar --video, blockdiff)")
         # fp32 where bf16 autocast measured slower on this CPU: 2x for blockdiff (1,024 tokens a clip), about 1.5x
         # for the frame tokenizer's 32-px frames and for nar (1.6 against 2.4 s for a batch of 8, 1 thread), 1.7x
-        # for nbp (4.7 against 8.1 s for a batch of 4, 1 thread; docs/nbp.md), 2.7x for video-classifier (3.3
+        # for nbp (4.7 against 8.1 s for a batch of 4, 1 thread), 2.7x for video-classifier (3.3
         # against 1.2 s for 32 + 32 clips, 2 threads), whose 3-D convolutions also gave an infinite bf16 gradient
         t.add_argument("--precision", choices=("auto", "bf16", "fp32"),
                        default="fp32" if what in ("blockdiff", "frame-tokenizer", "nar", "nbp", "video-classifier")

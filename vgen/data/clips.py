@@ -158,7 +158,7 @@ def render_clips(seed: int, start: int, count: int, cfg: ClipsConfig = ClipsConf
 
 
 SHAPES_CLIPS = ClipsConfig()  # the recipes' clips: 16 frames of 32 x 32 pixels
-# 8 frames of 64 x 64 pixels, the shapes images' frame (session 21): tokenised by the image tokenizer (16 x 16 codes a
+# 8 frames of 64 x 64 pixels, the shapes images' frame: tokenised by the image tokenizer (16 x 16 codes a
 # frame, 2,048 a clip), so that a video model can start from the image model. Shapes span 45-65% of the side (the
 # images 45-80%, which leaves a large shape no room to move)
 SHAPES_CLIPS_64 = ClipsConfig(num_frames=8, frame_size=64, min_scale=0.45, max_scale=0.65)

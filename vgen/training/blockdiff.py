@@ -7,9 +7,9 @@ is uniform in (0, 1). The loss is the mean squared error of the velocity over th
 ``train_frames`` consecutive frames is cut from each clip at a random start.
 
 Pixels or latents. The first recipe (``SHAPES_BLOCKDIFF``) denoises 32-px pixels. The latent recipe
-(``SHAPES_LATENT_BLOCKDIFF``, shipped in session 23; ``shapes-blockdiff-cfg`` since session 24) denoises 64-px
-clips as the shipped KL tokenizer's 16 x 16 x 4 latent frames, 512 tokens a clip of 8 frames (half the pixel
-recipe's 1,024), decoded per block when streamed. Its transformer can first learn single frames
+(``SHAPES_LATENT_BLOCKDIFF``, the recipe of ``shapes-blockdiff-cfg`` and of its distilled ``shapes-blockdiff``)
+denoises 64-px clips as the shipped KL tokenizer's 16 x 16 x 4 latent frames, 512 tokens a clip of 8 frames (half
+the pixel recipe's 1,024), decoded per block when streamed. Its transformer can first learn single frames
 (``SHAPES_LATENT_IMAGE_DIFF``, a class-conditional image diffusion model with the same weights) and start the
 video run from them (``init_from``), as the video token models start from the image model.
 

@@ -10,7 +10,8 @@ A target can start from a trained discrete AR model of the same width and depth 
 with ``gpt/`` and ``vq/``): its transformer blocks, class table and final norm carry over, and the token MLP is
 first fitted to map each latent to the AR model's embedding of the VQ code at the same grid position, so the
 trunk sees inputs close to the ones it was trained on. A linear projection cannot do that from 4 latent channels
-(docs/training.md §6b), hence the MLP of ``SHAPES_MAR``. ``--init-from`` a continuous target trains it further.
+(docs/models/shapes-c2i-continuous.md), hence the MLP of ``SHAPES_MAR``. ``--init-from`` a continuous target
+trains it further.
 """
 
 from __future__ import annotations

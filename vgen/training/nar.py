@@ -20,12 +20,12 @@ carry over and every head starts from NBP's output layer (NBP's begin-of-video s
 slot ``1 + p`` with the position of the token it predicts, one block ahead of NAR's; rotary attention depends only
 on offsets between slots, and these are unchanged.
 
-Warm start from an image NAR, for 64-px video (session 21). ``SHAPES_VIDEO_NAR_64`` lays 8 frames of the image
+Warm start from an image NAR, for 64-px video. ``SHAPES_VIDEO_NAR_64`` lays 8 frames of the image
 tokenizer's 16 x 16 codes with ``rope="spatial"`` (each frame rotated as an image) and the image model's trunk
 depth, so ``shapes-nar``'s blocks, embeddings and right / below heads carry over by name; the next-frame head's
 extra block and the head itself, and the per-frame embedding (zero), keep their initialisation.
 
-Frame 0 first, for video (session 27; ``--image-first``). In the 3-D order frame 0's cells are drawn beside later
+Frame 0 first, for video (``--image-first``). In the 3-D order frame 0's cells are drawn beside later
 frames' cells and see some of them, so an image NAR's start is lost on frame 0. With ``image_first`` frame 0 is laid
 out as an image (:mod:`vgen.models.nar`): started from an image NAR, the video model draws frame 0 exactly as that
 model draws an image from the first step, and, as in NBP's recipe, ``first_frames`` other frames of each clip also

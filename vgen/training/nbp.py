@@ -26,18 +26,17 @@ from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, vide
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig
 
-# shapes-video-nbp: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in row blocks, NBP's own
+# the 32-px recipe: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in row blocks, NBP's own
 # layout (one latent row a step); grid and vocabulary follow the tokenizer and clips a run is given. Hybrid start
-# (row 0 token by token, 8 + 127 = 135 passes): a first run drew block 0 independently given the class, and its
-# clips were noise. Row blocks replaced frame blocks in session 15: a row sees the rows above it in its own frame,
-# and at 548 steps a row model predicted the codes a moving outline changes better than a frame model at 2,634
-# (docs/training.md section 10)
+# (row 0 token by token, 8 + 127 = 135 passes): block 0 drawn independently given the class gives noise clips.
+# Row blocks rather than frame blocks: a row sees the rows above it in its own frame, and at 548 steps a row model
+# predicted the codes a moving outline changes better than a frame model at 2,634 (docs/backbones.md)
 SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="row", hybrid=True, vocab_size=SHAPES_FRAME_VQ.codebook_size,
                              dim=SHAPES_GPT.dim, n_layer=SHAPES_GPT.n_layer, n_head=SHAPES_GPT.n_head,
                              multiple_of=SHAPES_GPT.multiple_of, num_classes=SHAPES_GPT.num_classes,
                              class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
 
-# shapes-video-nbp on 64-px clips (session 21): the image tokenizer's 16 x 16 codes a frame, each frame rotated as an
+# shapes-video-nbp, on 64-px clips: the image tokenizer's 16 x 16 codes a frame, each frame rotated as an
 # image (rope="spatial") and all of frame 0 token by token (hybrid_blocks = 16 rows), so that the next-token image
 # model shapes-c2i starts it (warm_start); then one row a pass: 256 + 112 = 368 passes for 8 frames
 SHAPES_VIDEO_NBP_64 = replace(SHAPES_VIDEO_NBP, grid=(SHAPES_CLIPS_64.num_frames, SHAPES_GPT.grid_size,
@@ -55,7 +54,7 @@ def video_nbp_config(clips: ClipsConfig, block: str | None = None, rope: str | N
     config = replace(base, block=block or base.block, rope=rope or base.rope, hybrid_blocks=1)
     return replace(config, hybrid_blocks=hybrid_blocks or max(1, base.first_tokens // config.block_size))
 
-# frames of each clip that frame 0 also learns from as first frames (session 12: see docs/training.md section 10)
+# frames of each clip that frame 0 also learns from as first frames (docs/backbones.md)
 FIRST_FRAMES = 8
 
 
@@ -68,7 +67,7 @@ def warm_start(model: NBPTransformer, state: dict[str, torch.Tensor], source: st
       layer; the begin-of-video slots (and a ``rope="spatial"`` model's per-frame embedding, zero) keep their
       initialisation. With ``rope="spatial"`` the hybrid block 0 is then that image model's own computation, each
       slot one raster step later (the extra begin-of-video slot aside), so a video model starts out drawing its
-      first frame as the image model draws images (session 21, docs/training.md section 10b).
+      first frame as the image model draws images (docs/models/shapes-video-nbp.md).
 
     Any other difference is a :class:`~vgen.hub.CheckpointError`."""
     own = {k: v for k, v in model.state_dict().items() if k == "bov" or k.startswith("frame_embedding.")}

@@ -24,10 +24,9 @@ from vgen.training.trainer import TrainConfig, Trainer, index_batches
 
 SHAPES_VQ = VQConfig(codebook_size=4096, codebook_embed_dim=8, ch=32, ch_mult=(1, 2, 4), num_res_blocks=1,
                      z_channels=64, norm_groups=8)
-# the per-frame VQ of the video models: downsample 4 -> 8 x 8 codes for a 32-px clip frame (ch=64 measured 4x slower
-# per step for a first run that fits a session). Patch encoder: a code reads only its own 4x4 pixels, so 70.3% of the
-# codes stay the same between frames against 33.4% with LlamaGen's conv encoder, at 27.7 against 28.9 dB
-# (docs/training.md section 8)
+# the per-frame VQ of the 32-px video recipes: downsample 4 -> 8 x 8 codes for a 32-px clip frame (ch=64 measured
+# 4x slower per step). Patch encoder: a code reads only its own 4x4 pixels, so 70.3% of the codes stay the same
+# between frames against 33.4% with LlamaGen's conv encoder, at 27.7 against 28.9 dB (docs/video.md)
 SHAPES_FRAME_VQ = VQConfig(codebook_size=1024, codebook_embed_dim=8, ch=32, ch_mult=(1, 2, 2), num_res_blocks=1,
                            z_channels=64, norm_groups=16, encoder="patch")
 

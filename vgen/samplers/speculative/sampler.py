@@ -198,7 +198,7 @@ class SJD(Speculative):
 @dataclass(frozen=True)
 class MCSJD(Speculative):
     """SJD with coupled drafts (MC-SJD): Gumbel-coupled Jacobi refreshes and vertical initialisation; lossless.
-    On the embedded default it needs about half the forward passes of plain SJD (docs/speculative.md)."""
+    On the embedded default it needs about half the forward passes of plain SJD (docs/samplers.md)."""
 
     name: ClassVar[str] = "mcsjd"
     draft_init: str = "vertical"
@@ -214,7 +214,7 @@ class Lantern(Speculative):
     head's drafts lost most of the class control (37.5% class accuracy against AR's 77.1% over 48 images, 3.06x
     fewer passes), the target's own coupled drafts far less and faster, so Jacobi drafts are the default. The
     neighbourhood is the 8 nearest codes: with 1,000 the budget came from far codes (68.8% against AR's 80.7%
-    over 512 images), with 8 it keeps the class (79.9%) at 3.26x fewer passes (docs/speculative.md)."""
+    over 512 images), with 8 it keeps the class (79.9%) at 3.26x fewer passes (docs/samplers.md)."""
 
     name: ClassVar[str] = "lantern"
     accept: str = "lantern"
@@ -227,7 +227,7 @@ class Lantern(Speculative):
 class GSD(Speculative):
     """Grouped speculative decoding (ICCV 2025): grouped acceptance of Jacobi drafts, coupled and vertically
     initialised as in ``mcsjd`` (on the embedded default: 3.82x fewer passes against 2.83x with GSD's
-    independent drafts, docs/speculative.md)."""
+    independent drafts, docs/samplers.md)."""
 
     name: ClassVar[str] = "gsd"
     accept: str = "gsd"
