@@ -71,6 +71,21 @@ def test_the_index_links_every_page() -> None:
     assert [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked] == []
 
 
+def test_every_result_file_is_shown_by_a_page() -> None:
+    """A result file under docs/results is named by a page, which names its command; the files of one command's
+    output folder (``vgen bench --out``, ``benchmarks/streaming.py --out``) are named by their folder."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES if "results" not in p.parts)
+    results = ROOT / "docs" / "results"
+
+    def named(f: Path) -> bool:
+        folder = f.parent.relative_to(results).as_posix()
+        return (f"results/{f.relative_to(results).as_posix()}" in text
+                or (folder.startswith(("bench", "streaming")) and f"results/{folder}" in text))
+
+    unshown = [str(f.relative_to(results)) for f in results.rglob("*") if f.is_file() and not named(f)]
+    assert unshown == []
+
+
 def test_no_numbered_work_periods_anywhere() -> None:
     files = [*PAGES, *(p for d in ("vgen", "tests", "benchmarks") for p in (ROOT / d).rglob("*")
                        if p.suffix in (".py", ".sh", ".md"))]
