@@ -10,7 +10,8 @@ token from the rule's ``residual`` distribution and stops. Every rule works on t
 The verify loop calls two ops over a batch of windows, each a torch reference here and a fused Triton kernel
 on CUDA (``vgen.kernels``): :func:`accept_drafts` (the left-to-right test of acceptance probabilities against given
 uniform draws, giving the accepted length) and :func:`recover` (the residual at the first rejection and the recovered
-token). Each rule lives in its own small module and registers here with :func:`register_rule`.
+token); a rule that a kernel computes describes itself to it with :meth:`AcceptanceRule.kernel_spec`. Each rule
+lives in its own small module and registers here with :func:`register_rule`.
 """
 
 from __future__ import annotations
