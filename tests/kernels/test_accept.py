@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
-from vgen.kernels import accept  # noqa: E402
+from vgen.kernels import RuleSpec, accept  # noqa: E402
 from vgen.samplers.speculative.exact import ExactRule  # noqa: E402
 from vgen.samplers.speculative.grouped import GroupedRule  # noqa: E402
 from vgen.samplers.speculative.lantern import LanternRule, latent_neighbours  # noqa: E402
@@ -150,11 +150,17 @@ def test_an_empty_window_accepts_nothing(both) -> None:
         assert accepted.tolist() == [0, 0]
 
 
-def test_a_rule_without_a_kernel_is_declined() -> None:
-    class Stricter(ExactRule):
-        def accept_probs(self, p, q, drafts, proposals):
-            return super().accept_probs(p, q, drafts, proposals) / 2
-
-    p, q, drafts, proposals, _ = window(1, 2, seed=0, one_hot_q=True)
-    args = (p, q, drafts, proposals, torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool))
-    assert accept.accept_drafts(Stricter(), *args) is NotImplemented
+def test_the_kernel_takes_a_spec_of_plain_values() -> None:
+    """The kernel called with a spec written out by hand (no sampler types) keeps the drafts the rule it describes
+    keeps in torch."""
+    g = torch.Generator().manual_seed(9)
+    neighbours, embeddings = latent_neighbours(torch.randn(V, 3, generator=g), 8), torch.randn(V, 6, generator=g)
+    cases = [(RuleSpec("lantern", neighbours=neighbours, delta=3.0, relative=True),
+              LanternRule(neighbours, 3.0, mode="relative")),
+             (RuleSpec("gsd", embeddings=embeddings, rank_window=4, p_threshold=0.05, dist_threshold=1.0),
+              GroupedRule(embeddings, rank_window=4, p_threshold=0.05, dist_threshold=1.0))]
+    p, q, drafts, proposals, g = window(4, 5, seed=2, one_hot_q=False)
+    uniforms, valid = torch.rand(4, 5, generator=g), torch.ones(4, 5, dtype=torch.bool)
+    for spec, rule in cases:
+        kernel = accept.accept_drafts(spec, p, q, drafts, proposals, uniforms, valid)
+        assert torch.equal(kernel, rule.accepted_length(p, q, drafts, proposals, uniforms, valid))

@@ -6,6 +6,7 @@ import torch
 
 pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
+from vgen.kernels import SamplingSpec, probs  # noqa: E402
 from vgen.samplers.base import SamplingParams  # noqa: E402
 from vgen.samplers.logits import target_probs  # noqa: E402
 
@@ -100,3 +101,13 @@ def test_greedy_picks_the_first_of_tied_maxima(both) -> None:
     reference, kernel = both(target_probs, logits, SamplingParams(temperature=0.0), 0)
     assert torch.equal(kernel, reference)
     assert kernel.argmax(-1).tolist() == [1, 0]
+
+
+def test_the_kernel_takes_a_spec_of_plain_values() -> None:
+    """The kernel called with settings and a guidance mask written out by hand (no sampler types) gives the
+    distribution of the sampling settings they describe: guidance on the first position of the window only."""
+    logits = torch.randn(4, 3, 40, generator=torch.Generator().manual_seed(2)) * 2
+    settings = SamplingSpec(temperature=0.8, top_k=12, top_p=0.9, cfg_scale=3.0, guided=True)
+    kernel = probs.target_probs(logits, settings, torch.tensor([True, False, False]))
+    params = SamplingParams(temperature=0.8, top_k=12, top_p=0.9, cfg_scale=3.0, cfg_interval=0)
+    assert_same_distribution(target_probs.reference(logits, params, torch.tensor([1, 2, 3])), kernel)

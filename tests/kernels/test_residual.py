@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
-from vgen.kernels import residual  # noqa: E402
+from vgen.kernels import RuleSpec, residual  # noqa: E402
 from vgen.samplers.speculative.exact import ExactRule  # noqa: E402
 from vgen.samplers.speculative.grouped import GroupedRule  # noqa: E402
 from vgen.samplers.speculative.lantern import LanternRule, latent_neighbours  # noqa: E402
@@ -94,9 +94,13 @@ def test_greedy_takes_the_first_of_tied_maxima(both) -> None:
     assert tokens.tolist() == [0, 1]  # the draft's own token is ruled out; the first of the rest is taken
 
 
-def test_a_rule_without_a_kernel_is_declined() -> None:
-    class Other(ExactRule):
-        pass
-
-    p, q, drafts, proposals, at, uniforms = window(1, 2, seed=0, one_hot_q=True)
-    assert residual.recover(Other(), p, q, drafts, proposals, at, uniforms) is NotImplemented
+def test_the_kernel_takes_a_spec_of_plain_values() -> None:
+    """The kernel called with a spec written out by hand (no sampler types) gives the residual and token of the
+    rule it describes in torch."""
+    neighbours = latent_neighbours(_CODEBOOK, 10)
+    spec, rule = RuleSpec("lantern", neighbours=neighbours, delta=0.3), LanternRule(neighbours, delta=0.3)
+    p, q, drafts, proposals, at, uniforms = window(4, 4, seed=12, one_hot_q=False)
+    tokens, res = residual.recover(spec, p, q, drafts, proposals, at, uniforms)
+    ref_tokens, ref_residual = recover.reference(rule, p, q, drafts, proposals, at, uniforms)
+    torch.testing.assert_close(res, ref_residual, rtol=1e-5, atol=1e-7)
+    assert torch.equal(tokens, ref_tokens)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import vgen.samplers.base as base
+from vgen.kernels import SamplingSpec
 from vgen.samplers import (
     ARSampler,
     SampleOutput,
@@ -62,6 +63,12 @@ def test_cfg_active_counts_decode_steps_like_llamagen() -> None:
         assert params.cfg_active(torch.arange(10)).tolist() == expected
     unguided = SamplingParams(cfg_scale=1.0)
     assert not unguided.cfg_active(0) and not unguided.cfg_active(torch.arange(3)).any()
+
+
+def test_kernel_spec_carries_the_settings_and_flags() -> None:
+    spec = SamplingParams(temperature=0.9, top_k=100, top_p=0.95, cfg_scale=4.0, cfg_interval=10).kernel_spec()
+    assert spec == SamplingSpec(temperature=0.9, top_k=100, top_p=0.95, cfg_scale=4.0, guided=True, greedy=False)
+    assert SamplingParams(temperature=0.0).kernel_spec() == SamplingSpec(temperature=0.0, greedy=True)
 
 
 def test_registry_builds_samplers_from_names_mappings_and_instances() -> None:

@@ -13,15 +13,13 @@ pair of reductions over the vocabulary block.
 
 from __future__ import annotations
 
-from types import NotImplementedType
-
 import torch
 import triton
 import triton.language as tl
 
 from vgen.kernels.common import last_dim_contiguous, launch, row_launch
-from vgen.kernels.rules import GSD, LANTERN, MATCH, TINY, lantern_moved, rule_spec
-from vgen.samplers.speculative.rules import AcceptanceRule
+from vgen.kernels.rules import GSD, LANTERN, MATCH, TINY, lantern_moved, rule_args
+from vgen.kernels.spec import RuleSpec
 
 
 @triton.jit
@@ -100,22 +98,19 @@ def accept_kernel(p_ptr, q_ptr, drafts_ptr, proposals_ptr, uniforms_ptr, valid_p
     tl.atomic_min(accepted_ptr + b, j, mask=keep == 0)
 
 
-def accept_drafts(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
-                  proposals: torch.Tensor, uniforms: torch.Tensor,
-                  valid: torch.Tensor) -> torch.Tensor | NotImplementedType:
-    """``vgen.samplers.speculative.rules.accept_drafts`` in one launch (NotImplemented for other rules)."""
-    spec = rule_spec(rule, p)
-    if spec is None:
-        return NotImplemented
+def accept_drafts(rule: RuleSpec, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
+                  uniforms: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``vgen.samplers.speculative.rules.accept_drafts`` of the rule ``rule`` describes, in one launch."""
+    args = rule_args(rule, p)
     p, q, drafts, proposals = (last_dim_contiguous(x) for x in (p, q, drafts, proposals))
     batch, count, vocab = p.shape
     accepted = torch.full((batch,), count, dtype=torch.int32, device=p.device)
     if batch * count:
-        options = row_launch(vocab if spec.kind == GSD.value else 1)  # only GSD holds a vocabulary row
+        options = row_launch(vocab if args.kind == GSD.value else 1)  # only GSD holds a vocabulary row
         launch(accept_kernel, (batch, count), p, q, drafts, proposals, uniforms.contiguous(), valid.contiguous(),
-               accepted, spec.table, spec.embeddings, count, vocab, spec.table_width, spec.embedding_dim,
+               accepted, args.table, args.embeddings, count, vocab, args.table_width, args.embedding_dim,
                p.stride(0), p.stride(1), q.stride(0), q.stride(1), drafts.stride(0), proposals.stride(0),
-               spec.embeddings.stride(0), spec.budget, spec.p_threshold, spec.dist_threshold, RULE=spec.kind,
-               RELATIVE=spec.relative, W=spec.rank_window, BLOCK_K=triton.next_power_of_2(max(spec.table_width, 1)),
-               BLOCK_D=triton.next_power_of_2(spec.embedding_dim), **options)
+               args.embeddings.stride(0), args.budget, args.p_threshold, args.dist_threshold, RULE=args.kind,
+               RELATIVE=args.relative, W=args.rank_window, BLOCK_K=triton.next_power_of_2(max(args.table_width, 1)),
+               BLOCK_D=triton.next_power_of_2(args.embedding_dim), **options)
     return accepted.long()

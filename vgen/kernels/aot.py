@@ -27,11 +27,7 @@ from triton.runtime.jit import mangle_type
 
 from vgen.kernels import accept, probs, residual
 from vgen.kernels.common import recording
-from vgen.samplers.base import SamplingParams
-from vgen.samplers.speculative.exact import ExactRule
-from vgen.samplers.speculative.grouped import GroupedRule
-from vgen.samplers.speculative.lantern import LanternRule
-from vgen.samplers.speculative.match import MatchRule
+from vgen.kernels.spec import RuleSpec, SamplingSpec
 
 SM90 = GPUTarget("cuda", 90, 32)
 
@@ -56,13 +52,16 @@ def sampler_launches(vocab: int = 16384, window: int = 16, batch: int = 8, lante
     drafts, uniforms = torch.zeros(batch, drafted, dtype=torch.long), torch.empty(batch, drafted)
     valid, at = torch.ones(batch, drafted, dtype=torch.bool), torch.zeros(batch, dtype=torch.long)
     neighbours = torch.zeros(vocab, lantern_k, dtype=torch.long)
-    rules = [ExactRule(), MatchRule(), LanternRule(neighbours, 0.1), LanternRule(neighbours, 2.0, mode="relative"),
-             GroupedRule(torch.empty(vocab, embedding_dim))]
-    index = torch.arange(window)
+    # every built-in rule; GSD with the sampler's default rank window of 7, a compile-time constant
+    rules = [RuleSpec("exact"), RuleSpec("match"), RuleSpec("lantern", neighbours=neighbours, delta=0.1),
+             RuleSpec("lantern", neighbours=neighbours, delta=2.0, relative=True),
+             RuleSpec("gsd", embeddings=torch.empty(vocab, embedding_dim), rank_window=7, p_threshold=0.15,
+                      dist_threshold=0.5)]
+    guide = torch.ones(window, dtype=torch.bool)
     with recording() as launches:
-        for params in (SamplingParams(temperature=0.9, top_k=2000, top_p=0.95, cfg_scale=4.0), SamplingParams(),
-                       SamplingParams(temperature=0.0, cfg_scale=4.0)):
-            probs.target_probs(logits if params.guided else logits[:batch], params, index)
+        for settings in (SamplingSpec(temperature=0.9, top_k=2000, top_p=0.95, cfg_scale=4.0, guided=True),
+                         SamplingSpec(), SamplingSpec(temperature=0.0, cfg_scale=4.0, guided=True, greedy=True)):
+            probs.target_probs(logits if settings.guided else logits[:batch], settings, guide)
         for rule in rules:
             accept.accept_drafts(rule, p[:, :-1], q, drafts, drafts, uniforms, valid)
             for draws in (uniforms[:, 0], None):

@@ -9,17 +9,21 @@ only when
 - the op is not disabled by ``VGEN_DISABLE_TRITON`` (``1`` or ``all`` disables every op; otherwise a comma list
   of op names, e.g. ``probs,accept``),
 
-and the kernel supports the call (a launcher returns ``NotImplemented`` for, say, an acceptance rule it does not
-know); the reference runs otherwise. :func:`use_backend` forces one side: ``"torch"``, or ``"triton"`` (tests
-and benchmarks; on CPU tensors the kernels run in Triton's interpreter, set up by :func:`load_interpreted` before
-they are imported, since ``@triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is defined). A forced Triton
-call that the kernel does not support raises instead of quietly running the reference.
+and the kernel supports the call (its launcher returns ``NotImplemented`` for, say, an acceptance rule that
+describes itself to no kernel); the reference runs otherwise. :func:`use_backend` forces one side: ``"torch"``, or
+``"triton"`` (tests and benchmarks; on CPU tensors the kernels run in Triton's interpreter, set up by
+:func:`load_interpreted` before they are imported, since ``@triton.jit`` reads ``TRITON_INTERPRET`` when a kernel
+is defined). A forced Triton call that the kernel does not support raises instead of quietly running the
+reference.
+
+The launchers live with the references, in the samplers: they turn the samplers' objects into the plain values
+of :mod:`vgen.kernels.spec` and import the kernel modules (and with them triton, an optional dependency) at their
+first call.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -30,7 +34,6 @@ from typing import Any, TypeVar
 import torch
 
 BACKENDS = ("auto", "torch", "triton")
-KERNEL_MODULES = ("vgen.kernels.probs", "vgen.kernels.accept", "vgen.kernels.residual")
 
 _BACKEND: ContextVar[str] = ContextVar("vgen_kernel_backend", default="auto")
 _INTERPRETED = False  # set by load_interpreted
@@ -97,8 +100,7 @@ def load_interpreted() -> None:
         raise RuntimeError("triton was imported before load_interpreted(), so its functions are built for a GPU; "
                            "call load_interpreted() first (or set TRITON_INTERPRET=1 before starting Python)")
     os.environ["TRITON_INTERPRET"] = "1"
-    for name in KERNEL_MODULES:
-        importlib.import_module(name)
+    from vgen.kernels import accept, probs, residual  # noqa: F401 (triton, optional, is imported here)
     _INTERPRETED = True
 
 
@@ -109,16 +111,16 @@ def _device(args: tuple, kwargs: dict) -> torch.device:
     raise TypeError("a kernel op needs at least one tensor argument")
 
 
-def kernel_op(name: str, launcher: str) -> Callable[[F], F]:
-    """Decorate a torch reference into op ``name`` whose Triton side is ``launcher`` (``"module:function"``, same
-    signature, imported on first use). The reference stays reachable as ``op.reference``."""
-    module_name, _, function_name = launcher.partition(":")
+def kernel_op(name: str, launcher: Callable[..., Any]) -> Callable[[F], F]:
+    """Decorate a torch reference into op ``name`` whose Triton side is ``launcher``: a function of the same
+    signature that hands its kernel plain values (a spec) and returns ``NotImplemented`` where there is no kernel
+    for the call. The reference stays reachable as ``op.reference``."""
 
     def wrap(reference: F) -> F:
         @functools.wraps(reference)
         def op(*args: Any, **kwargs: Any) -> Any:
             if choose(name, _device(args, kwargs)) == "triton":
-                out = getattr(importlib.import_module(module_name), function_name)(*args, **kwargs)
+                out = launcher(*args, **kwargs)
                 if out is not NotImplemented:
                     return out
                 if _BACKEND.get() == "triton":

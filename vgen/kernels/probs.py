@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from vgen.kernels.common import launch, row_launch
-from vgen.samplers.base import SamplingParams
+from vgen.kernels.spec import SamplingSpec
 
 
 @triton.jit
@@ -90,21 +90,22 @@ def probs_kernel(logits_ptr, guide_ptr, out_ptr, V, uncond_offset, scale, temper
     tl.store(out_ptr + row * V + offs, probs.to(out_ptr.dtype.element_ty), mask=inside)
 
 
-def target_probs(logits: torch.Tensor, params: SamplingParams, token_index: int | torch.Tensor) -> torch.Tensor:
-    """``vgen.samplers.logits.target_probs`` in one launch."""
+def target_probs(logits: torch.Tensor, settings: SamplingSpec, guide: bool | torch.Tensor) -> torch.Tensor:
+    """``vgen.samplers.logits.target_probs`` in one launch; ``guide`` says where guidance applies (a bool, or a
+    bool tensor that broadcasts to the output positions), read only when ``settings.guided``."""
     vocab = logits.shape[-1]
-    batch = logits.shape[0] // 2 if params.guided else logits.shape[0]
+    batch = logits.shape[0] // 2 if settings.guided else logits.shape[0]
     shape = (batch, *logits.shape[1:])
     logits = logits.contiguous()
     out = torch.empty(shape, dtype=logits.dtype, device=logits.device)
     rows = out.numel() // vocab
     if rows == 0:
         return out
-    guide = logits  # unused unless guided
-    if params.guided:
-        active = torch.as_tensor(params.cfg_active(token_index), device=logits.device)
-        guide = torch.broadcast_to(active, shape[:-1]).reshape(-1).to(torch.int8)
-    launch(probs_kernel, (rows,), logits, guide, out, vocab, rows * vocab, float(params.cfg_scale),
-           float(params.temperature or 1.0), params.top_k, float(params.top_p), GUIDED=params.guided,
-           GREEDY=params.greedy, TOP_K=0 < params.top_k < vocab, TOP_P=params.top_p < 1, **row_launch(vocab))
+    flags = logits  # unused unless guided
+    if settings.guided:
+        active = torch.as_tensor(guide, device=logits.device)
+        flags = torch.broadcast_to(active, shape[:-1]).reshape(-1).to(torch.int8)
+    launch(probs_kernel, (rows,), logits, flags, out, vocab, rows * vocab, float(settings.cfg_scale),
+           float(settings.temperature or 1.0), settings.top_k, float(settings.top_p), GUIDED=settings.guided,
+           GREEDY=settings.greedy, TOP_K=0 < settings.top_k < vocab, TOP_P=settings.top_p < 1, **row_launch(vocab))
     return out

@@ -11,15 +11,13 @@ sides pick the same token unless a draw lies within float64 rounding of a bounda
 
 from __future__ import annotations
 
-from types import NotImplementedType
-
 import torch
 import triton
 import triton.language as tl
 
 from vgen.kernels.common import last_dim_contiguous, launch, row_launch
-from vgen.kernels.rules import LANTERN, MATCH, TINY, lantern_moved, rule_spec
-from vgen.samplers.speculative.rules import AcceptanceRule
+from vgen.kernels.rules import LANTERN, MATCH, TINY, lantern_moved, rule_args
+from vgen.kernels.spec import RuleSpec
 
 
 @triton.jit
@@ -63,12 +61,10 @@ def residual_kernel(p_ptr, q_ptr, drafts_ptr, proposals_ptr, at_ptr, uniforms_pt
     tl.store(tokens_ptr + b, token)
 
 
-def recover(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
-            at: torch.Tensor, uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | NotImplementedType:
-    """``vgen.samplers.speculative.rules.recover`` in one launch (NotImplemented for other rules)."""
-    spec = rule_spec(rule, p)
-    if spec is None:
-        return NotImplemented
+def recover(rule: RuleSpec, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
+            at: torch.Tensor, uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``vgen.samplers.speculative.rules.recover`` of the rule ``rule`` describes, in one launch."""
+    args = rule_args(rule, p)
     p, q, drafts, proposals = (last_dim_contiguous(x) for x in (p, q, drafts, proposals))
     batch, vocab = p.shape[0], p.shape[-1]
     residual = torch.empty(batch, vocab, dtype=p.dtype, device=p.device)
@@ -76,8 +72,8 @@ def recover(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torc
     if batch:
         greedy = uniforms is None
         launch(residual_kernel, (batch,), p, q, drafts, proposals, at.contiguous(),
-               p if greedy else uniforms.contiguous(), residual, tokens, spec.table, vocab, spec.table_width,
-               p.stride(0), p.stride(1), q.stride(0), q.stride(1), drafts.stride(0), proposals.stride(0), spec.budget,
-               RULE=spec.kind, RELATIVE=spec.relative, GREEDY=greedy,
-               BLOCK_K=triton.next_power_of_2(max(spec.table_width, 1)), **row_launch(vocab))
+               p if greedy else uniforms.contiguous(), residual, tokens, args.table, vocab, args.table_width,
+               p.stride(0), p.stride(1), q.stride(0), q.stride(1), drafts.stride(0), proposals.stride(0), args.budget,
+               RULE=args.kind, RELATIVE=args.relative, GREEDY=greedy,
+               BLOCK_K=triton.next_power_of_2(max(args.table_width, 1)), **row_launch(vocab))
     return tokens, residual

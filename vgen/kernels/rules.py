@@ -1,8 +1,4 @@
-"""What the acceptance and residual kernels share: a rule as kernel arguments, and LANTERN's moved mass.
-
-Only the built-in rules have kernels (exact, LANTERN, GSD, exact-match), recognised by their exact class: a
-subclass may change the logic, so it runs its torch reference.
-"""
+"""What the acceptance and residual kernels share: a rule spec as kernel arguments, and LANTERN's moved mass."""
 
 from __future__ import annotations
 
@@ -12,20 +8,17 @@ import torch
 import triton
 import triton.language as tl
 
-from vgen.samplers.speculative.exact import ExactRule
-from vgen.samplers.speculative.grouped import GroupedRule
-from vgen.samplers.speculative.lantern import LanternRule
-from vgen.samplers.speculative.match import MatchRule
-from vgen.samplers.speculative.rules import _TINY, AcceptanceRule
+from vgen.kernels import spec
+from vgen.kernels.spec import RULE_KINDS, RuleSpec
 
-# rule kinds, compile-time constants of the kernels (``.value`` in Python)
-EXACT, LANTERN, GSD, MATCH = (tl.constexpr(kind) for kind in range(4))
-TINY = tl.constexpr(_TINY)
+# rule kinds, compile-time constants of the kernels (``.value`` in Python), in the order of ``RULE_KINDS``
+EXACT, LANTERN, GSD, MATCH = (tl.constexpr(RULE_KINDS.index(kind)) for kind in ("exact", "lantern", "gsd", "match"))
+TINY = tl.constexpr(spec.TINY)
 
 
 @dataclass(frozen=True)
-class RuleSpec:
-    """A rule as kernel arguments. ``table`` holds LANTERN's neighbours [V, K] and ``embeddings`` GSD's [V, D]
+class RuleArgs:
+    """A rule spec as kernel arguments. ``table`` holds LANTERN's neighbours [V, K] and ``embeddings`` GSD's [V, D]
     (another tensor stands in where a rule has none); ``budget`` is LANTERN's delta ('tv') or lambda - 1
     ('relative', in float64 as the reference forms it)."""
 
@@ -47,21 +40,16 @@ class RuleSpec:
         return self.embeddings.shape[1] if self.kind == GSD.value else 1
 
 
-def rule_spec(rule: AcceptanceRule, like: torch.Tensor) -> RuleSpec | None:
-    """The kernel arguments of ``rule`` on ``like``'s device, None for a rule without a kernel."""
-    kind = type(rule)
-    if kind is ExactRule:
-        return RuleSpec(EXACT.value, like, like)
-    if kind is MatchRule:
-        return RuleSpec(MATCH.value, like, like)
-    if kind is LanternRule:
-        relative = rule.mode == "relative"
-        return RuleSpec(LANTERN.value, rule.neighbours.to(like.device).contiguous(), like,
-                        budget=rule.delta - 1 if relative else rule.delta, relative=relative)
-    if kind is GroupedRule:
-        return RuleSpec(GSD.value, like, rule.embeddings.to(like.device).contiguous(), rank_window=rule.rank_window,
+def rule_args(rule: RuleSpec, like: torch.Tensor) -> RuleArgs:
+    """The kernel arguments of ``rule`` with its tables on ``like``'s device."""
+    kind = RULE_KINDS.index(rule.kind)
+    if kind == LANTERN.value:
+        return RuleArgs(kind, rule.neighbours.to(like.device).contiguous(), like,
+                        budget=rule.delta - 1 if rule.relative else rule.delta, relative=rule.relative)
+    if kind == GSD.value:
+        return RuleArgs(kind, like, rule.embeddings.to(like.device).contiguous(), rank_window=rule.rank_window,
                         p_threshold=rule.p_threshold, dist_threshold=rule.dist_threshold)
-    return None
+    return RuleArgs(kind, like, like)
 
 
 @triton.jit

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
+from vgen.kernels.spec import SamplingSpec
+
 # accept_step goes into the stats JSON only up to this many entries (a 16x16 grid for a batch of 256)
 MAX_JSON_ELEMENTS = 1 << 16
 
@@ -82,6 +84,11 @@ class SamplingParams:
         if isinstance(token_index, torch.Tensor):
             return (token_index <= limit) & self.guided
         return self.guided and token_index <= limit
+
+    def kernel_spec(self) -> SamplingSpec:
+        """These settings as the probs kernel applies them."""
+        return SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                            cfg_scale=self.cfg_scale, guided=self.guided, greedy=self.greedy)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -163,7 +163,15 @@ def sample_logits(logits: torch.Tensor, greedy: bool = False,
     return draw(probs, greedy, generator), probs
 
 
-@kernel_op("probs", "vgen.kernels.probs:target_probs")
+def _target_probs_kernel(logits: torch.Tensor, params: SamplingParams,
+                         token_index: int | torch.Tensor) -> torch.Tensor:
+    """:func:`target_probs` on its Triton kernel."""
+    from vgen.kernels import probs  # imports triton, an optional dependency
+
+    return probs.target_probs(logits, params.kernel_spec(), params.cfg_active(token_index))
+
+
+@kernel_op("probs", _target_probs_kernel)
 def target_probs(logits: torch.Tensor, params: SamplingParams, token_index: int | torch.Tensor) -> torch.Tensor:
     """The target distribution [B, ..., V] from the model's logits [R, ..., V] (R = 2B, [cond; null], under
     guidance) predicting image tokens ``token_index`` (as in :func:`apply_cfg`): CFG merge, temperature, top-k,

@@ -119,3 +119,10 @@ def test_rank_neighbours_match_a_stable_sort_of_the_vocabulary(window: int) -> N
     for got_row, mask, want in zip(candidates, inside, _ranks_by_sorting(p, drafts, window)):
         got = got_row[mask].tolist()
         assert len(got) == len(set(got)) and set(got) == want
+
+
+def test_kernel_spec_carries_the_embeddings_window_and_thresholds() -> None:
+    spec = GroupedRule(EMBEDDINGS, rank_window=5, p_threshold=0.2, dist_threshold=0.7).kernel_spec()
+    assert (spec.kind, spec.rank_window, spec.p_threshold, spec.dist_threshold) == ("gsd", 5, 0.2, 0.7)
+    assert spec.embeddings is EMBEDDINGS
+    assert type("Subclass", (GroupedRule,), {})(EMBEDDINGS).kernel_spec() is None

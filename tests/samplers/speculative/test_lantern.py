@@ -98,3 +98,12 @@ def test_zero_budget_is_the_exact_rule() -> None:
 def test_bad_budgets_are_rejected(delta: float, mode: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LanternRule(latent_neighbours(CODEBOOK, 1), delta=delta, mode=mode)
+
+
+@pytest.mark.parametrize(("mode", "delta"), [("tv", 0.2), ("relative", 3.0)])
+def test_kernel_spec_carries_the_neighbours_budget_and_mode(mode: str, delta: float) -> None:
+    neighbours = latent_neighbours(CODEBOOK, 2)
+    spec = LanternRule(neighbours, delta, mode=mode).kernel_spec()
+    assert (spec.kind, spec.delta, spec.relative) == ("lantern", delta, mode == "relative")
+    assert spec.neighbours is neighbours
+    assert type("Subclass", (LanternRule,), {})(neighbours, delta, mode=mode).kernel_spec() is None

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from vgen.kernels import RuleSpec
 from vgen.samplers.speculative.exact import ExactRule
 from vgen.samplers.speculative.match import MatchRule
 from vgen.samplers.speculative.rules import accept_drafts, available_rules, build_rule, normalized_residual, recover
@@ -88,3 +89,14 @@ def test_recover_draws_from_the_residual_at_each_rows_rejection() -> None:
     assert tokens.tolist() == [2]
     assert recover(ExactRule(), p, q, torch.tensor([[1, 3]]), torch.zeros(1, 2, dtype=torch.long),
                    torch.tensor([0]), None)[0].tolist() == [0]  # greedy: the argmax of [.5, 0, .2, 0] / .7
+
+
+def test_exact_and_match_describe_themselves_to_the_kernels_and_a_subclass_does_not() -> None:
+    assert ExactRule().kernel_spec() == RuleSpec("exact")
+    assert MatchRule().kernel_spec() == RuleSpec("match")
+
+    class Stricter(ExactRule):  # may change the logic: its torch methods run, never the built-in's kernel
+        def accept_probs(self, p, q, drafts, proposals):
+            return super().accept_probs(p, q, drafts, proposals) / 2
+
+    assert Stricter().kernel_spec() is None

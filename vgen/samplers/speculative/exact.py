@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from vgen.kernels.spec import RuleSpec
 from vgen.samplers.speculative.rules import AcceptanceRule, exact_ratio, normalized_residual, register_rule
 
 
@@ -22,6 +23,9 @@ class ExactRule(AcceptanceRule):
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  proposals: torch.Tensor) -> torch.Tensor:
         return normalized_residual(p, q)
+
+    def kernel_spec(self) -> RuleSpec | None:
+        return RuleSpec("exact") if type(self) is ExactRule else None
 
 
 register_rule("exact", lambda options, model, tokenizer: ExactRule())

@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vgen.kernels.spec import TINY, RuleSpec
 from vgen.samplers.speculative.rules import (
-    _TINY,
     AcceptanceRule,
     exact_ratio,
     gather_last,
@@ -59,7 +59,7 @@ class GroupedRule(AcceptanceRule):
     def grouped_ratio(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
         """GSD's ``sum_G p / sum_G q`` for each draft [...]."""
         candidates, keep = self.group(p, drafts)
-        return (p.gather(-1, candidates) * keep).sum(-1) / (q.gather(-1, candidates) * keep).sum(-1).clamp_min(_TINY)
+        return (p.gather(-1, candidates) * keep).sum(-1) / (q.gather(-1, candidates) * keep).sum(-1).clamp_min(TINY)
 
     def accept_probs(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                      proposals: torch.Tensor) -> torch.Tensor:
@@ -99,6 +99,12 @@ class GroupedRule(AcceptanceRule):
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  proposals: torch.Tensor) -> torch.Tensor:
         return normalized_residual(p, q)
+
+    def kernel_spec(self) -> RuleSpec | None:
+        if type(self) is not GroupedRule:
+            return None
+        return RuleSpec("gsd", embeddings=self.embeddings, rank_window=self.rank_window, p_threshold=self.p_threshold,
+                        dist_threshold=self.dist_threshold)
 
 
 def rank_neighbours(p: torch.Tensor, drafts: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,7 +25,8 @@ import weakref
 import torch
 from torch import nn
 
-from vgen.samplers.speculative.rules import _TINY, AcceptanceRule, gather_last, normalized_residual, register_rule
+from vgen.kernels.spec import TINY, RuleSpec
+from vgen.samplers.speculative.rules import AcceptanceRule, gather_last, normalized_residual, register_rule
 
 LANTERN_MODES = ("tv", "relative")
 
@@ -87,11 +88,16 @@ class LanternRule(AcceptanceRule):
                      proposals: torch.Tensor) -> torch.Tensor:
         neighbours, used = self.moved(p, drafts)
         relaxed = gather_last(p, drafts) + (p.gather(-1, neighbours) * used).sum(-1)
-        return (relaxed / gather_last(q, drafts).clamp_min(_TINY)).clamp(max=1)
+        return (relaxed / gather_last(q, drafts).clamp_min(TINY)).clamp(max=1)
 
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  proposals: torch.Tensor) -> torch.Tensor:
         return normalized_residual(self.adjusted(p, drafts), q)
+
+    def kernel_spec(self) -> RuleSpec | None:
+        if type(self) is not LanternRule:
+            return None
+        return RuleSpec("lantern", neighbours=self.neighbours, delta=self.delta, relative=self.mode == "relative")
 
 
 def _build(options, model: nn.Module, tokenizer: nn.Module | None) -> LanternRule:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vgen.kernels.spec import RuleSpec
 from vgen.samplers.speculative.rules import AcceptanceRule, register_rule
 
 
@@ -24,6 +25,9 @@ class MatchRule(AcceptanceRule):
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                  proposals: torch.Tensor) -> torch.Tensor:
         return F.one_hot(proposals, p.shape[-1]).to(p.dtype)
+
+    def kernel_spec(self) -> RuleSpec | None:
+        return RuleSpec("match") if type(self) is MatchRule else None
 
 
 register_rule("match", lambda options, model, tokenizer: MatchRule())

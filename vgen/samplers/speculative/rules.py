@@ -10,23 +10,23 @@ token from the rule's ``residual`` distribution and stops. Every rule works on t
 The verify loop calls two ops over a batch of windows, each a torch reference here and a fused Triton kernel
 on CUDA (``vgen.kernels``): :func:`accept_drafts` (the left-to-right test of acceptance probabilities against given
 uniform draws, giving the accepted length) and :func:`recover` (the residual at the first rejection and the recovered
-token). Each rule lives in its own small module and registers here with :func:`register_rule`.
+token); a rule that a kernel computes describes itself to it with :meth:`AcceptanceRule.kernel_spec`. Each rule
+lives in its own small module and registers here with :func:`register_rule`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from types import NotImplementedType
 from typing import ClassVar
 
 import torch
 from torch import nn
 
 from vgen.kernels.dispatch import kernel_op
+from vgen.kernels.spec import TINY, RuleSpec
 from vgen.samplers.logits import inverse_cdf
-
-# a drafted token always has q(x) > 0; the clamp only keeps 0/0 out of rows the loop masks anyway
-_TINY = 1e-30
 
 
 def gather_last(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -36,7 +36,7 @@ def gather_last(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def exact_ratio(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
     """``p(x) / q(x)`` of each draft [...] (unclamped: ``min(1, .)`` is exact acceptance)."""
-    return gather_last(p, drafts) / gather_last(q, drafts).clamp_min(_TINY)
+    return gather_last(p, drafts) / gather_last(q, drafts).clamp_min(TINY)
 
 
 def pick_rows(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
@@ -49,7 +49,7 @@ def normalized_residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     zero), the target itself."""
     residual = (target - q).clamp_min(0)
     mass = residual.sum(-1, keepdim=True)
-    return torch.where(mass > 0, residual / mass.clamp_min(_TINY), target)
+    return torch.where(mass > 0, residual / mass.clamp_min(TINY), target)
 
 
 def leading_kept(keep: torch.Tensor) -> torch.Tensor:
@@ -80,6 +80,11 @@ class AcceptanceRule(ABC):
                  proposals: torch.Tensor) -> torch.Tensor:
         """The distribution [..., V] of the recovered token after ``drafts`` was rejected."""
 
+    def kernel_spec(self) -> RuleSpec | None:
+        """The rule as the accept and residual kernels compute it, or None where they do not (its torch methods
+        run). A built-in rule describes only its own class: a subclass may change the logic."""
+        return None
+
 
 RuleFactory = Callable[..., AcceptanceRule]
 _RULES: dict[str, RuleFactory] = {}
@@ -103,7 +108,19 @@ def build_rule(name: str, options: object, model: nn.Module, tokenizer: nn.Modul
     return _RULES[name](options, model, tokenizer)
 
 
-@kernel_op("accept", "vgen.kernels.accept:accept_drafts")
+def _accept_kernel(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                   proposals: torch.Tensor, uniforms: torch.Tensor,
+                   valid: torch.Tensor) -> torch.Tensor | NotImplementedType:
+    """:func:`accept_drafts` on its Triton kernel (NotImplemented for a rule without a kernel spec)."""
+    spec = rule.kernel_spec()
+    if spec is None:
+        return NotImplemented
+    from vgen.kernels import accept  # imports triton, an optional dependency
+
+    return accept.accept_drafts(spec, p, q, drafts, proposals, uniforms, valid)
+
+
+@kernel_op("accept", _accept_kernel)
 def accept_drafts(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
                   proposals: torch.Tensor, uniforms: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Left-to-right verification of windows of J drafts: ``p``, ``q`` [B, J, V]; ``drafts``, ``proposals``,
@@ -115,7 +132,19 @@ def accept_drafts(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts
     return rule.accepted_length(p, q, drafts, proposals, uniforms, valid)
 
 
-@kernel_op("residual", "vgen.kernels.residual:recover")
+def _recover_kernel(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                    proposals: torch.Tensor, at: torch.Tensor,
+                    uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | NotImplementedType:
+    """:func:`recover` on its Triton kernel (NotImplemented for a rule without a kernel spec)."""
+    spec = rule.kernel_spec()
+    if spec is None:
+        return NotImplemented
+    from vgen.kernels import residual  # imports triton, an optional dependency
+
+    return residual.recover(spec, p, q, drafts, proposals, at, uniforms)
+
+
+@kernel_op("residual", _recover_kernel)
 def recover(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
             at: torch.Tensor, uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The recovered token [B] at window position ``at[b]`` and the residual distribution [B, V] it comes from
