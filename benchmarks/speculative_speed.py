@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import vgen
-from vgen.apps.cli import DTYPES
+from vgen.apps.options import DTYPES
 from vgen.eval.bench import (
     bench_table,
     parse_sampler_list,
