@@ -473,6 +473,6 @@ def package_stream(args: argparse.Namespace, model) -> None:
     info = PipelineInfo(name=args.name, image_size=size, class_names=list(CLASS_NAMES), defaults=defaults,
                         data=data)
     pipe = StreamPipeline(model, info, tokenizer)
-    pipe.stream_train.policy(model.frames_per_block, model.config.train_frames)  # the defaults must fit
+    pipe.stream_config().policy(model.frames_per_block, model.config.train_frames)  # the defaults must fit
     pipe.save_pretrained(args.out, dtype=torch_dtype(args.dtype))
     print(f"wrote streaming pipeline {args.name} to {args.out}")
