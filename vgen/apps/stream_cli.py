@@ -20,7 +20,7 @@ from vgen.samplers.streaming import StreamConfig, StreamControl, StreamProfile
 from vgen.stream_pipeline import StreamPipeline
 from vgen.video_io import StreamingVideoWriter
 
-STREAM_OPTIONS = declared_options([StreamConfig])
+STREAM_SETTINGS = declared_options([StreamConfig])
 
 
 def parse_switch(text: str) -> tuple[int, int]:
@@ -43,7 +43,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frames", type=int, default=160, help="frames to generate")
     p.add_argument("--seed", type=int, default=0)
     add_option_flags(p.add_argument_group("schedule and context (unset = the model's recommended value)"),
-                     STREAM_OPTIONS)
+                     STREAM_SETTINGS)
     o = p.add_argument_group("output")
     o.add_argument("--out", default="stream.mp4", help=".mp4 (crash-safe, fragmented) or .gif")
     o.add_argument("--fps", type=int, default=8)
@@ -68,7 +68,7 @@ def run_stream(args: argparse.Namespace) -> None:
                              f"classes (valid: 0..{pipe.num_classes - 1})")
         if frame < 0:
             raise UsageError(f"--switch frame must be >= 0, got {frame}")
-    options = set_options(args, STREAM_OPTIONS)
+    options = set_options(args, STREAM_SETTINGS)
     pipe.stream_config(**options).policy(pipe.frames_per_block, pipe.model.config.train_frames)  # fail early
     control = StreamControl()
     switches = sorted(args.switch)
