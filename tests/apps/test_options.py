@@ -13,6 +13,7 @@ from vgen.apps.options import sampler_classes, sampler_options, sampling_options
 from vgen.apps.train_cli import RECIPES
 from vgen.samplers.options import declarations, declared_options
 from vgen.samplers.streaming import StreamConfig
+from vgen.training.ar import AR_CFG_SCALE
 
 SAMPLER_OPTIONS = declared_options(sampler_classes())
 STREAM_OPTIONS = declared_options([StreamConfig])
@@ -85,3 +86,10 @@ def test_only_the_video_recipes_train_off_the_cpu(capsys) -> None:
     assert {what for what, r in RECIPES.items() if r.off_cpu} == {"nbp", "nar", "blockdiff"}
     assert main(["train", "classifier", "--device", "cuda"]) == 2
     assert "only the video recipes (nbp, nar, ar --video, blockdiff) train off the CPU" in capsys.readouterr().err
+
+
+def test_package_takes_the_declared_sampling_settings_as_the_recommended_ones() -> None:
+    available = flags(subcommand("train", "package"))
+    assert all(available[o.flag].help == o.help for o in sampling_options())
+    args = build_parser().parse_args(["train", "package", "--gpt", "g", "--out", "o", "--top-k", "5"])
+    assert (args.cfg_scale, args.top_k, args.temperature) == (AR_CFG_SCALE, 5, None)

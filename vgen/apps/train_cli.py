@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from vgen.apps.options import RUNS, UsageError, torch_dtype
+from vgen.apps.options import RUNS, UsageError, add_option_flags, sampling_options, set_options, torch_dtype
 from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
 from vgen.hub import from_pretrained
@@ -27,7 +27,7 @@ from vgen.samplers import SamplingParams
 from vgen.stream_pipeline import StreamPipeline
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.tokenizers.vq import ENCODER_KINDS
-from vgen.training.ar import AR_RUN, ARRecipe, sample_probe, train_ar
+from vgen.training.ar import AR_CFG_SCALE, AR_RUN, ARRecipe, sample_probe, train_ar
 from vgen.training.blockdiff import (
     BLOCKDIFF_RUN,
     SHAPES_BLOCKDIFF,
@@ -405,11 +405,10 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
                                                      "config is recorded in the pipeline)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
     t.add_argument("--name", default="shapes-c2i")
-    t.add_argument("--cfg-scale", type=float, default=2.0, help="recommended CFG scale stored as the default")
-    t.add_argument("--temperature", type=float, default=None,
-                   help="recommended sampling temperature stored as the default (token models; default: 1)")
-    t.add_argument("--top-k", type=int, default=None, help="recommended top-k stored as the default (token models)")
-    t.add_argument("--top-p", type=float, default=None, help="recommended top-p stored as the default (token models)")
+    recommended = t.add_argument_group(f"recommended sampling settings of a token model, stored as the pipeline's "
+                                       f"defaults (unset = the sampler's own; --cfg-scale: {AR_CFG_SCALE})")
+    add_option_flags(recommended, sampling_options())
+    t.set_defaults(cfg_scale=AR_CFG_SCALE)
     t.add_argument("--dtype", default="fp32", help="storage dtype of the weights (bf16 halves the size; they load "
                                                    "into fp32 models)")
     t.add_argument("--stream-defaults", default=None, metavar="JSON",
@@ -419,7 +418,7 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
 
 def recorded_token_settings(args: argparse.Namespace) -> dict:
     """The token-sampling defaults given to ``vgen train package`` (the CFG scale aside)."""
-    return {name: getattr(args, name) for name in ("temperature", "top_k", "top_p") if getattr(args, name) is not None}
+    return {k: v for k, v in set_options(args, sampling_options()).items() if k != "cfg_scale"}
 
 
 def run_package(args: argparse.Namespace) -> None:
@@ -454,9 +453,11 @@ def package_stream(args: argparse.Namespace, model) -> None:
     the recommended settings."""
     if args.drafter:
         raise UsageError("a block-diffusion pipeline takes no --drafter")
-    if recorded_token_settings(args):
-        raise UsageError("--temperature, --top-k and --top-p are token-sampling defaults; a block-diffusion "
-                         "pipeline takes its settings as --stream-defaults")
+    token = recorded_token_settings(args)
+    if token:
+        flags = ", ".join("--" + name.replace("_", "-") for name in token)
+        raise UsageError(f"{flags} are token-sampling defaults; a block-diffusion pipeline takes its settings as "
+                         f"--stream-defaults")
     tokenizer = None
     if args.vq:  # a model of latent frames: its KL tokenizer decodes them
         tokenizer = from_pretrained(args.vq)
