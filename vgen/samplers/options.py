@@ -54,17 +54,14 @@ class Option:
 
     def range_text(self) -> str:
         """The bounds as text: ``>= 0``, ``in (0, 1]``, or empty when there are none."""
-        low = (f"[{self.at_least}" if self.at_least is not None else f"({self.above}"
-               if self.above is not None else None)
-        high = (f"{self.at_most}]" if self.at_most is not None else f"{self.below})"
-                if self.below is not None else None)
-        if low and high:
-            return f"in {low}, {high}"
-        if low:
-            return f"{'>=' if low[0] == '[' else '>'} {low[1:]}"
-        if high:
-            return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}"
-        return ""
+        lower = (("[", ">=", self.at_least) if self.at_least is not None
+                 else ("(", ">", self.above) if self.above is not None else None)
+        upper = (("]", "<=", self.at_most) if self.at_most is not None
+                 else (")", "<", self.below) if self.below is not None else None)
+        if lower and upper:
+            return f"in {lower[0]}{lower[2]}, {upper[2]}{upper[0]}"
+        bound = lower or upper
+        return f"{bound[1]} {bound[2]}" if bound else ""
 
     def in_range(self, value: float) -> bool:
         return ((self.at_least is None or value >= self.at_least) and (self.above is None or value > self.above)
@@ -91,8 +88,9 @@ class Option:
     def describe(self) -> str:
         """The help text with the valid values, as the command line and the web demo show it."""
         extra = [self.range_text()] if self.range_text() else []
-        if self.allowed() is not None:
-            extra.append(f"one of: {', '.join(self.allowed())}")
+        choices = self.allowed()
+        if choices is not None:
+            extra.append(f"one of: {', '.join(choices)}")
         return f"{self.help} ({'; '.join(extra)})" if extra else self.help
 
 

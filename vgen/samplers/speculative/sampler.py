@@ -70,12 +70,11 @@ class Speculative(Sampler):
     drafter: str = option("jacobi", "who proposes the drafts", choices=lambda: [*available_drafters(), "auto"],
                           unknown="drafter")
     accept: str = option("exact", "acceptance rule", choices=available_rules, unknown="acceptance rule")
-    window: int = option(16, "target positions per forward pass (drafts + 1)", at_least=1,
-                         note="the target positions per pass")
+    window: int = option(16, "target positions per forward pass (drafts + 1)", at_least=1)
     draft_init: str = option("random", "fresh Jacobi drafts", choices=DRAFT_INITS)
     draft_coupling: str = option("none", "Jacobi draft refresh (maximal or gumbel: MC-SJD)", choices=DRAFT_COUPLINGS)
     # LANTERN's run.sh uses 5-10; its script's default 1000 lost the class (see Lantern)
-    lantern_k: int = option(8, "latent neighbours per token", at_least=0, note="latent neighbours per token")
+    lantern_k: int = option(8, "latent neighbours per token", at_least=0)
     lantern_delta: float = option(0.1, "total-variation budget in [0, 1] (lantern_mode tv) or lambda >= 1 "
                                        "(lantern_mode relative)")
     lantern_mode: str = option("tv", "tv (LANTERN) or relative (LANTERN++)", choices=LANTERN_MODES)
