@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import vgen
-from vgen.apps.cli import RUNS
+from vgen.apps.options import RUNS
 from vgen.data.clips import cached_clips, recorded_clips_config
 from vgen.eval.drift import class_probabilities
 from vgen.hub import from_pretrained

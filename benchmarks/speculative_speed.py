@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import vgen
-from vgen.apps.cli import DTYPES
+from vgen.apps.options import DTYPES
 from vgen.eval.bench import (
     bench_table,
     parse_sampler_list,
@@ -33,6 +33,7 @@ from vgen.eval.bench import (
 )
 from vgen.pipelines import default_sampler
 from vgen.samplers import SamplingParams
+from vgen.samplers.options import merge_settings
 
 
 @torch.no_grad()
@@ -84,7 +85,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     specs = parse_sampler_list(args.samplers)
     pipe = vgen.load(args.model, device=args.device, dtype=getattr(torch, DTYPES[args.dtype]))
-    params = SamplingParams(**{**pipe.info.defaults, **({"cfg_scale": args.cfg_scale} if args.cfg_scale else {})})
+    params = SamplingParams(**merge_settings(pipe.info.defaults, {"cfg_scale": args.cfg_scale}))
     rows = 2 * args.batch_size if params.guided else args.batch_size
     costs = {k: window_cost(pipe.model, k, rows, args.cost_repeats) for k in args.windows}
     print("k-token forward cost (x 1-token):", {k: round(v, 2) for k, v in costs.items()})

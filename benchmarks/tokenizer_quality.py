@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import vgen
-from vgen.apps.cli import RUNS
+from vgen.apps.options import RUNS
 from vgen.data.clips import SHAPES_CLIPS, cached_clips
 from vgen.data.shapes import cached_split, to_tensor
 from vgen.eval.classifier import load_shapes_classifier

@@ -31,6 +31,7 @@ from vgen.eval.quality import clip_class_accuracy
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.pipelines import default_sampler
 from vgen.samplers import ARSampler, SamplingParams, get_sampler
+from vgen.samplers.options import merge_settings
 
 AR_ROW = "next-token AR (random weights)"
 
@@ -73,7 +74,8 @@ def main() -> None:
         raise SystemExit(f"the models must be video pipelines of one token grid, got {grids}")
     for pipe in pipes.values():
         pipe.model.float()
-    params = SamplingParams(cfg_scale=args.cfg_scale or first.info.defaults.get("cfg_scale", 1.0))
+    recommended = {k: v for k, v in first.info.defaults.items() if k == "cfg_scale"}  # the guidance alone
+    params = SamplingParams(**merge_settings(recommended, {"cfg_scale": args.cfg_scale}))
     classes = [i % first.num_classes for i in range(args.batch)]
     ar = None if args.no_ar else next_token_twin(first.model)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import vgen
 from vgen.hub import CheckpointError
@@ -64,6 +65,18 @@ def test_save_and_load_round_trip(tmp_path):
     loaded = vgen.load(tmp_path / "p")
     assert loaded.info == pipe.info
     assert torch.equal(loaded(class_ids=[2], seed=4).tokens, pipe(class_ids=[2], seed=4).tokens)
+
+
+def test_save_pretrained_writes_the_weights_in_the_dtype_asked_for(tmp_path):
+    pipe = tiny_pipeline()
+    pipe.save_pretrained(tmp_path / "p", dtype=torch.bfloat16)
+    for part in ("gpt", "vq"):
+        stored = load_file(tmp_path / "p" / part / "model.safetensors")
+        assert {t.dtype for t in stored.values() if t.is_floating_point()} == {torch.bfloat16}
+    loaded = vgen.load(tmp_path / "p")
+    assert next(loaded.model.parameters()).dtype == torch.float32  # the weights load into fp32 models
+    expected = {k: v.to(torch.bfloat16).float() for k, v in pipe.model.state_dict().items()}
+    assert all(torch.equal(v, expected[k]) for k, v in loaded.model.state_dict().items() if v.is_floating_point())
 
 
 def test_a_draft_head_travels_with_the_pipeline(tmp_path):

@@ -27,6 +27,7 @@ from vgen.samplers import (
     get_sampler,
 )
 from vgen.samplers.continuous import TOKEN_ORDER, check_draft
+from vgen.samplers.options import merge_settings
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
 
@@ -193,7 +194,7 @@ class ImagePipeline:
         class_ids = self.class_list(class_ids, num_images)
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
                  "top_k": top_k, "top_p": top_p}
-        params = SamplingParams(**{**self.info.defaults, **{k: v for k, v in given.items() if v is not None}})
+        params = SamplingParams(**merge_settings(self.info.defaults, given))
         sampler_obj = get_sampler(sampler or default_sampler(self.model), **sampler_options)
         continuation = {}
         if prefix is not None:
@@ -209,14 +210,14 @@ class ImagePipeline:
                                  tokenizer=self.tokenizer, draft_head=self.draft_head, **continuation)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
 
-    def save_pretrained(self, path: str | Path) -> Path:
+    def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
         """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` or ``kl/`` (and ``drafter/``) model folders
-        (safetensors)."""
+        (safetensors), the weights in ``dtype`` (default: as they are)."""
         path = Path(path)
-        save_pretrained(self.model, path / "gpt")
-        save_pretrained(self.tokenizer, path / tokenizer_folder(self.tokenizer))
+        save_pretrained(self.model, path / "gpt", dtype=dtype)
+        save_pretrained(self.tokenizer, path / tokenizer_folder(self.tokenizer), dtype=dtype)
         if self.draft_head is not None:
-            save_pretrained(self.draft_head, path / "drafter")
+            save_pretrained(self.draft_head, path / "drafter", dtype=dtype)
         (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
         return path
 
@@ -286,6 +287,6 @@ def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "G
     model = model.to_empty(device="cpu")
     load_weights(model, state, source=f"GPT checkpoint {gpt_ckpt} ({gpt_model}, image size {image_size})")
     info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
-                        defaults={"cfg_scale": 4.0, "top_k": 2000, "top_p": 1.0, "temperature": 1.0})
+                        defaults={"cfg_scale": 4.0, "top_k": 2000})
     return ImagePipeline(model, tokenizer, info).to(device, dtype)
 

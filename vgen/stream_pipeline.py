@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +17,7 @@ import torch
 from vgen.hub import save_pretrained
 from vgen.models.blockdiff import BlockDiffusionTransformer
 from vgen.pipelines import PIPELINE_CONFIG, PipelineInfo
+from vgen.samplers.options import merge_settings
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, StreamControl, StreamProfile
 from vgen.tokenizers.kl import KLTokenizer
 
@@ -81,8 +82,7 @@ class StreamPipeline:
         unknown = set(options) - set(STREAM_OPTIONS)
         if unknown:
             raise ValueError(f"unknown stream options {sorted(unknown)}; known: {list(STREAM_OPTIONS)}")
-        base = StreamConfig(**self.info.defaults)
-        return replace(base, **{k: v for k, v in options.items() if v is not None})
+        return StreamConfig(**merge_settings(self.info.defaults, options))
 
     def stream_blocks(self, class_ids: Sequence[int] | int = 0, num_frames: int = 16, *, seed: int | None = 0,
                       control: StreamControl | None = None, progress: bool = False,

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from vgen.apps.gradio_app import (
+    GENERATE_INPUTS,
     InputError,
     build_app,
     generate,
@@ -72,8 +73,10 @@ def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_f
     (dict(class_id=7), "class id 7 is out of range"),
     (dict(num_images=99), "number of images must be in 1..16"),
     (dict(top_p=0.0), "top_p"),
-    (dict(top_k="many"), "top-k must be a number"),
-    (dict(cfg_scale="strong"), "CFG scale must be a number"),
+    (dict(top_k="many"), "top_k must be a number"),
+    (dict(top_k="2.5"), "top_k must be a whole number"),
+    (dict(cfg_scale="strong"), "cfg_scale must be a number"),
+    (dict(cfg_interval="-2"), "cfg_interval must be an integer >= -1"),
     (dict(sampler="sjd", window=0), "window must be an integer >= 1"),
     (dict(sampler="sjd", drafter="head"), "needs a draft head"),
     (dict(gpt_ckpt="/no/such/gpt.pt", vq_ckpt="/no/such/vq.pt"), "checkpoint not found: /no/such/"),
@@ -101,12 +104,11 @@ def live_app(tiny_model):
 
 
 def call(client, sampler: str = "sjd", **overrides):
-    values = dict(model=None, sampler=sampler, class_id=1, num_images=2, seed=0, cfg_scale="", temperature=1.0,
-                  top_k=0, top_p=1.0, compare=False, gpt_ckpt="", vq_ckpt="", gpt_model="GPT-B", image_size=256,
-                  window="", drafter="", accept="", draft_init="", draft_coupling="", lantern_k="",
-                  lantern_delta="", lantern_mode="", gsd_rank_window="", gsd_p_threshold="", gsd_dist_threshold="")
-    values.update(overrides)
-    return client.predict(*values.values(), api_name="/generate")
+    """The page's /generate with every option field empty but those in ``overrides``."""
+    values = {**dict.fromkeys(GENERATE_INPUTS, ""), **dict(model=None, sampler=sampler, class_id=1, num_images=2,
+                                                          seed=0, temperature=1.0, top_k=0, top_p=1.0, compare=False,
+                                                          gpt_model="GPT-B", image_size=256), **overrides}
+    return client.predict(*[values[name] for name in GENERATE_INPUTS], api_name="/generate")
 
 
 def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) -> None:
@@ -155,7 +157,7 @@ def test_stream_video_keeps_the_models_defaults_for_empty_fields(tiny_stream_pip
     assert seen[-1].steps == 2 and seen[-1].cfg_scale == 1.0  # the tiny pipeline's recorded defaults
     list(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "3", "2.5", session="defaults"))
     assert seen[-1].steps == 3 and seen[-1].cfg_scale == 2.5
-    with pytest.raises(InputError, match="CFG scale must be a number"):
+    with pytest.raises(InputError, match="cfg_scale must be a number"):
         next(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "", "lots"))
 
 

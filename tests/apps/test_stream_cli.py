@@ -37,7 +37,7 @@ def test_stream_writes_every_frame_and_the_profile(tiny_stream_pipeline_dir, tmp
 def test_gif_output_and_a_class_switch(tiny_stream_pipeline_dir, tmp_path, capsys) -> None:
     out = tmp_path / "s.gif"
     code, _, _ = run(["--model", str(tiny_stream_pipeline_dir), "--frames", "8", "--switch", "3:1",
-                      "--out", str(out), "--window", "2", "--sink", "0"], capsys)
+                      "--out", str(out), "--window-frames", "2", "--sink-frames", "0"], capsys)
     assert code == 0 and read_video(out).shape == (8, 16, 16, 3)
 
 
@@ -45,12 +45,12 @@ def test_gif_output_and_a_class_switch(tiny_stream_pipeline_dir, tmp_path, capsy
     (["--frames", "0"], "--frames must be > 0"),
     (["--class-id", "3"], "class id 3 is out of range"),
     (["--switch", "4:7"], "class id 7 is out of range"),
-    (["--window", "1"], "not a whole number of 2-frame blocks"),
-    (["--window", "0"], "smaller than a block"),
-    (["--window", "8"], "exceed the 8 frames the model was trained on"),
+    (["--window-frames", "1"], "not a whole number of 2-frame blocks"),
+    (["--window-frames", "0"], "smaller than a block"),
+    (["--window-frames", "8"], "exceed the 8 frames the model was trained on"),
     (["--out", "/no/such/dir/x.mp4"], "directory /no/such/dir does not exist"),
     (["--out", "x.png"], "unsupported file type .png"),
-    (["--steps", "0"], "steps and first_steps must be >= 1"),
+    (["--steps", "0"], "steps must be an integer >= 1"),
     (["--model", "shapes-c2i"], "not a streaming (block-diffusion) model"),
 ])
 def test_bad_input_gets_one_specific_line_and_exit_2(tiny_stream_pipeline_dir, tmp_path, args, message,

@@ -56,6 +56,9 @@ def result(pipe, real):
     ("loose=lantern:lantern_delta=2.0,lantern_mode=relative",
      SamplerSpec("loose", "lantern", {"lantern_delta": 2.0, "lantern_mode": "relative"})),
     ("ar-reseed=ar:seed=3", SamplerSpec("ar-reseed", "ar", {}, 3)),
+    ("fast=ar:compile=true", SamplerSpec("fast", "ar", {"compile": True})),
+    ("graphs=ar:compile=reduce-overhead", SamplerSpec("graphs", "ar", {"compile": "reduce-overhead"})),
+    ("c=cspd:draft_length=8,prefill_ratio=0.1", SamplerSpec("c", "cspd", {"draft_length": 8, "prefill_ratio": 0.1})),
     ("plain=gsd", SamplerSpec("plain", "gsd")),
 ])
 def test_specs_name_a_sampler_its_overrides_and_a_label(text, expected):
@@ -65,9 +68,13 @@ def test_specs_name_a_sampler_its_overrides_and_a_label(text, expected):
 @pytest.mark.parametrize("text, message", [
     ("nope", "unknown sampler 'nope'; available: ar, "),
     ("sjd:windoww=8", r"unknown sampler 'sjd' field\(s\) \['windoww'\]"),
-    ("sjd:window", "bad sampler option 'window' in 'sjd:window': expected key=value"),
+    ("sjd:window", "sampler 'sjd:window': bad sampler option 'window': expected key=value"),
     ("sjd:window=0", "window must be an integer >= 1"),
-    ("ar:seed=x", "seed in 'ar:seed=x' must be an integer"),
+    ("sjd:window=2.5", "sampler 'sjd:window=2.5': window must be a whole number, got 2.5"),
+    ("lantern:lantern_delta=wide", "sampler 'lantern:lantern_delta=wide': lantern_delta must be a number, got 'wide'"),
+    ("ar:compile=sometimes", "compile must be a bool, got 'sometimes'"),
+    ("ar:seed=x", "sampler 'ar:seed=x': seed must be a number, got 'x'"),
+    ("ar:seed=1.5", "seed must be a whole number"),
 ])
 def test_bad_specs_are_named(text, message):
     with pytest.raises(ValueError, match=message):

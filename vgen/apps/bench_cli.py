@@ -10,14 +10,16 @@ import sys
 import warnings
 from pathlib import Path
 
-from vgen.apps.cli import (
+from vgen.apps.options import (
     UsageError,
     add_device_args,
     add_model_args,
     add_sampling_args,
     load_pipeline,
-    sampling_overrides,
+    sampling_params,
 )
+from vgen.eval.bench import bench_table, parse_sampler_list, real_reference, run_bench, setup_line, write_outputs
+from vgen.samplers import available_samplers
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,9 +56,6 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_bench_command(args: argparse.Namespace) -> None:
-    from vgen.eval.bench import bench_table, parse_sampler_list, real_reference, run_bench, setup_line, write_outputs
-    from vgen.samplers import SamplingParams, available_samplers
-
     if args.num_samples < 2 or args.batch_size < 1 or args.num_real < 2:
         raise UsageError("--num-samples and --num-real must be >= 2 and --batch-size >= 1")
     specs = parse_sampler_list(args.samplers) if args.samplers else None  # bad specs fail before the model loads
@@ -74,7 +73,7 @@ def run_bench_command(args: argparse.Namespace) -> None:
                                                              "gpt_ckpt": None, "vq_ckpt": None}))
     if specs is None:
         specs = parse_sampler_list([",".join(available_samplers(getattr(pipe.model, "token_order", "raster")))])
-    params = SamplingParams(**{**pipe.info.defaults, **sampling_overrides(args)})
+    params = sampling_params(pipe, args)
     with warnings.catch_warnings(record=True) as caught:  # e.g. fewer samples than feature dimensions
         warnings.simplefilter("always")
         real = real_reference(pipe, args.real, args.num_real)

@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from vgen.apps.cli import UsageError, check_writable
+from vgen.apps.options import UsageError, check_writable
+from vgen.eval.evaluate import EvalSettings, compute_stats, frechet_report
 
 JSON_HELP = "print the result as one JSON object on one line (and write it to PATH if given)"
 
@@ -55,8 +56,6 @@ def _add_features(p: argparse.ArgumentParser, features_help: str) -> None:
 
 
 def _settings(args: argparse.Namespace, media: str):
-    from vgen.eval.evaluate import EvalSettings
-
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     num_frames = getattr(args, "num_frames", 16)
@@ -79,8 +78,6 @@ def _emit(result: dict, args: argparse.Namespace, text: str | None = None) -> No
 
 
 def _run_frechet(args: argparse.Namespace, media: str) -> None:
-    from vgen.eval.evaluate import frechet_report
-
     check_writable(None if args.json in (None, "-") else args.json, {".json"})
     if args.kid_subsets < 1 or args.kid_subset_size < 2:
         raise UsageError("--kid-subsets must be >= 1 and --kid-subset-size >= 2")
@@ -96,8 +93,6 @@ def run_eval_fvd(args: argparse.Namespace) -> None:
 
 
 def run_eval_stats(args: argparse.Namespace) -> None:
-    from vgen.eval.evaluate import compute_stats
-
     check_writable(args.out, {".npz"})
     check_writable(None if args.json in (None, "-") else args.json, {".json"})
     media = "images" if args.images else "videos"

@@ -10,7 +10,6 @@ in the page as a message; the app keeps serving. ``gradio`` is imported lazily: 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import tempfile
 import threading
@@ -20,21 +19,25 @@ from typing import Any
 
 from PIL import Image
 
+from vgen.apps.options import sampler_classes, sampling_options
 from vgen.hub import CheckpointError
 from vgen.pipelines import ASSETS, ImagePipeline, available_models, default_sampler, image_grid, load, load_llamagen
 from vgen.samplers import available_samplers, get_sampler
-from vgen.samplers.streaming import StreamControl
+from vgen.samplers.options import DeclaredOption, declarations, declared_options, parse_option
+from vgen.samplers.streaming import StreamConfig, StreamControl
 from vgen.stream_pipeline import MODEL_FOLDER, StreamPipeline
 from vgen.video_io import StreamingVideoWriter, write_video
 from vgen.video_pipeline import VideoPipeline, tile_clips
 from vgen.visualize import acceptance_figure
 
-# the sampler fields the page offers, in display order, with their widget kind
-SAMPLER_FIELDS: dict[str, str] = {
-    "window": "int", "drafter": "text", "accept": "text", "draft_init": "text", "draft_coupling": "text",
-    "lantern_k": "int", "lantern_delta": "float", "lantern_mode": "text", "gsd_rank_window": "int",
-    "gsd_p_threshold": "float", "gsd_dist_threshold": "float",
-}
+# the page's option fields, from the declarations: the settings every sampler shares, then every sampler's own
+# (but compile: compiling takes longer than the page's generations)
+SAMPLING_FIELDS = sampling_options()
+SAMPLER_FIELDS = declared_options(sampler_classes(), exclude=("compile",))
+STREAM_FIELDS = declarations(StreamConfig)
+# the Generate tab's inputs, in the order the page (and its API, /generate) takes them
+GENERATE_INPUTS = ["model", "sampler", "class_id", "num_images", "seed", "compare", "gpt_ckpt", "vq_ckpt", "gpt_model",
+                   "image_size", *(o.name for o in SAMPLING_FIELDS), *(o.name for o in SAMPLER_FIELDS)]
 MAX_IMAGES = 16
 MAX_STREAM_FRAMES = 2000
 _LOAD_LOCK = threading.Lock()
@@ -71,27 +74,25 @@ def samplers_for(model: str) -> list[str]:
     return available_samplers(getattr(pipe.model, "token_order", "raster"))
 
 
-def parse_optional(name: str, value: Any, kind: str) -> Any:
-    """A field the page may leave empty: None when empty, else the value as ``kind`` (int, float or text)."""
+def parse_optional(option: DeclaredOption, value: Any) -> Any:
+    """A field the page may leave empty: None when empty, else the value read as the option's type."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    if kind == "text":
-        return str(value).strip()
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number, got {value!r}") from None
-    if kind == "int":
-        if number != int(number):
-            raise InputError(f"{name} must be a whole number, got {value}")
-        return int(number)
-    return number
+        return parse_option(option.name, str(value), option.kind)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def option_box(gr, option: DeclaredOption):
+    """The text box of a declared option: its name, its help, empty = the model's (or the sampler's) value."""
+    return gr.Textbox(value="", label=option.name, info=option.help, placeholder="empty: the default")
 
 
 def sampler_options(sampler: str, values: dict[str, Any]) -> dict[str, Any]:
     """The filled-in ``values`` that ``sampler``'s config has (empty ones keep the preset's defaults)."""
-    fields = {f.name for f in dataclasses.fields(type(get_sampler(sampler)))}
-    parsed = {name: parse_optional(name, value, SAMPLER_FIELDS[name]) for name, value in values.items()}
+    fields = declarations(type(get_sampler(sampler)))
+    parsed = {o.name: parse_optional(o, values[o.name]) for o in SAMPLER_FIELDS if o.name in values}
     return {name: value for name, value in parsed.items() if name in fields and value is not None}
 
 
@@ -110,15 +111,14 @@ def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> s
     return "| figure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
-def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, cfg_scale: float | str | None,
-             temperature: float | str | None, top_k: float | str | None, top_p: float | str | None,
-             compare: bool = False, gpt_ckpt: str = "",
-             vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
-             **sampler_values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None, str | None]:
+def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, compare: bool = False,
+             gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
+             **values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None, str | None]:
     """Images (a grid), the acceptance map (speculative samplers), a stats table, with ``compare`` one token per
     pass (vanilla AR, or target-only sampling for a continuous model) on the same seed, and for a video model the
-    mp4 of its clips (the grid then shows their first frames). Raises :class:`InputError` / ``ValueError`` /
-    ``CheckpointError`` on bad input."""
+    mp4 of its clips (the grid then shows their first frames). ``values`` holds the option fields
+    (:data:`SAMPLING_FIELDS`, :data:`SAMPLER_FIELDS`), empty = the model's or the sampler's default. Raises
+    :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
     if not 1 <= int(num_images) <= MAX_IMAGES:
         raise InputError(f"number of images must be in 1..{MAX_IMAGES}, got {num_images}")
     if sampler not in available_samplers():
@@ -130,11 +130,12 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
         raise InputError(f"{model} generates in {pipe.model.token_order} order: there is no vanilla AR run of it "
                          f"to compare with (`vgen bench --model {model} --reference-model shapes-c2i` compares it "
                          f"with a next-token model)")
-    cfg_scale = parse_optional("CFG scale", cfg_scale, "float")
+    unknown = sorted(set(values) - set(GENERATE_INPUTS))
+    if unknown:
+        raise TypeError(f"generate() got unknown option fields {unknown}")
     count, cols = int(num_images), min(4, int(num_images))
-    settings = dict(seed=int(seed), cfg_scale=cfg_scale,
-                    temperature=parse_optional("temperature", temperature, "float"),
-                    top_k=parse_optional("top-k", top_k, "int"), top_p=parse_optional("top-p", top_p, "float"))
+    settings = {"seed": int(seed), **{o.name: parse_optional(o, values.get(o.name)) for o in SAMPLING_FIELDS}}
+    sampler_values = {name: value for name, value in values.items() if name not in settings}
     chosen = get_sampler(sampler, **sampler_options(sampler, sampler_values))
     if isinstance(pipe, VideoPipeline):
         clips = pipe([int(class_id)], num_videos=count, sampler=chosen, **settings)
@@ -173,8 +174,8 @@ def stream_video(model: str, class_id: float, num_frames: float, seed: float, st
     pipe = get_pipeline(model)
     if not isinstance(pipe, StreamPipeline):
         raise InputError(f"{model} is not a streaming video model: use the Generate tab")
-    options = {"steps": parse_optional("denoising steps", steps, "int"),
-               "cfg_scale": parse_optional("CFG scale", cfg_scale, "float")}
+    options = {"steps": parse_optional(STREAM_FIELDS["steps"], steps),
+               "cfg_scale": parse_optional(STREAM_FIELDS["cfg_scale"], cfg_scale)}
     pipe.stream_config(**options)  # bad settings fail before anything starts
     control = _CONTROLS[session] = StreamControl()
     path = Path(tempfile.mkdtemp(prefix="vgen-stream-")) / "stream.mp4"
@@ -227,9 +228,7 @@ def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
 def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
     """The Generate tab: images, the acceptance map and the stats of one sampler, optionally beside vanilla AR."""
     def run(*args):
-        names = ["model", "sampler", "class_id", "num_images", "seed", "cfg_scale", "temperature", "top_k",
-                 "top_p", "compare", "gpt_ckpt", "vq_ckpt", "gpt_model", "image_size", *SAMPLER_FIELDS]
-        values = dict(zip(names, args))
+        values = dict(zip(GENERATE_INPUTS, args))
         try:
             return generate(**values)
         except (ValueError, CheckpointError, FileNotFoundError) as e:  # InputError is a ValueError
@@ -244,13 +243,10 @@ def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
                 class_id = gr.Number(value=0, precision=0, label="class id")
                 num_images = gr.Slider(1, MAX_IMAGES, value=4, step=1, label="number of images")
                 seed = gr.Number(value=0, precision=0, label="seed")
-                cfg_scale = gr.Textbox(value="", label="CFG scale (empty: the model's default)")
-                temperature = gr.Textbox(value="", label="temperature (0 = greedy; empty: the model's default)")
-                top_k = gr.Textbox(value="", label="top-k (0 = off; empty: the model's default)")
-                top_p = gr.Textbox(value="", label="top-p (1 = off; empty: the model's default)")
+                sampling = [option_box(gr, o) for o in SAMPLING_FIELDS]
                 compare = gr.Checkbox(value=False, label="compare with vanilla AR on the same seed")
                 with gr.Accordion("sampler parameters (empty: the preset's default)", open=False):
-                    fields = [gr.Textbox(value="", label=name) for name in SAMPLER_FIELDS]
+                    fields = [option_box(gr, o) for o in SAMPLER_FIELDS]
                 with gr.Accordion("LlamaGen checkpoints (local paths; nothing is downloaded)", open=False):
                     gpt_ckpt = gr.Textbox(value="", label="GPT checkpoint (.pt)")
                     vq_ckpt = gr.Textbox(value="", label="VQ checkpoint (.pt)")
@@ -266,8 +262,8 @@ def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
                 clip = gr.Video(label="clips (video models)")
         gr.Examples([[default_model, "ar", 0, 4, 0], [default_model, "mcsjd", 3, 4, 1],
                      [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
-    inputs = [model, sampler, class_id, num_images, seed, cfg_scale, temperature, top_k, top_p, compare,
-              gpt_ckpt, vq_ckpt, gpt_model, image_size, *fields]
+    inputs = [model, sampler, class_id, num_images, seed, compare, gpt_ckpt, vq_ckpt, gpt_model, image_size,
+              *sampling, *fields]
     button.click(run, inputs, [images, amap, stats, ar_images, clip], api_name="generate")
 
     def model_changed(name: str, current: str):
@@ -295,8 +291,8 @@ def add_stream_tab(gr, default_model: str) -> None:
             class_id = gr.Number(value=0, precision=0, label="class of the video")
             num_frames = gr.Number(value=160, precision=0, label="frames")
             seed = gr.Number(value=0, precision=0, label="seed")
-            steps = gr.Textbox(value="", label="denoising steps per block (empty: the model's default)")
-            cfg_scale = gr.Textbox(value="", label="CFG scale (empty: the model's default; 1 = off)")
+            steps = option_box(gr, STREAM_FIELDS["steps"])
+            cfg_scale = option_box(gr, STREAM_FIELDS["cfg_scale"])
             start = gr.Button("Stream", variant="primary")
             stop = gr.Button("Stop")
             new_class = gr.Number(value=1, precision=0, label="switch to class")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vgen.apps.cli import (
+from vgen.apps.options import (
     UsageError,
     add_device_args,
     add_model_args,
@@ -18,8 +18,11 @@ from vgen.apps.cli import (
     check_writable,
     load_pipeline,
     sampler_options,
-    sampling_overrides,
+    sampling_params,
 )
+from vgen.eval.sample_many import SamplePlan, init_distributed, sample_many
+from vgen.pipelines import default_sampler
+from vgen.samplers import get_sampler
 
 
 def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,10 +49,6 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_sample_many(args: argparse.Namespace) -> None:
-    from vgen.eval.sample_many import SamplePlan, init_distributed, sample_many
-    from vgen.pipelines import default_sampler
-    from vgen.samplers import SamplingParams, get_sampler
-
     if args.num_samples < 1:
         raise UsageError(f"--num-samples must be >= 1, got {args.num_samples}")
     out = Path(args.out)
@@ -66,7 +65,7 @@ def run_sample_many(args: argparse.Namespace) -> None:
         args.device = ctx.device
         pipe = load_pipeline(args)
         sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
-        params = SamplingParams(**{**pipe.info.defaults, **sampling_overrides(args)})
+        params = sampling_params(pipe, args)
         plan = SamplePlan(args.seed, args.batch_size, tuple(args.class_ids or range(pipe.num_classes)), args.balanced)
         result = sample_many(pipe, out, args.num_samples, plan, sampler, params, npz, ctx, not args.no_progress)
     finally:

@@ -13,8 +13,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from vgen.apps.cli import UsageError, add_device_args, check_writable, load_pipeline
+from vgen.apps.options import UsageError, add_device_args, add_option_flags, check_writable, load_pipeline, set_options
 from vgen.interrupts import graceful_stop
+from vgen.samplers.options import declared_options
+from vgen.samplers.streaming import StreamConfig, StreamControl, StreamProfile
+from vgen.stream_pipeline import StreamPipeline
+from vgen.video_io import StreamingVideoWriter
+
+STREAM_SETTINGS = declared_options([StreamConfig])
 
 
 def parse_switch(text: str) -> tuple[int, int]:
@@ -36,21 +42,8 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
                    help="change the class from the block holding this frame on (repeatable)")
     p.add_argument("--frames", type=int, default=160, help="frames to generate")
     p.add_argument("--seed", type=int, default=0)
-    s = p.add_argument_group("schedule and context (unset = the model's recommended value)")
-    s.add_argument("--steps", type=int, default=None, help="denoising steps per block")
-    s.add_argument("--first-steps", type=int, default=None, help="denoising steps of the first block")
-    s.add_argument("--shift", type=float, default=None, help="flow-matching schedule shift")
-    s.add_argument("--context-noise", type=float, default=None, help="noise level of the cache-writing forward")
-    s.add_argument("--cfg-scale", type=float, default=None)
-    s.add_argument("--cfg-min-sigma", type=float, default=None,
-                   help="guide only the steps starting at this noise level or above (0 = every step)")
-    s.add_argument("--sink", type=int, default=None, dest="sink_frames", help="sink frames kept for good")
-    s.add_argument("--window", type=int, default=None, dest="window_frames", help="local window in frames")
-    s.add_argument("--retrieve", type=int, default=None, dest="retrieved_blocks",
-                   help="past blocks retrieved by similarity (BlockVid's sparse context)")
-    s.add_argument("--bank", type=int, default=None, dest="bank_blocks", help="evicted blocks kept for retrieval")
-    s.add_argument("--refresh", choices=("none", "recompute"), default=None,
-                   help="after an eviction, keep the cached keys (none) or re-encode the kept blocks (recompute)")
+    add_option_flags(p.add_argument_group("schedule and context (unset = the model's recommended value)"),
+                     STREAM_SETTINGS)
     o = p.add_argument_group("output")
     o.add_argument("--out", default="stream.mp4", help=".mp4 (crash-safe, fragmented) or .gif")
     o.add_argument("--fps", type=int, default=8)
@@ -59,15 +52,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_stream)
 
 
-STREAM_ARGS = ("steps", "first_steps", "shift", "context_noise", "cfg_scale", "cfg_min_sigma", "sink_frames",
-               "window_frames", "retrieved_blocks", "bank_blocks", "refresh")
-
-
 def run_stream(args: argparse.Namespace) -> None:
-    from vgen.samplers.streaming import StreamControl, StreamProfile
-    from vgen.stream_pipeline import StreamPipeline
-    from vgen.video_io import StreamingVideoWriter
-
     check_writable(args.out, {".mp4", ".gif"})
     check_writable(args.profile, {".json"})
     if args.frames <= 0:
@@ -83,7 +68,7 @@ def run_stream(args: argparse.Namespace) -> None:
                              f"classes (valid: 0..{pipe.num_classes - 1})")
         if frame < 0:
             raise UsageError(f"--switch frame must be >= 0, got {frame}")
-    options = {name: getattr(args, name) for name in STREAM_ARGS}
+    options = set_options(args, STREAM_SETTINGS)
     pipe.stream_config(**options).policy(pipe.frames_per_block, pipe.model.config.train_frames)  # fail early
     control = StreamControl()
     switches = sorted(args.switch)

@@ -39,6 +39,7 @@ from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_dist
 from vgen.eval.sample_many import SamplePlan
 from vgen.pipelines import ImagePipeline, default_sampler, image_grid
 from vgen.samplers import Sampler, SamplingParams, get_sampler
+from vgen.samplers.options import declarations, parse_option
 
 REFERENCE = "ar"
 OUTPUTS = {"json": "bench.json", "markdown": "bench.md", "plot": "bench.png"}
@@ -74,26 +75,24 @@ class SamplerSpec:
 
 
 def parse_sampler_spec(spec: str) -> SamplerSpec:
-    """``name``, ``name:key=value,...`` or ``label=name:key=value,...`` (e.g. ``sjd8=sjd:window=8``); values are
-    JSON where they parse (numbers, true/false), else strings. Checked against the registry (ValueError)."""
+    """``name``, ``name:key=value,...`` or ``label=name:key=value,...`` (e.g. ``sjd8=sjd:window=8``); each value is
+    read as its declared field type (:func:`~vgen.samplers.options.parse_option`), ``seed`` as an integer.
+    Checked against the registry and the fields' valid values (a ValueError naming the spec)."""
     label, sep, rest = spec.partition("=")
     if not sep or ":" in label:
         label, rest = spec, spec
     name, _, opts = rest.partition(":")
-    options = {}
-    for item in filter(None, opts.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ValueError(f"bad sampler option {item!r} in {spec!r}: expected key=value")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    seed = options.pop("seed", None)
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise ValueError(f"seed in {spec!r} must be an integer, got {seed!r}")
-    parsed = SamplerSpec(label, name, options, seed)
     try:
+        declared = declarations(type(get_sampler(name)))
+        options = {}
+        for item in filter(None, opts.split(",")):
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise ValueError(f"bad sampler option {item!r}: expected key=value")
+            kind = int if key == "seed" else declared[key].kind if key in declared else str
+            options[key] = parse_option(key, value, kind)  # an unknown key is refused by the sampler below
+        seed = options.pop("seed", None)
+        parsed = SamplerSpec(label, name, options, seed)
         parsed.sampler()
     except ValueError as e:
         raise ValueError(f"sampler {spec!r}: {e}") from None

@@ -40,6 +40,7 @@ from vgen.samplers.base import (
     register_sampler,
 )
 from vgen.samplers.logits import draw, target_probs
+from vgen.samplers.options import option
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -83,7 +84,8 @@ class ARSampler(Sampler):
     per-token decode step: slow the first time (tens of seconds on CPU), faster per token afterwards."""
 
     name: ClassVar[str] = "ar"
-    compile: bool | str = False
+    compile: bool | str = option(False, "torch.compile the decode step (slow first call); from Python also a "
+                                        "torch.compile mode name")
 
     def __post_init__(self) -> None:
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:

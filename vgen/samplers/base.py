@@ -18,13 +18,10 @@ import torch
 from torch import nn
 
 from vgen.kernels.spec import SamplingSpec
+from vgen.samplers.options import check_options, option
 
 # accept_step goes into the stats JSON only up to this many entries (a 16x16 grid for a batch of 256)
 MAX_JSON_ELEMENTS = 1 << 16
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:
@@ -46,24 +43,16 @@ class SamplingParams:
     from the token after the prefill's), -1 keeps it on for every token.
     """
 
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    cfg_scale: float = 1.0
-    cfg_interval: int = -1
+    temperature: float = option(1.0, "sampling temperature", at_least=0, note="0 = greedy")
+    top_k: int = option(0, "keep the k most likely tokens", at_least=0, note="0 = off")
+    top_p: float = option(1.0, "keep the smallest set of tokens with this much probability", above=0, at_most=1,
+                          note="1 = off")
+    cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, note="guidance only above 1")
+    cfg_interval: int = option(-1, "guide the image tokens up to this decode step only", at_least=-1,
+                               note="-1 = guide every token")
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
-        if not self.cfg_scale >= 0:
-            raise ValueError(f"cfg_scale must be >= 0 (guidance only above 1), got {self.cfg_scale}")
-        if not _is_int(self.cfg_interval) or self.cfg_interval < -1:
-            raise ValueError(f"cfg_interval must be an integer >= -1 (-1 = guide every token), "
-                             f"got {self.cfg_interval!r}")
+        check_options(self)
 
     @property
     def greedy(self) -> bool:

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from vgen.models.cache import KVCache
 from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
 from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
+from vgen.samplers.options import check_options, option
 
 TOKEN_ORDER = "continuous"
 
@@ -149,20 +150,15 @@ class CSpD(Sampler):
 
     name: ClassVar[str] = "cspd"
     token_order: ClassVar[str] = TOKEN_ORDER
-    draft_length: int = 4
-    prefill_ratio: float = 0.05
-    inner_temperature: float = 1.0
-    max_residual_tries: int = 4096
+    draft_length: int = option(4, "tokens the draft model proposes per pass", at_least=1)
+    prefill_ratio: float = option(0.05, "share of the tokens the target generates alone first", at_least=0,
+                                  below=1)
+    inner_temperature: float = option(1.0, "1 = exact; > 1 widens both Gaussians in the acceptance test (lossy; "
+                                           "the reference uses 42)", at_least=1, note="1 = exact")
+    max_residual_tries: int = option(4096, "draws of the residual sampler before it falls back", at_least=1)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.draft_length, int) or self.draft_length < 1:
-            raise ValueError(f"draft_length must be an integer >= 1, got {self.draft_length!r}")
-        if not 0 <= self.prefill_ratio < 1:
-            raise ValueError(f"prefill_ratio must be in [0, 1), got {self.prefill_ratio}")
-        if not self.inner_temperature >= 1:
-            raise ValueError(f"inner_temperature must be >= 1 (1 = exact), got {self.inner_temperature}")
-        if not isinstance(self.max_residual_tries, int) or self.max_residual_tries < 1:
-            raise ValueError(f"max_residual_tries must be an integer >= 1, got {self.max_residual_tries!r}")
+        check_options(self)
 
     @torch.no_grad()
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
 from vgen.samplers.logits import apply_cfg, build_processors, cfg_merge, sample_logits
+from vgen.samplers.options import check_options, option
 
 CFG_SCHEDULES = ("constant", "linear")
 
@@ -40,11 +41,11 @@ class NBPSampler(Sampler):
     name: ClassVar[str] = "nbp"
     token_order: ClassVar[str] = "next-block"
     continues: ClassVar[bool] = True
-    cfg_schedule: str = "constant"
+    cfg_schedule: str = option("constant", "guidance over the blocks: the same scale (constant) or ramped to it "
+                                           "(linear)", choices=CFG_SCHEDULES)
 
     def __post_init__(self) -> None:
-        if self.cfg_schedule not in CFG_SCHEDULES:
-            raise ValueError(f"cfg_schedule must be one of {CFG_SCHEDULES}, got {self.cfg_schedule!r}")
+        check_options(self)
 
     def guide(self, logits: torch.Tensor, params: SamplingParams, block: int, num_blocks: int,
               first_token: int) -> torch.Tensor:

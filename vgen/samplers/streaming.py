@@ -36,6 +36,7 @@ from vgen.models.blockdiff import BlockContext, BlockDiffusionTransformer
 from vgen.models.rolling_cache import CachePolicy, RollingKVCache
 from vgen.pipelines import to_uint8
 from vgen.samplers.logits import cfg_merge
+from vgen.samplers.options import check_options, option
 
 REFRESH_MODES = ("none", "recompute")
 
@@ -57,31 +58,22 @@ class StreamConfig:
     blocks; ``sink_frames + retrieved_blocks * frames_per_block + window_frames`` plus one block must fit the
     frames the model was trained on (that is the attended sequence's longest position)."""
 
-    steps: int = 4
-    first_steps: int = 8
-    shift: float = 3.0
-    context_noise: float = 0.0
-    cfg_scale: float = 1.0
-    cfg_min_sigma: float = 0.0
-    sink_frames: int = 2
-    window_frames: int = 12
-    retrieved_blocks: int = 0
-    bank_blocks: int = 0
-    refresh: str = "none"
+    steps: int = option(4, "denoising steps per block", at_least=1)
+    first_steps: int = option(8, "denoising steps of the first block", at_least=1)
+    shift: float = option(3.0, "flow-matching schedule shift", above=0)
+    context_noise: float = option(0.0, "noise level of the cache-writing forward", at_least=0, below=1)
+    cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, note="guidance only above 1")
+    cfg_min_sigma: float = option(0.0, "guide only the steps starting at this noise level or above (0 = every step)",
+                                  at_least=0, at_most=1)
+    sink_frames: int = option(2, "sink frames kept for good", at_least=0)
+    window_frames: int = option(12, "local window in frames", at_least=0)
+    retrieved_blocks: int = option(0, "past blocks retrieved by similarity (BlockVid's sparse context)", at_least=0)
+    bank_blocks: int = option(0, "evicted blocks kept for retrieval", at_least=0)
+    refresh: str = option("none", "after an eviction, keep the cached keys (none) or re-encode the kept blocks "
+                                  "(recompute)", choices=REFRESH_MODES)
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.first_steps < 1:
-            raise ValueError(f"steps and first_steps must be >= 1, got {self.steps}, {self.first_steps}")
-        if not self.shift > 0:
-            raise ValueError(f"shift must be > 0, got {self.shift}")
-        if not 0.0 <= self.context_noise < 1.0:
-            raise ValueError(f"context_noise must be in [0, 1), got {self.context_noise}")
-        if not self.cfg_scale >= 0:
-            raise ValueError(f"cfg_scale must be >= 0, got {self.cfg_scale}")
-        if not 0.0 <= self.cfg_min_sigma <= 1.0:
-            raise ValueError(f"cfg_min_sigma must be in [0, 1], got {self.cfg_min_sigma}")
-        if self.refresh not in REFRESH_MODES:
-            raise ValueError(f"refresh must be one of {REFRESH_MODES}, got {self.refresh!r}")
+        check_options(self)
         if self.refresh == "recompute" and self.context_noise > 0:
             raise ValueError("refresh='recompute' re-encodes the kept blocks from clean frames; it needs "
                              "context_noise=0")

@@ -22,11 +22,16 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import from_pretrained, load_weights
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import TrainConfig, every, fit_on_codes, save_array_atomic
+from vgen.training.trainer import RunDefaults, TrainConfig, every, fit_on_codes, save_array_atomic
 
 SHAPES_GPT = GPTConfig(vocab_size=4096, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        block_size=256, class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0,
                        ffn_dropout_p=0.0)
+
+
+# the guidance the AR run's sample probe draws with, and what `vgen train package` records unless told
+AR_CFG_SCALE = 2.0
+AR_RUN = RunDefaults(steps=40000, lr=1e-3, batch_size=32, warmup_steps=500, num_items=80000)
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ def cached_codes(tokenizer_dir: str | Path, data_dir: str | Path, split: str, co
 
 
 def sample_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, per_class: int = 2,
-                 cfg_scale: float = 2.0, seed: int = 0) -> Callable[[LlamaGenGPT], dict]:
+                 cfg_scale: float = AR_CFG_SCALE, seed: int = 0) -> Callable[[LlamaGenGPT], dict]:
     """An ``evaluate(model)`` hook: sample ``per_class`` images per class, report class accuracy and token stats.
 
     The classifier is loaded when its folder exists at evaluation time, so it may finish training after the AR

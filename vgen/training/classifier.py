@@ -19,7 +19,9 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
+
+CLASSIFIER_RUN = RunDefaults(steps=3000, lr=2e-3, batch_size=64, warmup_steps=100, num_items=80000)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ from vgen.hub import from_pretrained, load_weights, save_pretrained
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.training.ar import cached_codes
-from vgen.training.trainer import TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
+
+DRAFTER_RUN = RunDefaults(steps=1500, lr=1e-3, batch_size=32, warmup_steps=100, num_items=16000, ema_decay=0.99)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,13 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import save_pretrained
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 from vgen.training.tokenizer import psnr
-from vgen.training.trainer import TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
 
 SHAPES_KL = KLConfig()
+
+
+KL_RUN = RunDefaults(steps=800, lr=1e-3, batch_size=32, warmup_steps=50, num_items=16000, ema_decay=0.99,
+                     weight_decay=0.0)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.tokenizers.kl import KLTokenizer
-from vgen.training.trainer import TrainConfig, Trainer, every, index_batches, save_array_atomic
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, every, index_batches, save_array_atomic
 
 SHAPES_MAR = MARConfig(token_channels=4, grid_size=16, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        dropout_p=0.0, head_width=256, head_depth=3, diffusion_batch_mul=2,
@@ -38,6 +38,9 @@ SHAPES_MAR_DRAFT = MARConfig(token_channels=4, grid_size=16, dim=128, n_layer=2,
                              num_classes=8, dropout_p=0.0, head_width=128, head_depth=2, diffusion_batch_mul=2,
                              clip_x0=5.0)
 SIZES = {"target": SHAPES_MAR, "draft": SHAPES_MAR_DRAFT}
+
+
+MAR_RUN = RunDefaults(steps=3000, lr=1e-3, batch_size=32, warmup_steps=100, num_items=16000)
 
 
 @dataclass(frozen=True)

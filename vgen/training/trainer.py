@@ -51,6 +51,25 @@ class TrainConfig:
     device: str = "cpu"
 
 
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """A recipe's defaults for ``vgen train <recipe>``: its optimisation settings, the training images (or clips)
+    it draws, ``num_items``, and its ``precision`` (``auto``, or ``fp32`` where bf16 autocast measured slower)."""
+
+    steps: int
+    lr: float
+    batch_size: int
+    warmup_steps: int
+    num_items: int
+    precision: str = "auto"
+    ema_decay: float = TrainConfig.ema_decay
+    weight_decay: float = TrainConfig.weight_decay
+
+    def train_config(self, **settings) -> TrainConfig:
+        """A :class:`TrainConfig` with this recipe's EMA and weight decay and the run's ``settings``."""
+        return TrainConfig(ema_decay=self.ema_decay, weight_decay=self.weight_decay, **settings)
+
 def native_bf16_cpu() -> bool:
     """Whether this CPU multiplies bf16 matrices natively (AMX tiles or AVX512-BF16).
 

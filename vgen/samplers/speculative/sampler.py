@@ -33,11 +33,11 @@ from vgen.samplers.base import (
     Sampler,
     SamplerStats,
     SamplingParams,
-    _is_int,
     check_inputs,
     register_sampler,
 )
 from vgen.samplers.logits import draw, draw_rows, target_probs
+from vgen.samplers.options import check_options, option
 from vgen.samplers.speculative.drafters import (
     DRAFT_COUPLINGS,
     DRAFT_INITS,
@@ -67,44 +67,30 @@ class Speculative(Sampler):
     """
 
     name: ClassVar[str] = "speculative"
-    drafter: str = "jacobi"
-    accept: str = "exact"
-    window: int = 16
-    draft_init: str = "random"
-    draft_coupling: str = "none"
-    lantern_k: int = 8  # LANTERN's run.sh uses 5-10; its script's default 1000 lost the class (see Lantern)
-    lantern_delta: float = 0.1
-    lantern_mode: str = "tv"
-    gsd_rank_window: int = 7
-    gsd_p_threshold: float = 0.15
-    gsd_dist_threshold: float = 0.5
+    drafter: str = option("jacobi", "who proposes the drafts", choices=lambda: [*available_drafters(), "auto"],
+                          unknown="drafter")
+    accept: str = option("exact", "acceptance rule", choices=available_rules, unknown="acceptance rule")
+    window: int = option(16, "target positions per forward pass (drafts + 1)", at_least=1)
+    draft_init: str = option("random", "fresh Jacobi drafts", choices=DRAFT_INITS)
+    draft_coupling: str = option("none", "Jacobi draft refresh (maximal or gumbel: MC-SJD)", choices=DRAFT_COUPLINGS)
+    # LANTERN's run.sh uses 5-10; its script's default 1000 lost the class (see Lantern)
+    lantern_k: int = option(8, "latent neighbours per token", at_least=0)
+    lantern_delta: float = option(0.1, "total-variation budget in [0, 1] (lantern_mode tv) or lambda >= 1 "
+                                       "(lantern_mode relative)")
+    lantern_mode: str = option("tv", "tv (LANTERN) or relative (LANTERN++)", choices=LANTERN_MODES)
+    gsd_rank_window: int = option(7, "GSD candidates within +-this many ranks", at_least=0)
+    gsd_p_threshold: float = option(0.15, "GSD probability threshold of a group", at_least=0, at_most=1)
+    gsd_dist_threshold: float = option(0.5, "GSD latent-distance threshold of a group", at_least=0)
 
     def __post_init__(self) -> None:
-        if self.drafter not in (*available_drafters(), "auto"):
-            raise ValueError(f"unknown drafter {self.drafter!r}; available: {', '.join(available_drafters())}, auto")
-        if self.accept not in available_rules():
-            raise ValueError(f"unknown acceptance rule {self.accept!r}; available: {', '.join(available_rules())}")
-        if not _is_int(self.window) or self.window < 1:
-            raise ValueError(f"window must be an integer >= 1 (the target positions per pass), got {self.window!r}")
-        if self.draft_init not in DRAFT_INITS:
-            raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {self.draft_init!r}")
-        if self.draft_coupling not in DRAFT_COUPLINGS:
-            raise ValueError(f"draft_coupling must be one of {list(DRAFT_COUPLINGS)}, got {self.draft_coupling!r}")
-        if not _is_int(self.lantern_k) or self.lantern_k < 0:
-            raise ValueError(f"lantern_k must be an integer >= 0 (latent neighbours per token), got {self.lantern_k!r}")
-        if self.lantern_mode not in LANTERN_MODES:
-            raise ValueError(f"lantern_mode must be one of {list(LANTERN_MODES)}, got {self.lantern_mode!r}")
+        check_options(self)
+        if not isinstance(self.lantern_delta, (int, float)) or isinstance(self.lantern_delta, bool):
+            raise ValueError(f"lantern_delta must be a number, got {self.lantern_delta!r}")
         if self.lantern_mode == "tv" and not 0 <= self.lantern_delta <= 1:
             raise ValueError(f"lantern_delta is a total-variation budget in [0, 1] in 'tv' mode, "
                              f"got {self.lantern_delta}")
         if self.lantern_mode == "relative" and not self.lantern_delta >= 1:
             raise ValueError(f"lantern_delta is LANTERN++'s lambda >= 1 in 'relative' mode, got {self.lantern_delta}")
-        if not _is_int(self.gsd_rank_window) or self.gsd_rank_window < 0:
-            raise ValueError(f"gsd_rank_window must be an integer >= 0, got {self.gsd_rank_window!r}")
-        if not 0 <= self.gsd_p_threshold <= 1:
-            raise ValueError(f"gsd_p_threshold must be in [0, 1], got {self.gsd_p_threshold}")
-        if not self.gsd_dist_threshold >= 0:
-            raise ValueError(f"gsd_dist_threshold must be >= 0, got {self.gsd_dist_threshold}")
 
     def resolve_drafter(self, draft_head: nn.Module | None) -> str:
         """The drafter this run uses: ``auto`` becomes ``head`` when there is a draft head, else ``jacobi``."""

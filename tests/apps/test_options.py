@@ -1,0 +1,95 @@
+"""The front ends are built from the option declarations: a declared option is a command-line flag and a web
+field with the same name, help and default (unset: the model's or the sampler's own value), and `vgen train`'s
+defaults are the recipes' own."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from vgen.apps.cli import build_parser, main
+from vgen.apps.options import sampler_classes, sampler_options, sampling_options, sampling_overrides
+from vgen.apps.train_cli import RECIPES
+from vgen.samplers.options import declarations, declared_options
+from vgen.samplers.streaming import StreamConfig
+from vgen.training.ar import AR_CFG_SCALE
+
+SAMPLER_OPTIONS = declared_options(sampler_classes())
+STREAM_OPTIONS = declared_options([StreamConfig])
+
+
+def subcommand(*names: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    for name in names:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {option: a for a in parser._actions for option in a.option_strings}
+
+
+@pytest.mark.parametrize("command, options", [
+    ("sample", sampling_options() + SAMPLER_OPTIONS),
+    ("sample-many", sampling_options() + SAMPLER_OPTIONS),
+    ("bench", sampling_options()),
+    ("quality", sampling_options()),
+    ("stream", STREAM_OPTIONS),
+], ids=["sample", "sample-many", "bench", "quality", "stream"])
+def test_each_declared_option_is_a_flag_with_its_help_and_no_default(command, options) -> None:
+    available = flags(subcommand(command))
+    for o in options:
+        action = available[o.flag]
+        assert (action.dest, action.default, action.help) == (o.name, None, o.help)
+
+
+def test_flags_set_on_the_command_line_become_settings_of_their_types() -> None:
+    args = build_parser().parse_args(["sample", "--window", "4", "--lantern-delta", "0.2", "--compile",
+                                      "--draft-init", "left", "--top-k", "5", "--cfg-scale", "2"])
+    assert sampler_options(args) == {"window": 4, "lantern_delta": 0.2, "compile": True, "draft_init": "left"}
+    assert sampling_overrides(args) == {"top_k": 5, "cfg_scale": 2.0}
+    assert sampler_options(build_parser().parse_args(["sample"])) == {}
+
+
+def test_stream_window_is_counted_in_frames_and_named_so() -> None:
+    sample, stream = flags(subcommand("sample")), flags(subcommand("stream"))
+    assert sample["--window"].dest == "window" and "--window-frames" not in sample
+    assert stream["--window-frames"].dest == "window_frames" and "--window" not in stream
+
+
+def test_each_declared_option_is_a_web_field_with_the_same_name_help_and_default() -> None:
+    gr = pytest.importorskip("gradio")
+    from vgen.apps.gradio_app import GENERATE_INPUTS, SAMPLER_FIELDS, build_app
+
+    boxes = {b.label: b for b in build_app().blocks.values() if isinstance(b, gr.Textbox)}
+    web_options = sampling_options() + SAMPLER_FIELDS + [declarations(StreamConfig)[n] for n in ("steps", "cfg_scale")]
+    for o in web_options:
+        assert (boxes[o.name].info, boxes[o.name].value) == (o.help, "")
+        assert o.name in GENERATE_INPUTS or o.name == "steps"
+    # the web page offers every sampler option the command line does, but compiling
+    assert {o.name for o in SAMPLER_FIELDS} == {o.name for o in SAMPLER_OPTIONS} - {"compile"}
+
+
+@pytest.mark.parametrize("what", sorted(RECIPES))
+def test_train_flags_default_to_the_recipes_own_settings(what) -> None:
+    args = build_parser().parse_args(["train", what])
+    d = RECIPES[what].defaults
+    assert (args.steps, args.lr, args.batch_size, args.warmup_steps, args.num_images, args.precision) == \
+        (d.steps, d.lr, d.batch_size, d.warmup_steps, d.num_items, d.precision)
+    train = d.train_config(steps=args.steps)
+    assert (train.ema_decay, train.weight_decay) == (d.ema_decay, d.weight_decay)
+
+
+def test_only_the_video_recipes_train_off_the_cpu(capsys) -> None:
+    assert {what for what, r in RECIPES.items() if r.off_cpu} == {"nbp", "nar", "blockdiff"}
+    assert main(["train", "classifier", "--device", "cuda"]) == 2
+    assert "only the video recipes (nbp, nar, ar --video, blockdiff) train off the CPU" in capsys.readouterr().err
+
+
+def test_package_takes_the_declared_sampling_settings_as_the_recommended_ones() -> None:
+    available = flags(subcommand("train", "package"))
+    assert all(available[o.flag].help == o.help for o in sampling_options())
+    args = build_parser().parse_args(["train", "package", "--gpt", "g", "--out", "o", "--top-k", "5"])
+    assert (args.cfg_scale, args.top_k, args.temperature) == (AR_CFG_SCALE, 5, None)

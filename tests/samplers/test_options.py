@@ -1,0 +1,124 @@
+"""Options declared once: every sampler, sampling and stream setting is a declared field whose declaration
+validates it, describes it and reads it from text; a pipeline's recommended settings yield to what a user set."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+
+from vgen.samplers import SamplingParams, available_samplers, get_sampler
+from vgen.samplers.options import (
+    OPTION,
+    check_options,
+    declarations,
+    declared_options,
+    merge_settings,
+    option,
+    parse_option,
+)
+from vgen.samplers.streaming import StreamConfig
+
+CONFIGS = [SamplingParams, StreamConfig, *(type(get_sampler(name)) for name in available_samplers())]
+
+
+@dataclass(frozen=True)
+class Knobs:
+    count: int = option(2, "how many", at_least=1, note="1 = one")
+    share: float = option(0.5, "a share", above=0, below=1)
+    mode: str = option("fast", "how", choices=("fast", "slow"))
+    rule: str = option("a", "which rule", choices=lambda: ["a", "b"], unknown="rule")
+    flag: bool = option(False, "on or off")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class Preset(Knobs):
+    mode: str = "slow"  # a preset changes a default, not the declaration
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
+def test_every_setting_is_a_declared_field_with_help(config) -> None:
+    undeclared = [f.name for f in dataclasses.fields(config) if f.name not in declarations(config)]
+    assert undeclared == []
+    assert all(d.help for d in declarations(config).values())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(count=0), "count must be an integer >= 1 (1 = one), got 0"),
+    (dict(count=1.5), "count must be an integer >= 1 (1 = one), got 1.5"),
+    (dict(share=1.0), "share must be in (0, 1), got 1.0"),
+    (dict(share="half"), "share must be in (0, 1), got 'half'"),
+    (dict(mode="medium"), "mode must be one of ['fast', 'slow'], got 'medium'"),
+    (dict(rule="c"), "unknown rule 'c'; available: a, b"),
+    (dict(flag=1), "flag must be true or false, got 1"),
+])
+def test_the_declaration_validates_the_field(kwargs, message) -> None:
+    with pytest.raises(ValueError) as e:
+        Knobs(**kwargs)
+    assert str(e.value) == message
+
+
+def test_a_preset_keeps_the_declaration_with_its_own_default() -> None:
+    assert declarations(Preset)["mode"].spec is declarations(Knobs)["mode"].spec
+    assert declarations(Preset)["mode"].default == "slow"
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Preset(mode="medium")
+    lantern = declarations(type(get_sampler("lantern")))
+    assert lantern["accept"].default == "lantern" and lantern["accept"].spec.unknown == "acceptance rule"
+
+
+def test_the_help_shows_the_valid_values() -> None:
+    d = declarations(Knobs)
+    assert d["count"].help == "how many (>= 1)" and d["share"].help == "a share (in (0, 1))"
+    assert d["rule"].help == "which rule (one of: a, b)" and d["flag"].help == "on or off"
+    assert d["count"].flag == "--count" and declarations(StreamConfig)["window_frames"].flag == "--window-frames"
+
+
+def test_a_name_means_one_thing_across_configs() -> None:
+    names = [o.name for o in declared_options(CONFIGS[2:])]
+    assert len(names) == len(set(names)) and {"window", "draft_length", "cfg_schedule", "compile"} <= set(names)
+
+    @dataclass(frozen=True)
+    class Other:
+        count: int = option(2, "something else", at_least=0)
+
+    with pytest.raises(TypeError, match="option 'count' is declared differently by Other"):
+        declared_options([Knobs, Other])
+    assert [o.name for o in declared_options([Knobs], exclude=("flag",))] == ["count", "share", "mode", "rule"]
+
+
+@pytest.mark.parametrize("text, kind, value", [
+    ("8", int, 8), (" 8.0 ", int, 8), ("0.25", float, 0.25), ("3", float, 3.0), ("vertical", str, "vertical"),
+    ("true", bool | str, True), ("Off", bool | str, False), ("reduce-overhead", bool | str, "reduce-overhead"),
+    ("yes", bool, True),
+])
+def test_text_is_read_as_the_declared_type(text, kind, value) -> None:
+    parsed = parse_option("x", text, kind)
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize("text, kind, message", [
+    ("2.5", int, "x must be a whole number, got 2.5"), ("many", int, "x must be a number, got 'many'"),
+    ("wide", float, "x must be a number, got 'wide'"), ("maybe", bool, "x must be true or false, got 'maybe'"),
+])
+def test_text_of_the_wrong_type_is_refused(text, kind, message) -> None:
+    with pytest.raises(ValueError) as e:
+        parse_option("x", text, kind)
+    assert str(e.value) == message
+
+
+def test_what_a_user_set_overrides_the_recommended_settings_and_none_means_not_set() -> None:
+    recommended = {"cfg_scale": 2.0, "top_k": 50}
+    merged = merge_settings(recommended, {"cfg_scale": None, "top_k": 0, "temperature": 0.5})
+    assert merged == {"cfg_scale": 2.0, "top_k": 0, "temperature": 0.5}
+    assert recommended == {"cfg_scale": 2.0, "top_k": 50}  # the pipeline's own record is left as it is
+    assert SamplingParams(**merge_settings({}, {"cfg_scale": None})) == SamplingParams()
+
+
+def test_the_metadata_key_holds_the_declaration() -> None:
+    field = next(f for f in dataclasses.fields(SamplingParams) if f.name == "top_p")
+    assert field.metadata[OPTION].range_text() == "in (0, 1]"

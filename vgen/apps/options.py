@@ -1,0 +1,161 @@
+"""What the ``vgen`` subcommands share: the model, device and sampling arguments (the sampling and sampler flags
+built from the options' declarations, :mod:`vgen.samplers.options`), loading the pipeline they name, and the
+usage errors that end in one ``vgen: error: ...`` line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vgen import pipelines
+from vgen.samplers import SamplingParams, available_samplers, get_sampler
+from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
+from vgen.stream_pipeline import StreamPipeline
+
+DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
+RUNS = Path(os.environ.get("VGEN_RUNS", Path.home() / ".cache" / "vgen" / "runs"))
+
+
+class UsageError(Exception):
+    """A problem with the command line itself, reported without a traceback."""
+
+
+def check_writable(path: str | None, suffixes: set[str] | None = None) -> None:
+    """Fail before any work if ``path`` cannot be written (so that nothing computed is lost)."""
+    if path is None:
+        return
+    p = Path(path)
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise UsageError(f"cannot write {path}: unsupported file type {p.suffix or '(none)'}; "
+                         f"use one of {sorted(suffixes)}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"cannot write {path}: permission denied")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``--dtype``'s value (fp32, bf16, fp16 or the torch names) as a torch dtype."""
+    if name not in DTYPES:
+        raise UsageError(f"unknown dtype {name!r}; expected one of {sorted(DTYPES)}")
+    return getattr(torch, DTYPES[name])
+
+
+# -- flags built from declared options ------------------------------------------------------------------------
+
+
+def add_option_flags(group: argparse._ArgumentGroup, options: Iterable[DeclaredOption]) -> None:
+    """One flag per declared option (``--kebab-name``, its type and help), unset (None) by default. Values are
+    checked where the config is built, so a bad one gets the config's own message."""
+    for o in options:
+        if o.kind is bool or bool in getattr(o.kind, "__args__", ()):
+            group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help)
+        else:
+            group.add_argument(o.flag, dest=o.name, type=o.kind, default=None, help=o.help)
+
+
+def sampling_options() -> list[DeclaredOption]:
+    """The settings every sampler shares (:class:`~vgen.samplers.SamplingParams`)."""
+    return declared_options([SamplingParams])
+
+
+def sampler_classes() -> list[type]:
+    """The registered sampler classes, by name."""
+    return [type(get_sampler(name)) for name in available_samplers()]
+
+
+def sampler_option_groups() -> dict[tuple[str, ...], list[DeclaredOption]]:
+    """The options of every registered sampler, grouped by the samplers that take them."""
+    groups: dict[tuple[str, ...], list[DeclaredOption]] = {}
+    classes = sampler_classes()
+    for o in declared_options(classes):
+        takers = tuple(cls.name for cls in classes if o.name in declarations(cls))
+        groups.setdefault(takers, []).append(o)
+    return groups
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """--model, or LlamaGen checkpoints and their architecture (read by :func:`load_pipeline`)."""
+    src = p.add_argument_group("model (an embedded default / pipeline folder, or LlamaGen checkpoints)")
+    src.add_argument("--model", default=None, help="embedded model name or pipeline folder (default: shapes-c2i)")
+    src.add_argument("--gpt-ckpt", help="LlamaGen GPT checkpoint (.pt)")
+    src.add_argument("--vq-ckpt", help="LlamaGen VQ checkpoint (.pt)")
+    src.add_argument("--gpt-model", default="GPT-B", help="LlamaGen size of --gpt-ckpt (GPT-B ... GPT-3B)")
+    src.add_argument("--vq-model", default="VQ-16", help="LlamaGen VQ of --vq-ckpt (VQ-16 or VQ-8)")
+    src.add_argument("--image-size", type=int, default=256, help="image size of --gpt-ckpt (256, 384, 512)")
+    src.add_argument("--codebook-size", type=int, default=16384)
+    src.add_argument("--codebook-embed-dim", type=int, default=8)
+    src.add_argument("--num-classes", type=int, default=1000)
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The settings every sampler shares, unset = the model's recommended value; read by
+    :func:`sampling_overrides`."""
+    gen = p.add_argument_group("generation (unset = the model's recommended value)")
+    add_option_flags(gen, sampling_options())
+    return gen
+
+
+def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """--sampler and every registered sampler's options (read by :func:`sampler_options`) on top of
+    :func:`add_sampling_args`."""
+    gen = add_sampling_args(p)
+    gen.add_argument("--sampler", default=None,
+                     help="sampler name (see `vgen samplers`; default: ar, or continuous-ar for a continuous model)")
+    for takers, options in sampler_option_groups().items():
+        add_option_flags(p.add_argument_group(f"options of {', '.join(takers)} (unset = the sampler's own value)"),
+                         options)
+    return gen
+
+
+def add_device_args(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--device", default="cpu")
+    group.add_argument("--dtype", default="fp32", help="backbone dtype: fp32, bf16 or fp16")
+    group.add_argument("--no-progress", action="store_true")
+
+
+def set_options(args: argparse.Namespace, options: Iterable[DeclaredOption]) -> dict[str, Any]:
+    """The ``options`` set on the command line, by field name."""
+    return {o.name: getattr(args, o.name) for o in options if getattr(args, o.name, None) is not None}
+
+
+def sampler_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampler fields set on the command line (:func:`add_sampler_args`)."""
+    return set_options(args, declared_options(sampler_classes()))
+
+
+def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The shared sampling settings set on the command line (:func:`add_sampling_args`)."""
+    return set_options(args, sampling_options())
+
+
+def sampling_params(pipe: pipelines.ImagePipeline, args: argparse.Namespace) -> SamplingParams:
+    """The pipeline's recommended sampling settings with those set on the command line laid over them."""
+    return SamplingParams(**merge_settings(pipe.info.defaults, sampling_overrides(args)))
+
+
+def load_pipeline(args: argparse.Namespace, streaming: bool = False):
+    """The pipeline the command line names; a streaming (block-diffusion) model only where ``streaming``."""
+    dtype = torch_dtype(args.dtype)
+    if getattr(args, "gpt_ckpt", None) or getattr(args, "vq_ckpt", None):
+        if args.model:
+            raise UsageError("give either --model or --gpt-ckpt/--vq-ckpt, not both")
+        if not (args.gpt_ckpt and args.vq_ckpt):
+            raise UsageError("LlamaGen checkpoints need both --gpt-ckpt and --vq-ckpt")
+        return pipelines.load_llamagen(args.gpt_ckpt, args.vq_ckpt, args.gpt_model, args.image_size,
+                                       args.vq_model, args.codebook_size, args.codebook_embed_dim,
+                                       args.num_classes, device=args.device, dtype=dtype)
+    pipe = pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
+    if isinstance(pipe, StreamPipeline) and not streaming:
+        raise UsageError(f"{pipe.info.name} is a streaming video model: use `vgen stream --model {args.model}`")
+    return pipe

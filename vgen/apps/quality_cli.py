@@ -1,0 +1,130 @@
+"""``vgen quality``: token statistics and the domain classifier's class accuracy of a model's samples (images,
+clips, or a streaming model's streams)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vgen import pipelines
+from vgen.apps.options import (
+    IMAGE_SUFFIXES,
+    UsageError,
+    add_sampling_args,
+    check_writable,
+    sampling_overrides,
+    sampling_params,
+)
+from vgen.data.clips import ClipsConfig
+from vgen.eval.classifier import load_shapes_classifier
+from vgen.eval.quality import class_accuracy, clip_quality, token_statistics
+from vgen.stream_pipeline import StreamPipeline
+
+
+def add_quality_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quality", help="token statistics and class accuracy of a model's samples",
+                       description="Sample --num-images images or clips (classes in turn), then report the mean "
+                                   "entropy and median top-1 probability of the token distributions they were drawn "
+                                   "from (discrete-token models), and the domain classifier's class accuracy on "
+                                   "them (on every frame of a clip, with a motion check against real clips). A "
+                                   "streaming (block-diffusion) model is measured on --num-frames-long streams.")
+    p.add_argument("--model", default="shapes-c2i")
+    p.add_argument("--num-images", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    add_sampling_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
+    p.add_argument("--num-frames", type=int, default=None,
+                   help="streaming models: frames per clip (default: the length the model was trained on)")
+    p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
+    p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--device", default="cpu", help="where the model samples (the judges run on the CPU)")
+    p.set_defaults(func=run_quality)
+
+
+def run_quality(args: argparse.Namespace) -> None:
+    check_writable(args.grid, IMAGE_SUFFIXES)
+    check_writable(args.json, {".json"})
+    if args.num_images < 1 or args.batch_size < 1:
+        raise UsageError("--num-images and --batch-size must be >= 1")
+    pipe = pipelines.load(args.model, device=args.device)
+    if isinstance(pipe, StreamPipeline):
+        return write_quality(stream_quality(pipe, args), args.json)
+    if not isinstance(pipe, pipelines.ImagePipeline):
+        raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
+    if args.num_frames is not None:
+        raise UsageError("--num-frames is for streaming models; a token model's clips have a fixed length")
+    params = sampling_params(pipe, args)
+    n_cls = pipe.num_classes
+    classes = [i % n_cls for i in range(args.num_images)]
+    tokens, images = [], []
+    generator = torch.Generator(pipe.device).manual_seed(args.seed)
+    for i in range(0, args.num_images, args.batch_size):
+        out = pipe(classes[i:i + args.batch_size], generator=generator, progress=True, **params.to_dict())
+        tokens.append(out.tokens)
+        images.extend(out.videos if hasattr(pipe, "num_frames") else out.images)
+    tokens_t = torch.cat(tokens)
+    figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed}
+    if not tokens_t.is_floating_point():  # continuous tokens are drawn from densities: no entropy or top-1 here
+        figures.update(token_statistics(pipe.model, tokens_t, torch.tensor(classes), params))
+    if hasattr(pipe, "num_frames"):
+        figures.update(clip_figures(pipe, np.stack(images), classes, args.grid))
+    else:
+        pixels = torch.from_numpy(np.stack([np.array(im) for im in images]))
+        pixels = pixels.permute(0, 3, 1, 2).float().div(127.5).sub(1)
+        figures.update(class_accuracy(load_shapes_classifier(), pixels, classes))
+        if args.grid:
+            per_class = max(1, min(8, args.num_images // n_cls))
+            rows = [images[c + n_cls * j] for c in range(n_cls) for j in range(per_class)
+                    if c + n_cls * j < len(images)]
+            pipelines.image_grid(rows, per_class).save(args.grid)
+    write_quality(figures, args.json)
+
+
+def write_quality(figures: dict, path: str | None) -> None:
+    text = json.dumps(figures, indent=1)
+    if path:
+        Path(path).write_text(text)
+    print(text)
+
+
+def stream_quality(pipe, args: argparse.Namespace) -> dict:
+    """``vgen quality`` for a streaming pipeline: clips of ``--num-frames`` streamed in batches (seed
+    ``--seed`` plus the batch's first index), judged as the token video models' clips are."""
+    frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
+    if frames < 2:
+        raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {frames}")
+    token_settings = sorted(set(sampling_overrides(args)) - {"cfg_scale"})
+    if token_settings:
+        raise UsageError(f"{', '.join('--' + name.replace('_', '-') for name in token_settings)} sample tokens; "
+                         f"a streaming model denoises frames")
+    options = {"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}
+    try:
+        config = pipe.stream_config(**options)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    classes = [i % pipe.num_classes for i in range(args.num_images)]
+    videos = [pipe(classes[i:i + args.batch_size], num_frames=frames, seed=args.seed + i, progress=True,
+                   **options).videos for i in range(0, args.num_images, args.batch_size)]
+    figures = {"model": pipe.info.name, "sampling": dataclasses.asdict(config), "seed": args.seed,
+               "num_frames": frames}
+    return {**figures, **clip_figures(pipe, np.concatenate(videos), classes, args.grid)}
+
+
+def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
+    """``vgen quality`` for a video pipeline: :func:`~vgen.eval.quality.clip_quality` of the clips
+    [N, T, H, W, 3] against real clips of the same length; ``grid`` gets one clip per class, a row of frames
+    each."""
+    length = videos.shape[1]
+    clips = ClipsConfig(**pipe.info.data) if pipe.info.data else ClipsConfig(frame_size=pipe.info.image_size)
+    figures = clip_quality(videos, classes, dataclasses.replace(clips, num_frames=length))
+    if grid:
+        first = [classes.index(c) for c in range(pipe.num_classes) if c in classes]
+        frames = [Image.fromarray(frame) for i in first for frame in videos[i]]
+        pipelines.image_grid(frames, length).save(grid)
+    return figures

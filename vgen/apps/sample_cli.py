@@ -1,0 +1,125 @@
+"""``vgen sample``: images as a grid (or a video model's clips as an mp4 / GIF / frame grid), with the sampler's
+stats and acceptance map."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+from vgen.apps.options import (
+    IMAGE_SUFFIXES,
+    UsageError,
+    add_device_args,
+    add_model_args,
+    add_sampler_args,
+    check_writable,
+    load_pipeline,
+    sampler_options,
+    sampling_overrides,
+)
+from vgen.eval.videos import read_video
+from vgen.pipelines import image_grid
+from vgen.samplers import get_sampler
+from vgen.video_io import VIDEO_FORMATS, write_video
+from vgen.video_pipeline import tile_clips
+from vgen.visualize import acceptance_figure, clip_acceptance_figure
+
+
+def add_sample_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sample", help="generate images and save them as a grid",
+                       description="Generate class-conditional images. With no arguments: a grid of every class "
+                                   "from the embedded default model.")
+    add_model_args(p)
+    gen = add_sampler_args(p)
+    gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
+                     help="class to generate (repeatable; default: every class in turn)")
+    gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids cycle)")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--context", default=None,
+                     help="video model: a clip (.mp4, .gif) whose first --context-frames frames every clip continues")
+    gen.add_argument("--context-frames", type=int, default=1, help="frames of --context given (default: 1)")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", default="samples.png",
+                     help="image grid to write (default: samples.png); for a video model an .mp4, .gif or "
+                          "frame-grid .png")
+    out.add_argument("--fps", type=int, default=8, help="frames per second of a video output")
+    out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
+    out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
+    out.add_argument("--acceptance-map", default=None,
+                     help="write each image beside the map of the forward pass that produced each token (for a "
+                          "video model: each clip's frames above their maps)")
+    add_device_args(out)
+    p.set_defaults(func=run_sample)
+
+
+def run_sample(args: argparse.Namespace) -> None:
+    check_writable(args.out, IMAGE_SUFFIXES | set(VIDEO_FORMATS))
+    check_writable(args.stats, {".json"})
+    check_writable(args.acceptance_map, IMAGE_SUFFIXES)
+    if args.cols is not None and args.cols < 1:
+        raise UsageError(f"--cols must be >= 1, got {args.cols}")
+    options = sampler_options(args)
+    if args.sampler is not None:
+        get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
+    if args.context is not None and not Path(args.context).is_file():
+        raise UsageError(f"--context {args.context} is not a file")
+    pipe = load_pipeline(args)
+    if hasattr(pipe, "num_frames"):
+        return run_sample_video(args, pipe, options)
+    if args.context is not None:
+        raise UsageError(f"--context gives first frames to a video model; {pipe.info.name} generates images")
+    if Path(args.out).suffix.lower() not in IMAGE_SUFFIXES:
+        raise UsageError(f"{pipe.info.name} generates images; write them to one of {sorted(IMAGE_SUFFIXES)}, "
+                         f"not {Path(args.out).suffix}")
+    start = time.perf_counter()
+    out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
+               progress=not args.no_progress, **sampling_overrides(args), **options)
+    elapsed = time.perf_counter() - start
+    cols = args.cols or min(8, len(out.images))
+    image_grid(out.images, cols).save(args.out)
+    if args.acceptance_map:
+        acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
+    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
+             "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed}
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=1))
+    print(f"wrote {len(out.images)} images to {args.out} ({passes_summary(stats)}, {out.stats.wall_time_s:.2f} s "
+          f"sampling)")
+
+
+def passes_summary(stats: dict) -> str:
+    """Forward passes against next-token AR's one per token, and tokens per pass, for the closing line."""
+    return (f"{stats['forward_passes']} forward passes where next-token AR takes "
+            f"{stats['next_token_forward_passes']}, {stats['tokens_per_forward']:.2f} tokens per pass")
+
+
+def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
+    """``vgen sample`` for a video pipeline: the clips side by side as one mp4 / GIF, or a frame-grid PNG."""
+    if Path(args.out).suffix.lower() not in VIDEO_FORMATS:
+        raise UsageError(f"{pipe.info.name} generates videos; write them to one of {', '.join(VIDEO_FORMATS)}, "
+                         f"not {Path(args.out).suffix}")
+    context = None
+    if args.context is not None:
+        context = read_video(Path(args.context))
+        if not 0 < args.context_frames <= len(context):
+            raise UsageError(f"--context-frames must be between 1 and the {len(context)} frames of {args.context}, "
+                             f"got {args.context_frames}")
+        context = context[:args.context_frames]
+    start = time.perf_counter()
+    out = pipe(args.class_ids, num_videos=args.num_images, sampler=args.sampler, seed=args.seed,
+               progress=not args.no_progress, context=context, **sampling_overrides(args), **options)
+    elapsed = time.perf_counter() - start
+    clip = tile_clips(out.videos, args.cols or min(4, len(out.videos)))
+    write_video(clip, args.out, fps=args.fps)
+    if args.acceptance_map:
+        clip_acceptance_figure(out.videos, out.stats.accept_step, pipe.model.grid).save(args.acceptance_map)
+    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
+             "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed,
+             "frames_per_second": out.videos.shape[0] * out.videos.shape[1] / out.stats.wall_time_s}
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=1))
+    print(f"wrote {len(out.videos)} clips of {pipe.num_frames} frames to {args.out} ({passes_summary(stats)}, "
+          f"{out.stats.wall_time_s:.2f} s sampling)")

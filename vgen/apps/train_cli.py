@@ -1,0 +1,479 @@
+"""``vgen train <recipe>``: the shapes recipes (resumable), and ``vgen train package``, which assembles trained
+models into a pipeline folder.
+
+Each recipe is one :class:`TrainCommand`: its defaults (from its module in :mod:`vgen.training`), the flags of
+its own, and the function that runs it; the flags every recipe takes are added once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vgen.apps.options import RUNS, UsageError, add_option_flags, sampling_options, set_options, torch_dtype
+from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
+from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
+from vgen.hub import from_pretrained
+from vgen.models.nbp import BLOCK_KINDS, ROPE_KINDS
+from vgen.pipelines import ImagePipeline, PipelineInfo
+from vgen.samplers import SamplingParams
+from vgen.stream_pipeline import StreamPipeline
+from vgen.tokenizers.kl import KLTokenizer
+from vgen.tokenizers.vq import ENCODER_KINDS
+from vgen.training.ar import AR_CFG_SCALE, AR_RUN, ARRecipe, sample_probe, train_ar
+from vgen.training.blockdiff import (
+    BLOCKDIFF_RUN,
+    SHAPES_BLOCKDIFF,
+    SHAPES_LATENT_BLOCKDIFF,
+    SHAPES_LATENT_IMAGE_DIFF,
+    TEACHER_CFG,
+    BlockDiffRecipe,
+    train_blockdiff,
+)
+from vgen.training.classifier import CLASSIFIER_RUN, ClassifierRecipe, train_classifier
+from vgen.training.clip_codes import ClipRecipe, clip_probe
+from vgen.training.drafter import DRAFTER_RUN, DrafterRecipe, train_drafter
+from vgen.training.kl import KL_RUN, KLRecipe, train_kl
+from vgen.training.mar import MAR_RUN, SIZES, MARRecipe, mar_probe, train_mar
+from vgen.training.nar import (
+    NAR_RUN,
+    SHAPES_VIDEO_NAR,
+    VIDEO_NAR_FIRST_FRAMES,
+    VIDEO_NAR_RECIPES,
+    NARRecipe,
+    train_nar,
+    train_video_nar,
+)
+from vgen.training.nbp import FIRST_FRAMES, NBP_RUN, train_nbp, video_nbp_config
+from vgen.training.tokenizer import (
+    FRAME_TOKENIZER_RUN,
+    SHAPES_FRAME_VQ,
+    TOKENIZER_RUN,
+    TokenizerRecipe,
+    train_frame_tokenizer,
+    train_tokenizer,
+)
+from vgen.training.trainer import RunDefaults, TrainConfig, use_bf16
+from vgen.training.video_ar import train_video_ar
+from vgen.training.video_classifier import VIDEO_CLASSIFIER_RUN, VideoClassifierRecipe, train_video_classifier
+from vgen.video_pipeline import VideoPipeline
+
+CLASSIFIER_DIR = RUNS / "shapes-classifier" / "export"
+
+
+@dataclass(frozen=True)
+class TrainCommand:
+    """One recipe of ``vgen train``: its defaults, a function adding its own flags, the function that trains with
+    the parsed arguments and the run's :class:`TrainConfig`, and whether it may train off the CPU (the video
+    recipes)."""
+
+    defaults: RunDefaults
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, TrainConfig], Any]
+    off_cpu: bool = False
+
+
+# -- flags that several recipes share ------------------------------------------------------------------------
+
+
+def add_tokenizer(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--tokenizer", default=str(RUNS / "shapes-tokenizer" / "export"), help="trained tokenizer folder")
+
+
+def add_init_from(t: argparse.ArgumentParser, detail: str = "") -> None:
+    t.add_argument("--init-from", default=None,
+                   help="start a new run from these model weights (an export folder) instead of random init" + detail)
+
+
+def add_clip_sampling(t: argparse.ArgumentParser, first_frames_default: str, video_note: str = "") -> None:
+    """--no-time-reversed and --first-frames of the video token recipes."""
+    t.add_argument("--no-time-reversed", action="store_true",
+                   help="train on the clips as rendered only, not also played backwards" + video_note)
+    t.add_argument("--first-frames", type=int, default=None,
+                   help="frames of each clip that frame 0 also learns from as first frames ("
+                        + first_frames_default + "; 0 = off)")
+
+
+def add_clips(t: argparse.ArgumentParser, codes: str) -> None:
+    t.add_argument("--clips", choices=sorted(CLIP_PRESETS), default=None,
+                   help="clip geometry to render --data-dir with (32px: 16 frames of 32 x 32; 64px: 8 frames of "
+                        "64 x 64, the image models' frames, " + codes + "); default: what the folder records, "
+                        "else 32px")
+
+
+def add_video(t: argparse.ArgumentParser, detail: str = "") -> None:
+    t.add_argument("--video", action="store_true",
+                   help="train on per-frame codes of the moving-shapes clips (--tokenizer: the frame tokenizer; "
+                        "--num-images counts clips) instead of shapes images" + detail)
+
+
+def add_classifier(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--classifier", default=str(CLASSIFIER_DIR),
+                   help="domain classifier for the periodic class-accuracy probe (used once it exists)")
+
+
+def add_eval_every(t: argparse.ArgumentParser, default: int,
+                   help: str = "steps between sample probes (0 = off)") -> None:
+    t.add_argument("--eval-every", type=int, default=default, help=help)
+
+
+def clips_of(args: argparse.Namespace) -> ClipsConfig:
+    """The clip geometry: --clips, else what --data-dir records."""
+    return CLIP_PRESETS[args.clips] if args.clips else recorded_clips_config(args.data_dir)
+
+
+def clip_recipe(args: argparse.Namespace) -> ClipRecipe:
+    return ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size, time_reversed=not args.no_time_reversed,
+                      eval_every=args.eval_every or 1)
+
+
+# -- the recipes ---------------------------------------------------------------------------------------------
+
+
+def run_tokenizer(args: argparse.Namespace, train: TrainConfig) -> None:
+    recipe = TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size)
+    train_tokenizer(args.run_dir, args.data_dir, train, recipe, max_minutes=args.max_minutes)
+
+
+def add_frame_tokenizer_args(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--encoder", choices=ENCODER_KINDS, default=None,
+                   help="patch (the recipe's): each code reads only its own 4x4 pixels, so a patch that does not "
+                        "change between frames keeps its code; conv: LlamaGen's encoder, which mixes the whole "
+                        "frame into every code")
+
+
+def run_frame_tokenizer(args: argparse.Namespace, train: TrainConfig) -> None:
+    vq = dataclasses.replace(SHAPES_FRAME_VQ, encoder=args.encoder) if args.encoder else SHAPES_FRAME_VQ
+    recipe = TokenizerRecipe(num_images=args.num_images, batch_size=args.batch_size)
+    train_frame_tokenizer(args.run_dir, args.data_dir, train, recipe, vq, max_minutes=args.max_minutes)
+
+
+def run_kl(args: argparse.Namespace, train: TrainConfig) -> None:
+    train_kl(args.run_dir, args.data_dir, train, KLRecipe(num_images=args.num_images, batch_size=args.batch_size),
+             max_minutes=args.max_minutes)
+
+
+def add_mar_args(t: argparse.ArgumentParser) -> None:
+    add_tokenizer(t)
+    t.add_argument("--init-from", default=None,
+                   help="start a new run from a continuous target (model or pipeline folder) to train it further, "
+                        "or from a discrete AR pipeline folder (gpt/ and vq/, e.g. vgen/assets/shapes-c2i): its "
+                        "trunk carries over and the token MLP is fitted to its embeddings of the same images' VQ "
+                        "codes")
+    t.add_argument("--size", choices=("target", "draft"), default="target",
+                   help="the target model or the small CSpD draft model")
+    add_classifier(t)
+    add_eval_every(t, MARRecipe.eval_every)
+
+
+def run_mar(args: argparse.Namespace, train: TrainConfig) -> None:
+    probe = mar_probe(args.tokenizer, args.classifier) if args.eval_every else None
+    train_mar(args.run_dir, args.tokenizer, args.data_dir, train,
+              MARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
+              SIZES[args.size], max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
+
+
+def add_ar_args(t: argparse.ArgumentParser) -> None:
+    add_tokenizer(t)
+    add_init_from(t)
+    add_video(t, "; a next-token video AR, with no sample probe and no --init-from")
+    add_classifier(t)
+    add_eval_every(t, ARRecipe.eval_every)
+
+
+def run_ar(args: argparse.Namespace, train: TrainConfig) -> None:
+    if args.video:
+        if args.init_from:
+            raise UsageError("--init-from is for image AR runs; a video AR run starts from scratch")
+        train_video_ar(args.run_dir, args.tokenizer, args.data_dir, train,
+                       ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+        return
+    probe = sample_probe(args.tokenizer, args.classifier) if args.eval_every else None
+    train_ar(args.run_dir, args.tokenizer, args.data_dir, train,
+             ARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
+             max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
+
+
+CLIP_PROBE_HELP = ("steps between sample probes: 4 clips per class, per-frame class accuracy of the clips, all "
+                   "frames and frame 0 (0 = off)")
+IMAGE_CODES = ("in the image tokenizer's codes, whose recipe starts from the image model: --init-from "
+               "vgen/assets/shapes-c2i/gpt for nbp, shapes-nar/gpt for nar --video")
+
+
+def add_nbp_args(t: argparse.ArgumentParser) -> None:
+    add_tokenizer(t)
+    add_init_from(t, "; an NBP export in either block kind")
+    add_clip_sampling(t, "default: the recipe's FIRST_FRAMES")
+    t.add_argument("--block", choices=BLOCK_KINDS, default=None,
+                   help="block kind: row (W tokens a step, NBP's own layout) or frame (H x W a step); default: the "
+                        "recipe's")
+    t.add_argument("--hybrid-blocks", type=int, default=None,
+                   help="leading blocks drawn token by token (default: the recipe's); with --block row, the rows of "
+                        "a frame (e.g. 16 for 64-px frames) draw all of frame 0 token by token, as an image model of "
+                        "the frame grid draws an image, and each later row in one pass")
+    t.add_argument("--rope", choices=ROPE_KINDS, default=None,
+                   help="positions: grid (rotary over frames, rows and columns) or spatial (each frame's rows and "
+                        "columns, as an image model of the frame grid, and a learned per-frame embedding: needed to "
+                        "start from an image model); default: the recipe's")
+    add_clips(t, IMAGE_CODES)
+    add_eval_every(t, ClipRecipe.eval_every, CLIP_PROBE_HELP)
+
+
+def run_nbp(args: argparse.Namespace, train: TrainConfig) -> None:
+    clips = clips_of(args)
+    train_nbp(args.run_dir, args.tokenizer, args.data_dir, train, clip_recipe(args), max_minutes=args.max_minutes,
+              config=video_nbp_config(clips, args.block, args.rope, args.hybrid_blocks), clips=clips,
+              first_frames=FIRST_FRAMES if args.first_frames is None else args.first_frames,
+              evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, init_from=args.init_from)
+
+
+def add_nar_args(t: argparse.ArgumentParser) -> None:
+    add_tokenizer(t)
+    add_init_from(t, "; an AR or NBP model's export warm-starts the NAR blocks and heads")
+    add_clip_sampling(t, "with --video --image-first; default: VIDEO_NAR_FIRST_FRAMES", " (with --video)")
+    t.add_argument("--image-first", action="store_true",
+                   help="with --video: draw frame 0 first, as the image model draws an image (H + W - 1 passes), "
+                        "then the other frames in the 3-D order (T + H + W - 3 passes), so that --init-from an image "
+                        "NAR model draws frame 0 as that model does")
+    add_clips(t, IMAGE_CODES)
+    add_video(t)
+    add_eval_every(t, ClipRecipe.eval_every, CLIP_PROBE_HELP + "; with --video")
+
+
+def run_nar(args: argparse.Namespace, train: TrainConfig) -> None:
+    if (args.image_first or args.first_frames is not None) and not args.video:
+        raise UsageError("--image-first and --first-frames train a video model: add --video")
+    if args.first_frames and not args.image_first:
+        raise UsageError("--first-frames trains frame 0 alone, which needs --image-first")
+    if not args.video:
+        train_nar(args.run_dir, args.tokenizer, args.data_dir, train,
+                  NARRecipe(num_items=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes,
+                  init_from=args.init_from)
+        return
+    clips = clips_of(args)
+    model = dataclasses.replace(VIDEO_NAR_RECIPES.get(clips, SHAPES_VIDEO_NAR), image_first=args.image_first)
+    first_frames = args.first_frames if args.first_frames is not None else (
+        VIDEO_NAR_FIRST_FRAMES if args.image_first else 0)
+    train_video_nar(args.run_dir, args.tokenizer, args.data_dir, train, clip_recipe(args), model, clips,
+                    max_minutes=args.max_minutes, init_from=args.init_from,
+                    evaluate=clip_probe(args.tokenizer, clips) if args.eval_every else None, first_frames=first_frames)
+
+
+def add_blockdiff_args(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--tokenizer", default=None,
+                   help="a KL tokenizer folder (e.g. vgen/assets/shapes-c2i-continuous/kl): denoise its latent "
+                        "frames of the clips (the latent recipe, with --clips 64px) instead of pixels")
+    t.add_argument("--image", action="store_true",
+                   help="with --tokenizer: train the latent recipe's transformer on single frames (a "
+                        "class-conditional image diffusion model), to --init-from the video run")
+    t.add_argument("--init-from", default=None,
+                   help="start a new run from a block-diffusion export of the same transformer (e.g. the --image "
+                        "run's)")
+    t.add_argument("--distill-from", default=None,
+                   help="a block-diffusion model folder (e.g. vgen/assets/shapes-blockdiff-cfg/blockdiff): distil "
+                        "its guided velocity at --teacher-cfg into a student of its architecture, started from its "
+                        "weights, that streams without guidance")
+    t.add_argument("--teacher-cfg", type=float, default=TEACHER_CFG, help="the teacher's CFG scale to distil")
+    add_clips(t, "in the KL tokenizer's latents")
+
+
+def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
+    if args.image and args.tokenizer is None:
+        raise UsageError("--image trains the latent recipe on single frames: give the KL --tokenizer")
+    if args.distill_from and (args.image or args.init_from):
+        raise UsageError("--distill-from starts the student from the teacher: drop --image and --init-from")
+    model = (SHAPES_BLOCKDIFF if args.tokenizer is None
+             else SHAPES_LATENT_IMAGE_DIFF if args.image else SHAPES_LATENT_BLOCKDIFF)
+    train_blockdiff(args.run_dir, args.data_dir, train,
+                    BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size), model, clips_of(args),
+                    max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from,
+                    teacher=args.distill_from, teacher_cfg=args.teacher_cfg)
+
+
+def run_video_classifier(args: argparse.Namespace, train: TrainConfig) -> None:
+    print(json.dumps(train_video_classifier(args.run_dir, args.data_dir, train,
+                                            VideoClassifierRecipe(num_clips=args.num_images,
+                                                                  batch_size=args.batch_size),
+                                            max_minutes=args.max_minutes)))
+
+
+def add_drafter_args(t: argparse.ArgumentParser) -> None:
+    add_tokenizer(t)
+    add_init_from(t, "; e.g. the head of the model the target was fine-tuned from")
+    t.add_argument("--target", default=str(RUNS / "shapes-ar" / "export"), help="trained AR model folder")
+    t.add_argument("--codes-dir", default=str(RUNS / "shapes-ar"),
+                   help="folder with the tokenised training split (the AR run's)")
+
+
+def run_drafter(args: argparse.Namespace, train: TrainConfig) -> None:
+    train_drafter(args.run_dir, args.target, args.tokenizer, args.data_dir, args.codes_dir, train,
+                  DrafterRecipe(num_images=args.num_images, batch_size=args.batch_size), args.max_minutes,
+                  init_from=args.init_from)
+
+
+def run_classifier(args: argparse.Namespace, train: TrainConfig) -> None:
+    print(json.dumps(train_classifier(args.run_dir, args.tokenizer, args.data_dir, train,
+                                      ClassifierRecipe(num_images=args.num_images, batch_size=args.batch_size),
+                                      args.max_minutes)))
+
+
+def no_arguments(t: argparse.ArgumentParser) -> None:
+    """A recipe with only the flags every recipe takes."""
+
+
+RECIPES: dict[str, TrainCommand] = {
+    "tokenizer": TrainCommand(TOKENIZER_RUN, no_arguments, run_tokenizer),
+    "frame-tokenizer": TrainCommand(FRAME_TOKENIZER_RUN, add_frame_tokenizer_args, run_frame_tokenizer),
+    "ar": TrainCommand(AR_RUN, add_ar_args, run_ar),
+    "classifier": TrainCommand(CLASSIFIER_RUN, add_tokenizer, run_classifier),
+    "drafter": TrainCommand(DRAFTER_RUN, add_drafter_args, run_drafter),
+    "kl": TrainCommand(KL_RUN, no_arguments, run_kl),
+    "mar": TrainCommand(MAR_RUN, add_mar_args, run_mar),
+    "nbp": TrainCommand(NBP_RUN, add_nbp_args, run_nbp, off_cpu=True),
+    "nar": TrainCommand(NAR_RUN, add_nar_args, run_nar, off_cpu=True),
+    "blockdiff": TrainCommand(BLOCKDIFF_RUN, add_blockdiff_args, run_blockdiff, off_cpu=True),
+    "video-classifier": TrainCommand(VIDEO_CLASSIFIER_RUN, no_arguments, run_video_classifier),
+}
+
+
+def add_train_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train the embedded default models (resumable)")
+    tsub = p.add_subparsers(dest="what", required=True)
+    for what, recipe in RECIPES.items():
+        d = recipe.defaults
+        t = tsub.add_parser(what, help=f"train the shapes {what}")
+        t.add_argument("--run-dir", default=str(RUNS / f"shapes-{what}"), help="checkpoints and logs (resumes)")
+        t.add_argument("--data-dir", default=str(RUNS / "data"), help="rendered data cache")
+        t.add_argument("--background", choices=BACKGROUND_KINDS, default=None,
+                       help="render the data folder with this background (recorded in it; default: what the "
+                            "folder records, else textured)")
+        recipe.add_arguments(t)
+        t.add_argument("--steps", type=int, default=d.steps)
+        t.add_argument("--lr", type=float, default=d.lr)
+        t.add_argument("--batch-size", type=int, default=d.batch_size)
+        t.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+        t.add_argument("--num-images", type=int, default=d.num_items,
+                       help="training images (clips for frame-tokenizer, nbp, nar --video, blockdiff and "
+                            "video-classifier)")
+        t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
+        t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+        t.add_argument("--device", default="cpu", help="where the model trains (cuda for a GPU; the video "
+                                                        "recipes: nbp, nar, ar --video, blockdiff)")
+        t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d.precision,
+                       help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
+                            "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
+        t.add_argument("--seed", type=int, default=0)
+        t.set_defaults(func=run_train)
+    add_package_parser(tsub)
+
+
+def run_train(args: argparse.Namespace) -> None:
+    recipe = RECIPES[args.what]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device != "cpu" and not (recipe.off_cpu or getattr(args, "video", False)):
+        raise UsageError(f"--device {args.device}: only the video recipes (nbp, nar, ar --video, blockdiff) train off "
+                         f"the CPU; train {args.what} on the CPU")
+    if args.background:
+        set_data_config(args.data_dir, ShapesConfig(background=args.background))
+    settings = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
+                    bf16=use_bf16(args.precision), device=args.device)
+    recipe.run(args, recipe.defaults.train_config(**settings))
+    print(f"exported to {Path(args.run_dir) / 'export'}")
+
+
+# -- vgen train package --------------------------------------------------------------------------------------
+
+
+def add_package_parser(tsub: argparse._SubParsersAction) -> None:
+    t = tsub.add_parser("package", help="assemble trained models into a pipeline folder (e.g. vgen/assets/...)")
+    t.add_argument("--gpt", required=True, help="trained AR model folder (the run's export/), or a block-diffusion "
+                                                "model folder for a streaming pipeline")
+    t.add_argument("--vq", default=None, help="trained tokenizer folder (VQ, or KL for a continuous model or a "
+                                              "latent block-diffusion model; a pixel block-diffusion model has "
+                                              "none)")
+    t.add_argument("--drafter", default=None,
+                   help="trained draft head folder, or draft model folder for a continuous model (optional)")
+    t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
+                                                     "config is recorded in the pipeline)")
+    t.add_argument("--out", required=True, help="pipeline folder to write")
+    t.add_argument("--name", default="shapes-c2i")
+    recommended = t.add_argument_group(f"recommended sampling settings of a token model, stored as the pipeline's "
+                                       f"defaults (unset = the sampler's own; --cfg-scale: {AR_CFG_SCALE})")
+    add_option_flags(recommended, sampling_options())
+    t.set_defaults(cfg_scale=AR_CFG_SCALE)
+    t.add_argument("--dtype", default="fp32", help="storage dtype of the weights (bf16 halves the size; they load "
+                                                   "into fp32 models)")
+    t.add_argument("--stream-defaults", default=None, metavar="JSON",
+                   help="a block-diffusion pipeline's recommended stream settings, e.g. '{\"steps\": 4}'")
+    t.set_defaults(func=run_package)
+
+
+def recorded_token_settings(args: argparse.Namespace) -> dict:
+    """The token-sampling defaults given to ``vgen train package`` (the CFG scale aside)."""
+    return {k: v for k, v in set_options(args, sampling_options()).items() if k != "cfg_scale"}
+
+
+def run_package(args: argparse.Namespace) -> None:
+    dtype = torch_dtype(args.dtype)
+    gpt = from_pretrained(args.gpt)
+    if hasattr(gpt, "forward_block"):  # a block-diffusion model: a streaming pipeline
+        return package_stream(args, gpt)
+    if args.vq is None:
+        raise UsageError("--vq is required for a token model")
+    defaults = {"cfg_scale": args.cfg_scale, **recorded_token_settings(args)}
+    try:
+        SamplingParams(**defaults)
+    except ValueError as e:
+        raise UsageError(f"the recommended sampling settings are invalid: {e}") from None
+    vq = from_pretrained(args.vq)
+    head = from_pretrained(args.drafter) if args.drafter else None
+    data = asdict(data_config(args.data_dir)) if args.data_dir else None
+    info = PipelineInfo(name=args.name, image_size=gpt.grid[-1] * vq.downsample_factor,
+                        class_names=list(CLASS_NAMES), defaults=defaults, data=data)
+    if len(gpt.grid) == 3:  # a video backbone: frames x rows x columns
+        # the clips the model learnt from (the motion check of vgen quality renders real ones like them)
+        info.data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
+        pipe = VideoPipeline(gpt, vq, info, head)
+    else:
+        pipe = ImagePipeline(gpt, vq, info, head)  # the parts must fit together before anything is written
+    pipe.save_pretrained(args.out, dtype=dtype)
+    print(f"wrote pipeline {args.name} to {Path(args.out)}")
+
+
+def package_stream(args: argparse.Namespace, model) -> None:
+    """Write a streaming pipeline folder: ``blockdiff/`` (and ``kl/`` for a latent model) + ``pipeline.json`` with
+    the recommended settings."""
+    if args.drafter:
+        raise UsageError("a block-diffusion pipeline takes no --drafter")
+    token = recorded_token_settings(args)
+    if token:
+        flags = ", ".join("--" + name.replace("_", "-") for name in token)
+        raise UsageError(f"{flags} are token-sampling defaults; a block-diffusion pipeline takes its settings as "
+                         f"--stream-defaults")
+    tokenizer = None
+    if args.vq:  # a model of latent frames: its KL tokenizer decodes them
+        tokenizer = from_pretrained(args.vq)
+        if not isinstance(tokenizer, KLTokenizer):
+            raise UsageError(f"--vq {args.vq} holds a {type(tokenizer).__name__}; a block-diffusion pipeline takes "
+                             f"the KL tokenizer of a latent model, or none for a pixel model")
+    try:
+        defaults = json.loads(args.stream_defaults) if args.stream_defaults else {}
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--stream-defaults is not valid JSON: {e}") from None
+    size = model.config.frame_size if tokenizer is None else tokenizer.config.image_size
+    # the clips the model learnt from (benchmarks/streaming.py renders real clips like them)
+    data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
+    info = PipelineInfo(name=args.name, image_size=size, class_names=list(CLASS_NAMES), defaults=defaults,
+                        data=data)
+    pipe = StreamPipeline(model, info, tokenizer)
+    pipe.stream_config().policy(model.frames_per_block, model.config.train_frames)  # the defaults must fit
+    pipe.save_pretrained(args.out, dtype=torch_dtype(args.dtype))
+    print(f"wrote streaming pipeline {args.name} to {args.out}")
