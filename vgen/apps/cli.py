@@ -18,7 +18,8 @@ from pathlib import Path
 from vgen.data.clips import CLIP_PRESETS, recorded_clips_config
 from vgen.data.shapes import BACKGROUND_KINDS
 from vgen.hub import CheckpointError
-from vgen.models.nbp import BLOCK_KINDS, ROPE_KINDS
+from vgen.models.backbone import ROPE_KINDS
+from vgen.models.nbp import BLOCK_KINDS
 from vgen.tokenizers.vq import ENCODER_KINDS
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
