@@ -114,8 +114,19 @@ class SamplerStats:
 
     @property
     def tokens_per_forward(self) -> float:
-        """Mean tokens produced per sample per target forward pass (1.0 for vanilla AR)."""
-        return self.tokens / (self.batch_size * self.forward_passes) if self.forward_passes else 0.0
+        """Mean over rows of a row's tokens per target pass it took (up to the pass that produced its last token,
+        from ``accept_step``; every pass of the run without it): 1.0 for vanilla AR, at any batch size."""
+        if not self.forward_passes:
+            return 0.0
+        row_tokens = self.tokens / self.batch_size
+        if self.accept_step is None:
+            return row_tokens / self.forward_passes
+        return float((row_tokens / self.accept_step.amax(dim=1).clamp(min=1).double()).mean())
+
+    @property
+    def batch_tokens_per_forward(self) -> float:
+        """Tokens of the whole batch per batched target pass (the batch runs until its slowest row is done)."""
+        return self.tokens / self.forward_passes if self.forward_passes else 0.0
 
     @property
     def accepted_length_histogram(self) -> list[int]:
@@ -134,6 +145,7 @@ class SamplerStats:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "accept_step"}
         d["accepted_lengths"] = [int(n) for n in self.accepted_lengths]
         d["tokens_per_forward"] = self.tokens_per_forward
+        d["batch_tokens_per_forward"] = self.batch_tokens_per_forward
         d["accepted_length_histogram"] = self.accepted_length_histogram
         if self.accept_step is not None and self.accept_step.numel() <= MAX_JSON_ELEMENTS:
             d["accept_step"] = self.accept_step.tolist()

@@ -187,7 +187,9 @@ def test_stats_describe_the_run(tiny_gpt_factory) -> None:
     assert stats.accept_step.shape == (len(CLASSES), n)
     assert int(stats.accept_step.max()) == stats.forward_passes
     assert bool((stats.accept_step.diff(dim=1) >= 0).all())  # raster order: never produced before its left
-    assert stats.tokens_per_forward == pytest.approx(n / stats.forward_passes)
+    row_passes = stats.accept_step.amax(dim=1).double()
+    assert stats.tokens_per_forward == pytest.approx(float((n / row_passes).mean()))
+    assert stats.batch_tokens_per_forward == pytest.approx(len(CLASSES) * n / stats.forward_passes)
     hist = stats.accepted_length_histogram
     assert sum(hist) == len(stats.accepted_lengths) and hist[0] == 0
     assert stats.to_dict()["details"]["accept"] == "exact"
