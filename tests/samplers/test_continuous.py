@@ -1,6 +1,7 @@
 """Target-only and CSpD sampling of continuous-token AR models: CSpD is lossless against the target."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -72,6 +73,20 @@ def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_ever
         assert out.stats.details["median_draft_gap_in_target_stds"] < 0.05
 
 
+def test_cspd_drafts_verifies_and_resamples_only_positions_inside_the_image(target):
+    """The target as its own draft, with more drafts than the 3 tokens left after the prefill: each row keeps the
+    3 drafts inside the image and is done, with no residual sample (nor a fallback) for a position past its end."""
+    classes = torch.arange(3).repeat(67)[:200]
+    params = SamplingParams()
+    ref = run("continuous-ar", target, classes, params, 4)
+    out = run("cspd", target, classes, params, 4, sampler=CSpD(draft_length=4, prefill_ratio=0.0),
+              draft_head=copy.deepcopy(target))
+    assert out.stats.details["residual_fallbacks"] == 0
+    assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
+    assert out.stats.forward_passes == 2 and out.stats.accepted_lengths == [3] * 200
+    assert out.stats.draft_forward_passes == 2 + 2  # prefill and prefix, then a pass between 3 drafts
+
+
 def test_cspd_at_temperature_zero_equals_target_only_sampling(target, draft):
     classes = torch.tensor([0, 1, 2])
     params = SamplingParams(temperature=0.0)
@@ -133,7 +148,13 @@ def test_bad_input_is_refused(target, draft):
     with pytest.raises(ValueError, match="out of range"):
         run("continuous-ar", target, torch.tensor([3]), params, 0)
     discrete = LlamaGenGPT(GPTConfig(vocab_size=16, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=4)).eval()
-    with pytest.raises(ValueError, match="continuous order"):
+    with pytest.raises(ValueError, match=re.escape("sampler 'cspd' does not fit LlamaGenGPT (raster tokens); "
+                                                   "samplers that do: ar, gsd, lantern, mcsjd, sjd, speculative")):
         run("cspd", discrete, torch.tensor([0]), params, 0, draft_head=draft)
-    with pytest.raises(ValueError, match="raster order"):
-        run("ar", target, torch.tensor([0]), params, 0)
+
+
+@pytest.mark.parametrize("name", ["ar", "sjd", "nar", "nbp"])
+def test_a_sampler_of_another_order_names_the_samplers_that_fit(target, name):
+    with pytest.raises(ValueError, match=re.escape(f"sampler '{name}' does not fit ContinuousAR (continuous tokens); "
+                                                   f"samplers that do: continuous-ar, cspd")):
+        run(name, target, torch.tensor([0]), SamplingParams(), 0)

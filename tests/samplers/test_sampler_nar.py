@@ -125,15 +125,15 @@ def test_registered_and_round_trips() -> None:
 
 
 def test_nar_sampler_refuses_a_raster_model(tiny_gpt) -> None:
-    with pytest.raises(ValueError, match="LlamaGenGPT generates tokens in raster order, but this sampler needs a "
-                                         "model with next-neighbour order"):
+    with pytest.raises(ValueError, match=r"sampler 'nar' does not fit LlamaGenGPT \(raster tokens\); samplers "
+                                         r"that do: ar, gsd, "):
         NARSampler().sample(tiny_gpt, torch.tensor([0]), SamplingParams())
 
 
 @pytest.mark.parametrize("sampler", [ARSampler(), SJD()])
 def test_raster_samplers_refuse_a_nar_model(tiny_nar_factory, sampler) -> None:
-    with pytest.raises(ValueError, match="NARTransformer generates tokens in next-neighbour order, but this sampler "
-                                         "needs a model with raster order"):
+    with pytest.raises(ValueError, match=f"sampler '{sampler.name}' does not fit NARTransformer \\(next-neighbour "
+                                         f"tokens\\); samplers that do: nar$"):
         sampler.sample(tiny_nar_factory((3, 3)), torch.tensor([0]), SamplingParams())
 
 

@@ -156,7 +156,8 @@ def test_registered_for_next_block_models_only(tiny_nar_factory) -> None:
     assert available_samplers("next-block") == ["nbp"]
     assert isinstance(get_sampler("nbp"), NBPSampler)
     assert get_sampler({"name": "nbp", "cfg_schedule": "linear"}) == NBPSampler("linear")
-    with pytest.raises(ValueError, match="next-neighbour order, but this sampler needs a model with next-block"):
+    with pytest.raises(ValueError, match="sampler 'nbp' does not fit NARTransformer \\(next-neighbour tokens\\); "
+                                         "samplers that do: nar$"):
         NBPSampler().sample(tiny_nar_factory((3, 3)), CLASSES, SamplingParams())
 
 

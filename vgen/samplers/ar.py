@@ -101,7 +101,7 @@ class ARSampler(Sampler):
     def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
-        check_inputs(model, class_ids)
+        check_inputs(self, model, class_ids)
         start = time.perf_counter()
         device = next(model.parameters()).device
         class_ids = class_ids.to(device)

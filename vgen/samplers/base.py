@@ -232,14 +232,15 @@ def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -
     return _from_fields(cls, kwargs, f"sampler {cls.name!r}")
 
 
-def check_inputs(model: nn.Module, class_ids: torch.Tensor, token_order: str = "raster") -> None:
-    """Raise a ValueError unless ``model`` generates in ``token_order`` (its ``token_order`` attribute; models
-    without one, like LlamaGen's, are raster), is in eval mode, and ``class_ids`` is a 1-D integer tensor of valid
-    (non-null) classes. Training mode would apply dropout and LlamaGen's class dropout while sampling."""
+def check_inputs(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor) -> None:
+    """Raise a ValueError unless ``model`` generates in the sampler's ``token_order`` (the model's ``token_order``
+    attribute; models without one, like LlamaGen's, are raster; the message names the samplers that fit it), is in
+    eval mode, and ``class_ids`` is a 1-D integer tensor of valid (non-null) classes. Training mode would apply
+    dropout and LlamaGen's class dropout while sampling."""
     order = getattr(model, "token_order", "raster")
-    if order != token_order:
-        raise ValueError(f"{type(model).__name__} generates tokens in {order} order, but this sampler needs a "
-                         f"model with {token_order} order")
+    if order != sampler.token_order:
+        raise ValueError(f"sampler {sampler.name!r} does not fit {type(model).__name__} ({order} tokens); samplers "
+                         f"that do: {', '.join(available_samplers(order)) or 'none registered'}")
     if model.training:
         raise ValueError("the model is in training mode (dropout, class dropout); call model.eval() first")
     if class_ids.ndim != 1 or class_ids.dtype.is_floating_point or class_ids.dtype == torch.bool:

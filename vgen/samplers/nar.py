@@ -37,7 +37,7 @@ class NARSampler(Sampler):
     def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
-        check_inputs(model, class_ids, self.token_order)
+        check_inputs(self, model, class_ids)
         start = time.perf_counter()
         device = next(model.parameters()).device
         class_ids = class_ids.to(device)

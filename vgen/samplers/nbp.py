@@ -62,7 +62,7 @@ class NBPSampler(Sampler):
                prefix: torch.Tensor | None = None) -> SampleOutput:
         """Draw ``class_ids``' token grids; ``prefix`` [B, k * block_size] (0 < k < blocks) fixes the leading
         blocks, which the model then continues."""
-        check_inputs(model, class_ids, self.token_order)
+        check_inputs(self, model, class_ids)
         start = time.perf_counter()
         device = next(model.parameters()).device
         class_ids = class_ids.to(device)

@@ -116,7 +116,7 @@ class Speculative(Sampler):
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
-        check_inputs(model, class_ids)
+        check_inputs(self, model, class_ids)
         start_time = time.perf_counter()
         drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
