@@ -251,3 +251,14 @@ def check_inputs(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor) ->
         n = model.num_classes
         raise ValueError(f"class id {int(bad[0])} is out of range for a model with {n} classes "
                          f"(valid: 0..{n - 1})")
+
+
+
+def prepare_classes(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor,
+                    params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`check_inputs`, then ``class_ids`` on the model's device and the rows the model is conditioned on: the
+    class ids, followed by their null condition when guidance is on (the CFG batch ``[cond; uncond]``)."""
+    check_inputs(sampler, model, class_ids)
+    class_ids = class_ids.to(next(model.parameters()).device)
+    cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
+    return class_ids, cond

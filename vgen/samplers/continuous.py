@@ -34,7 +34,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_classes, register_sampler
 from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
 
 TOKEN_ORDER = "continuous"
@@ -48,17 +48,16 @@ def check_continuous_params(params: SamplingParams) -> None:
 
 
 def prepare(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams,
-            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Refuse what continuous-token sampling cannot take, then the class ids on the model's device and the noise of
-    every token's trajectory, [B, N, steps + 1, C], drawn in one call from ``generator`` (row b gets the same noise
-    whatever the batch size)."""
-    check_inputs(sampler, model, class_ids)
+            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The class ids and condition rows (:func:`~vgen.samplers.base.prepare_classes`) after refusing top-k / top-p,
+    and the noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from ``generator`` (row b
+    gets the same noise whatever the batch size)."""
     check_continuous_params(params)
-    class_ids = class_ids.to(model.device)
+    class_ids, cond = prepare_classes(sampler, model, class_ids, params)
     steps = len(model.head.sampling_schedule())
     noise = torch.randn((len(class_ids), model.num_tokens, steps + 1, model.token_channels), generator=generator,
-                        device=model.device)
-    return class_ids, noise
+                        device=class_ids.device)
+    return class_ids, cond, noise
 
 
 def _guided(x: torch.Tensor, guided: bool) -> torch.Tensor:
@@ -87,11 +86,9 @@ def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch
             z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
 
 
-def _start(model: nn.Module, class_ids: torch.Tensor, params: SamplingParams,
-           extra: int) -> tuple[torch.Tensor, KVCache, torch.Tensor]:
-    cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
+def _start(model: nn.Module, cond: torch.Tensor, extra: int) -> tuple[KVCache, torch.Tensor]:
     cache = model.new_cache(cond.shape[0], extra=extra)
-    return cond, cache, model.prefill(cond, cache)
+    return cache, model.prefill(cond, cache)
 
 
 @register_sampler
@@ -107,9 +104,9 @@ class ContinuousARSampler(Sampler):
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         start = time.perf_counter()
-        class_ids, noise = prepare(self, model, class_ids, params, generator)
-        device, batch, n = model.device, class_ids.shape[0], model.num_tokens
-        _, cache, z = _start(model, class_ids, params, extra=0)
+        class_ids, cond, noise = prepare(self, model, class_ids, params, generator)
+        device, batch, n = class_ids.device, len(class_ids), model.num_tokens
+        cache, z = _start(model, cond, extra=0)
         tokens = torch.empty(batch, n, model.token_channels, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             one_per_pass(model, z, cache, noise, params, tokens, n, bar)
@@ -172,10 +169,10 @@ class CSpD(Sampler):
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         """``draft_head`` is the draft model (a :class:`~vgen.models.mar.ContinuousAR`)."""
         start_time = time.perf_counter()
-        class_ids, noise = prepare(self, model, class_ids, params, generator)
+        class_ids, cond, noise = prepare(self, model, class_ids, params, generator)
         draft = check_draft(model, draft_head)
-        device, batch, n, k, guided = model.device, len(class_ids), model.num_tokens, self.draft_length, params.guided
-        rows = 2 * batch if guided else batch
+        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
+        k, rows = self.draft_length, cond.shape[0]
         tokens = torch.zeros(batch, n, model.token_channels, device=device)
         accept_step = torch.zeros(batch, n, dtype=torch.long)
         draft_passes = fallbacks = 0
@@ -184,7 +181,7 @@ class CSpD(Sampler):
 
         # 1. pre-filling: the target alone, the same for every row
         prefill = max(1, math.ceil(self.prefill_ratio * n))
-        cond, cache, z = _start(model, class_ids, params, extra=k + 1)
+        cache, z = _start(model, cond, extra=k + 1)
         bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
         one_per_pass(model, z, cache, noise, params, tokens, prefill, bar)
         accept_step[:, :prefill] = torch.arange(1, prefill + 1)
