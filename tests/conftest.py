@@ -94,6 +94,27 @@ def tiny_nar_factory():
 # ---- end NAR -----------------------------------------------------------------------------------------------
 
 
+# ---- NBP: tiny next-block models (image and video) with informative logits ----------------------------------
+@pytest.fixture
+def tiny_nbp_factory():
+    """``make(grid, block="row", seed=0, **config)``: an fp32 eval-mode NBP model whose parameters are N(0, 0.2)
+    noise (its zero-initialised output would be uniform)."""
+    from vgen.models.nbp import NBPConfig, NBPTransformer
+
+    def make(grid: tuple[int, ...], block: str = "row", seed: int = 0, **overrides) -> NBPTransformer:
+        config = {"vocab_size": 40, "dim": 48, "n_layer": 2, "n_head": 4, "multiple_of": 16, "num_classes": 5,
+                  **overrides}
+        torch.manual_seed(seed)
+        model = NBPTransformer(NBPConfig(grid=grid, block=block, **config))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(std=0.2)
+        return model.eval()
+
+    return make
+# ---- end NBP -----------------------------------------------------------------------------------------------
+
+
 # ---- eval: the tiny pipeline as a model of the shapes domain (records its vgen.data set) ---------------------
 @pytest.fixture(scope="session")
 def tiny_shapes_pipeline_dir(tiny_pipeline_dir, tmp_path_factory):

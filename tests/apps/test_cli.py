@@ -271,7 +271,7 @@ def test_quality_of_a_continuous_model_reports_class_accuracy_without_token_stat
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--sampler", "cspd"], "needs a model with continuous order"),
+    (["--sampler", "cspd"], "sampler 'cspd' does not fit LlamaGenGPT (raster tokens); samplers that do: ar, "),
     (["--sampler", "cspd", "--prefill-ratio", "1.0"], "prefill_ratio must be in [0, 1)"),
 ])
 def test_cspd_on_a_discrete_model_or_with_bad_settings_is_refused(tiny_pipeline_dir, tmp_path, args, message, capsys):
@@ -279,10 +279,14 @@ def test_cspd_on_a_discrete_model_or_with_bad_settings_is_refused(tiny_pipeline_
     assert code == 2 and message in err and err.count("\n") == 1
 
 
-def test_a_discrete_sampler_on_a_continuous_model_is_refused(tiny_continuous_pipeline_dir, tmp_path, capsys):
-    code, _, err = run(["sample", "--model", str(tiny_continuous_pipeline_dir), "--sampler", "sjd",
+@pytest.mark.parametrize("sampler", ["ar", "sjd"])
+def test_a_discrete_sampler_on_a_continuous_model_names_the_samplers_that_fit(tiny_continuous_pipeline_dir, tmp_path,
+                                                                              capsys, sampler):
+    code, _, err = run(["sample", "--model", str(tiny_continuous_pipeline_dir), "--sampler", sampler,
                         "--out", str(tmp_path / "x.png")], capsys)
-    assert code == 2 and "needs a model with raster order" in err
+    assert code == 2 and err.count("\n") == 1
+    assert (f"sampler '{sampler}' does not fit ContinuousAR (continuous tokens); samplers that do: continuous-ar, "
+            f"cspd") in err
 
 
 def test_a_nar_model_samples_with_nar_by_default_in_h_plus_w_minus_1_passes(tiny_pipeline_dir, tiny_nar_factory,

@@ -378,7 +378,7 @@ def test_spatial_positions_rotate_each_frame_as_an_image_and_embed_the_frame(tin
 
 
 def test_config_rejects_a_bad_head_split() -> None:
-    with pytest.raises(ValueError, match="heads of a size divisible by 4"):
+    with pytest.raises(ValueError, match="head_dim 6 .* must be divisible by 4"):
         NARConfig(grid=(4, 4), dim=48, n_head=8)
     with pytest.raises(ValueError, match="rope must be one of"):
         NARConfig(grid=(2, 4, 4), dim=32, n_head=4, rope="time")

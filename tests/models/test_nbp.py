@@ -17,18 +17,6 @@ def rows_of(text: str) -> torch.Tensor:
     return torch.tensor([[c == "1" for c in line.split()] for line in text.strip().splitlines()])
 
 
-def tiny(grid=(2, 3), block="row", seed=0, **overrides) -> NBPTransformer:
-    """An fp32 eval-mode NBP model with N(0, 0.2) weights (its zero-initialised output would be uniform)."""
-    config = {"vocab_size": 40, "dim": 48, "n_layer": 2, "n_head": 4, "multiple_of": 16, "num_classes": 5,
-              **overrides}
-    torch.manual_seed(seed)
-    model = NBPTransformer(NBPConfig(grid=grid, block=block, **config))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(std=0.2)
-    return model.eval()
-
-
 # slots: class, then input blocks of 3 (begin-of-video, then block 0's tokens); row = query, column = key
 MASK_2x3_ROWS = rows_of("""
 1 0 0 0 0 0 0
@@ -65,13 +53,13 @@ MASK_2x3_ROWS_HYBRID = rows_of("""
 """)
 
 
-def test_block_causal_mask_cell_by_cell() -> None:
+def test_block_causal_mask_cell_by_cell(tiny_nbp_factory) -> None:
     assert torch.equal(block_causal_mask(2, 3), MASK_2x3_ROWS)
     assert torch.equal(block_causal_mask(3, 2), MASK_3x1x2_FRAMES)
-    assert torch.equal(tiny((2, 3)).mask, MASK_2x3_ROWS)
-    assert torch.equal(tiny((3, 1, 2), "frame").mask, MASK_3x1x2_FRAMES)
+    assert torch.equal(tiny_nbp_factory((2, 3)).mask, MASK_2x3_ROWS)
+    assert torch.equal(tiny_nbp_factory((3, 1, 2), "frame").mask, MASK_3x1x2_FRAMES)
     assert torch.equal(block_causal_mask(2, 3, hybrid=True), MASK_2x3_ROWS_HYBRID)
-    assert torch.equal(tiny((2, 3), hybrid=True).mask, MASK_2x3_ROWS_HYBRID)
+    assert torch.equal(tiny_nbp_factory((2, 3), hybrid=True).mask, MASK_2x3_ROWS_HYBRID)
 
 
 @pytest.mark.parametrize("grid, block, block_size, steps", [
@@ -94,10 +82,10 @@ def test_block_size_and_step_count(grid, block, block_size, steps) -> None:
 
 
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame")])
-def test_a_hybrid_model_predicts_block_0_token_by_token(grid, block) -> None:
+def test_a_hybrid_model_predicts_block_0_token_by_token(tiny_nbp_factory, grid, block) -> None:
     """Perturbing token p changes no logit at positions <= p; inside block 0 it reaches token p + 1 (next-token
     prediction), the last token of block 0 reaches all of block 1, and block k >= 1 still reaches block k + 1."""
-    model = tiny(grid, block, hybrid=True)
+    model = tiny_nbp_factory(grid, block, hybrid=True)
     b, n = model.block_size, model.num_tokens
     tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(1))
     cls = torch.tensor([1, 3])
@@ -115,8 +103,8 @@ def test_a_hybrid_model_predicts_block_0_token_by_token(grid, block) -> None:
             assert reached[nxt - p - 1:nxt - p - 1 + b].all(), f"token {p} does not reach every token of the next block"
 
 
-def test_the_class_conditions_every_token_of_a_hybrid_model() -> None:
-    model = tiny((3, 4), hybrid=True)
+def test_the_class_conditions_every_token_of_a_hybrid_model(tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((3, 4), hybrid=True)
     tokens = torch.randint(0, 40, (1, 12), generator=torch.Generator().manual_seed(2))
     a, b = model(torch.tensor([0]), tokens), model(torch.tensor([4]), tokens)
     assert ((a - b).abs().amax(dim=(0, 2)) > 1e-6).all()
@@ -124,12 +112,12 @@ def test_the_class_conditions_every_token_of_a_hybrid_model() -> None:
 
 @pytest.mark.parametrize("hybrid", [False, True, 2])
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((3, 2, 2), "row")])
-def test_a_prefix_of_whole_blocks_gives_the_full_forwards_first_rows(grid, block, hybrid) -> None:
+def test_a_prefix_of_whole_blocks_gives_the_full_forwards_first_rows(tiny_nbp_factory, grid, block, hybrid) -> None:
     """Block 0 alone (a hybrid model's token-by-token start), or a first frame in row blocks, scores as it does
     inside the whole grid: a trainer scores other frames of a clip as frame 0 this way."""
     if hybrid == 2 and block == "frame":
         pytest.skip("three frame blocks: two token-by-token blocks leave one")
-    model = tiny(grid, block, hybrid=bool(hybrid), hybrid_blocks=int(hybrid) or 1)
+    model = tiny_nbp_factory(grid, block, hybrid=bool(hybrid), hybrid_blocks=int(hybrid) or 1)
     b, n = model.block_size, model.num_tokens
     tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(3))
     cls = torch.tensor([0, 4])
@@ -138,8 +126,8 @@ def test_a_prefix_of_whole_blocks_gives_the_full_forwards_first_rows(grid, block
         assert torch.allclose(model(cls, tokens[:, :m]), full[:, :m], atol=1e-5), f"prefix of {m} tokens"
 
 
-def test_a_prefix_must_be_whole_blocks_of_the_grid() -> None:
-    model = tiny((3, 4), hybrid=True)
+def test_a_prefix_must_be_whole_blocks_of_the_grid(tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((3, 4), hybrid=True)
     message = r"the whole 3 rows x 4 columns grid \(12\) or a prefix of whole row blocks of 4"
     for bad in ((1, 6), (1, 11), (1, 16), (1, 0), (12,)):
         with pytest.raises(ValueError, match=message):
@@ -147,9 +135,9 @@ def test_a_prefix_must_be_whole_blocks_of_the_grid() -> None:
 
 
 @pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((2, 2, 3), "row")])
-def test_a_block_sees_only_earlier_blocks(grid, block) -> None:
+def test_a_block_sees_only_earlier_blocks(tiny_nbp_factory, grid, block) -> None:
     """Perturbing the tokens of block k changes the logits of blocks k+1.. and nothing before them."""
-    model = tiny(grid, block)
+    model = tiny_nbp_factory(grid, block)
     b, n = model.block_size, model.num_tokens
     tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(1))
     cls = torch.tensor([1, 3])
@@ -169,8 +157,8 @@ def test_a_block_sees_only_earlier_blocks(grid, block) -> None:
             assert (diff[(k + 1) * b:(k + 2) * b] > 1e-6).all()
 
 
-def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of_video_slots() -> None:
-    model = tiny((3, 4))
+def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of_video_slots(tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((3, 4))
     tokens = torch.randint(0, 40, (1, 12), generator=torch.Generator().manual_seed(2))
     a, b = model(torch.tensor([0]), tokens), model(torch.tensor([4]), tokens)
     assert ((a - b).abs().amax(dim=(0, 2)) > 1e-6).all()
@@ -185,10 +173,10 @@ def test_the_class_conditions_every_block_and_the_first_block_reads_the_begin_of
     ((4, 2, 2), "frame", None, True, "spatial"), ((2, 2, 3), "row", None, True, "spatial"),
     ((3, 2, 3), "row", None, 2, "spatial"),
     ((4, 6, 6), "row", None, 6, "spatial")])  # 145 slots: the full forward attends in 3 chunks (PrefixMask)
-def test_cached_block_decoding_equals_the_full_forward(grid, block, kv, hybrid, rope) -> None:
+def test_cached_block_decoding_equals_the_full_forward(tiny_nbp_factory, grid, block, kv, hybrid, rope) -> None:
     """prefill, then (hybrid) the first blocks token by token, then one block per decode: the full forward's logits.
     ``hybrid`` 2: the first two blocks (all of frame 0 in rows) token by token."""
-    model = tiny(grid, block, n_kv_head=kv, hybrid=bool(hybrid), hybrid_blocks=int(hybrid) or 1, rope=rope)
+    model = tiny_nbp_factory(grid, block, n_kv_head=kv, hybrid=bool(hybrid), hybrid_blocks=int(hybrid) or 1, rope=rope)
     b, n, first = model.block_size, model.num_tokens, model.first_tokens
     cls = torch.tensor([0, 2, 4])
     tokens = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(3))
@@ -222,8 +210,8 @@ def test_spatial_positions_rotate_each_frame_as_an_image_and_tell_frames_apart_b
                        "frame_embedding")
 
 
-def test_round_trips_through_save_and_from_pretrained(tmp_path) -> None:
-    model = tiny((3, 2, 2), "frame")
+def test_round_trips_through_save_and_from_pretrained(tiny_nbp_factory, tmp_path) -> None:
+    model = tiny_nbp_factory((3, 2, 2), "frame")
     save_pretrained(model, tmp_path / "m")
     loaded = from_pretrained(tmp_path / "m").eval()
     assert isinstance(loaded, NBPTransformer) and loaded.config == model.config
@@ -250,8 +238,8 @@ def test_bad_config_raises_a_specific_error(kwargs, message) -> None:
         NBPConfig(**kwargs)
 
 
-def test_bad_tokens_and_cache_states_raise() -> None:
-    model = tiny((3, 4))
+def test_bad_tokens_and_cache_states_raise(tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((3, 4))
     cls = torch.tensor([0])
     cache = model.new_cache(1)
     with pytest.raises(ValueError, match="call prefill first"):
@@ -269,8 +257,8 @@ def test_bad_tokens_and_cache_states_raise() -> None:
         model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), model.new_cache(1))
 
 
-def test_bad_hybrid_cache_states_raise() -> None:
-    model = tiny((3, 4), hybrid=True)
+def test_bad_hybrid_cache_states_raise(tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((3, 4), hybrid=True)
     cls, cache = torch.tensor([0]), model.new_cache(1)
     with pytest.raises(ValueError, match="call prefill first"):
         model.decode_first_block(torch.zeros(1, 1, dtype=torch.long), cache)

@@ -1,6 +1,7 @@
 """Target-only and CSpD sampling of continuous-token AR models: CSpD is lossless against the target."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ from scipy import stats
 
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
-from vgen.samplers import CSpD, SamplingParams, get_sampler
+from vgen.samplers import CSpD, SamplingParams
 
 CLASS_MEANS = torch.tensor([[-1.0, 0.5], [0.0, -0.5], [1.0, 1.0]])
 
@@ -47,49 +48,58 @@ def draft():
     return train_toy(1, shift=0.6, steps=100, dim=16, head_width=32)
 
 
-def run(name, model, classes, params, seed, **kwargs):
-    sampler = kwargs.pop("sampler", None) or get_sampler(name)
-    return sampler.sample(model, classes, params, generator=torch.Generator().manual_seed(seed), **kwargs)
-
-
-def test_target_only_sampling_learns_the_toy_distribution(target):
-    out = run("continuous-ar", target, torch.arange(3).repeat(200), SamplingParams(), 0)
+def test_target_only_sampling_learns_the_toy_distribution(run_sampler, target):
+    out = run_sampler("continuous-ar", target, torch.arange(3).repeat(200), SamplingParams(), 0)
     assert out.tokens.shape == (600, 4, 2) and out.stats.forward_passes == 4
     for k in range(3):
         mean = out.tokens[k::3, 0].mean(0)
         assert torch.allclose(mean, CLASS_MEANS[k], atol=0.15)
 
 
-def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_every_draft(target):
+def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_every_draft(run_sampler, target):
     classes = torch.tensor([0, 1, 2, 1])
     for params in (SamplingParams(), SamplingParams(cfg_scale=2.0)):
-        ref = run("continuous-ar", target, classes, params, 3)
-        out = run("cspd", target, classes, params, 3, sampler=CSpD(draft_length=2, prefill_ratio=0.0),
-                  draft_head=copy.deepcopy(target))
+        ref = run_sampler("continuous-ar", target, classes, params, 3)
+        out = run_sampler(CSpD(draft_length=2, prefill_ratio=0.0), target, classes, params, 3,
+                          draft_head=copy.deepcopy(target))
         assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
         # 1 prefill token, then one verification gives 2 drafts + 1 bonus = the remaining 3 tokens
         assert out.stats.forward_passes == 2 and out.stats.accepted_lengths == [3] * 4
         assert out.stats.details["median_draft_gap_in_target_stds"] < 0.05
 
 
-def test_cspd_at_temperature_zero_equals_target_only_sampling(target, draft):
+def test_cspd_drafts_verifies_and_resamples_only_positions_inside_the_image(run_sampler, target):
+    """The target as its own draft, with more drafts than the 3 tokens left after the prefill: each row keeps the
+    3 drafts inside the image and is done, with no residual sample (nor a fallback) for a position past its end."""
+    classes = torch.arange(3).repeat(67)[:200]
+    params = SamplingParams()
+    ref = run_sampler("continuous-ar", target, classes, params, 4)
+    out = run_sampler(CSpD(draft_length=4, prefill_ratio=0.0), target, classes, params, 4,
+                      draft_head=copy.deepcopy(target))
+    assert out.stats.details["residual_fallbacks"] == 0
+    assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
+    assert out.stats.forward_passes == 2 and out.stats.accepted_lengths == [3] * 200
+    assert out.stats.draft_forward_passes == 2 + 2  # prefill and prefix, then a pass between 3 drafts
+
+
+def test_cspd_at_temperature_zero_equals_target_only_sampling(run_sampler, target, draft):
     classes = torch.tensor([0, 1, 2])
     params = SamplingParams(temperature=0.0)
-    ref = run("continuous-ar", target, classes, params, 0)
-    out = run("cspd", target, classes, params, 0, draft_head=draft)  # same seed: the initial noise x_T
+    ref = run_sampler("continuous-ar", target, classes, params, 0)
+    out = run_sampler("cspd", target, classes, params, 0, draft_head=draft)  # same seed: the initial noise x_T
     # equal up to float rounding: the target denoises a verified window as one batch, target-only one token
     assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
 
 
-def test_cspd_output_distribution_equals_the_target_s(target, draft):
+def test_cspd_output_distribution_equals_the_target_s(run_sampler, target, draft):
     """Two-sample KS per token and channel: CSpD with a visibly different draft against target-only sampling
     on other seeds; the draft's own samples fail the same test (so it can fail)."""
     classes = torch.arange(3).repeat(300)
     params = SamplingParams()
-    ref = run("continuous-ar", target, classes, params, 11).tokens
-    out = run("cspd", target, classes, params, 12, sampler=CSpD(draft_length=3, prefill_ratio=0.0),
-              draft_head=draft)
-    own = run("continuous-ar", draft, classes, params, 13).tokens
+    ref = run_sampler("continuous-ar", target, classes, params, 11).tokens
+    out = run_sampler(CSpD(draft_length=3, prefill_ratio=0.0), target, classes, params, 12,
+                      draft_head=draft)
+    own = run_sampler("continuous-ar", draft, classes, params, 13).tokens
     pvalues = [stats.ks_2samp(out.tokens[:, n, c], ref[:, n, c]).pvalue for n in range(4) for c in range(2)]
     assert min(pvalues) > 1e-3 / 8
     assert min(stats.ks_2samp(own[:, n, c], ref[:, n, c]).pvalue for n in range(4) for c in range(2)) < 1e-6
@@ -97,19 +107,19 @@ def test_cspd_output_distribution_equals_the_target_s(target, draft):
     assert out.stats.details["median_draft_gap_in_target_stds"] > 1  # a different draft: far apart
 
 
-def test_inner_temperature_trades_fidelity_for_acceptance(target, draft):
+def test_inner_temperature_trades_fidelity_for_acceptance(run_sampler, target, draft):
     classes = torch.arange(3).repeat(100)
-    exact = run("cspd", target, classes, SamplingParams(), 5, draft_head=draft)
-    loose = run("cspd", target, classes, SamplingParams(), 5, sampler=CSpD(inner_temperature=42.0),
-                draft_head=draft)
+    exact = run_sampler("cspd", target, classes, SamplingParams(), 5, draft_head=draft)
+    loose = run_sampler(CSpD(inner_temperature=42.0), target, classes, SamplingParams(), 5,
+                        draft_head=draft)
     def mean_accepted(out):
         return sum(out.stats.accepted_lengths) / len(out.stats.accepted_lengths)
 
     assert mean_accepted(loose) > mean_accepted(exact) + 0.5
 
 
-def test_stats_count_passes_and_tokens(target, draft):
-    out = run("cspd", target, torch.tensor([0, 2]), SamplingParams(), 0, draft_head=draft)
+def test_stats_count_passes_and_tokens(run_sampler, target, draft):
+    out = run_sampler("cspd", target, torch.tensor([0, 2]), SamplingParams(), 0, draft_head=draft)
     st = out.stats
     assert st.tokens == 8 and st.batch_size == 2
     assert st.accept_step.shape == (2, 4) and int(st.accept_step.max()) == st.forward_passes
@@ -117,23 +127,29 @@ def test_stats_count_passes_and_tokens(target, draft):
     assert st.draft_forward_passes > 0
 
 
-def test_bad_input_is_refused(target, draft):
+def test_bad_input_is_refused(run_sampler, target, draft):
     params = SamplingParams()
     with pytest.raises(ValueError, match="latents differ"):
-        run("cspd", target, torch.tensor([0]), params, 0, draft_head=train_toy(2, steps=0, grid_size=4))
+        run_sampler("cspd", target, torch.tensor([0]), params, 0, draft_head=train_toy(2, steps=0, grid_size=4))
     with pytest.raises(ValueError, match="needs a draft"):
-        run("cspd", target, torch.tensor([0]), params, 0)
+        run_sampler("cspd", target, torch.tensor([0]), params, 0)
     for bad in (1.0, -0.1):
         with pytest.raises(ValueError, match="prefill_ratio"):
             CSpD(prefill_ratio=bad)
     with pytest.raises(ValueError, match="inner_temperature"):
         CSpD(inner_temperature=0.5)
     with pytest.raises(ValueError, match="top-k"):
-        run("cspd", target, torch.tensor([0]), SamplingParams(top_k=5), 0, draft_head=draft)
+        run_sampler("cspd", target, torch.tensor([0]), SamplingParams(top_k=5), 0, draft_head=draft)
     with pytest.raises(ValueError, match="out of range"):
-        run("continuous-ar", target, torch.tensor([3]), params, 0)
+        run_sampler("continuous-ar", target, torch.tensor([3]), params, 0)
     discrete = LlamaGenGPT(GPTConfig(vocab_size=16, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=4)).eval()
-    with pytest.raises(ValueError, match="continuous order"):
-        run("cspd", discrete, torch.tensor([0]), params, 0, draft_head=draft)
-    with pytest.raises(ValueError, match="raster order"):
-        run("ar", target, torch.tensor([0]), params, 0)
+    with pytest.raises(ValueError, match=re.escape("sampler 'cspd' does not fit LlamaGenGPT (raster tokens); "
+                                                   "samplers that do: ar, gsd, lantern, mcsjd, sjd, speculative")):
+        run_sampler("cspd", discrete, torch.tensor([0]), params, 0, draft_head=draft)
+
+
+@pytest.mark.parametrize("name", ["ar", "sjd", "nar", "nbp"])
+def test_a_sampler_of_another_order_names_the_samplers_that_fit(run_sampler, target, name):
+    with pytest.raises(ValueError, match=re.escape(f"sampler '{name}' does not fit ContinuousAR (continuous tokens); "
+                                                   f"samplers that do: continuous-ar, cspd")):
+        run_sampler(name, target, torch.tensor([0]), SamplingParams(), 0)

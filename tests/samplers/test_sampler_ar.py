@@ -9,20 +9,23 @@ loop); one slow test compiles the default step and checks it against the eager o
 
 import json
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
 from vgen.models.llamagen import GPTConfig
-from vgen.samplers import ARSampler, SamplingParams, build_processors, get_sampler
+from vgen.samplers import ARSampler, SamplingParams, get_sampler
 from vgen.samplers import ar as ar_module
 
 CLASSES = torch.tensor([0, 4, 2])
 
 
-def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, seed: int = 0) -> torch.Tensor:
-    """No cache: step i reruns the whole sequence [class, tokens < i] and samples token i from its end."""
+def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, draw: Callable,
+                   seed: int = 0) -> torch.Tensor:
+    """No cache: step i reruns the whole sequence [class, tokens < i] and samples token i from its end with ``draw``
+    (the ``reference_draw`` fixture)."""
     generator = torch.Generator().manual_seed(seed)
     guided = params.cfg_scale > 1.0
     cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
@@ -37,63 +40,48 @@ def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, seed:
                     logits = cond_logits
                 else:
                     logits = uncond_logits + (cond_logits - uncond_logits) * params.cfg_scale
-            logits = build_processors(params)(logits)  # checked against LlamaGen in test_sampler_logits.py
-            if params.temperature == 0:
-                token = logits.argmax(-1)
-            else:
-                token = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+            token = draw(logits, params, generator)  # processors checked against LlamaGen in test_sampler_logits.py
             seq = torch.cat([seq, token[:, None]], dim=1)
     return seq
 
 
-def run(model, params: SamplingParams, seed: int = 0, classes: torch.Tensor = CLASSES):
-    return ARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(seed))
-
-
-PARAMS = {
-    "greedy": SamplingParams(temperature=0.0),
-    "greedy-cfg": SamplingParams(temperature=0.0, cfg_scale=4.0),
-    "sampled": SamplingParams(),
-    "sampled-cfg": SamplingParams(cfg_scale=4.0),
-    "filtered-cfg": SamplingParams(temperature=0.8, top_k=20, top_p=0.9, cfg_scale=2.5),
-    "interval": SamplingParams(temperature=1.2, cfg_scale=3.0, cfg_interval=5),
-}
-
-
-@pytest.mark.parametrize("name", list(PARAMS))
-def test_kv_cache_sampling_equals_the_naive_loop(tiny_gpt, name: str) -> None:
-    out = run(tiny_gpt, PARAMS[name], seed=7)
+def test_kv_cache_sampling_equals_the_naive_loop(tiny_gpt, run_sampler, reference_draw, sampling_params) -> None:
+    out = run_sampler("ar", tiny_gpt, CLASSES, sampling_params, seed=7)
     assert out.tokens.shape == (3, 16) and out.tokens.dtype == torch.long
-    assert torch.equal(out.tokens, naive_generate(tiny_gpt, CLASSES, PARAMS[name], seed=7))
+    assert torch.equal(out.tokens, naive_generate(tiny_gpt, CLASSES, sampling_params, reference_draw, seed=7))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_cfg_scale_up_to_one_is_plain_conditional_sampling(tiny_gpt, temperature: float) -> None:
+def test_cfg_scale_up_to_one_is_plain_conditional_sampling(tiny_gpt, run_sampler, reference_draw,
+                                                           temperature: float) -> None:
     def tokens(scale: float) -> torch.Tensor:
-        return run(tiny_gpt, SamplingParams(temperature=temperature, cfg_scale=scale)).tokens
+        return run_sampler("ar", tiny_gpt, CLASSES, SamplingParams(temperature=temperature, cfg_scale=scale)).tokens
 
-    plain = naive_generate(tiny_gpt, CLASSES, SamplingParams(temperature=temperature))
+    plain = naive_generate(tiny_gpt, CLASSES, SamplingParams(temperature=temperature), reference_draw)
     assert all(torch.equal(tokens(scale), plain) for scale in (0.0, 0.5, 1.0))
     assert not torch.equal(tokens(4.0), plain)
 
 
 @pytest.mark.parametrize("interval", [0, 3, 14])
-def test_cfg_interval_switches_guidance_off_after_the_right_token(tiny_gpt, interval: int) -> None:
+def test_cfg_interval_switches_guidance_off_after_the_right_token(tiny_gpt, run_sampler, reference_draw,
+                                                                  interval: int) -> None:
     params = SamplingParams(temperature=0.0, cfg_scale=4.0, cfg_interval=interval)
-    tokens = run(tiny_gpt, params).tokens
-    assert torch.equal(tokens, naive_generate(tiny_gpt, CLASSES, params))
+    tokens = run_sampler("ar", tiny_gpt, CLASSES, params).tokens
+    assert torch.equal(tokens, naive_generate(tiny_gpt, CLASSES, params, reference_draw))
     # greedy: tokens 0 .. interval + 1 are those of always-on guidance; later ones differ (for this model)
-    always = run(tiny_gpt, SamplingParams(temperature=0.0, cfg_scale=4.0)).tokens
+    always = run_sampler("ar", tiny_gpt, CLASSES, SamplingParams(temperature=0.0, cfg_scale=4.0)).tokens
     assert torch.equal(tokens[:, :interval + 2], always[:, :interval + 2])
     assert interval + 2 >= tokens.shape[1] or not torch.equal(tokens, always)
 
 
-def test_cfg_interval_beyond_the_image_equals_always_on(tiny_gpt) -> None:
-    always = run(tiny_gpt, SamplingParams(cfg_scale=4.0)).tokens
-    assert torch.equal(run(tiny_gpt, SamplingParams(cfg_scale=4.0, cfg_interval=15)).tokens, always)
+def test_cfg_interval_beyond_the_image_equals_always_on(tiny_gpt, run_sampler) -> None:
+    always = run_sampler("ar", tiny_gpt, CLASSES, SamplingParams(cfg_scale=4.0)).tokens
+    beyond = run_sampler("ar", tiny_gpt, CLASSES, SamplingParams(cfg_scale=4.0, cfg_interval=15)).tokens
+    assert torch.equal(beyond, always)
 
 
-def test_one_cached_decode_per_token_and_both_cfg_halves_get_the_same_token(tiny_gpt, monkeypatch) -> None:
+def test_one_cached_decode_per_token_and_both_cfg_halves_get_the_same_token(tiny_gpt, run_sampler,
+                                                                           monkeypatch) -> None:
     prefills, decodes = [], []
     prefill, decode = tiny_gpt.prefill, tiny_gpt.decode
 
@@ -107,7 +95,7 @@ def test_one_cached_decode_per_token_and_both_cfg_halves_get_the_same_token(tiny
 
     monkeypatch.setattr(tiny_gpt, "prefill", spy_prefill)
     monkeypatch.setattr(tiny_gpt, "decode", spy_decode)
-    out = run(tiny_gpt, SamplingParams(cfg_scale=4.0))
+    out = run_sampler("ar", tiny_gpt, CLASSES, SamplingParams(cfg_scale=4.0))
     assert len(prefills) == 1 and torch.equal(prefills[0], torch.tensor([0, 4, 2, 5, 5, 5]))
     assert len(decodes) == 15
     for t, (fed, cached) in enumerate(decodes, start=1):
@@ -115,10 +103,11 @@ def test_one_cached_decode_per_token_and_both_cfg_halves_get_the_same_token(tiny
         assert torch.equal(fed[:3], fed[3:]) and torch.equal(fed[:3, 0], out.tokens[:, t - 1])
 
 
-def test_same_seed_same_tokens_and_different_seeds_differ(tiny_gpt) -> None:
-    params = SamplingParams(cfg_scale=2.0)
-    assert torch.equal(run(tiny_gpt, params, seed=1).tokens, run(tiny_gpt, params, seed=1).tokens)
-    assert not torch.equal(run(tiny_gpt, params, seed=1).tokens, run(tiny_gpt, params, seed=2).tokens)
+def test_same_seed_same_tokens_and_different_seeds_differ(tiny_gpt, run_sampler) -> None:
+    def tokens(seed: int) -> torch.Tensor:
+        return run_sampler("ar", tiny_gpt, CLASSES, SamplingParams(cfg_scale=2.0), seed=seed).tokens
+
+    assert torch.equal(tokens(1), tokens(1)) and not torch.equal(tokens(1), tokens(2))
 
 
 def test_without_a_generator_the_global_seed_decides(tiny_gpt) -> None:
@@ -128,8 +117,8 @@ def test_without_a_generator_the_global_seed_decides(tiny_gpt) -> None:
     assert torch.equal(ARSampler().sample(tiny_gpt, CLASSES, SamplingParams()).tokens, first)
 
 
-def test_stats_count_one_forward_pass_per_token(tiny_gpt) -> None:
-    stats = run(tiny_gpt, SamplingParams(cfg_scale=4.0)).stats
+def test_stats_count_one_forward_pass_per_token(tiny_gpt, run_sampler) -> None:
+    stats = run_sampler("ar", tiny_gpt, CLASSES, SamplingParams(cfg_scale=4.0)).stats
     assert (stats.sampler, stats.forward_passes, stats.draft_forward_passes) == ("ar", 16, 0)
     assert (stats.tokens, stats.batch_size, stats.tokens_per_forward) == (48, 3, 1.0)
     assert stats.accepted_lengths == [] and stats.wall_time_s > 0
@@ -138,8 +127,8 @@ def test_stats_count_one_forward_pass_per_token(tiny_gpt) -> None:
     assert d["forward_passes"] == 16 and d["tokens"] == 48 and d["sampler"] == "ar"
 
 
-def test_progress_bar_reports_every_token(tiny_gpt, capsys) -> None:
-    run(tiny_gpt, SamplingParams(), classes=CLASSES[:1])
+def test_progress_bar_reports_every_token(tiny_gpt, run_sampler, capsys) -> None:
+    run_sampler("ar", tiny_gpt, CLASSES[:1], SamplingParams())
     assert capsys.readouterr().err == ""
     ARSampler().sample(tiny_gpt, CLASSES[:1], SamplingParams(), progress=True)
     assert "16/16" in capsys.readouterr().err
@@ -195,19 +184,21 @@ def test_static_decode_step_equals_decode_and_respects_crop(tiny_gpt) -> None:
 
 
 @pytest.mark.parametrize("name", ["greedy-cfg", "filtered-cfg", "sampled"])
-def test_cuda_graph_modes_run_the_static_step_on_a_reused_cache(tiny_gpt, monkeypatch, name: str) -> None:
+def test_cuda_graph_modes_run_the_static_step_on_a_reused_cache(tiny_gpt, monkeypatch, reference_draw, sampling_table,
+                                                               name: str) -> None:
     """The sampler's static-step bookkeeping (slot tensor, advance, one cache kept per model and cropped for the
     next call), run eagerly: compiling is the only difference from ``compile="reduce-overhead"``."""
     monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_step)
     monkeypatch.setattr(ar_module, "_STATIC_CACHES", ar_module.weakref.WeakKeyDictionary())
     sampler = ARSampler(compile="reduce-overhead")
-    naive = naive_generate(tiny_gpt, CLASSES, PARAMS[name], seed=7)
-    first = sampler.sample(tiny_gpt, CLASSES, PARAMS[name], generator=torch.Generator().manual_seed(7)).tokens
+    params = sampling_table[name]
+    naive = naive_generate(tiny_gpt, CLASSES, params, reference_draw, seed=7)
+    first = sampler.sample(tiny_gpt, CLASSES, params, generator=torch.Generator().manual_seed(7)).tokens
     cache = ar_module._STATIC_CACHES[tiny_gpt]
-    again = sampler.sample(tiny_gpt, CLASSES, PARAMS[name], generator=torch.Generator().manual_seed(7)).tokens
+    again = sampler.sample(tiny_gpt, CLASSES, params, generator=torch.Generator().manual_seed(7)).tokens
     assert torch.equal(first, naive) and torch.equal(again, naive)
     assert ar_module._STATIC_CACHES[tiny_gpt] is cache and cache.length == 16  # reused, not reallocated
-    sampler.sample(tiny_gpt, CLASSES[:1], PARAMS[name])  # another batch size gets its own cache
+    sampler.sample(tiny_gpt, CLASSES[:1], params)  # another batch size gets its own cache
     assert ar_module._STATIC_CACHES[tiny_gpt] is not cache
 
 

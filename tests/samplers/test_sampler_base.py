@@ -127,9 +127,25 @@ def test_stats_derive_rates_and_serialise_to_json() -> None:
     d = json.loads(json.dumps(stats.to_dict()))
     assert {"sampler", "forward_passes", "tokens", "wall_time_s", "tokens_per_forward"} <= set(d)
     assert d["accept_step"] == stats.accept_step.tolist() and d["accepted_lengths"] == []
-    spec = SamplerStats(sampler="sjd", forward_passes=4, tokens=16, wall_time_s=0.1,
-                        accepted_lengths=[6, 4, 3, 3],
-                        accept_step=torch.zeros(1, base.MAX_JSON_ELEMENTS + 1, dtype=torch.long))
-    assert spec.tokens_per_forward == 4.0
+    n = base.MAX_JSON_ELEMENTS + 1
+    spec = SamplerStats(sampler="sjd", forward_passes=4, tokens=n, wall_time_s=0.1, accepted_lengths=[6, 4, 3, 3],
+                        accept_step=torch.arange(n)[None] * 4 // n + 1)
+    assert spec.tokens_per_forward == n / 4
     d = json.loads(json.dumps(spec.to_dict()))
     assert "accept_step" not in d and d["accepted_lengths"] == [6, 4, 3, 3]
+
+
+def test_tokens_per_forward_averages_rows_and_the_batch_figure_counts_the_batch() -> None:
+    """1,000 rows of 16 tokens: 999 done in 4 passes, one in 16 (the batch runs 16). A row averages 16 / 4 tokens
+    a pass, all but the slow one; the batch draws 16,000 tokens in 16 batched passes."""
+    done_at = torch.full((1000, 1), 4)
+    done_at[-1] = 16
+    accept_step = (torch.arange(16)[None] * done_at // 16 + 1)
+    stats = SamplerStats(sampler="sjd", forward_passes=16, tokens=16_000, wall_time_s=1.0, batch_size=1000,
+                         accept_step=accept_step)
+    assert stats.tokens_per_forward == pytest.approx((999 * 16 / 4 + 16 / 16) / 1000)
+    assert stats.batch_tokens_per_forward == 1000.0
+    d = stats.to_dict()
+    assert (d["tokens_per_forward"], d["batch_tokens_per_forward"]) == (stats.tokens_per_forward, 1000.0)
+    plain = SamplerStats(sampler="ar", forward_passes=16, tokens=64, wall_time_s=1.0, batch_size=4)
+    assert (plain.tokens_per_forward, plain.batch_tokens_per_forward) == (1.0, 4.0)  # every row took every pass

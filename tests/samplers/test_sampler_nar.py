@@ -8,11 +8,12 @@ must count the forward passes the model really ran (H + W - 1, T + H + W - 2).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 import torch
 
-from vgen.samplers import ARSampler, NARSampler, SamplingParams, available_samplers, build_processors, get_sampler
+from vgen.samplers import ARSampler, NARSampler, SamplingParams, available_samplers, get_sampler
 from vgen.samplers.speculative import SJD
 
 CLASSES = torch.tensor([0, 4, 2])
@@ -24,7 +25,8 @@ def distances(grid: tuple[int, ...], image_first: bool = False) -> torch.Tensor:
     return torch.tensor([sum(c) + (lift if c[0] > 0 else 0) for c in itertools.product(*(range(n) for n in grid))])
 
 
-def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, seed: int = 0) -> torch.Tensor:
+def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, draw: Callable,
+                   seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     guided = params.cfg_scale > 1.0
     cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
@@ -40,48 +42,25 @@ def naive_generate(model, class_ids: torch.Tensor, params: SamplingParams, seed:
                 # guided while the index of the step's first token is <= cfg_interval + 1 (as AR's token index)
                 on = params.cfg_interval < 0 or drawn <= params.cfg_interval + 1
                 logits = u + (c - u) * params.cfg_scale if on else c
-            logits = build_processors(params)(logits)
-            if params.temperature == 0:
-                tokens = logits.argmax(-1)
-            else:
-                probs = logits.softmax(-1)
-                tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
-                tokens = tokens.view(len(class_ids), -1)
-            seq[:, cells] = tokens
+            seq[:, cells] = draw(logits, params, generator)
             drawn += int(cells.sum())
     return seq
 
 
-def run(model, params: SamplingParams, seed: int = 0, classes: torch.Tensor = CLASSES):
-    return NARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(seed))
-
-
-PARAMS = {
-    "greedy": SamplingParams(temperature=0.0),
-    "greedy-cfg": SamplingParams(temperature=0.0, cfg_scale=4.0),
-    "sampled": SamplingParams(),
-    "sampled-cfg": SamplingParams(cfg_scale=4.0),
-    "filtered-cfg": SamplingParams(temperature=0.8, top_k=20, top_p=0.9, cfg_scale=2.5),
-    "interval": SamplingParams(temperature=1.2, cfg_scale=3.0, cfg_interval=2),
-}
-
-
 @pytest.mark.parametrize(("grid", "image_first"), [((3, 3), False), ((2, 4), False), ((2, 2, 2), False),
                                                    ((3, 2, 3), True)])
-@pytest.mark.parametrize("name", list(PARAMS))
-def test_tokens_equal_the_uncached_full_forward_loop(tiny_nar_factory, grid: tuple[int, ...], image_first: bool,
-                                                     name: str) -> None:
+def test_tokens_equal_the_uncached_full_forward_loop(tiny_nar_factory, run_sampler, reference_draw, sampling_params,
+                                                     grid: tuple[int, ...], image_first: bool) -> None:
     model = tiny_nar_factory(grid, image_first=image_first)
-    params = PARAMS[name]
-    out = run(model, params, seed=11)
-    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=11))
+    out = run_sampler("nar", model, CLASSES, sampling_params, seed=11)
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, sampling_params, reference_draw, seed=11))
 
 
-def test_the_interval_switches_guidance_off_for_later_steps(tiny_nar_factory) -> None:
+def test_the_interval_switches_guidance_off_for_later_steps(tiny_nar_factory, run_sampler) -> None:
     """Guidance on everywhere, off after the first steps, and off everywhere but the prefill differ."""
     model = tiny_nar_factory((3, 3))
     base = dict(temperature=0.0, cfg_scale=8.0)
-    outs = [run(model, SamplingParams(**base, cfg_interval=k)).tokens for k in (-1, 2, 0)]
+    outs = [run_sampler("nar", model, CLASSES, SamplingParams(**base, cfg_interval=k)).tokens for k in (-1, 2, 0)]
     assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
 
 
@@ -89,13 +68,13 @@ def test_the_interval_switches_guidance_off_for_later_steps(tiny_nar_factory) ->
                                                              ((4, 4), False, 7), ((2, 2, 2), False, 4),
                                                              ((2, 3, 4), False, 7), ((2, 3, 4), True, 12)])
 def test_forward_passes_are_counted_from_the_model_calls(tiny_nar_factory, grid: tuple[int, ...], image_first: bool,
-                                                         passes: int, monkeypatch) -> None:
+                                                         passes: int, run_sampler, monkeypatch) -> None:
     model = tiny_nar_factory(grid, image_first=image_first)
     calls = []
     for method in ("prefill", "decode"):
         real = getattr(model, method)
         monkeypatch.setattr(model, method, lambda *a, _real=real, _m=method, **k: calls.append(_m) or _real(*a, **k))
-    out = run(model, SamplingParams(cfg_scale=2.0))
+    out = run_sampler("nar", model, CLASSES, SamplingParams(cfg_scale=2.0))
     assert len(calls) == out.stats.forward_passes == passes
     assert calls[0] == "prefill" and calls.count("prefill") == 1
     n = model.num_tokens
@@ -107,10 +86,10 @@ def test_forward_passes_are_counted_from_the_model_calls(tiny_nar_factory, grid:
     assert out.tokens.shape == (len(CLASSES), n) and out.tokens.min() >= 0 and out.tokens.max() < model.vocab_size
 
 
-def test_same_seed_same_tokens_other_seed_other_tokens(tiny_nar_factory) -> None:
+def test_same_seed_same_tokens_other_seed_other_tokens(tiny_nar_factory, run_sampler) -> None:
     model = tiny_nar_factory((4, 4))
     params = SamplingParams(cfg_scale=2.0, top_k=30)
-    a, b, c = run(model, params, seed=5), run(model, params, seed=5), run(model, params, seed=6)
+    a, b, c = (run_sampler("nar", model, CLASSES, params, seed=seed) for seed in (5, 5, 6))
     assert torch.equal(a.tokens, b.tokens)
     assert not torch.equal(a.tokens, c.tokens)
     assert len({tuple(r) for r in a.tokens.tolist()}) == len(CLASSES)  # batch rows are not copies
@@ -125,15 +104,15 @@ def test_registered_and_round_trips() -> None:
 
 
 def test_nar_sampler_refuses_a_raster_model(tiny_gpt) -> None:
-    with pytest.raises(ValueError, match="LlamaGenGPT generates tokens in raster order, but this sampler needs a "
-                                         "model with next-neighbour order"):
+    with pytest.raises(ValueError, match=r"sampler 'nar' does not fit LlamaGenGPT \(raster tokens\); samplers "
+                                         r"that do: ar, gsd, "):
         NARSampler().sample(tiny_gpt, torch.tensor([0]), SamplingParams())
 
 
 @pytest.mark.parametrize("sampler", [ARSampler(), SJD()])
 def test_raster_samplers_refuse_a_nar_model(tiny_nar_factory, sampler) -> None:
-    with pytest.raises(ValueError, match="NARTransformer generates tokens in next-neighbour order, but this sampler "
-                                         "needs a model with raster order"):
+    with pytest.raises(ValueError, match=f"sampler '{sampler.name}' does not fit NARTransformer \\(next-neighbour "
+                                         f"tokens\\); samplers that do: nar$"):
         sampler.sample(tiny_nar_factory((3, 3)), torch.tensor([0]), SamplingParams())
 
 

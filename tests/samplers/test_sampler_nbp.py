@@ -6,27 +6,18 @@ checked; the stats must count the forward passes the model really ran (one per b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
-from vgen.models.nbp import NBPConfig, NBPTransformer
-from vgen.samplers import NBPSampler, SamplingParams, available_samplers, build_processors, get_sampler
+from vgen.samplers import NBPSampler, SamplingParams, available_samplers, get_sampler
 
 CLASSES = torch.tensor([0, 4, 2])
 
 
-def tiny(grid=(3, 4), block="row", seed=0, hybrid=False, hybrid_blocks=1) -> NBPTransformer:
-    torch.manual_seed(seed)
-    model = NBPTransformer(NBPConfig(grid=grid, block=block, hybrid=hybrid, hybrid_blocks=hybrid_blocks,
-                                     vocab_size=40, dim=48, n_layer=2, n_head=4, multiple_of=16, num_classes=5))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(std=0.2)
-    return model.eval()
-
-
-def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "constant", seed: int = 0,
-                   prefix: torch.Tensor | None = None):
+def naive_generate(model, class_ids, params: SamplingParams, draw: Callable, schedule: str = "constant",
+                   seed: int = 0, prefix: torch.Tensor | None = None) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     guided = params.cfg_scale > 1.0
     cond = torch.cat([class_ids, torch.full_like(class_ids, model.num_classes)]) if guided else class_ids
@@ -53,77 +44,62 @@ def naive_generate(model, class_ids, params: SamplingParams, schedule: str = "co
                     on = params.cfg_interval < 0 or first <= params.cfg_interval + 1
                     scale = params.cfg_scale if on else 1.0
                 logits = u + (c - u) * scale
-            logits = build_processors(params)(logits)
-            if params.temperature == 0:
-                tokens = logits.argmax(-1)
-            else:
-                probs = logits.softmax(-1)
-                tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
-                tokens = tokens.view(len(class_ids), -1)
-            seq[:, first:end] = tokens
+            seq[:, first:end] = draw(logits, params, generator)
     return seq
-
-
-PARAMS = {
-    "greedy": SamplingParams(temperature=0.0),
-    "greedy-cfg": SamplingParams(temperature=0.0, cfg_scale=4.0),
-    "sampled": SamplingParams(),
-    "sampled-cfg": SamplingParams(cfg_scale=4.0),
-    "filtered-cfg": SamplingParams(temperature=0.8, top_k=20, top_p=0.9, cfg_scale=2.5),
-    "interval": SamplingParams(temperature=1.2, cfg_scale=3.0, cfg_interval=4),
-}
 
 
 @pytest.mark.parametrize("grid, block, hybrid, hybrid_blocks", [
     ((3, 4), "row", False, 1), ((4, 2, 2), "frame", False, 1), ((2, 2, 3), "row", False, 1),
     ((3, 4), "row", True, 1), ((4, 2, 2), "frame", True, 1), ((3, 2, 3), "row", True, 2)])
-@pytest.mark.parametrize("name", list(PARAMS))
-def test_tokens_equal_the_uncached_full_forward_loop(grid, block, hybrid, hybrid_blocks, name) -> None:
-    model, params = tiny(grid, block, hybrid=hybrid, hybrid_blocks=hybrid_blocks), PARAMS[name]
-    out = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(11))
-    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=11))
+def test_tokens_equal_the_uncached_full_forward_loop(tiny_nbp_factory, run_sampler, reference_draw, sampling_params,
+                                                     grid, block, hybrid, hybrid_blocks) -> None:
+    model = tiny_nbp_factory(grid, block, hybrid=hybrid, hybrid_blocks=hybrid_blocks)
+    out = run_sampler("nbp", model, CLASSES, sampling_params, seed=11)
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, sampling_params, reference_draw, seed=11))
 
 
 @pytest.mark.parametrize("hybrid", [False, True])
 @pytest.mark.parametrize("name", ["greedy-cfg", "sampled-cfg"])
-def test_the_linear_schedule_equals_the_naive_ramp_and_differs_from_constant(name, hybrid) -> None:
-    model, params = tiny((4, 2, 2), "frame", hybrid=hybrid), PARAMS[name]
-    out = NBPSampler(cfg_schedule="linear").sample(model, CLASSES, params, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, "linear", seed=5))
-    const = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(5))
+def test_the_linear_schedule_equals_the_naive_ramp_and_differs_from_constant(tiny_nbp_factory, run_sampler,
+                                                                             reference_draw, sampling_table, name,
+                                                                             hybrid) -> None:
+    model, params = tiny_nbp_factory((4, 2, 2), "frame", hybrid=hybrid), sampling_table[name]
+    out = run_sampler(NBPSampler(cfg_schedule="linear"), model, CLASSES, params, seed=5)
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, reference_draw, "linear", seed=5))
+    const = run_sampler("nbp", model, CLASSES, params, seed=5)
     assert not torch.equal(out.tokens, const.tokens)
     assert out.stats.details["cfg_schedule"] == "linear"
 
 
 @pytest.mark.parametrize("grid, block, steps", [((3, 4), "row", 3), ((4, 2, 2), "frame", 4), ((4, 2, 2), "row", 8)])
-def test_one_forward_pass_per_block_counted_and_run(grid, block, steps) -> None:
-    model = tiny(grid, block)
+def test_one_forward_pass_per_block_counted_and_run(run_sampler, tiny_nbp_factory, grid, block, steps) -> None:
+    model = tiny_nbp_factory(grid, block)
     calls = []
     model.layers[0].register_forward_hook(lambda *_: calls.append(1))
-    out = NBPSampler().sample(model, CLASSES, SamplingParams(cfg_scale=2.0), generator=torch.Generator().manual_seed(0))
+    out = run_sampler("nbp", model, CLASSES, SamplingParams(cfg_scale=2.0))
     assert out.stats.forward_passes == len(calls) == steps == model.num_steps
     assert out.stats.tokens == 3 * model.num_tokens and out.stats.tokens_per_forward == model.block_size
     b = model.block_size
     assert torch.equal(out.stats.accept_step[0], torch.arange(model.num_tokens) // b + 1)
 
 
-def test_a_hybrid_model_draws_block_0_one_token_per_pass() -> None:
-    model = tiny((4, 2, 2), "frame", hybrid=True)  # blocks of 4: 4 passes for block 0, then 3
+def test_a_hybrid_model_draws_block_0_one_token_per_pass(run_sampler, tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((4, 2, 2), "frame", hybrid=True)  # blocks of 4: 4 passes for block 0, then 3
     calls = []
     model.layers[0].register_forward_hook(lambda *_: calls.append(1))
-    out = NBPSampler().sample(model, CLASSES, SamplingParams(cfg_scale=2.0), generator=torch.Generator().manual_seed(0))
+    out = run_sampler("nbp", model, CLASSES, SamplingParams(cfg_scale=2.0))
     assert out.stats.forward_passes == len(calls) == model.num_steps == 7
     assert out.stats.details["hybrid"] is True
     assert out.stats.accept_step[0].tolist() == [1, 2, 3, 4] + [5] * 4 + [6] * 4 + [7] * 4
 
 
-def test_a_whole_first_frame_drawn_token_by_token_then_rows() -> None:
+def test_a_whole_first_frame_drawn_token_by_token_then_rows(run_sampler, tiny_nbp_factory) -> None:
     """hybrid_blocks = H in row blocks: frame 0 one token per pass (an image model's order), then one pass per
     row: 6 + 4 = 10 passes for 3 frames of 2 x 3, counted and run, and each token's pass recorded."""
-    model = tiny((3, 2, 3), "row", hybrid=True, hybrid_blocks=2)
+    model = tiny_nbp_factory((3, 2, 3), "row", hybrid=True, hybrid_blocks=2)
     calls = []
     model.layers[0].register_forward_hook(lambda *_: calls.append(1))
-    out = NBPSampler().sample(model, CLASSES, SamplingParams(cfg_scale=2.0), generator=torch.Generator().manual_seed(0))
+    out = run_sampler("nbp", model, CLASSES, SamplingParams(cfg_scale=2.0))
     assert out.stats.forward_passes == len(calls) == model.num_steps == 10
     assert out.stats.details["first_tokens"] == 6
     assert out.stats.accept_step[0].tolist() == [1, 2, 3, 4, 5, 6] + [7] * 3 + [8] * 3 + [9] * 3 + [10] * 3
@@ -131,37 +107,37 @@ def test_a_whole_first_frame_drawn_token_by_token_then_rows() -> None:
 
 @pytest.mark.parametrize("hybrid", [False, True])
 @pytest.mark.parametrize("blocks", [1, 3])
-def test_a_prefix_of_whole_blocks_is_kept_and_continued(hybrid, blocks) -> None:
+def test_a_prefix_of_whole_blocks_is_kept_and_continued(tiny_nbp_factory, run_sampler, reference_draw, sampling_table,
+                                                        hybrid, blocks) -> None:
     """Given leading frames (NBP's frame prediction): kept as given, and the rest drawn as the uncached loop draws
     it from the same prefix; the passes are the same as without a prefix."""
-    model, params = tiny((4, 2, 2), "frame", hybrid=hybrid), PARAMS["sampled-cfg"]
+    model, params = tiny_nbp_factory((4, 2, 2), "frame", hybrid=hybrid), sampling_table["sampled-cfg"]
     prefix = torch.randint(40, (3, blocks * model.block_size), generator=torch.Generator().manual_seed(2))
-    out = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(9), prefix=prefix)
+    out = run_sampler("nbp", model, CLASSES, params, seed=9, prefix=prefix)
     assert torch.equal(out.tokens[:, :prefix.shape[1]], prefix)
-    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, seed=9, prefix=prefix))
+    assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, reference_draw, seed=9, prefix=prefix))
     assert out.stats.forward_passes == model.num_steps and out.stats.details["given_tokens"] == prefix.shape[1]
-    free = NBPSampler().sample(model, CLASSES, params, generator=torch.Generator().manual_seed(9))
+    free = run_sampler("nbp", model, CLASSES, params, seed=9)
     assert not torch.equal(out.tokens[:, prefix.shape[1]:], free.tokens[:, prefix.shape[1]:])
 
 
-def test_same_seed_same_tokens_other_seed_other_tokens() -> None:
-    model = tiny()
-    run = lambda seed: NBPSampler().sample(model, CLASSES, SamplingParams(),  # noqa: E731
-                                           generator=torch.Generator().manual_seed(seed)).tokens
-    assert torch.equal(run(3), run(3))
-    assert not torch.equal(run(3), run(4))
+def test_same_seed_same_tokens_other_seed_other_tokens(tiny_nbp_factory, run_sampler) -> None:
+    model = tiny_nbp_factory((3, 4))
+    a, b, c = (run_sampler("nbp", model, CLASSES, SamplingParams(), seed=seed).tokens for seed in (3, 3, 4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
 
 
 def test_registered_for_next_block_models_only(tiny_nar_factory) -> None:
     assert available_samplers("next-block") == ["nbp"]
     assert isinstance(get_sampler("nbp"), NBPSampler)
     assert get_sampler({"name": "nbp", "cfg_schedule": "linear"}) == NBPSampler("linear")
-    with pytest.raises(ValueError, match="next-neighbour order, but this sampler needs a model with next-block"):
+    with pytest.raises(ValueError, match="sampler 'nbp' does not fit NARTransformer \\(next-neighbour tokens\\); "
+                                         "samplers that do: nar$"):
         NBPSampler().sample(tiny_nar_factory((3, 3)), CLASSES, SamplingParams())
 
 
-def test_bad_input_raises() -> None:
-    model = tiny()
+def test_bad_input_raises(tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((3, 4))
     with pytest.raises(ValueError, match="cfg_schedule must be one of"):
         NBPSampler(cfg_schedule="cosine")
     with pytest.raises(ValueError, match=r"class id 5 is out of range for a model with 5 classes \(valid: 0..4\)"):

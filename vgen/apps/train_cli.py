@@ -21,7 +21,8 @@ from vgen.apps.options import RUNS, UsageError, add_option_flags, sampling_optio
 from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
 from vgen.hub import from_pretrained
-from vgen.models.nbp import BLOCK_KINDS, ROPE_KINDS
+from vgen.models.backbone import ROPE_KINDS
+from vgen.models.nbp import BLOCK_KINDS
 from vgen.pipelines import ImagePipeline, PipelineInfo
 from vgen.samplers import SamplingParams
 from vgen.stream_pipeline import StreamPipeline

@@ -8,7 +8,8 @@ run (DESIGN.md's units):
 - ``forward_passes`` (target-model calls, each serving a whole batch) and ``step_compression`` = AR's / the
   sampler's; ``wall_time_s`` (sampling only) and ``latency_ratio`` = AR's / the sampler's. The samplers take
   turns batch by batch, so a change in background load reaches all of them alike;
-- ``tokens_per_forward``: tokens per sample per target pass (a batch runs until its slowest row is done);
+- ``tokens_per_forward``: a row's tokens per target pass it took, averaged over rows; ``batch_tokens_per_forward``:
+  a batch's tokens per batched target pass (a batch runs until its slowest row is done);
 - ``fid``, ``kid``: in vgen's offline ``shapes`` features against real images (the validation split of the
   ``vgen.data.shapes`` set the pipeline records, rendered; or ``real``: a folder, ``.npz``, ``.npy`` or stats
   file); ``fid_vs_ar``: against vanilla AR's images (a lossless sampler stays at the level of two AR runs);
@@ -192,9 +193,11 @@ class Draw:
         """The cost columns of the benchmark row, summed over batches."""
         s = self.stats
         lengths = [n for x in s for n in x.accepted_lengths]
+        rows = sum(x.batch_size for x in s)
         return {"drafter": s[-1].details.get("drafter"), "forward_passes": sum(x.forward_passes for x in s),
                 "wall_time_s": sum(x.wall_time_s for x in s),
-                "tokens_per_forward": sum(x.tokens for x in s) / sum(x.batch_size * x.forward_passes for x in s),
+                "tokens_per_forward": sum(x.tokens_per_forward * x.batch_size for x in s) / rows,
+                "batch_tokens_per_forward": sum(x.tokens for x in s) / sum(x.forward_passes for x in s),
                 "mean_accepted_length": statistics.mean(lengths) if lengths else 1.0}
 
 

@@ -18,12 +18,13 @@ unchanged; LlamaGen's own configs have one frame.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vgen.models.backbone import BackboneConfig
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
 from vgen.models.layers import (
@@ -38,49 +39,22 @@ from vgen.models.layers import (
 
 
 @dataclass(frozen=True)
-class GPTConfig:
-    """LlamaGen ``ModelArgs`` for class-conditional generation (defaults: GPT-B on 256x256 images). ``frames``
-    (vgen's): a clip of that many square frames of ``block_size // frames`` tokens each instead of one image."""
+class GPTConfig(BackboneConfig):
+    """LlamaGen ``ModelArgs`` for class-conditional generation (defaults: GPT-B on 256x256 images): the shared
+    backbone settings and ``block_size`` image tokens. ``frames`` (vgen's): a clip of that many square frames of
+    ``block_size // frames`` tokens each instead of one image."""
 
-    vocab_size: int = 16384
-    dim: int = 768
-    n_layer: int = 12
-    n_head: int = 12
-    n_kv_head: int | None = None
-    multiple_of: int = 256
-    ffn_dim_multiplier: float | None = None
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
-    num_classes: int = 1000
     block_size: int = 256
-    class_dropout_prob: float = 0.1
-    token_dropout_p: float = 0.1
-    attn_dropout_p: float = 0.0
-    resid_dropout_p: float = 0.1
-    ffn_dropout_p: float = 0.1
     frames: int = 1
 
     def __post_init__(self) -> None:
-        if self.dim % self.n_head:
-            raise ValueError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
-        if self.head_dim % 4:
-            raise ValueError(f"head_dim {self.head_dim} must be divisible by 4 for 2-D RoPE")
-        if self.n_head % self.kv_heads:
-            raise ValueError(f"n_head {self.n_head} is not divisible by n_kv_head {self.kv_heads}")
+        super().__post_init__()
         if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
             raise ValueError(f"frames must be an integer >= 1, got {self.frames!r}")
         per_frame, rest = divmod(self.block_size, self.frames)
         if rest or math.isqrt(per_frame) ** 2 != per_frame:
             raise ValueError(f"block_size {self.block_size} must be {self.frames} frame(s) of a square number of "
                              f"tokens (a grid)")
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_head
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
 
     @property
     def grid_size(self) -> int:
@@ -99,14 +73,10 @@ class GPTConfig:
         return side if self.frames == 1 else (self.frames, *side)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = super().to_dict()
         if self.frames == 1:  # an image model's config stays LlamaGen's ModelArgs
             del d["frames"]
         return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GPTConfig:
-        return cls(**d)
 
 
 GPT_SIZES: dict[str, dict] = {
@@ -129,7 +99,7 @@ def gpt_config(name: str, **overrides) -> GPTConfig:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: BackboneConfig) -> None:
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
         self.wqkv = nn.Linear(cfg.dim, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
@@ -189,7 +159,7 @@ class Attention(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: BackboneConfig) -> None:
         super().__init__()
         self.attention = Attention(cfg)
         self.feed_forward = FeedForward(cfg.dim, swiglu_hidden_dim(cfg.dim, cfg.multiple_of, cfg.ffn_dim_multiplier),

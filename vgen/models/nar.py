@@ -30,97 +30,33 @@ where its keys and values are written in the KV cache whatever the step that pro
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import nn
 
+from vgen.models.backbone import AXIS_NAMES, GridConfig
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
-from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
-from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
-
-AXIS_NAMES = {2: ("rows", "columns"), 3: ("frames", "rows", "columns")}
-ROPE_KINDS = ("grid", "spatial")
+from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets
+from vgen.models.llamagen import LabelEmbedder, TransformerBlock
 
 
 @dataclass(frozen=True)
-class NARConfig:
-    """The token grid ((H, W) or (T, H, W)), how positions are encoded (``rope``) and LlamaGen's ``ModelArgs``; the
-    model has ``n_layer`` blocks plus one more per extra head (``rank - 1``), as NAR stacks them.
+class NARConfig(GridConfig):
+    """LlamaGen's ``ModelArgs`` over a token grid ((H, W) or (T, H, W); :class:`~vgen.models.backbone.GridConfig`)
+    and whether a video's frame 0 is drawn first (``image_first``); the model has ``n_layer`` blocks plus one more
+    per extra head (``rank - 1``), as NAR stacks them. ``rope="spatial"`` lets an image NAR model's weights start a
+    video one (``vgen.training.nar.warm_start``)."""
 
-    ``rope="grid"`` rotates every axis (time too); ``rope="spatial"`` (video) rotates each frame's rows and columns
-    as an image model of the frame grid does and adds a learned per-frame embedding (zero at initialisation), so an
-    image NAR model's weights can start a video one (``vgen.training.nar.warm_start``)."""
-
-    grid: tuple[int, ...] = (16, 16)
-    rope: str = "grid"
     image_first: bool = False
-    vocab_size: int = 16384
-    dim: int = 768
-    n_layer: int = 12
-    n_head: int = 12
-    n_kv_head: int | None = None
-    multiple_of: int = 256
-    ffn_dim_multiplier: float | None = None
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
-    num_classes: int = 1000
-    class_dropout_prob: float = 0.1
-    token_dropout_p: float = 0.1
-    attn_dropout_p: float = 0.0
-    resid_dropout_p: float = 0.1
-    ffn_dropout_p: float = 0.1
 
     def __post_init__(self) -> None:
-        grid = self.grid
-        if isinstance(grid, list):  # from JSON
-            grid = tuple(grid)
-            object.__setattr__(self, "grid", grid)
-        if (not isinstance(grid, tuple) or len(grid) not in AXIS_NAMES
-                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in grid)):
-            raise ValueError(f"grid must be (rows, columns) or (frames, rows, columns) of positive integers, "
-                             f"got {self.grid!r}")
-        if self.n_layer < 1:
-            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
-        if self.rope not in ROPE_KINDS:
-            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
-        if self.image_first and len(grid) != 3:
-            raise ValueError(f"image_first draws frame 0 of a video grid (frames, rows, columns) first, got {grid}")
-        if self.rope == "spatial" and len(grid) != 3:
-            raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
-        if self.dim % self.n_head or (self.dim // self.n_head) % 4:
-            raise ValueError(f"dim {self.dim} must split into {self.n_head} heads of a size divisible by 4")
-        self.block_config()  # LlamaGen's own checks (kv heads)
-
-    @property
-    def rank(self) -> int:
-        return len(self.grid)
-
-    @property
-    def num_tokens(self) -> int:
-        return math.prod(self.grid)
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_head
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
-
-    def block_config(self) -> GPTConfig:
-        """The transformer-block settings (``block_size`` is unused by a block)."""
-        names = {f.name for f in fields(GPTConfig)} - {"block_size"}
-        return GPTConfig(**{k: v for k, v in asdict(self).items() if k in names}, block_size=1)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "grid": list(self.grid)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> NARConfig:
-        return cls(**d)
+        super().__post_init__()
+        if self.image_first and self.rank != 3:
+            raise ValueError(f"image_first draws frame 0 of a video grid (frames, rows, columns) first, "
+                             f"got {self.grid}")
 
 
 @dataclass(frozen=True)
@@ -267,18 +203,16 @@ class NARTransformer(TokenGridModel, nn.Module):
     def __init__(self, config: NARConfig) -> None:
         super().__init__()
         self.config = config
-        block = config.block_config()
         self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.tok_dropout = nn.Dropout(config.token_dropout_p)
-        self.layers = nn.ModuleList(TransformerBlock(block) for _ in range(config.n_layer + config.rank - 1))
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer + config.rank - 1))
         self.heads = nn.ModuleList(OutputHead(config.dim, config.vocab_size, config.norm_eps)
                                    for _ in range(config.rank))
         if config.rope == "spatial":
             self.frame_embedding = nn.Embedding(config.grid[0], config.dim)
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
-        self.rope = (rope_grid_table(config.grid, config.head_dim, config.rope_base) if config.rope == "grid"
-                     else rope_frames_table(config.grid, config.head_dim, config.rope_base))
+        self.rope = config.rope_table()
         self.layout = NeighbourLayout(config.grid, image_first=config.image_first)
         self.apply(init_llamagen_weights)
         for head in self.heads:

@@ -35,81 +35,44 @@ keys and values of every block stay cached, so a step computes only its own ``B`
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import nn
 
+from vgen.models.backbone import GridConfig
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
-from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets, rope_frames_table, rope_grid_table
-from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
+from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets
+from vgen.models.llamagen import LabelEmbedder, TransformerBlock
 
 BLOCK_KINDS = ("row", "frame")
-ROPE_KINDS = ("grid", "spatial")
 
 
 @dataclass(frozen=True)
-class NBPConfig:
-    """The token grid ((H, W) or (T, H, W)), the block kind (``"row"`` or, for video, ``"frame"``), whether block 0
-    (``hybrid``; the first ``hybrid_blocks`` blocks) is generated token by token, how positions are encoded
-    (``rope``) and LlamaGen's ``ModelArgs``.
-
-    ``rope="grid"`` rotates every axis of the grid (time too); ``rope="spatial"`` (video only) rotates each frame's
-    rows and columns with LlamaGen's 2-D table and tells frames apart by a learned per-frame embedding, zero at
-    initialisation: every frame then sees the geometry an image model of the same frame grid was trained with, so
-    such a model's weights start the video model (``vgen.training.nbp.warm_start``)."""
+class NBPConfig(GridConfig):
+    """LlamaGen's ``ModelArgs`` over a token grid ((H, W) or (T, H, W); :class:`~vgen.models.backbone.GridConfig`),
+    the block kind (``"row"`` or, for video, ``"frame"``) and whether block 0 (``hybrid``; the first
+    ``hybrid_blocks`` blocks) is generated token by token. ``rope="spatial"`` lets an image model's weights start
+    the video model (``vgen.training.nbp.warm_start``)."""
 
     grid: tuple[int, ...] = (16, 8, 8)
     block: str = "frame"
     hybrid: bool = False
     hybrid_blocks: int = 1
-    rope: str = "grid"
-    vocab_size: int = 1024
-    dim: int = 384
-    n_layer: int = 8
-    n_head: int = 6
-    n_kv_head: int | None = None
-    multiple_of: int = 64
-    ffn_dim_multiplier: float | None = None
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
-    num_classes: int = 8
-    class_dropout_prob: float = 0.1
-    token_dropout_p: float = 0.1
-    attn_dropout_p: float = 0.0
-    resid_dropout_p: float = 0.1
-    ffn_dropout_p: float = 0.1
 
     def __post_init__(self) -> None:
-        grid = tuple(self.grid) if isinstance(self.grid, list) else self.grid  # a list from JSON
-        object.__setattr__(self, "grid", grid)
-        if (not isinstance(grid, tuple) or len(grid) not in (2, 3)
-                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in grid)):
-            raise ValueError(f"grid must be (rows, columns) or (frames, rows, columns) of positive integers, "
-                             f"got {self.grid!r}")
+        super().__post_init__()
         if self.block not in BLOCK_KINDS:
             raise ValueError(f"block must be one of {BLOCK_KINDS}, got {self.block!r}")
-        if self.block == "frame" and len(grid) != 3:
-            raise ValueError(f"frame blocks need a video grid (frames, rows, columns), got {grid}")
-        if self.rope not in ROPE_KINDS:
-            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
-        if self.rope == "spatial" and len(grid) != 3:
-            raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
+        if self.block == "frame" and self.rank != 3:
+            raise ValueError(f"frame blocks need a video grid (frames, rows, columns), got {self.grid}")
         if self.num_blocks < 2:
-            raise ValueError(f"a {grid} grid in {self.block} blocks has {self.num_blocks} block; NBP needs >= 2")
+            raise ValueError(f"a {self.grid} grid in {self.block} blocks has {self.num_blocks} block; NBP needs >= 2")
         if not 1 <= self.hybrid_blocks < self.num_blocks or (self.hybrid_blocks > 1 and not self.hybrid):
             raise ValueError(f"hybrid_blocks must be 1, or with hybrid=True between 1 and {self.num_blocks - 1} (the "
                              f"leading blocks drawn token by token), got {self.hybrid_blocks} (hybrid={self.hybrid})")
-        if self.n_layer < 1:
-            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
-        self.block_config()  # LlamaGen's own checks (heads, kv heads, head_dim divisible by 4)
-
-    @property
-    def num_tokens(self) -> int:
-        return math.prod(self.grid)
 
     @property
     def block_size(self) -> int:
@@ -121,14 +84,6 @@ class NBPConfig:
         return self.num_tokens // self.block_size
 
     @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_head
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
-
-    @property
     def first_tokens(self) -> int:
         """Tokens drawn one per pass before the blocks (``hybrid_blocks * block_size``; 0 without ``hybrid``)."""
         return self.hybrid_blocks * self.block_size if self.hybrid else 0
@@ -137,26 +92,6 @@ class NBPConfig:
     def num_steps(self) -> int:
         """Forward passes to generate a grid: one per block, or per token of the first ``hybrid_blocks`` blocks."""
         return self.num_blocks + (self.first_tokens - self.hybrid_blocks if self.hybrid else 0)
-
-    def block_config(self) -> GPTConfig:
-        """The transformer-block settings (``block_size`` is unused by a block)."""
-        names = {f.name for f in fields(GPTConfig)} - {"block_size"}
-        return GPTConfig(**{k: v for k, v in asdict(self).items() if k in names}, block_size=1)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "grid": list(self.grid)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> NBPConfig:
-        return cls(**d)
-
-
-def rope_table(config: NBPConfig) -> torch.Tensor:
-    """The rotary rows of the class slot and every slot: the whole grid's (``rope="grid"``), or each frame's rows
-    and columns repeated frame after frame (``rope="spatial"``)."""
-    if config.rope == "grid":
-        return rope_grid_table(config.grid, config.head_dim, config.rope_base)
-    return rope_frames_table(config.grid, config.head_dim, config.rope_base)
 
 
 def block_causal_mask(num_blocks: int, block_size: int, hybrid: bool = False,
@@ -189,14 +124,13 @@ class NBPTransformer(TokenGridModel, nn.Module):
         self.bov = nn.Parameter(torch.zeros(config.block_size, config.dim))
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.tok_dropout = nn.Dropout(config.token_dropout_p)
-        block = config.block_config()
-        self.layers = nn.ModuleList(TransformerBlock(block) for _ in range(config.n_layer))
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         if config.rope == "spatial":
             self.frame_embedding = nn.Embedding(config.grid[0], config.dim)
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)
-        self.rope = rope_table(config)
+        self.rope = config.rope_table()
         self.mask = block_causal_mask(config.num_blocks, config.block_size, config.hybrid,
                                       hybrid_blocks=config.hybrid_blocks)
         self._prefix_masks: dict[int, PrefixMask] = {}  # the mask of each teacher-forced length, as key prefixes

@@ -36,7 +36,7 @@ from vgen.samplers.base import (
     Sampler,
     SamplerStats,
     SamplingParams,
-    check_inputs,
+    prepare_classes,
     register_sampler,
 )
 from vgen.samplers.logits import draw, target_probs
@@ -103,12 +103,9 @@ class ARSampler(Sampler):
     def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
-        check_inputs(model, class_ids)
         start = time.perf_counter()
-        device = next(model.parameters()).device
-        class_ids = class_ids.to(device)
-        batch, n, guided = class_ids.shape[0], model.num_tokens, params.guided
-        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
+        class_ids, cond = prepare_classes(self, model, class_ids, params)
+        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
         mode = self.compile_mode
         static = mode in CUDA_GRAPH_MODES
         cache = _take_static_cache(model, cond.shape[0]) if static else model.new_cache(cond.shape[0])

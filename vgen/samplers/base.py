@@ -110,8 +110,19 @@ class SamplerStats:
 
     @property
     def tokens_per_forward(self) -> float:
-        """Mean tokens produced per sample per target forward pass (1.0 for vanilla AR)."""
-        return self.tokens / (self.batch_size * self.forward_passes) if self.forward_passes else 0.0
+        """Mean over rows of a row's tokens per target pass it took (up to the pass that produced its last token,
+        from ``accept_step``; every pass of the run without it): 1.0 for vanilla AR, at any batch size."""
+        if not self.forward_passes:
+            return 0.0
+        row_tokens = self.tokens / self.batch_size
+        if self.accept_step is None:
+            return row_tokens / self.forward_passes
+        return float((row_tokens / self.accept_step.amax(dim=1).clamp(min=1).double()).mean())
+
+    @property
+    def batch_tokens_per_forward(self) -> float:
+        """Tokens of the whole batch per batched target pass (the batch runs until its slowest row is done)."""
+        return self.tokens / self.forward_passes if self.forward_passes else 0.0
 
     @property
     def accepted_length_histogram(self) -> list[int]:
@@ -130,6 +141,7 @@ class SamplerStats:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "accept_step"}
         d["accepted_lengths"] = [int(n) for n in self.accepted_lengths]
         d["tokens_per_forward"] = self.tokens_per_forward
+        d["batch_tokens_per_forward"] = self.batch_tokens_per_forward
         d["accepted_length_histogram"] = self.accepted_length_histogram
         if self.accept_step is not None and self.accept_step.numel() <= MAX_JSON_ELEMENTS:
             d["accept_step"] = self.accept_step.tolist()
@@ -216,14 +228,15 @@ def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -
     return _from_fields(cls, kwargs, f"sampler {cls.name!r}")
 
 
-def check_inputs(model: nn.Module, class_ids: torch.Tensor, token_order: str = "raster") -> None:
-    """Raise a ValueError unless ``model`` generates in ``token_order`` (its ``token_order`` attribute; models
-    without one, like LlamaGen's, are raster), is in eval mode, and ``class_ids`` is a 1-D integer tensor of valid
-    (non-null) classes. Training mode would apply dropout and LlamaGen's class dropout while sampling."""
+def check_inputs(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor) -> None:
+    """Raise a ValueError unless ``model`` generates in the sampler's ``token_order`` (the model's ``token_order``
+    attribute; models without one, like LlamaGen's, are raster; the message names the samplers that fit it), is in
+    eval mode, and ``class_ids`` is a 1-D integer tensor of valid (non-null) classes. Training mode would apply
+    dropout and LlamaGen's class dropout while sampling."""
     order = getattr(model, "token_order", "raster")
-    if order != token_order:
-        raise ValueError(f"{type(model).__name__} generates tokens in {order} order, but this sampler needs a "
-                         f"model with {token_order} order")
+    if order != sampler.token_order:
+        raise ValueError(f"sampler {sampler.name!r} does not fit {type(model).__name__} ({order} tokens); samplers "
+                         f"that do: {', '.join(available_samplers(order)) or 'none registered'}")
     if model.training:
         raise ValueError("the model is in training mode (dropout, class dropout); call model.eval() first")
     if class_ids.ndim != 1 or class_ids.dtype.is_floating_point or class_ids.dtype == torch.bool:
@@ -234,3 +247,14 @@ def check_inputs(model: nn.Module, class_ids: torch.Tensor, token_order: str = "
         n = model.num_classes
         raise ValueError(f"class id {int(bad[0])} is out of range for a model with {n} classes "
                          f"(valid: 0..{n - 1})")
+
+
+
+def prepare_classes(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor,
+                    params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`check_inputs`, then ``class_ids`` on the model's device and the rows the model is conditioned on: the
+    class ids, followed by their null condition when guidance is on (the CFG batch ``[cond; uncond]``)."""
+    check_inputs(sampler, model, class_ids)
+    class_ids = class_ids.to(next(model.parameters()).device)
+    cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
+    return class_ids, cond

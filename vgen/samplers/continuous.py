@@ -8,7 +8,8 @@ final Gaussians nearly coincide and the draft's token is accepted.
 CSpD (``cspd``), per iteration and per row, in raster order with KV caches:
 
 1. **Pre-filling**: the target alone generates the first ``ceil(prefill_ratio * N)`` tokens (at least one).
-2. **Drafting**: the draft model generates ``draft_length`` tokens autoregressively.
+2. **Drafting**: the draft model generates ``draft_length`` tokens autoregressively (fewer where the image ends:
+   no position past the last token is drafted, verified or resampled).
 3. **Verification**: one target forward over the last accepted token and the drafts gives the condition of each
    draft position and of the position after them; the target's head denoises all of them at once, with the
    same noise, giving its final Gaussians.
@@ -33,7 +34,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_classes, register_sampler
 from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
 from vgen.samplers.options import check_options, option
 
@@ -47,13 +48,17 @@ def check_continuous_params(params: SamplingParams) -> None:
                          f"(got top_k={params.top_k}, top_p={params.top_p})")
 
 
-def trajectory_noise(model: nn.Module, batch: int, generator: torch.Generator | None,
-                     device: torch.device) -> torch.Tensor:
-    """The noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from ``generator`` (row b
+def prepare(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams,
+            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The class ids and condition rows (:func:`~vgen.samplers.base.prepare_classes`) after refusing top-k / top-p,
+    and the noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from ``generator`` (row b
     gets the same noise whatever the batch size)."""
+    check_continuous_params(params)
+    class_ids, cond = prepare_classes(sampler, model, class_ids, params)
     steps = len(model.head.sampling_schedule())
-    return torch.randn((batch, model.num_tokens, steps + 1, model.token_channels), generator=generator,
-                       device=device)
+    noise = torch.randn((len(class_ids), model.num_tokens, steps + 1, model.token_channels), generator=generator,
+                        device=class_ids.device)
+    return class_ids, cond, noise
 
 
 def _guided(x: torch.Tensor, guided: bool) -> torch.Tensor:
@@ -82,11 +87,9 @@ def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch
             z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
 
 
-def _start(model: nn.Module, class_ids: torch.Tensor, params: SamplingParams,
-           extra: int) -> tuple[torch.Tensor, KVCache, torch.Tensor]:
-    cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
+def _start(model: nn.Module, cond: torch.Tensor, extra: int) -> tuple[KVCache, torch.Tensor]:
     cache = model.new_cache(cond.shape[0], extra=extra)
-    return cond, cache, model.prefill(cond, cache)
+    return cache, model.prefill(cond, cache)
 
 
 @register_sampler
@@ -101,14 +104,10 @@ class ContinuousARSampler(Sampler):
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
-        check_inputs(model, class_ids, self.token_order)
-        check_continuous_params(params)
         start = time.perf_counter()
-        device = model.device
-        class_ids = class_ids.to(device)
-        batch, n = class_ids.shape[0], model.num_tokens
-        noise = trajectory_noise(model, batch, generator, device)
-        _, cache, z = _start(model, class_ids, params, extra=0)
+        class_ids, cond, noise = prepare(self, model, class_ids, params, generator)
+        device, batch, n = class_ids.device, len(class_ids), model.num_tokens
+        cache, z = _start(model, cond, extra=0)
         tokens = torch.empty(batch, n, model.token_channels, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             one_per_pass(model, z, cache, noise, params, tokens, n, bar)
@@ -165,24 +164,20 @@ class CSpD(Sampler):
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         """``draft_head`` is the draft model (a :class:`~vgen.models.mar.ContinuousAR`)."""
-        check_inputs(model, class_ids, self.token_order)
-        check_continuous_params(params)
-        draft = check_draft(model, draft_head)
         start_time = time.perf_counter()
-        device = model.device
-        class_ids = class_ids.to(device)
-        batch, n, k, guided = class_ids.shape[0], model.num_tokens, self.draft_length, params.guided
-        rows = 2 * batch if guided else batch
-        noise = trajectory_noise(model, batch, generator, device)
-        tokens = torch.zeros(batch, n + k + 1, model.token_channels, device=device)
-        accept_step = torch.zeros(batch, n + k + 1, dtype=torch.long)
+        class_ids, cond, noise = prepare(self, model, class_ids, params, generator)
+        draft = check_draft(model, draft_head)
+        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
+        k, rows = self.draft_length, cond.shape[0]
+        tokens = torch.zeros(batch, n, model.token_channels, device=device)
+        accept_step = torch.zeros(batch, n, dtype=torch.long)
         draft_passes = fallbacks = 0
         gaps: list[torch.Tensor] = []  # per draft: |mean_p - mean_q| in units of std_p, averaged over channels
         accepted_lengths: list[int] = []
 
         # 1. pre-filling: the target alone, the same for every row
         prefill = max(1, math.ceil(self.prefill_ratio * n))
-        cond, cache, z = _start(model, class_ids, params, extra=k + 1)
+        cache, z = _start(model, cond, extra=k + 1)
         bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
         one_per_pass(model, z, cache, noise, params, tokens, prefill, bar)
         accept_step[:, :prefill] = torch.arange(1, prefill + 1)
@@ -197,6 +192,10 @@ class CSpD(Sampler):
         first_round = True
         ar = torch.arange(batch, device=device)
         while bool((pos < n).any()):
+            # drafts and verification cover only positions inside the image: a row with room for r < k tokens
+            # keeps at most r drafts and is then done (no residual or bonus token past its last position)
+            room = (n - pos).clamp(min=0)  # [B] tokens a row still needs
+            kr = min(k, int(room.max()))  # drafts this round
             # 2. drafting
             if not first_round:
                 two = torch.stack([tokens[ar, pos - 2], tokens[ar, pos - 1]], 1)
@@ -204,39 +203,40 @@ class CSpD(Sampler):
                 draft_passes += 1
             first_round = False
             drafts, mean_q, std_q = [], [], []
-            for j in range(k):
+            for j in range(kr):
                 idx = (pos + j).clamp(max=n - 1)[:, None]
                 x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx], params))
                 drafts.append(x)
                 mean_q.append(m)
                 std_q.append(sd)
-                if j + 1 < k:
+                if j + 1 < kr:
                     zq = draft.decode_rows(_guided(x[:, None], guided), _guided(pos + j + 1, guided),
                                            draft_cache)[:, -1]
                     draft_passes += 1
-            drafts_t = torch.stack(drafts, 1)  # [B, k, C]
+            drafts_t = torch.stack(drafts, 1)  # [B, kr, C]
             # 3. verification: last accepted token + drafts, written from slot pos (slot s holds token s - 1)
             window = torch.cat([tokens[ar, pos - 1][:, None], drafts_t], 1)
-            zp = model.decode_rows(_guided(window, guided), _guided(pos, guided), cache)  # [B', k + 1, dim]
+            zp = model.decode_rows(_guided(window, guided), _guided(pos, guided), cache)  # [B', kr + 1, dim]
             passes += 1
-            positions = (pos[:, None] + torch.arange(k + 1, device=device)).clamp(max=n - 1)  # [B, k + 1]
+            positions = (pos[:, None] + torch.arange(kr + 1, device=device)).clamp(max=n - 1)  # [B, kr + 1]
             xp, mean_p, std_p = denoise(model, zp, noise[ar[:, None], positions], params)
             # 4. acceptance, left to right
             mq, sq = torch.stack(mean_q, 1), torch.stack(std_q, 1)
-            gaps.append(((mean_p[:, :k] - mq).abs() / std_p[:, :k]).mean(-1)[pos < n].flatten().cpu())
+            inside = torch.arange(kr, device=device)[None] < room[:, None]  # [B, kr] drafts inside the image
+            gaps.append(((mean_p[:, :kr] - mq).abs() / std_p[:, :kr]).mean(-1)[inside].cpu())
             if params.temperature == 0:
-                ok = (drafts_t == xp[:, :k]).all(-1)
+                ok = (drafts_t == xp[:, :kr]).all(-1)
             else:
-                log_ratio = acceptance_log_ratio(drafts_t, mq, sq, mean_p[:, :k], std_p[:, :k],
+                log_ratio = acceptance_log_ratio(drafts_t, mq, sq, mean_p[:, :kr], std_p[:, :kr],
                                                  self.inner_temperature)
                 u = torch.rand(log_ratio.shape, generator=generator, device=device)
                 ok = u.log() < log_ratio
-            kept = torch.cumprod(ok.long(), 1).sum(1)  # [B] drafts kept
-            kept = torch.minimum(kept, (n - pos).clamp(min=0))
+            kept = torch.minimum(torch.cumprod(ok.long(), 1).sum(1), room)  # [B] drafts kept
             new = torch.zeros(batch, model.token_channels, device=device)
-            full = kept == k
-            new[full] = xp[full, k]
-            rej = ~full
+            more = kept < room  # rows that take a target token after their kept drafts
+            full = more & (kept == kr)  # every draft kept: the target's bonus token
+            new[full] = xp[full, kr]
+            rej = more & ~full  # a rejected draft: a residual sample in its place
             if bool(rej.any()):
                 r = ar[rej]
                 j = kept[rej]
@@ -246,23 +246,24 @@ class CSpD(Sampler):
                     new[rej], fell = sample_residual(mean_p[r, j], std_p[r, j], mq[r, j], sq[r, j], xp[r, j],
                                                      generator, self.max_residual_tries)
                     fallbacks += int(fell.sum())
+            step = kept + more.long()  # [B] tokens each row gains
             for b in range(batch):
-                if pos[b] >= n:
+                if room[b] == 0:
                     continue
-                p0, m = int(pos[b]), int(kept[b])
+                p0, m, g = int(pos[b]), int(kept[b]), int(step[b])
                 tokens[b, p0:p0 + m] = drafts_t[b, :m]
-                tokens[b, p0 + m] = new[b]
-                accept_step[b, p0:p0 + m + 1] = passes
-                accepted_lengths.append(min(m + 1, n - p0))
-                bar.update(min(m + 1, n - p0))
-            pos = torch.where(pos < n, pos + kept + 1, pos)
+                tokens[b, p0 + m:p0 + g] = new[b]
+                accept_step[b, p0:p0 + g] = passes
+                accepted_lengths.append(g)
+                bar.update(g)
+            pos = pos + step
         bar.close()
         stats = SamplerStats(sampler=self.name, forward_passes=passes, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start_time, batch_size=batch,
                              draft_forward_passes=draft_passes, accepted_lengths=accepted_lengths,
-                             accept_step=accept_step[:, :n],
+                             accept_step=accept_step,
                              details={"prefill_tokens": prefill, "draft_length": k,
                                       "inner_temperature": self.inner_temperature,
                                       "residual_fallbacks": fallbacks,
                                       "median_draft_gap_in_target_stds": float(torch.cat(gaps).median())})
-        return SampleOutput(tokens=tokens[:, :n], stats=stats)
+        return SampleOutput(tokens=tokens, stats=stats)

@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 from tqdm.auto import tqdm
 
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_classes, register_sampler
 from vgen.samplers.logits import apply_cfg, build_processors, sample_logits
 
 
@@ -37,12 +37,9 @@ class NARSampler(Sampler):
     def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
-        check_inputs(model, class_ids, self.token_order)
         start = time.perf_counter()
-        device = next(model.parameters()).device
-        class_ids = class_ids.to(device)
-        batch, n, guided = class_ids.shape[0], model.num_tokens, params.guided
-        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
+        class_ids, cond = prepare_classes(self, model, class_ids, params)
+        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
         cache = model.new_cache(cond.shape[0])
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)

@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 from tqdm.auto import tqdm
 
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, check_inputs, register_sampler
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_classes, register_sampler
 from vgen.samplers.logits import apply_cfg, build_processors, cfg_merge, sample_logits
 from vgen.samplers.options import check_options, option
 
@@ -63,12 +63,10 @@ class NBPSampler(Sampler):
                prefix: torch.Tensor | None = None) -> SampleOutput:
         """Draw ``class_ids``' token grids; ``prefix`` [B, k * block_size] (0 < k < blocks) fixes the leading
         blocks, which the model then continues."""
-        check_inputs(model, class_ids, self.token_order)
         start = time.perf_counter()
-        device = next(model.parameters()).device
-        class_ids = class_ids.to(device)
-        batch, n, b, guided = class_ids.shape[0], model.num_tokens, model.block_size, params.guided
-        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
+        class_ids, cond = prepare_classes(self, model, class_ids, params)
+        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
+        b = model.block_size
         cache = model.new_cache(cond.shape[0])
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)

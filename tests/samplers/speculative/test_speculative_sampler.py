@@ -3,6 +3,7 @@
 
 import itertools
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from scipy.stats import chisquare
 
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig
-from vgen.samplers import ARSampler, SamplingParams, build_processors, get_sampler
+from vgen.samplers import ARSampler, Sampler, SamplingParams, build_processors, get_sampler
 from vgen.samplers.logits import apply_cfg
 from vgen.samplers.speculative import sampler as sampler_module
 from vgen.samplers.speculative.drafters import Drafter
@@ -21,12 +22,6 @@ CLASSES = torch.tensor([0, 3, 1])
 
 def ar_tokens(model, params: SamplingParams, classes: torch.Tensor = CLASSES) -> torch.Tensor:
     return ARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(0)).tokens
-
-
-def run(model, sampler, params: SamplingParams, seed: int = 0, classes: torch.Tensor = CLASSES, draft_head=None,
-        **kwargs):
-    return get_sampler(sampler, **kwargs).sample(model, classes, params, generator=torch.Generator().manual_seed(seed),
-                                                 draft_head=draft_head)
 
 
 def random_head(model, seed: int = 0) -> DraftHead:
@@ -86,16 +81,18 @@ def test_greedy_speculative_equals_greedy_ar(params, window, accept, tiny_gpt_fa
 @pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
 @pytest.mark.parametrize(("init", "coupling"), [("random", "none"), ("left", "none"), ("vertical", "none"),
                                                 ("random", "maximal"), ("vertical", "gumbel")])
-def test_greedy_sjd_with_jacobi_drafts_equals_greedy_ar(params, init, coupling, tiny_gpt_factory) -> None:
+def test_greedy_sjd_with_jacobi_drafts_equals_greedy_ar(run_sampler, params, init, coupling, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(GRID_GPT)
-    out = run(model, "sjd", params, draft_init=init, draft_coupling=coupling, window=6)
+    sampler = get_sampler("sjd", draft_init=init, draft_coupling=coupling, window=6)
+    out = run_sampler(sampler, model, CLASSES, params)
     assert torch.equal(out.tokens, ar_tokens(model, params))
 
 
 @pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
-def test_greedy_sjd_with_a_draft_head_equals_greedy_ar(params, tiny_gpt_factory) -> None:
+def test_greedy_sjd_with_a_draft_head_equals_greedy_ar(run_sampler, params, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(GRID_GPT)
-    out = run(model, "sjd", params, draft_head=random_head(model), drafter="head", window=5)
+    out = run_sampler(get_sampler("sjd", drafter="head", window=5), model, CLASSES, params,
+                      draft_head=random_head(model))
     assert torch.equal(out.tokens, ar_tokens(model, params))
     assert out.stats.details["drafter"] == "head"
     assert out.stats.draft_forward_passes == 1 + (out.stats.forward_passes - 1) * 4  # prefill read + L - 1 per pass
@@ -127,12 +124,13 @@ def exact_joint(model, params: SamplingParams, class_id: int) -> torch.Tensor:
     return probs.gather(-1, ALL_SEQUENCES[..., None])[..., 0].prod(-1)
 
 
-def sequence_counts(model, sampler: str, params: SamplingParams, batches: int = 4, batch: int = 2000,
-                    draft_head=None, **kwargs) -> torch.Tensor:
+def sequence_counts(run_sampler: Callable, model, sampler: Sampler, params: SamplingParams, batches: int = 4,
+                    batch: int = 2000, draft_head=None) -> torch.Tensor:
+    """How often each of the 256 sequences of ``SEQ_GPT`` comes out of ``batches`` seeded runs of class 1."""
     counts = torch.zeros(256)
     for seed in range(batches):
-        tokens = run(model, sampler, params, seed=seed, classes=torch.ones(batch, dtype=torch.long),
-                     draft_head=draft_head, **kwargs).tokens
+        tokens = run_sampler(sampler, model, torch.ones(batch, dtype=torch.long), params, seed=seed,
+                             draft_head=draft_head).tokens
         codes = (tokens * torch.tensor([64, 16, 4, 1])).sum(-1)
         counts += torch.bincount(codes, minlength=256)
     return counts
@@ -158,28 +156,30 @@ LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cf
                                                  ("sjd", dict(window=3, draft_coupling="maximal")),
                                                  ("sjd", dict(window=4, draft_coupling="gumbel")),
                                                  ("speculative", dict(accept="match", window=3))])
-def test_lossless_samplers_match_the_exact_joint_distribution(params, sampler, kwargs, tiny_gpt_factory) -> None:
+def test_lossless_samplers_match_the_exact_joint_distribution(run_sampler, params, sampler, kwargs,
+                                                              tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(SEQ_GPT)
     probs = exact_joint(model, params, class_id=1)
     torch.testing.assert_close(probs.sum(), torch.tensor(1.0))
     head = random_head(model) if kwargs.get("drafter") == "head" else None
-    counts = sequence_counts(model, sampler, params, draft_head=head, **kwargs)
+    counts = sequence_counts(run_sampler, model, get_sampler(sampler, **kwargs), params, draft_head=head)
     assert chi_square_p(counts, probs) > 1e-3
 
 
-def test_the_distribution_test_catches_a_lossy_rule(tiny_gpt_factory) -> None:
+def test_the_distribution_test_catches_a_lossy_rule(run_sampler, tiny_gpt_factory) -> None:
     """Power check: GSD with thresholds that group everything accepts nearly any draft and fails the test."""
     model = tiny_gpt_factory(SEQ_GPT)
     params = SamplingParams()
-    counts = sequence_counts(model, "gsd", params, batches=2, window=3, gsd_p_threshold=1.0,
-                             gsd_dist_threshold=1e9)
+    lossy = get_sampler("gsd", window=3, gsd_p_threshold=1.0, gsd_dist_threshold=1e9)
+    counts = sequence_counts(run_sampler, model, lossy, params, batches=2)
     assert chi_square_p(counts, exact_joint(model, params, class_id=1)) < 1e-6
 
 
 # ---- stats, presets, bad input ------------------------------------------------------------------------------
-def test_stats_describe_the_run(tiny_gpt_factory) -> None:
+def test_stats_describe_the_run(run_sampler, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(GRID_GPT)
-    out = run(model, "sjd", SamplingParams(cfg_scale=2.0), window=6, draft_init="vertical")
+    sampler = get_sampler("sjd", window=6, draft_init="vertical")
+    out = run_sampler(sampler, model, CLASSES, SamplingParams(cfg_scale=2.0))
     stats, n = out.stats, GRID_GPT.block_size
     assert stats.sampler == "sjd" and stats.details["drafter"] == "jacobi" and stats.details["window"] == 6
     assert stats.tokens == len(CLASSES) * n and stats.batch_size == len(CLASSES)
@@ -187,7 +187,9 @@ def test_stats_describe_the_run(tiny_gpt_factory) -> None:
     assert stats.accept_step.shape == (len(CLASSES), n)
     assert int(stats.accept_step.max()) == stats.forward_passes
     assert bool((stats.accept_step.diff(dim=1) >= 0).all())  # raster order: never produced before its left
-    assert stats.tokens_per_forward == pytest.approx(n / stats.forward_passes)
+    row_passes = stats.accept_step.amax(dim=1).double()
+    assert stats.tokens_per_forward == pytest.approx(float((n / row_passes).mean()))
+    assert stats.batch_tokens_per_forward == pytest.approx(len(CLASSES) * n / stats.forward_passes)
     hist = stats.accepted_length_histogram
     assert sum(hist) == len(stats.accepted_lengths) and hist[0] == 0
     assert stats.to_dict()["details"]["accept"] == "exact"
@@ -208,14 +210,14 @@ def test_rows_advance_independently(tiny_gpt_factory, monkeypatch) -> None:
     assert int(last_pass[1]) == GRID_GPT.block_size
 
 
-def test_lantern_with_zero_budget_is_mcsjd(tiny_gpt_factory) -> None:
+def test_lantern_with_zero_budget_is_mcsjd(run_sampler, tiny_gpt_factory) -> None:
     """The preset drafts as mcsjd does, so a zero budget leaves exact acceptance."""
     model = tiny_gpt_factory(GRID_GPT)
     tok = FakeTokenizer(torch.randn(GRID_GPT.vocab_size, 4))
     params = SamplingParams(cfg_scale=2.0)
     lantern = get_sampler("lantern", lantern_delta=0.0, window=6).sample(
         model, CLASSES, params, generator=torch.Generator().manual_seed(0), tokenizer=tok)
-    assert torch.equal(lantern.tokens, run(model, "mcsjd", params, window=6).tokens)
+    assert torch.equal(lantern.tokens, run_sampler(get_sampler("mcsjd", window=6), model, CLASSES, params).tokens)
     assert lantern.stats.details["drafter"] == "jacobi"
 
 
@@ -231,14 +233,14 @@ def test_presets_are_drafter_and_rule_pairs() -> None:
     assert get_sampler(sampler.to_dict()) == sampler
 
 
-def test_lantern_needs_a_tokenizer(tiny_gpt_factory) -> None:
+def test_lantern_needs_a_tokenizer(run_sampler, tiny_gpt_factory) -> None:
     with pytest.raises(ValueError, match="needs the VQ tokenizer's codebook"):
-        run(tiny_gpt_factory(GRID_GPT), "lantern", SamplingParams())
+        run_sampler("lantern", tiny_gpt_factory(GRID_GPT), CLASSES, SamplingParams())
 
 
-def test_a_missing_draft_head_is_a_clear_error(tiny_gpt_factory) -> None:
+def test_a_missing_draft_head_is_a_clear_error(run_sampler, tiny_gpt_factory) -> None:
     with pytest.raises(ValueError, match="needs a draft head, and this model ships none"):
-        run(tiny_gpt_factory(GRID_GPT), "speculative", SamplingParams(), drafter="head")
+        run_sampler(get_sampler("speculative", drafter="head"), tiny_gpt_factory(GRID_GPT), CLASSES, SamplingParams())
 
 
 def test_lantern_drafts_with_the_head_on_request_and_auto_takes_it_when_there_is_one(tiny_gpt_factory) -> None:
@@ -253,12 +255,12 @@ def test_lantern_drafts_with_the_head_on_request_and_auto_takes_it_when_there_is
     assert plain.stats.details["drafter"] == "jacobi" and plain.stats.draft_forward_passes == 0
 
 
-def test_a_head_for_another_model_is_refused(tiny_gpt_factory) -> None:
+def test_a_head_for_another_model_is_refused(run_sampler, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(GRID_GPT)
     other = random_head(tiny_gpt_factory(GPTConfig(vocab_size=64, dim=32, n_layer=1, n_head=4, num_classes=5,
                                                    block_size=36)))
     with pytest.raises(ValueError, match="does not fit a target"):
-        run(model, "sjd", SamplingParams(), draft_head=other, drafter="head")
+        run_sampler(get_sampler("sjd", drafter="head"), model, CLASSES, SamplingParams(), draft_head=other)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

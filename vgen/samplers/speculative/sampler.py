@@ -33,7 +33,7 @@ from vgen.samplers.base import (
     Sampler,
     SamplerStats,
     SamplingParams,
-    check_inputs,
+    prepare_classes,
     register_sampler,
 )
 from vgen.samplers.logits import draw, draw_rows, target_probs
@@ -102,21 +102,18 @@ class Speculative(Sampler):
     def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
-        check_inputs(model, class_ids)
         start_time = time.perf_counter()
+        class_ids, cond = prepare_classes(self, model, class_ids, params)
         drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
         drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head))
-        device = next(model.parameters()).device
-        class_ids = class_ids.to(device)
-        batch, n, guided = class_ids.shape[0], model.num_tokens, params.guided
+        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
         length = min(self.window, max(n - 1, 1))
         double = (lambda x: torch.cat([x, x])) if guided else (lambda x: x)
         cache = model.new_cache(2 * batch if guided else batch, extra=length)
 
         tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
         steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
-        cond = torch.cat([class_ids, model.null_condition(class_ids)]) if guided else class_ids
         out = model.prefill(cond, cache, return_hidden=drafter.needs_hidden)
         logits, hidden = out if drafter.needs_hidden else (out, None)
         p = target_probs(logits, params, 0)

@@ -1,0 +1,112 @@
+"""The settings every backbone built from LlamaGen's transformer blocks shares, declared and validated once.
+
+:class:`BackboneConfig` holds LlamaGen's ``ModelArgs`` less the sequence length (the blocks, the token and class
+tables, their dropout); :class:`~vgen.models.llamagen.GPTConfig` adds the sequence, :class:`GridConfig` a token
+grid with its rotary positions for the backbones that are not next-token in raster order (NAR, NBP).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TypeVar
+
+import torch
+
+from vgen.models.layers import rope_frames_table, rope_grid_table
+
+ROPE_KINDS = ("grid", "spatial")
+AXIS_NAMES = {2: ("rows", "columns"), 3: ("frames", "rows", "columns")}
+
+ConfigT = TypeVar("ConfigT", bound="BackboneConfig")
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """LlamaGen's ``ModelArgs`` for class-conditional generation, less the sequence length (defaults: GPT-B)."""
+
+    vocab_size: int = 16384
+    dim: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int | None = None
+    multiple_of: int = 256
+    ffn_dim_multiplier: float | None = None
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    num_classes: int = 1000
+    class_dropout_prob: float = 0.1
+    token_dropout_p: float = 0.1
+    attn_dropout_p: float = 0.0
+    resid_dropout_p: float = 0.1
+    ffn_dropout_p: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.n_layer < 1:
+            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
+        if self.dim % self.n_head:
+            raise ValueError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
+        if self.head_dim % 4:
+            raise ValueError(f"head_dim {self.head_dim} (dim {self.dim} / n_head {self.n_head}) must be divisible "
+                             f"by 4 for rotary positions")
+        if self.n_head % self.kv_heads:
+            raise ValueError(f"n_head {self.n_head} is not divisible by n_kv_head {self.kv_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[ConfigT], d: dict) -> ConfigT:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class GridConfig(BackboneConfig):
+    """A backbone over a token grid ((H, W) or (T, H, W)) and how its positions are encoded.
+
+    ``rope="grid"`` rotates every axis of the grid (time too); ``rope="spatial"`` (video only) rotates each frame's
+    rows and columns with LlamaGen's 2-D table and tells frames apart by a learned per-frame embedding, zero at
+    initialisation: every frame then sees the geometry an image model of the same frame grid was trained with, so
+    such a model's weights can start the video model."""
+
+    grid: tuple[int, ...] = (16, 16)
+    rope: str = "grid"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        grid = tuple(self.grid) if isinstance(self.grid, list) else self.grid  # a list from JSON
+        object.__setattr__(self, "grid", grid)
+        if (not isinstance(grid, tuple) or len(grid) not in AXIS_NAMES
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in grid)):
+            raise ValueError(f"grid must be (rows, columns) or (frames, rows, columns) of positive integers, "
+                             f"got {self.grid!r}")
+        if self.rope not in ROPE_KINDS:
+            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
+        if self.rope == "spatial" and len(grid) != 3:
+            raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.grid)
+
+    @property
+    def num_tokens(self) -> int:
+        return math.prod(self.grid)
+
+    def rope_table(self) -> torch.Tensor:
+        """The rotary rows of the class slot and every grid position: the whole grid's (``rope="grid"``), or each
+        frame's rows and columns repeated frame after frame (``rope="spatial"``)."""
+        if self.rope == "grid":
+            return rope_grid_table(self.grid, self.head_dim, self.rope_base)
+        return rope_frames_table(self.grid, self.head_dim, self.rope_base)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "grid": list(self.grid)}
