@@ -156,7 +156,7 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
                                        args.vq_model, args.codebook_size, args.codebook_embed_dim,
                                        args.num_classes, device=args.device, dtype=dtype)
     pipe = pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
-    from vgen.stream_pipeline import StreamPipeline
+    from vgen.pipelines import StreamPipeline
 
     if isinstance(pipe, StreamPipeline) and not streaming:
         raise UsageError(f"{pipe.info.name} is a streaming video model: use `vgen stream --model {args.model}`")
@@ -182,7 +182,7 @@ def sampling_overrides(args: argparse.Namespace) -> dict:
 
 
 def run_sample(args: argparse.Namespace) -> None:
-    from vgen.pipelines import image_grid
+    from vgen.images import image_grid
     from vgen.samplers import get_sampler
     from vgen.video_io import VIDEO_FORMATS
     from vgen.visualize import acceptance_figure
@@ -230,8 +230,8 @@ def passes_summary(stats: dict) -> str:
 
 def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
     """``vgen sample`` for a video pipeline: the clips side by side as one mp4 / GIF, or a frame-grid PNG."""
+    from vgen.pipelines import tile_clips
     from vgen.video_io import VIDEO_FORMATS, write_video
-    from vgen.video_pipeline import tile_clips
 
     if Path(args.out).suffix.lower() not in VIDEO_FORMATS:
         raise UsageError(f"{pipe.info.name} generates videos; write them to one of {', '.join(VIDEO_FORMATS)}, "
@@ -439,8 +439,8 @@ def run_package(args: argparse.Namespace) -> None:
     import torch
 
     from vgen.data.shapes import CLASS_NAMES, data_config
-    from vgen.hub import from_pretrained, save_pretrained
-    from vgen.pipelines import PIPELINE_CONFIG, ImagePipeline, PipelineInfo, tokenizer_folder
+    from vgen.hub import PIPELINE_CONFIG, from_pretrained, save_pretrained
+    from vgen.pipelines import ImagePipeline, PipelineInfo, tokenizer_folder
     from vgen.samplers import SamplingParams
 
     if args.dtype not in DTYPES:
@@ -463,7 +463,7 @@ def run_package(args: argparse.Namespace) -> None:
     info = PipelineInfo(name=args.name, image_size=gpt.grid[-1] * vq.downsample_factor,
                         class_names=list(CLASS_NAMES), defaults=defaults, data=data)
     if len(gpt.grid) == 3:  # a video backbone: frames x rows x columns
-        from vgen.video_pipeline import VideoPipeline
+        from vgen.pipelines import VideoPipeline
 
         # the clips the model learnt from (the motion check of vgen quality renders real ones like them)
         info.data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
@@ -486,8 +486,7 @@ def package_stream(args: argparse.Namespace, model) -> None:
     import torch
 
     from vgen.data.shapes import CLASS_NAMES
-    from vgen.pipelines import PipelineInfo
-    from vgen.stream_pipeline import StreamPipeline
+    from vgen.pipelines import PipelineInfo, StreamPipeline
 
     if args.drafter:
         raise UsageError("a block-diffusion pipeline takes no --drafter")
@@ -692,8 +691,9 @@ def run_quality(args: argparse.Namespace) -> None:
     from vgen import pipelines
     from vgen.eval.classifier import load_shapes_classifier
     from vgen.eval.quality import class_accuracy, token_statistics
+    from vgen.images import image_grid
+    from vgen.pipelines import StreamPipeline
     from vgen.samplers import SamplingParams
-    from vgen.stream_pipeline import StreamPipeline
 
     check_writable(args.grid, IMAGE_SUFFIXES)
     check_writable(args.json, {".json"})
@@ -729,7 +729,7 @@ def run_quality(args: argparse.Namespace) -> None:
             per_class = max(1, min(8, args.num_images // n_cls))
             rows = [images[c + n_cls * j] for c in range(n_cls) for j in range(per_class)
                     if c + n_cls * j < len(images)]
-            pipelines.image_grid(rows, per_class).save(args.grid)
+            image_grid(rows, per_class).save(args.grid)
     write_quality(figures, args.json)
 
 
@@ -771,9 +771,9 @@ def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
     each."""
     from PIL import Image
 
-    from vgen import pipelines
     from vgen.data.clips import ClipsConfig
     from vgen.eval.quality import clip_quality
+    from vgen.images import image_grid
 
     length = videos.shape[1]
     clips = ClipsConfig(**pipe.info.data) if pipe.info.data else ClipsConfig(frame_size=pipe.info.image_size)
@@ -781,7 +781,7 @@ def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
     if grid:
         first = [classes.index(c) for c in range(pipe.num_classes) if c in classes]
         frames = [Image.fromarray(frame) for i in first for frame in videos[i]]
-        pipelines.image_grid(frames, length).save(grid)
+        image_grid(frames, length).save(grid)
     return figures
 
 

@@ -64,8 +64,8 @@ STREAM_ARGS = ("steps", "first_steps", "shift", "context_noise", "cfg_scale", "c
 
 
 def run_stream(args: argparse.Namespace) -> None:
+    from vgen.pipelines import StreamPipeline
     from vgen.samplers.streaming import StreamControl, StreamProfile
-    from vgen.stream_pipeline import StreamPipeline
     from vgen.video_io import StreamingVideoWriter
 
     check_writable(args.out, {".mp4", ".gif"})

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
-from vgen.eval.classifier import SHAPES_VIDEO_CLASSIFIER, ShapesVideoClassifier, VideoClassifierConfig
 from vgen.eval.features import clip_input
 from vgen.hub import save_pretrained
+from vgen.models.classifier import SHAPES_VIDEO_CLASSIFIER, ShapesVideoClassifier, VideoClassifierConfig
 from vgen.training.trainer import TrainConfig, Trainer, index_batches
 
 
