@@ -3,7 +3,8 @@
 Nothing is downloaded: every loader takes a local path and, when the file is not there, says where to put it.
 Pickled checkpoints are read with ``torch.load(weights_only=True)``; vgen writes safetensors only. A state dict
 that does not fit the model fails with :class:`CheckpointError`, naming the missing and unexpected keys and the
-shapes that differ.
+shapes that differ. A folder's ``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models
+shipped inside the package lie under :data:`ASSETS`, where evaluation and training find them without a pipeline.
 """
 
 from __future__ import annotations
