@@ -28,9 +28,8 @@ from PIL import Image
 from vgen.data.clips import cached_clips, recorded_clips_config
 from vgen.eval.quality import clip_class_accuracy, frame_change
 from vgen.hub import from_pretrained
-from vgen.pipelines import PipelineInfo
+from vgen.pipelines import PipelineInfo, VideoPipeline
 from vgen.training.ar import tokenize_split
-from vgen.video_pipeline import VideoPipeline
 
 
 def figures(videos: np.ndarray, classes: list[int]) -> dict:

@@ -34,10 +34,10 @@ import vgen
 from vgen.data.clips import ClipsConfig, cached_clips
 from vgen.eval.drift import drift_report, windows
 from vgen.eval.evaluate import EvalSettings, frechet_report
-from vgen.pipelines import image_grid
+from vgen.images import image_grid
+from vgen.pipelines import tile_clips
 from vgen.samplers.streaming import StreamProfile
 from vgen.video_io import write_video
-from vgen.video_pipeline import tile_clips
 from vgen.visualize import line_plot
 
 DEFAULT_SETTINGS = ["default", "no-sink=sink_frames:0,window_frames:14", "recompute=refresh:recompute",

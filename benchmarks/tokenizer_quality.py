@@ -30,7 +30,7 @@ from vgen.data.shapes import cached_split, to_tensor
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.features import classifier_input
 from vgen.hub import from_pretrained
-from vgen.pipelines import image_grid, tensor_to_pil
+from vgen.images import image_grid, tensor_to_pil
 
 
 def main() -> None:

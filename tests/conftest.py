@@ -165,8 +165,7 @@ def tiny_blockdiff_factory():
 @pytest.fixture(scope="session")
 def tiny_stream_pipeline_dir(tmp_path_factory):
     """A saved 3-class streaming pipeline (16-px frames, 2-frame blocks, 8 trained frames)."""
-    from vgen.pipelines import PipelineInfo
-    from vgen.stream_pipeline import StreamPipeline
+    from vgen.pipelines import PipelineInfo, StreamPipeline
 
     info = PipelineInfo(name="tiny-stream", image_size=16, class_names=["a", "b", "c"],
                         defaults={"steps": 2, "first_steps": 2, "sink_frames": 2, "window_frames": 4})
@@ -179,9 +178,8 @@ def tiny_stream_pipeline_dir(tmp_path_factory):
 def tiny_video_pipeline_dir(tmp_path_factory):
     """A saved 3-class NBP video pipeline: 3 frames of 16 px (4x4 tokens each), outputs not uniform."""
     from vgen.models.nbp import NBPConfig, NBPTransformer
-    from vgen.pipelines import PipelineInfo
+    from vgen.pipelines import PipelineInfo, VideoPipeline
     from vgen.tokenizers.vq import VQConfig, VQModel
-    from vgen.video_pipeline import VideoPipeline
 
     torch.manual_seed(0)
     model = NBPTransformer(NBPConfig(grid=(3, 4, 4), block="frame", vocab_size=32, dim=32, n_layer=1, n_head=2,
@@ -197,9 +195,8 @@ def tiny_video_pipeline_dir(tmp_path_factory):
 def tiny_video_ar_pipeline_dir(tmp_path_factory):
     """A saved 3-class next-token video AR pipeline (a LlamaGen GPT over 3 frames of 4x4 tokens, 16 px frames),
     outputs not uniform."""
-    from vgen.pipelines import PipelineInfo
+    from vgen.pipelines import PipelineInfo, VideoPipeline
     from vgen.tokenizers.vq import VQConfig, VQModel
-    from vgen.video_pipeline import VideoPipeline
 
     model = make_tiny_gpt(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, num_classes=3,
                                     block_size=48, frames=3))

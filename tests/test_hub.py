@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from vgen.hub import (
+    ASSETS,
+    MODEL_CLASSES,
     CheckpointError,
     from_pretrained,
     load_weights,
@@ -91,6 +93,16 @@ def test_config_json_names_the_class_and_its_config(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "config.json").read_text())
     assert meta["class"] == "VQModel"
     assert VQConfig.from_dict(meta["config"]) == TINY_VQ
+
+
+def test_every_shipped_model_folder_names_a_registered_class_of_its_config() -> None:
+    folders = sorted(ASSETS.rglob("config.json"))
+    assert len(folders) >= 10
+    for path in folders:
+        meta = json.loads(path.read_text())
+        model_cls, config_cls = MODEL_CLASSES[meta["class"]]
+        assert model_cls.__name__ == meta["class"], path
+        assert isinstance(config_cls.from_dict(meta["config"]), config_cls), path
 
 
 def test_from_pretrained_without_config_json_fails_clearly(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Nothing is downloaded: every loader takes a local path and, when the file is not there, says where to put it.
 Pickled checkpoints are read with ``torch.load(weights_only=True)``; vgen writes safetensors only. A state dict
 that does not fit the model fails with :class:`CheckpointError`, naming the missing and unexpected keys and the
-shapes that differ.
+shapes that differ. A folder's ``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models
+shipped inside the package lie under :data:`ASSETS`, where evaluation and training find them without a pipeline.
 """
 
 from __future__ import annotations
@@ -17,51 +18,49 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
+from vgen.models.classifier import ClassifierConfig, ShapesClassifier, ShapesVideoClassifier, VideoClassifierConfig
+from vgen.models.draft_head import DraftHead, DraftHeadConfig
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.models.mar import ContinuousAR, MARConfig
+from vgen.models.nar import NARConfig, NARTransformer
+from vgen.models.nbp import NBPConfig, NBPTransformer
+from vgen.tokenizers.kl import KLConfig, KLTokenizer
+from vgen.tokenizers.vq import VQConfig, VQModel
+
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+ASSETS = Path(__file__).parent / "assets"
+"""The embedded models and judges shipped inside the package, one folder each."""
+PIPELINE_CONFIG = "pipeline.json"
+"""The file that makes a folder a pipeline folder (names, image size, defaults), beside its model folders."""
 
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable, or does not match the model it is loaded into."""
 
 
-def _model_classes() -> dict[str, tuple[type[nn.Module], type]]:
-    from vgen.eval.classifier import ClassifierConfig, ShapesClassifier, ShapesVideoClassifier, VideoClassifierConfig
-    from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
-    from vgen.models.draft_head import DraftHead, DraftHeadConfig
-    from vgen.models.llamagen import GPTConfig, LlamaGenGPT
-    from vgen.models.mar import ContinuousAR, MARConfig
-    from vgen.models.nar import NARConfig, NARTransformer
-    from vgen.models.nbp import NBPConfig, NBPTransformer
-    from vgen.tokenizers.kl import KLConfig, KLTokenizer
-    from vgen.tokenizers.vq import VQConfig, VQModel
-
-    return {"LlamaGenGPT": (LlamaGenGPT, GPTConfig), "VQModel": (VQModel, VQConfig),
-            "ShapesClassifier": (ShapesClassifier, ClassifierConfig),
-            "ShapesVideoClassifier": (ShapesVideoClassifier, VideoClassifierConfig),
-            "DraftHead": (DraftHead, DraftHeadConfig),
-            "NARTransformer": (NARTransformer, NARConfig), "NBPTransformer": (NBPTransformer, NBPConfig),
-            "ContinuousAR": (ContinuousAR, MARConfig),
-            "KLTokenizer": (KLTokenizer, KLConfig),
-            "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig)}
+MODEL_CLASSES: dict[str, tuple[type[nn.Module], type]] = {
+    "LlamaGenGPT": (LlamaGenGPT, GPTConfig), "VQModel": (VQModel, VQConfig),
+    "ShapesClassifier": (ShapesClassifier, ClassifierConfig),
+    "ShapesVideoClassifier": (ShapesVideoClassifier, VideoClassifierConfig),
+    "DraftHead": (DraftHead, DraftHeadConfig),
+    "NARTransformer": (NARTransformer, NARConfig), "NBPTransformer": (NBPTransformer, NBPConfig),
+    "ContinuousAR": (ContinuousAR, MARConfig),
+    "KLTokenizer": (KLTokenizer, KLConfig),
+    "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig)}
+"""The model classes a ``config.json`` may name, by the name it records."""
 
 
 def register_model_class(name: str, model_cls: type[nn.Module], config_cls: type) -> None:
     """Let :func:`from_pretrained` build ``model_cls`` from a folder whose config names ``name``."""
-    _EXTRA_CLASSES[name] = (model_cls, config_cls)
-
-
-_EXTRA_CLASSES: dict[str, tuple[type[nn.Module], type]] = {}
-
-
-def _classes() -> dict[str, tuple[type[nn.Module], type]]:
-    return {**_model_classes(), **_EXTRA_CLASSES}
+    MODEL_CLASSES[name] = (model_cls, config_cls)
 
 
 def save_pretrained(model: nn.Module, path: str | Path, dtype: torch.dtype | None = None) -> Path:
     """Write ``model`` (which must have a ``config`` with ``to_dict``) as ``path/config.json`` + safetensors."""
     name = type(model).__name__
-    if name not in _classes():
+    if name not in MODEL_CLASSES:
         raise TypeError(f"{name} is not a registered vgen model class")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -89,11 +88,10 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
     """Build and load a model saved with :func:`save_pretrained`."""
     path = Path(path)
     meta = read_config(path)
-    classes = _classes()
-    if meta.get("class") not in classes:
+    if meta.get("class") not in MODEL_CLASSES:
         raise CheckpointError(f"{path / CONFIG_NAME} names model class {meta.get('class')!r}; "
-                              f"known: {sorted(classes)}")
-    model_cls, config_cls = classes[meta["class"]]
+                              f"known: {sorted(MODEL_CLASSES)}")
+    model_cls, config_cls = MODEL_CLASSES[meta["class"]]
     try:
         config = config_cls.from_dict(meta["config"])
     except (TypeError, ValueError, KeyError) as e:

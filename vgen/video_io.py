@@ -1,5 +1,5 @@
 """Writing videos: uint8 frames [T, H, W, 3] as ``.mp4`` (H.264 through the ffmpeg binary that imageio-ffmpeg
-ships), ``.gif`` (looping) or a frame-grid ``.png`` (frames tiled row-major with :func:`vgen.pipelines.image_grid`).
+ships), ``.gif`` (looping) or a frame-grid ``.png`` (frames tiled row-major with :func:`vgen.images.image_grid`).
 :func:`vgen.eval.videos.read_video` reads the first two back.
 
 :class:`StreamingVideoWriter` appends frames as they arrive. Its mp4 is fragmented (an empty ``moov`` up front,
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from vgen.images import image_grid
 
 VIDEO_FORMATS = (".mp4", ".gif", ".png")
 
@@ -28,8 +30,6 @@ def check_video_path(path: str | Path) -> Path:
 
 def frame_grid(frames: np.ndarray, cols: int | None = None) -> Image.Image:
     """The frames tiled row-major into one picture, ``cols`` per row (about square by default)."""
-    from vgen.pipelines import image_grid
-
     frames = _check_frames(frames)
     cols = cols or math.ceil(math.sqrt(len(frames)))
     if cols < 1:

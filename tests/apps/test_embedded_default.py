@@ -13,7 +13,7 @@ import vgen
 from vgen.apps.cli import main
 from vgen.data.shapes import CLASS_NAMES
 from vgen.eval.classifier import load_shapes_classifier
-from vgen.pipelines import ASSETS
+from vgen.hub import ASSETS
 
 
 def test_shapes_c2i_is_shipped_small():

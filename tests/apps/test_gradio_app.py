@@ -147,7 +147,7 @@ def test_stream_video_shows_each_block_then_the_mp4(tiny_stream_pipeline_dir) ->
 
 
 def test_stream_video_keeps_the_models_defaults_for_empty_fields(tiny_stream_pipeline_dir, monkeypatch) -> None:
-    from vgen.stream_pipeline import StreamPipeline
+    from vgen.pipelines import StreamPipeline
 
     seen = []
     original = StreamPipeline.stream_config

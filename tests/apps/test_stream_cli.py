@@ -100,7 +100,7 @@ def test_a_killed_stream_leaves_a_playable_file(tiny_stream_pipeline_dir, tmp_pa
 def test_package_writes_a_streaming_pipeline_from_a_block_diffusion_export(tiny_blockdiff, tmp_path, capsys) -> None:
     import vgen
     from vgen.hub import save_pretrained
-    from vgen.stream_pipeline import StreamPipeline
+    from vgen.pipelines import StreamPipeline
 
     save_pretrained(tiny_blockdiff, tmp_path / "export")
     code = main(["train", "package", "--gpt", str(tmp_path / "export"), "--out", str(tmp_path / "pipe"), "--name",

@@ -6,14 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vgen.eval.classifier import (
-    SHAPES_VIDEO_CLASSIFIER,
-    SHIPPED_VIDEO_CLASSIFIER,
-    ShapesVideoClassifier,
-    load_shapes_video_classifier,
-)
+from vgen.eval.classifier import SHIPPED_VIDEO_CLASSIFIER, load_shapes_video_classifier
 from vgen.eval.features import clip_input
-from vgen.pipelines import ASSETS
+from vgen.hub import ASSETS
+from vgen.models.classifier import SHAPES_VIDEO_CLASSIFIER, ShapesVideoClassifier
 from vgen.training.video_classifier import shuffled
 
 

@@ -118,7 +118,7 @@ def test_shapes_video_features_come_from_the_shipped_network(test_clips) -> None
     from vgen.eval.classifier import SHIPPED_VIDEO_CLASSIFIER, load_shapes_video_classifier
     from vgen.eval.features import SHAPES_VIDEO, clip_input, shipped_sha256
     from vgen.eval.weights import sha256_of
-    from vgen.pipelines import ASSETS
+    from vgen.hub import ASSETS
 
     clips = test_clips[0][:4]
     extractor = load_extractor("shapes", "videos")

@@ -14,13 +14,13 @@ from vgen.apps.cli import main
 from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.pipelines import VideoPipeline
 from vgen.tokenizers.vq import VQModel
 from vgen.training.clip_codes import ClipRecipe
 from vgen.training.nbp import SHAPES_VIDEO_NBP
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig
 from vgen.training.video_ar import SHAPES_VIDEO_AR, train_video_ar, video_ar_config
-from vgen.video_pipeline import VideoPipeline
 
 TOY = GPTConfig(vocab_size=2, dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=8, block_size=4,
                 class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from vgen.data.clips import ClipsConfig
-from vgen.eval.classifier import ShapesVideoClassifier, VideoClassifierConfig
 from vgen.hub import from_pretrained
+from vgen.models.classifier import ShapesVideoClassifier, VideoClassifierConfig
 from vgen.training.trainer import TrainConfig
 from vgen.training.video_classifier import CORRUPTIONS, VideoClassifierRecipe, corrupt, train_video_classifier
 

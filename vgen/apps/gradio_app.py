@@ -20,14 +20,23 @@ from typing import Any
 from PIL import Image
 
 from vgen.apps.options import sampler_classes, sampling_options
-from vgen.hub import CheckpointError
-from vgen.pipelines import ASSETS, ImagePipeline, available_models, default_sampler, image_grid, load, load_llamagen
+from vgen.hub import ASSETS, CheckpointError
+from vgen.images import image_grid
+from vgen.pipelines import (
+    ImagePipeline,
+    StreamPipeline,
+    VideoPipeline,
+    available_models,
+    default_sampler,
+    load,
+    load_llamagen,
+    tile_clips,
+)
+from vgen.pipelines.stream import MODEL_FOLDER
 from vgen.samplers import available_samplers, get_sampler
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, parse_option
 from vgen.samplers.streaming import StreamConfig, StreamControl
-from vgen.stream_pipeline import MODEL_FOLDER, StreamPipeline
 from vgen.video_io import StreamingVideoWriter, write_video
-from vgen.video_pipeline import VideoPipeline, tile_clips
 from vgen.visualize import acceptance_figure
 
 # the page's option fields, from the declarations: the settings every sampler shares, then every sampler's own

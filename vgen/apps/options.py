@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from vgen import pipelines
+from vgen.pipelines import StreamPipeline
 from vgen.samplers import SamplingParams, available_samplers, get_sampler
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
-from vgen.stream_pipeline import StreamPipeline
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16"}

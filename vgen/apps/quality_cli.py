@@ -24,7 +24,7 @@ from vgen.apps.options import (
 from vgen.data.clips import ClipsConfig
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.quality import class_accuracy, clip_quality, token_statistics
-from vgen.stream_pipeline import StreamPipeline
+from vgen.pipelines import StreamPipeline
 
 
 def add_quality_parser(sub: argparse._SubParsersAction) -> None:

@@ -21,10 +21,10 @@ from vgen.apps.options import (
     sampling_overrides,
 )
 from vgen.eval.videos import read_video
-from vgen.pipelines import image_grid
+from vgen.images import image_grid
+from vgen.pipelines import tile_clips
 from vgen.samplers import get_sampler
 from vgen.video_io import VIDEO_FORMATS, write_video
-from vgen.video_pipeline import tile_clips
 from vgen.visualize import acceptance_figure, clip_acceptance_figure
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from vgen.apps.options import UsageError, add_device_args, add_option_flags, check_writable, load_pipeline, set_options
 from vgen.interrupts import graceful_stop
+from vgen.pipelines import StreamPipeline
 from vgen.samplers.options import declared_options
 from vgen.samplers.streaming import StreamConfig, StreamControl, StreamProfile
-from vgen.stream_pipeline import StreamPipeline
 from vgen.video_io import StreamingVideoWriter
 
 STREAM_SETTINGS = declared_options([StreamConfig])

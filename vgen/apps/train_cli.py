@@ -23,9 +23,8 @@ from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_c
 from vgen.hub import from_pretrained
 from vgen.models.backbone import ROPE_KINDS
 from vgen.models.nbp import BLOCK_KINDS
-from vgen.pipelines import ImagePipeline, PipelineInfo
+from vgen.pipelines import ImagePipeline, PipelineInfo, StreamPipeline, VideoPipeline
 from vgen.samplers import SamplingParams
-from vgen.stream_pipeline import StreamPipeline
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.tokenizers.vq import ENCODER_KINDS
 from vgen.training.ar import AR_CFG_SCALE, AR_RUN, ARRecipe, sample_probe, train_ar
@@ -64,7 +63,6 @@ from vgen.training.tokenizer import (
 from vgen.training.trainer import RunDefaults, TrainConfig, use_bf16
 from vgen.training.video_ar import train_video_ar
 from vgen.training.video_classifier import VIDEO_CLASSIFIER_RUN, VideoClassifierRecipe, train_video_classifier
-from vgen.video_pipeline import VideoPipeline
 
 CLASSIFIER_DIR = RUNS / "shapes-classifier" / "export"
 

@@ -35,12 +35,23 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+from tqdm.auto import tqdm
 
+from vgen.data.clips import SPLIT_SEEDS as CLIP_SPLIT_SEEDS
+from vgen.data.clips import ClipsConfig, render_clips
+from vgen.data.shapes import SPLIT_SEEDS as SHAPE_SPLIT_SEEDS
+from vgen.data.shapes import ShapesConfig, render_batch
+from vgen.eval.classifier import load_shapes_classifier
+from vgen.eval.features import is_stats_file, load_images, shapes_features, shapes_video_features
 from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance
+from vgen.eval.quality import class_accuracy, clip_class_accuracy, token_statistics
 from vgen.eval.sample_many import SamplePlan
-from vgen.pipelines import ImagePipeline, default_sampler, image_grid
+from vgen.eval.videos import load_videos
+from vgen.images import image_grid
+from vgen.pipelines import ImagePipeline, default_sampler
 from vgen.samplers import Sampler, SamplingParams, get_sampler
 from vgen.samplers.options import declarations, parse_option
+from vgen.visualize import scatter_plot
 
 REFERENCE = "ar"
 OUTPUTS = {"json": "bench.json", "markdown": "bench.md", "plot": "bench.png"}
@@ -56,8 +67,6 @@ def is_video(pipe: ImagePipeline) -> bool:
 def features_of(samples: np.ndarray) -> np.ndarray:
     """vgen's offline domain features of uint8 images [N, H, W, 3] (``shapes``) or clips [N, T, H, W, 3]
     (``shapes-video``)."""
-    from vgen.eval.features import shapes_features, shapes_video_features
-
     return shapes_video_features(samples) if samples.ndim == 5 else shapes_features(samples)
 
 
@@ -139,9 +148,6 @@ class RealReference:
 def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real: int = 1024) -> RealReference:
     """``real`` (image or clip set, or stats file), else ``num_real`` rendered validation images (clips) of the
     pipeline's data."""
-    from vgen.eval.features import is_stats_file, load_images
-    from vgen.eval.videos import load_videos
-
     if real is not None:
         if is_stats_file(real):
             return RealReference(GaussianStats.load(str(real)), None, str(real))
@@ -150,19 +156,15 @@ def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real
     if num_real < 2:
         raise ValueError(f"need at least 2 real samples, got {num_real}")
     if is_video(pipe):
-        from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
-
         clips = ClipsConfig(num_frames=pipe.num_frames, frame_size=pipe.info.image_size)
-        samples, _ = render_clips(SPLIT_SEEDS["val"], 0, num_real, clips)
+        samples, _ = render_clips(CLIP_SPLIT_SEEDS["val"], 0, num_real, clips)
         source = (f"{num_real} rendered validation clips of vgen.data.clips ({clips.num_frames} frames of "
                   f"{clips.frame_size} px)")
     elif pipe.info.data is None:
         raise ValueError(f"model {pipe.info.name!r} records no vgen.data set to render real images from; give real "
                          f"images or statistics (--real)")
     else:
-        from vgen.data.shapes import SPLIT_SEEDS, ShapesConfig, render_batch
-
-        samples, _ = render_batch(SPLIT_SEEDS["val"], 0, num_real, ShapesConfig(**pipe.info.data))
+        samples, _ = render_batch(SHAPE_SPLIT_SEEDS["val"], 0, num_real, ShapesConfig(**pipe.info.data))
         source = f"{num_real} rendered validation images of vgen.data.shapes ({json.dumps(pipe.info.data)})"
     feats = features_of(samples)
     return RealReference(GaussianStats.of(feats), feats, source)
@@ -206,8 +208,6 @@ def draw_interleaved(runs: Sequence[tuple[ImagePipeline, Sampler, SamplePlan]], 
     """The first ``num_samples`` images (clips) of every ``(pipeline, sampler, plan)``, drawn batch by batch in
     turn (batch 0 of every sampler, then batch 1, ...), so that changes in background load reach every sampler's
     wall time alike instead of whichever ran during them."""
-    from tqdm.auto import tqdm
-
     draws = [Draw() for _ in runs]
     batches = runs[0][2].num_batches(num_samples)  # every plan has the same batch size
     with tqdm(total=batches * len(runs), desc="bench", unit="batch", disable=not progress) as bar:
@@ -221,14 +221,10 @@ def draw_interleaved(runs: Sequence[tuple[ImagePipeline, Sampler, SamplePlan]], 
 def domain_class_accuracy(pipe: ImagePipeline, samples: np.ndarray, labels: Sequence[int]) -> float | None:
     """The shipped classifier's accuracy on images, or its clip accuracy on clips; None for a model of another
     domain (no vgen.data set recorded)."""
-    from vgen.eval.quality import class_accuracy, clip_class_accuracy
-
     if is_video(pipe):
         return clip_class_accuracy(samples, labels)["class_accuracy"]
     if pipe.info.data is None:
         return None
-    from vgen.eval.classifier import load_shapes_classifier
-
     pixels = torch.from_numpy(samples).permute(0, 3, 1, 2).float() / 127.5 - 1
     return class_accuracy(load_shapes_classifier(), pixels, labels)["class_accuracy"]
 
@@ -237,8 +233,6 @@ def reference_token_statistics(pipe: ImagePipeline, draw: Draw, params: Sampling
     """Mean entropy (nats) and median top-1 probability of the distributions the reference row drew its tokens
     from: how spread out the model's predictions are sets how far a speculative sampler can go, so every table
     prints them beside its speed-ups. None for a model of continuous tokens."""
-    from vgen.eval.quality import token_statistics
-
     tokens = torch.cat(draw.tokens)
     if tokens.is_floating_point():
         return None
@@ -355,8 +349,6 @@ def token_clause(figures: dict | None) -> str:
 def speed_quality_plot(result: dict) -> Image.Image:
     """Two panels, FID (FVD) against real samples over step compression and over latency ratio, one labelled point
     per sampler."""
-    from vgen.visualize import scatter_plot
-
     rows, fd = result["results"], distance_names(result["setup"])[0]
     panels = [scatter_plot([(r["label"], r[key], r["fid"]) for r in rows], xlabel, f"{fd} vs real (lower is better)",
                            title) for key, xlabel, title in (

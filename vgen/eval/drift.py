@@ -21,6 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vgen.eval.classifier import load_shapes_classifier
+from vgen.eval.features import classifier_input
+
 WEIGHTINGS = ("linear", "log")
 
 
@@ -50,9 +53,6 @@ def clarity(frames: np.ndarray) -> float:
 def class_probabilities(frames: np.ndarray, batch_size: int = 256) -> np.ndarray:
     """The shipped domain classifier's class probabilities [T, C] of uint8 frames [T, H, W, 3] (resized to its
     input size; on the moving-shapes clips' 32-px frames it is 95.7% accurate, see docs/streaming.md)."""
-    from vgen.eval.classifier import load_shapes_classifier
-    from vgen.eval.features import classifier_input
-
     classifier = load_shapes_classifier().eval()
     out = [classifier(classifier_input(frames[i:i + batch_size], classifier)).softmax(-1).numpy()
            for i in range(0, len(frames), batch_size)]

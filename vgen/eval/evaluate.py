@@ -16,6 +16,7 @@ import numpy as np
 
 from vgen.eval.features import Extractor, is_stats_file, load_extractor, load_images, recorded_name
 from vgen.eval.fid import GaussianStats, check_comparable, frechet_distance, kernel_inception_distance
+from vgen.eval.videos import load_videos
 
 METRICS = {"images": ("fid", "kid"), "videos": ("fvd", "kvd")}
 
@@ -51,8 +52,6 @@ def _loader(settings: EvalSettings, features: str):
 def _load_data(path: str | Path, settings: EvalSettings) -> np.ndarray:
     if settings.media == "images":
         return load_images(path)
-    from vgen.eval.videos import load_videos
-
     return load_videos(path, settings.num_frames)
 
 

@@ -9,7 +9,7 @@ Feature sets (:data:`FEATURE_SETS`), each for images, videos or both:
 
 - ``shapes``: for images, the 192-d pooled embedding of vgen's shipped domain classifier (offline, for the embedded
   default's domain; images are resized to its 64x64 input with PIL's bicubic filter). For videos, the 128-d pooled
-  embedding of the shipped video feature network (:class:`~vgen.eval.classifier.ShapesVideoClassifier`, trained on
+  embedding of the shipped video feature network (:class:`~vgen.models.classifier.ShapesVideoClassifier`, trained on
   the moving-shapes clips to tell their shape and whether their frames move in a real order; frames resized to
   32x32 the same way). Statistics record these as ``shapes-video`` (:data:`SHAPES_VIDEO`), so that statistics of
   the per-frame features that ``shapes`` meant for videos before are refused rather than compared.
@@ -27,6 +27,17 @@ import numpy as np
 import torch
 from PIL import Image
 from tqdm.auto import tqdm
+
+from vgen.eval.classifier import (
+    SHIPPED_CLASSIFIER,
+    SHIPPED_VIDEO_CLASSIFIER,
+    load_shapes_classifier,
+    load_shapes_video_classifier,
+)
+from vgen.eval.i3d import I3D_TORCHSCRIPT, I3D_WEIGHTS, I3DFeatures
+from vgen.eval.inception import FID_INCEPTION_WEIGHTS, load_fid_inception
+from vgen.eval.weights import WeightsSpec, check_hash, find_weights, sha256_of
+from vgen.hub import ASSETS
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 FEATURE_SETS = {"shapes": ("images", "videos"), "inception": ("images",), "i3d": ("videos",)}
@@ -107,8 +118,6 @@ def load_images(path: str | Path) -> np.ndarray:
 @torch.no_grad()
 def shapes_features(images: np.ndarray, batch_size: int = 256, progress: bool = False) -> np.ndarray:
     """The shipped domain classifier's 192-d features [N, 192] of uint8 images [N, H, W, 3]."""
-    from vgen.eval.classifier import load_shapes_classifier
-
     return batched_features(load_shapes_classifier().eval(), images, classifier_input, batch_size, progress)
 
 
@@ -142,16 +151,11 @@ def clip_input(videos: np.ndarray, model: torch.nn.Module) -> torch.Tensor:
 @torch.no_grad()
 def shapes_video_features(videos: np.ndarray, batch_size: int = 64, progress: bool = False) -> np.ndarray:
     """The shipped video feature network's 128-d features [N, 128] of uint8 videos [N, T, H, W, 3]."""
-    from vgen.eval.classifier import load_shapes_video_classifier
-
     return batched_features(load_shapes_video_classifier().eval(), videos, clip_input, batch_size, progress)
 
 
 def shipped_sha256(folder: str) -> str:
     """SHA-256 of the weights of a network shipped in ``vgen/assets/<folder>``."""
-    from vgen.eval.weights import sha256_of
-    from vgen.pipelines import ASSETS
-
     return sha256_of(ASSETS / folder / "model.safetensors")
 
 
@@ -192,8 +196,6 @@ def load_extractor(name: str, media: str = "images", weights: str | Path | None 
 
 
 def _shapes(media: str, weights) -> Extractor:
-    from vgen.eval.classifier import SHIPPED_CLASSIFIER, SHIPPED_VIDEO_CLASSIFIER
-
     if weights is not None:
         raise ValueError("--weights does not apply to the shapes features (the networks ship with vgen)")
     if media == "images":
@@ -202,9 +204,6 @@ def _shapes(media: str, weights) -> Extractor:
 
 
 def _inception(weights, verify: bool, device: str) -> Extractor:
-    from vgen.eval.inception import FID_INCEPTION_WEIGHTS, load_fid_inception
-    from vgen.eval.weights import check_hash, find_weights
-
     path = find_weights(FID_INCEPTION_WEIGHTS, weights)
     digest, verified = check_hash(FID_INCEPTION_WEIGHTS, path, verify)
     model = load_fid_inception(path).to(device)
@@ -220,9 +219,6 @@ def _inception(weights, verify: bool, device: str) -> Extractor:
 
 
 def _i3d(weights, verify: bool, device: str) -> Extractor:
-    from vgen.eval.i3d import I3D_TORCHSCRIPT, I3D_WEIGHTS, I3DFeatures
-    from vgen.eval.weights import WeightsSpec, check_hash, find_weights
-
     either = WeightsSpec(" or ".join(s.title for s in I3D_WEIGHTS), sum((s.filenames for s in I3D_WEIGHTS), ()),
                          None, "; ".join(s.source for s in I3D_WEIGHTS))
     path = find_weights(either, weights)

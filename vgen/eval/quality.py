@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vgen.data.clips import ClipsConfig
-from vgen.eval.classifier import ShapesClassifier
+from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
+from vgen.eval.drift import class_probabilities
+from vgen.models.classifier import ShapesClassifier
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.samplers import SamplingParams, apply_cfg, build_processors
 
@@ -71,8 +72,6 @@ def clip_class_accuracy(videos: np.ndarray, class_ids: Sequence[int]) -> dict:
     probability over a clip's frames is the requested one), ``frame_accuracy`` (share of frames of the requested
     class) and ``identity_kept`` (mean share of a clip's frames that agree with its own majority class, whatever
     it is: a shape that morphs into another lowers it)."""
-    from vgen.eval.drift import class_probabilities
-
     n, t = videos.shape[:2]
     probs = class_probabilities(np.ascontiguousarray(videos).reshape(n * t, *videos.shape[2:])).reshape(n, t, -1)
     wanted = np.asarray(class_ids)
@@ -104,8 +103,6 @@ def motion_check(videos: np.ndarray, reference: np.ndarray) -> dict:
 def clip_quality(videos: np.ndarray, class_ids: Sequence[int], clips: ClipsConfig) -> dict:
     """Class and motion figures of generated clips [N, T, H, W, 3], against N real clips of the moving-shapes
     validation split rendered with ``clips`` (whose class figures, under ``real_clips``, are the ceiling)."""
-    from vgen.data.clips import SPLIT_SEEDS, render_clips
-
     real, real_classes = render_clips(SPLIT_SEEDS["val"], 0, len(videos), clips)
     figures = clip_class_accuracy(videos, class_ids)
     figures["real_clips"] = {k: v for k, v in clip_class_accuracy(real, real_classes).items() if k != "per_class"}

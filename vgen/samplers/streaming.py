@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from vgen.images import to_uint8
 from vgen.models.blockdiff import BlockContext, BlockDiffusionTransformer
 from vgen.models.rolling_cache import CachePolicy, RollingKVCache
-from vgen.pipelines import to_uint8
 from vgen.samplers.logits import cfg_merge
 from vgen.samplers.options import check_options, option
 

@@ -19,8 +19,10 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from vgen.data.shapes import cached_split, to_tensor
+from vgen.eval.quality import class_accuracy, token_statistics
 from vgen.hub import from_pretrained, load_weights
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.samplers import ARSampler, SamplingParams
 from vgen.tokenizers.vq import VQModel
 from vgen.training.trainer import RunDefaults, TrainConfig, every, fit_on_codes, save_array_atomic
 
@@ -78,9 +80,6 @@ def sample_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, p
     The classifier is loaded when its folder exists at evaluation time, so it may finish training after the AR
     run started.
     """
-    from vgen.eval.quality import class_accuracy, token_statistics
-    from vgen.samplers import ARSampler, SamplingParams
-
     tokenizer = from_pretrained(tokenizer_dir)
     params = SamplingParams(cfg_scale=cfg_scale)
 

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from vgen.data.shapes import cached_split, to_tensor
-from vgen.eval.classifier import ClassifierConfig, ShapesClassifier
 from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.classifier import ClassifierConfig, ShapesClassifier
 from vgen.tokenizers.vq import VQModel
 from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
 

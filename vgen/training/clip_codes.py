@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips, clip_classes
+from vgen.eval.quality import clip_class_accuracy
 from vgen.hub import from_pretrained
+from vgen.pipelines import PipelineInfo, VideoPipeline
 from vgen.training.ar import tokenize_split
 from vgen.training.trainer import TokenLoss, TrainConfig, every, fit_on_codes, save_array_atomic, token_grid_loss
 
@@ -97,10 +99,6 @@ def clip_probe(tokenizer_dir: str | Path, clips: ClipsConfig = SHAPES_CLIPS, per
     """An ``evaluate(model)`` hook for a video token model: draw ``per_class`` clips per class with the model's
     own sampler and report what the per-frame domain classifier says of them (:func:`clip_class_accuracy`): the
     clips' class accuracy, all frames' and frame 0's alone, the frame a model draws from the class only."""
-    from vgen.eval.quality import clip_class_accuracy
-    from vgen.pipelines import PipelineInfo
-    from vgen.video_pipeline import VideoPipeline
-
     tokenizer = from_pretrained(tokenizer_dir)
     info = PipelineInfo(name="probe", image_size=clips.frame_size)
 

@@ -26,9 +26,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vgen.data.shapes import cached_split, to_tensor
+from vgen.eval.quality import class_accuracy
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
+from vgen.models.llamagen import LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
+from vgen.samplers import ContinuousARSampler, SamplingParams
 from vgen.tokenizers.kl import KLTokenizer
+from vgen.training.ar import cached_codes
 from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, every, index_batches, save_array_atomic
 
 SHAPES_MAR = MARConfig(token_channels=4, grid_size=16, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
@@ -74,9 +78,6 @@ def cached_latents(tokenizer_dir: str | Path, data_dir: str | Path, split: str, 
 def mar_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, per_class: int = 2,
               cfg_scale: float = 3.0, seed: int = 0) -> Callable[[ContinuousAR], dict]:
     """An ``evaluate(model)`` hook: the class accuracy of ``per_class`` target-only samples per class."""
-    from vgen.eval.quality import class_accuracy
-    from vgen.samplers import ContinuousARSampler, SamplingParams
-
     tokenizer = from_pretrained(tokenizer_dir)
 
     def evaluate(model: ContinuousAR) -> dict:
@@ -136,8 +137,6 @@ def warm_start_from_ar(model: ContinuousAR, gpt: nn.Module, vq_dir: Path, data_d
                        run_dir: Path, recipe: MARRecipe) -> dict:
     """Start ``model`` from a discrete AR model and its VQ tokenizer: trunk by name (:func:`load_trunk`), token MLP
     fitted to the AR embeddings of the training images' VQ codes."""
-    from vgen.training.ar import cached_codes
-
     if not (vq_dir / "config.json").exists():
         raise CheckpointError(f"a warm start from a discrete AR model needs its pipeline folder (gpt/ and vq/); "
                               f"{vq_dir} is not there")
@@ -159,8 +158,6 @@ def start_from(model: ContinuousAR, init_from: str | Path, data_dir: str | Path,
     """A new run's first weights, from a model folder or a pipeline folder (its ``gpt/``): a continuous target
     loads as it is, to be trained further; a discrete LlamaGen AR model warm-starts it (:func:`warm_start_from_ar`,
     with the pipeline's ``vq/``). Returns what the run logs about it."""
-    from vgen.models.llamagen import LlamaGenGPT
-
     init_from = Path(init_from)
     folder = init_from / "gpt" if (init_from / "gpt").is_dir() else init_from
     source = from_pretrained(folder)

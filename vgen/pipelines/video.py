@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from PIL import Image
 
 from vgen.data.shapes import to_tensor
-from vgen.pipelines import ImagePipeline, PipelineInfo, tensor_to_pil
+from vgen.images import image_grid, tensor_to_pil
+from vgen.pipelines.image import ImagePipeline, PipelineInfo
 from vgen.samplers import SamplerStats
 
 
@@ -101,10 +103,6 @@ class VideoPipeline(ImagePipeline):
 
 def tile_clips(videos: np.ndarray, cols: int) -> np.ndarray:
     """Clips [B, T, H, W, 3] side by side in a grid of ``cols`` columns: one clip [T, rows*H, cols*W, 3]."""
-    from PIL import Image
-
-    from vgen.pipelines import image_grid
-
     if cols < 1:
         raise ValueError(f"cols must be >= 1, got {cols}")
     return np.stack([np.asarray(image_grid([Image.fromarray(v[t]) for v in videos], cols))

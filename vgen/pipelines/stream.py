@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vgen.hub import save_pretrained
+from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.models.blockdiff import BlockDiffusionTransformer
-from vgen.pipelines import PIPELINE_CONFIG, PipelineInfo
+from vgen.pipelines.image import PipelineInfo
 from vgen.samplers.options import merge_settings
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, StreamControl, StreamProfile
 from vgen.tokenizers.kl import KLTokenizer

@@ -1,8 +1,8 @@
-"""Pipelines: tokenizer + backbone + sampler -> images, behind one ``__call__``.
+"""The image pipeline: tokenizer + backbone + sampler -> images, behind one ``__call__``.
 
-``vgen.load(name_or_path)`` returns an :class:`ImagePipeline` for an embedded default (``shapes-c2i``), a folder
-written by :meth:`ImagePipeline.save_pretrained`, or LlamaGen checkpoint files via :func:`load_llamagen`. The CLI
-and the web app are thin layers over this class: no generation logic lives in them.
+:func:`vgen.pipelines.load` returns an :class:`ImagePipeline` for an embedded default (``shapes-c2i``) or a folder
+written by :meth:`ImagePipeline.save_pretrained`, and :func:`vgen.pipelines.load_llamagen` one over LlamaGen
+checkpoint files. The CLI and the web app are thin layers over this class: no generation logic lives in them.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from PIL import Image
 
-from vgen.hub import CheckpointError, from_pretrained, load_weights, read_torch_checkpoint, save_pretrained
-from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
+from vgen.hub import PIPELINE_CONFIG, save_pretrained
+from vgen.images import tensor_to_pil
 from vgen.samplers import (
     ContinuousARSampler,
     Sampler,
@@ -29,10 +28,6 @@ from vgen.samplers import (
 from vgen.samplers.continuous import TOKEN_ORDER, check_draft
 from vgen.samplers.options import merge_settings
 from vgen.tokenizers.kl import KLTokenizer
-from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
-
-ASSETS = Path(__file__).parent / "assets"
-PIPELINE_CONFIG = "pipeline.json"
 
 
 @dataclass
@@ -60,28 +55,6 @@ class PipelineInfo:
     def to_dict(self) -> dict:
         return {"name": self.name, "image_size": self.image_size, "class_names": self.class_names,
                 "defaults": self.defaults, "data": self.data}
-
-
-def to_uint8(images: torch.Tensor) -> np.ndarray:
-    """Pixels in [-1, 1] (any layout) -> uint8 (LlamaGen's mapping: clamp(127.5 x + 128))."""
-    return (images.float() * 127.5 + 128.0).clamp(0, 255).to(torch.uint8).cpu().numpy()
-
-
-def tensor_to_pil(images: torch.Tensor) -> list[Image.Image]:
-    """[B, 3, H, W] in [-1, 1] -> PIL images."""
-    return [Image.fromarray(a) for a in to_uint8(images.permute(0, 2, 3, 1))]
-
-
-def image_grid(images: Sequence[Image.Image], cols: int) -> Image.Image:
-    """Tile equally sized images row-major into one picture."""
-    if not images:
-        raise ValueError("no images to tile")
-    w, h = images[0].size
-    rows = (len(images) + cols - 1) // cols
-    grid = Image.new("RGB", (cols * w, rows * h), (255, 255, 255))
-    for i, im in enumerate(images):
-        grid.paste(im, ((i % cols) * w, (i // cols) * h))
-    return grid
 
 
 def is_continuous(model: torch.nn.Module) -> bool:
@@ -225,68 +198,3 @@ class ImagePipeline:
 def tokenizer_folder(tokenizer: torch.nn.Module) -> str:
     """A pipeline folder's tokenizer subfolder: ``kl`` for a KL tokenizer, ``vq`` otherwise."""
     return "kl" if isinstance(tokenizer, KLTokenizer) else "vq"
-
-
-def available_models() -> list[str]:
-    """Names of the embedded default pipelines shipped inside the package."""
-    return sorted(p.name for p in ASSETS.iterdir() if (p / PIPELINE_CONFIG).is_file()) if ASSETS.is_dir() else []
-
-
-def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "cpu",
-         dtype: torch.dtype | None = None) -> ImagePipeline:
-    """An embedded default by name, or a pipeline folder written by ``save_pretrained``."""
-    path = Path(name_or_path)
-    if not (path / PIPELINE_CONFIG).is_file():
-        if str(name_or_path) in available_models():
-            path = ASSETS / str(name_or_path)
-        elif path.exists():
-            raise CheckpointError(f"{path} is not a vgen pipeline folder (no {PIPELINE_CONFIG})")
-        else:
-            raise ValueError(f"unknown model {str(name_or_path)!r}; embedded models: {available_models()}, "
-                             f"or pass a folder written by save_pretrained")
-    try:
-        meta = json.loads((path / PIPELINE_CONFIG).read_text())
-        info = PipelineInfo(**meta)
-    except (json.JSONDecodeError, TypeError) as e:
-        raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
-    if (path / "blockdiff").is_dir():  # a streaming block-diffusion pipeline: no sampler, a tokenizer if latent
-        from vgen.stream_pipeline import StreamPipeline
-
-        kl = from_pretrained(path / "kl") if (path / "kl").is_dir() else None
-        return StreamPipeline(from_pretrained(path / "blockdiff"), info, kl).to(device, dtype)
-    head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
-    tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
-    model = from_pretrained(path / "gpt")
-    if len(model.grid) == 3:  # frames x rows x columns
-        from vgen.video_pipeline import VideoPipeline
-
-        return VideoPipeline(model, from_pretrained(tokenizer_dir), info, head).to(device, dtype)
-    pipe = ImagePipeline(model, from_pretrained(tokenizer_dir), info, head)
-    return pipe.to(device, dtype)
-
-
-def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "GPT-B", image_size: int = 256,
-                  vq_model: str = "VQ-16", codebook_size: int = 16384, codebook_embed_dim: int = 8,
-                  num_classes: int = 1000, device: str | torch.device = "cpu",
-                  dtype: torch.dtype | None = None) -> ImagePipeline:
-    """A pipeline over LlamaGen's released class-conditional ``.pt`` checkpoints, used unchanged.
-
-    Defaults follow LlamaGen's ``sample_c2i.py`` (CFG 4.0, top-k 2000) for the sampling settings.
-    """
-    if vq_model not in VQ_CONFIGS:
-        raise ValueError(f"unknown VQ model {vq_model!r}; expected one of {list(VQ_CONFIGS)}")
-    vq_cfg = VQ_CONFIGS[vq_model]
-    vq_cfg = type(vq_cfg).from_dict({**vq_cfg.to_dict(), "codebook_size": codebook_size,
-                                     "codebook_embed_dim": codebook_embed_dim})
-    gpt_cfg = llamagen_config_for(gpt_model, image_size, vq_cfg.downsample_factor, codebook_size, num_classes)
-    tokenizer = VQModel(vq_cfg)
-    load_weights(tokenizer, read_torch_checkpoint(vq_ckpt, "VQ"), source=f"VQ checkpoint {vq_ckpt}")
-    state = read_torch_checkpoint(gpt_ckpt, "GPT")
-    with torch.device("meta"):  # no throw-away random init of a possibly multi-GB model
-        model = LlamaGenGPT(gpt_cfg)
-    model = model.to_empty(device="cpu")
-    load_weights(model, state, source=f"GPT checkpoint {gpt_ckpt} ({gpt_model}, image size {image_size})")
-    info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
-                        defaults={"cfg_scale": 4.0, "top_k": 2000})
-    return ImagePipeline(model, tokenizer, info).to(device, dtype)
-

@@ -15,14 +15,14 @@ import torch
 from PIL import Image
 
 from vgen.apps.cli import main
-from vgen.data import clips as clips_module
 from vgen.data.clips import ClipsConfig, cached_clips
+from vgen.eval import quality as quality_module
 from vgen.eval.videos import read_video
+from vgen.images import tensor_to_pil
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
-from vgen.pipelines import PipelineInfo, load, tensor_to_pil
+from vgen.pipelines import PipelineInfo, VideoPipeline, load, tile_clips
 from vgen.video_io import write_video
-from vgen.video_pipeline import VideoPipeline, tile_clips
 
 
 @pytest.fixture
@@ -226,8 +226,8 @@ def test_package_records_the_clips_of_its_data_folder_and_quality_renders_real_c
     assert code == 0, err
     assert load(out).info.data == dataclasses.asdict(clips)
     seen = []
-    real = clips_module.render_clips
-    with mock.patch.object(clips_module, "render_clips",
+    real = quality_module.render_clips
+    with mock.patch.object(quality_module, "render_clips",
                            lambda seed, start, n, cfg: seen.append(cfg) or real(seed, start, n, cfg)):
         code, _, err = run(["quality", "--model", str(out), "--num-images", "2", "--batch-size", "2"], capsys)
     assert code == 0, err

@@ -10,9 +10,8 @@ import torch
 
 import vgen
 from vgen.models.blockdiff import BlockDiffConfig
-from vgen.pipelines import PipelineInfo
+from vgen.pipelines import PipelineInfo, StreamPipeline
 from vgen.samplers.streaming import BlockStreamer, StreamControl
-from vgen.stream_pipeline import StreamPipeline
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 
 

@@ -1,0 +1,139 @@
+"""The shapes domain's judge networks: a small VGG-style CNN on 64x64 images (class logits, and pooled 192-d
+features for FID on the shapes domain) and a 3-D CNN on clips (class and frame-order realness logits, and pooled
+features for FVD). Their shipped weights and loaders are :mod:`vgen.eval.classifier`'s."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    num_classes: int = 8
+    widths: tuple[int, ...] = (24, 48, 96, 192)
+    image_size: int = 64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "widths", tuple(self.widths))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["widths"] = list(self.widths)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ClassifierConfig:
+        return cls(**d)
+
+
+def _conv(cin: int, cout: int) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+
+class ShapesClassifier(nn.Module):
+    """Images in [-1, 1], [B, 3, H, W] -> class logits; :meth:`features` gives the pooled embedding."""
+
+    def __init__(self, config: ClassifierConfig = ClassifierConfig()) -> None:
+        super().__init__()
+        self.config = config
+        layers: list[nn.Module] = []
+        cin = 3
+        for i, w in enumerate(config.widths):
+            layers += _conv(cin, w) + _conv(w, w)
+            if i < len(config.widths) - 1:
+                layers.append(nn.MaxPool2d(2))
+            cin = w
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(cin, config.num_classes)
+
+    @property
+    def feature_dim(self) -> int:
+        return self.config.widths[-1]
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.body(images).mean(dim=(2, 3))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images))
+
+    @torch.no_grad()
+    def predict(self, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
+        """Class ids for images in [-1, 1] (any batch size, evaluated in chunks)."""
+        self.eval()
+        return torch.cat([self(images[i:i + batch_size]).argmax(-1) for i in range(0, len(images), batch_size)])
+
+
+@dataclass(frozen=True)
+class VideoClassifierConfig:
+    """Stages of 3-D convolutions (``stages[i]`` lists the widths of stage i's convs); after every stage but the
+    last, clips are max-pooled 2x in time and space. ``image_size`` is the frame side
+    it expects (frames of another size are resized), ``num_frames`` the clip length it was trained on."""
+
+    num_classes: int = 8
+    stages: tuple[tuple[int, ...], ...] = ((16,), (32,), (64, 64), (128,))
+    image_size: int = 32
+    num_frames: int = 16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(tuple(s) for s in self.stages))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stages"] = [list(s) for s in self.stages]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> VideoClassifierConfig:
+        return cls(**d)
+
+
+def _conv3d(cin: int, cout: int) -> list[nn.Module]:
+    return [nn.Conv3d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm3d(cout), nn.ReLU(inplace=True)]
+
+
+class ShapesVideoClassifier(nn.Module):
+    """Clips in [-1, 1], [B, 3, T, H, W] -> (class logits [B, C], realness logit [B]).
+
+    Two heads share the pooled embedding (:meth:`features`, vgen's offline FVD features for the moving-shapes
+    clips): the clip's shape class, and whether its frames are in a real temporal order (not shuffled, frozen or
+    stuttering). The second head makes the embedding see motion, which a per-frame feature averaged over time cannot.
+    """
+
+    def __init__(self, config: VideoClassifierConfig = VideoClassifierConfig()) -> None:
+        super().__init__()
+        self.config = config
+        layers: list[nn.Module] = []
+        cin = 3
+        for i, widths in enumerate(config.stages):
+            for w in widths:
+                layers += _conv3d(cin, w)
+                cin = w
+            if i < len(config.stages) - 1:
+                layers.append(nn.MaxPool3d(2, ceil_mode=True))
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(cin, config.num_classes)
+        self.realness = nn.Linear(cin, 1)
+
+    @property
+    def feature_dim(self) -> int:
+        return self.config.stages[-1][-1]
+
+    def features(self, clips: torch.Tensor) -> torch.Tensor:
+        return self.body(clips).mean(dim=(2, 3, 4))
+
+    def forward(self, clips: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = self.features(clips)
+        return self.head(f), self.realness(f)[:, 0]
+
+    @torch.no_grad()
+    def predict(self, clips: torch.Tensor, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+        """(class ids, whether judged real) for clips in [-1, 1], evaluated in chunks."""
+        self.eval()
+        outs = [self(clips[i:i + batch_size]) for i in range(0, len(clips), batch_size)]
+        return torch.cat([c.argmax(-1) for c, _ in outs]), torch.cat([r > 0 for _, r in outs])
+
+
+SHAPES_VIDEO_CLASSIFIER = VideoClassifierConfig()  # the recipe's network: 16-frame clips of 32x32 pixels

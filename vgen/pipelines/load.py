@@ -1,0 +1,90 @@
+"""Loading pipelines: an embedded default by name, a pipeline folder written by ``save_pretrained`` (its content
+picks the image, video or streaming pipeline), or LlamaGen's released checkpoint files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from vgen.hub import (
+    ASSETS,
+    PIPELINE_CONFIG,
+    CheckpointError,
+    from_pretrained,
+    load_weights,
+    read_torch_checkpoint,
+)
+from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
+from vgen.pipelines.image import ImagePipeline, PipelineInfo
+from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
+from vgen.pipelines.video import VideoPipeline
+from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
+
+
+def available_models() -> list[str]:
+    """Names of the embedded default pipelines shipped inside the package."""
+    return sorted(p.name for p in ASSETS.iterdir() if (p / PIPELINE_CONFIG).is_file()) if ASSETS.is_dir() else []
+
+
+def pipeline_folder(name_or_path: str | Path) -> Path:
+    """The folder of an embedded default by name, or ``name_or_path`` itself when it is a pipeline folder."""
+    path = Path(name_or_path)
+    if (path / PIPELINE_CONFIG).is_file():
+        return path
+    if str(name_or_path) in available_models():
+        return ASSETS / str(name_or_path)
+    if path.exists():
+        raise CheckpointError(f"{path} is not a vgen pipeline folder (no {PIPELINE_CONFIG})")
+    raise ValueError(f"unknown model {str(name_or_path)!r}; embedded models: {available_models()}, "
+                     f"or pass a folder written by save_pretrained")
+
+
+def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "cpu",
+         dtype: torch.dtype | None = None) -> ImagePipeline | VideoPipeline | StreamPipeline:
+    """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
+    :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
+    frames x rows x columns grid, an :class:`ImagePipeline` otherwise."""
+    path = pipeline_folder(name_or_path)
+    try:
+        meta = json.loads((path / PIPELINE_CONFIG).read_text())
+        info = PipelineInfo(**meta)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
+    if (path / MODEL_FOLDER).is_dir():  # a streaming block-diffusion pipeline: no sampler, a tokenizer if latent
+        kl = from_pretrained(path / TOKENIZER_FOLDER) if (path / TOKENIZER_FOLDER).is_dir() else None
+        return StreamPipeline(from_pretrained(path / MODEL_FOLDER), info, kl).to(device, dtype)
+    head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
+    tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
+    model = from_pretrained(path / "gpt")
+    if len(model.grid) == 3:  # frames x rows x columns
+        return VideoPipeline(model, from_pretrained(tokenizer_dir), info, head).to(device, dtype)
+    pipe = ImagePipeline(model, from_pretrained(tokenizer_dir), info, head)
+    return pipe.to(device, dtype)
+
+
+def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "GPT-B", image_size: int = 256,
+                  vq_model: str = "VQ-16", codebook_size: int = 16384, codebook_embed_dim: int = 8,
+                  num_classes: int = 1000, device: str | torch.device = "cpu",
+                  dtype: torch.dtype | None = None) -> ImagePipeline:
+    """A pipeline over LlamaGen's released class-conditional ``.pt`` checkpoints, used unchanged.
+
+    Defaults follow LlamaGen's ``sample_c2i.py`` (CFG 4.0, top-k 2000) for the sampling settings.
+    """
+    if vq_model not in VQ_CONFIGS:
+        raise ValueError(f"unknown VQ model {vq_model!r}; expected one of {list(VQ_CONFIGS)}")
+    vq_cfg = VQ_CONFIGS[vq_model]
+    vq_cfg = type(vq_cfg).from_dict({**vq_cfg.to_dict(), "codebook_size": codebook_size,
+                                     "codebook_embed_dim": codebook_embed_dim})
+    gpt_cfg = llamagen_config_for(gpt_model, image_size, vq_cfg.downsample_factor, codebook_size, num_classes)
+    tokenizer = VQModel(vq_cfg)
+    load_weights(tokenizer, read_torch_checkpoint(vq_ckpt, "VQ"), source=f"VQ checkpoint {vq_ckpt}")
+    state = read_torch_checkpoint(gpt_ckpt, "GPT")
+    with torch.device("meta"):  # no throw-away random init of a possibly multi-GB model
+        model = LlamaGenGPT(gpt_cfg)
+    model = model.to_empty(device="cpu")
+    load_weights(model, state, source=f"GPT checkpoint {gpt_ckpt} ({gpt_model}, image size {image_size})")
+    info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
+                        defaults={"cfg_scale": 4.0, "top_k": 2000})
+    return ImagePipeline(model, tokenizer, info).to(device, dtype)
