@@ -57,17 +57,25 @@ def tokenizer_neighbours(tokenizer: nn.Module, k: int) -> torch.Tensor:
     return per_k[k]
 
 
+def check_lantern_budget(mode: str, delta: float) -> None:
+    """Refuse a LANTERN budget that its mode cannot read: a total-variation budget in [0, 1] (``tv``) or LANTERN++'s
+    lambda >= 1 (``relative``)."""
+    if mode not in LANTERN_MODES:
+        raise ValueError(f"lantern_mode must be one of {list(LANTERN_MODES)}, got {mode!r}")
+    if not isinstance(delta, (int, float)) or isinstance(delta, bool):
+        raise ValueError(f"lantern_delta must be a number, got {delta!r}")
+    if mode == "tv" and not 0 <= delta <= 1:
+        raise ValueError(f"lantern_delta is a total-variation budget in [0, 1] in 'tv' mode, got {delta}")
+    if mode == "relative" and not delta >= 1:
+        raise ValueError(f"lantern_delta is LANTERN++'s lambda >= 1 in 'relative' mode, got {delta}")
+
+
 class LanternRule(AcceptanceRule):
     name = "lantern"
     lossless = False
 
     def __init__(self, neighbours: torch.Tensor, delta: float, mode: str = "tv") -> None:
-        if mode not in LANTERN_MODES:
-            raise ValueError(f"lantern_mode must be one of {list(LANTERN_MODES)}, got {mode!r}")
-        if mode == "tv" and not 0 <= delta <= 1:
-            raise ValueError(f"lantern_delta is a total-variation budget in [0, 1] in 'tv' mode, got {delta}")
-        if mode == "relative" and not delta >= 1:
-            raise ValueError(f"lantern_delta is LANTERN++'s lambda >= 1 in 'relative' mode, got {delta}")
+        check_lantern_budget(mode, delta)
         self.neighbours, self.delta, self.mode = neighbours, delta, mode
 
     def moved(self, p: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -46,7 +46,7 @@ from vgen.samplers.speculative.drafters import (
     available_drafters,
     build_drafter,
 )
-from vgen.samplers.speculative.lantern import LANTERN_MODES
+from vgen.samplers.speculative.lantern import LANTERN_MODES, check_lantern_budget
 from vgen.samplers.speculative.rules import accept_drafts, available_rules, build_rule, recover
 
 
@@ -84,13 +84,7 @@ class Speculative(Sampler):
 
     def __post_init__(self) -> None:
         check_options(self)
-        if not isinstance(self.lantern_delta, (int, float)) or isinstance(self.lantern_delta, bool):
-            raise ValueError(f"lantern_delta must be a number, got {self.lantern_delta!r}")
-        if self.lantern_mode == "tv" and not 0 <= self.lantern_delta <= 1:
-            raise ValueError(f"lantern_delta is a total-variation budget in [0, 1] in 'tv' mode, "
-                             f"got {self.lantern_delta}")
-        if self.lantern_mode == "relative" and not self.lantern_delta >= 1:
-            raise ValueError(f"lantern_delta is LANTERN++'s lambda >= 1 in 'relative' mode, got {self.lantern_delta}")
+        check_lantern_budget(self.lantern_mode, self.lantern_delta)
 
     def resolve_drafter(self, draft_head: nn.Module | None) -> str:
         """The drafter this run uses: ``auto`` becomes ``head`` when there is a draft head, else ``jacobi``."""
