@@ -1,6 +1,8 @@
-"""Every class-conditional backbone answers the same questions the same way: its class count, the null condition
-CFG pairs with each class (the extra last row of its class table, which changes the output), and for token
-models the grid, token count and vocabulary of its config. The token models start from LlamaGen's init."""
+"""The conditioning contract. A prefix condition is left-padded with a mask that says so, and stacks with others of
+its length into the CFG batch. Every class-conditional backbone answers the same questions the same way: its class
+count, which class ids it takes (and that it takes no prompt), the null condition CFG pairs with each class (the
+extra last row of its class table, which changes the output), and for token models the grid, token count and
+vocabulary of its config. The token models start from LlamaGen's init."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch
 from torch import nn
 
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
-from vgen.models.conditioning import ClassConditional, TokenGridModel
+from vgen.models.conditioning import ClassConditional, PrefixCondition, TokenGridModel, cat_conditions
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.models.nar import NARConfig, NARTransformer
@@ -62,3 +64,52 @@ def test_a_token_model_reports_the_grid_tokens_and_vocabulary_of_its_config(name
 def test_token_models_start_from_llamagens_init(name) -> None:
     weights = token_models()[name].tok_embeddings.weight.detach()
     assert abs(float(weights.std()) - 0.02) < 0.004 and abs(float(weights.mean())) < 0.005
+
+
+def prefix(lengths: list[int], total: int = 4, dim: int | None = 3) -> PrefixCondition:
+    mask = torch.tensor([[i >= total - n for i in range(total)] for n in lengths])
+    shape = (len(lengths), total) if dim is None else (len(lengths), total, dim)
+    return PrefixCondition(torch.randn(shape) if dim else torch.randint(0, 9, shape), mask)
+
+
+def test_a_prefix_condition_holds_left_padded_rows_of_embeddings_or_token_ids() -> None:
+    embeds, ids = prefix([4, 2]), prefix([1, 3, 4], dim=None)
+    assert (len(embeds), embeds.length, len(ids), ids.length) == (2, 4, 3, 4)
+    moved = embeds.to("cpu", torch.float64)
+    assert moved.values.dtype == torch.float64 and moved.mask.dtype == torch.bool
+    assert ids.to(dtype=torch.float64).values.dtype == ids.values.dtype  # token ids keep their dtype
+
+
+@pytest.mark.parametrize(("values", "mask", "message"), [
+    (torch.zeros(2, 3), torch.tensor([[False, True, True], [True, True, False]]), "left-padded"),
+    (torch.zeros(2, 3), torch.tensor([[False, False, False], [True, True, True]]), "at least one real position"),
+    (torch.zeros(2, 3), torch.ones(2, 3), "bool tensor of shape"),
+    (torch.zeros(2, 3), torch.ones(2, 2, dtype=torch.bool), "bool tensor of shape"),
+    (torch.zeros(2), torch.ones(2, dtype=torch.bool), "token ids or"),
+])
+def test_a_malformed_prefix_condition_is_refused(values, mask, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        PrefixCondition(values, mask)
+
+
+def test_conditions_stack_row_by_row_into_the_cfg_batch() -> None:
+    assert torch.equal(cat_conditions([torch.tensor([1, 2]), torch.tensor([5, 5])]), torch.tensor([1, 2, 5, 5]))
+    a, b = prefix([4, 2]), prefix([1])
+    both = cat_conditions([a, b])
+    assert torch.equal(both.values, torch.cat([a.values, b.values])) and torch.equal(both.mask[2], b.mask[0])
+    with pytest.raises(ValueError, match="different lengths"):
+        cat_conditions([a, prefix([1], total=5)])
+    with pytest.raises(TypeError, match="different kinds"):
+        cat_conditions([a, torch.tensor([1, 2])])
+
+
+@pytest.mark.parametrize("name", list(all_models()))
+def test_a_class_conditional_model_takes_valid_class_ids_and_no_prompt(name) -> None:
+    model = all_models()[name]
+    model.check_condition(torch.tensor([0, 4]))
+    with pytest.raises(ValueError, match="class id 5 is out of range for a model with 5 classes"):
+        model.check_condition(torch.tensor([1, 5]))
+    with pytest.raises(ValueError, match="1-D integer tensor"):
+        model.check_condition(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="is class-conditional: give class ids, not a text prompt"):
+        model.check_condition(prefix([2]))

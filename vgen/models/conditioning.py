@@ -1,16 +1,84 @@
-"""What vgen's class-conditional backbones expose alike: the class count and the null condition that
-classifier-free guidance pairs with each class id, and for discrete-token models their grid and vocabulary.
+"""The conditioning contract: what a backbone is conditioned on, and what every backbone answers about it.
 
-Each backbone keeps its settings in ``self.config``; these mixins read them from there, so a sampler or a
+A *condition* is one of
+- class ids, a 1-D integer tensor [B] (the class-conditional backbones), or
+- a :class:`PrefixCondition`: a per-row prefix run before the image tokens, left-padded to one length, with its
+  attention mask: caption embeddings [B, L, D] (LlamaGen-T2I) or prompt token ids [B, L] (Janus-Pro).
+
+Samplers never look inside a condition. They ask the backbone to check it (``check_condition``), to give its
+unconditional form for classifier-free guidance (``null_condition``, stacked after it as the batch
+``[cond; null]`` by :func:`cat_conditions`), and to run it into a KV cache (``prefill``); so every sampler runs on
+every kind of conditioning.
+
+Each backbone keeps its settings in ``self.config``; the mixins below read them from there, so a sampler or a
 pipeline can ask any backbone the same questions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+
+@dataclass(frozen=True)
+class PrefixCondition:
+    """A left-padded prefix per row: ``values`` [B, L, D] embeddings or [B, L] token ids, and ``mask`` [B, L]
+    (bool, True on real positions). Left padding puts each row's real positions last, so the image tokens follow
+    the prompt directly in every row; the padding is masked out of attention."""
+
+    values: torch.Tensor
+    mask: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.values.ndim not in (2, 3):
+            raise ValueError(f"prefix values must be [B, L] token ids or [B, L, D] embeddings, got shape "
+                             f"{tuple(self.values.shape)}")
+        if self.mask.dtype != torch.bool or tuple(self.mask.shape) != tuple(self.values.shape[:2]):
+            raise ValueError(f"prefix mask must be a bool tensor of shape {tuple(self.values.shape[:2])}, got "
+                             f"{self.mask.dtype} of shape {tuple(self.mask.shape)}")
+        if (self.mask[:, :-1] & ~self.mask[:, 1:]).any():
+            raise ValueError("prefix mask must be left-padded: padding first, then each row's real positions")
+        if not self.mask[:, -1].all():
+            raise ValueError("every row of a prefix needs at least one real position")
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def length(self) -> int:
+        """Positions per row, padding included."""
+        return self.values.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> PrefixCondition:
+        """On ``device``; ``dtype`` casts embeddings (token ids keep theirs)."""
+        values = self.values.to(device)
+        if dtype is not None and values.is_floating_point():
+            values = values.to(dtype)
+        return PrefixCondition(values, self.mask.to(device))
+
+
+Condition = torch.Tensor | PrefixCondition
+"""Class ids [B] or a :class:`PrefixCondition`."""
+
+
+def cat_conditions(conditions: Sequence[Condition]) -> Condition:
+    """Rows of several conditions of one kind stacked in order (the CFG batch ``[cond; null]``)."""
+    if all(isinstance(c, torch.Tensor) for c in conditions):
+        return torch.cat(list(conditions))
+    if all(isinstance(c, PrefixCondition) for c in conditions):
+        lengths = {c.length for c in conditions}
+        if len(lengths) != 1:
+            raise ValueError(f"prefixes of different lengths {sorted(lengths)} cannot be stacked; pad them to one")
+        return PrefixCondition(torch.cat([c.values for c in conditions]), torch.cat([c.mask for c in conditions]))
+    raise TypeError(f"cannot stack conditions of different kinds: {[type(c).__name__ for c in conditions]}")
 
 
 class ClassConditional:
@@ -25,6 +93,17 @@ class ClassConditional:
     def null_condition(self, class_ids: torch.Tensor) -> torch.Tensor:
         """The unconditional counterpart of ``class_ids`` (the null class row), for CFG."""
         return torch.full_like(class_ids, self.config.num_classes)
+
+    def check_condition(self, cond: Condition) -> None:
+        """Raise a ValueError unless ``cond`` is a 1-D integer tensor of valid (non-null) class ids."""
+        if isinstance(cond, PrefixCondition):
+            raise ValueError(f"{type(self).__name__} is class-conditional: give class ids, not a text prompt")
+        if cond.ndim != 1 or cond.dtype.is_floating_point or cond.dtype == torch.bool:
+            raise ValueError(f"class_ids must be a 1-D integer tensor, got {cond.dtype} of shape {tuple(cond.shape)}")
+        bad = cond[(cond < 0) | (cond >= self.num_classes)]
+        if bad.numel():
+            n = self.num_classes
+            raise ValueError(f"class id {int(bad[0])} is out of range for a model with {n} classes (valid: 0..{n - 1})")
 
 
 class TokenGridModel(ClassConditional):

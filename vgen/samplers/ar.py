@@ -31,12 +31,13 @@ import torch
 from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
+from vgen.models.conditioning import Condition
 from vgen.samplers.base import (
     SampleOutput,
     Sampler,
     SamplerStats,
     SamplingParams,
-    prepare_classes,
+    prepare_condition,
     register_sampler,
 )
 from vgen.samplers.logits import draw, target_probs
@@ -100,15 +101,15 @@ class ARSampler(Sampler):
         return "default" if self.compile else None
 
     @torch.no_grad()
-    def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+    def sample(self, model: torch.nn.Module, cond: Condition, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
         start = time.perf_counter()
-        class_ids, cond = prepare_classes(self, model, class_ids, params)
-        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
+        cond, batch_cond = prepare_condition(self, model, cond, params)
+        device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
         mode = self.compile_mode
         static = mode in CUDA_GRAPH_MODES
-        cache = _take_static_cache(model, cond.shape[0]) if static else model.new_cache(cond.shape[0])
+        cache = _take_static_cache(model, len(batch_cond)) if static else model.new_cache(len(batch_cond))
         if mode is None:
             step = functools.partial(_decode_last, model)
         elif static:
@@ -124,7 +125,7 @@ class ARSampler(Sampler):
             step = functools.partial(compiled_step(mode), model)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
-            logits = model.prefill(cond, cache)
+            logits = model.prefill(batch_cond, cache)
             for t in range(n):
                 sampled = draw(target_probs(logits, params, t), params.greedy, generator)
                 tokens[:, t] = sampled

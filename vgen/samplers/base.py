@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from vgen.kernels.spec import SamplingSpec
+from vgen.models.conditioning import Condition, cat_conditions
 from vgen.samplers.options import check_options, option
 
 # accept_step goes into the stats JSON only up to this many entries (a 16x16 grid for a batch of 256)
@@ -170,10 +171,11 @@ class Sampler(ABC):
     continues: ClassVar[bool] = False
 
     @abstractmethod
-    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+    def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
-        """Generate ``model.num_tokens`` image tokens for each class id in ``class_ids`` [B]. ``tokenizer`` and
+        """Generate ``model.num_tokens`` image tokens for each row of the condition ``cond`` (class ids [B] or a
+        :class:`~vgen.models.conditioning.PrefixCondition`; see :mod:`vgen.models.conditioning`). ``tokenizer`` and
         ``draft_head`` are for samplers that use them (LANTERN's latent neighbourhoods come from the codebook;
         a speculative sampler may draft with the head)."""
 
@@ -228,33 +230,25 @@ def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -
     return _from_fields(cls, kwargs, f"sampler {cls.name!r}")
 
 
-def check_inputs(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor) -> None:
+def check_inputs(sampler: Sampler, model: nn.Module, cond: Condition) -> None:
     """Raise a ValueError unless ``model`` generates in the sampler's ``token_order`` (the model's ``token_order``
     attribute; models without one, like LlamaGen's, are raster; the message names the samplers that fit it), is in
-    eval mode, and ``class_ids`` is a 1-D integer tensor of valid (non-null) classes. Training mode would apply
-    dropout and LlamaGen's class dropout while sampling."""
+    eval mode, and ``cond`` is a condition the model takes (its ``check_condition``: valid class ids, or a prompt
+    prefix for a text-conditioned model). Training mode would apply dropout and LlamaGen's class dropout while
+    sampling."""
     order = getattr(model, "token_order", "raster")
     if order != sampler.token_order:
         raise ValueError(f"sampler {sampler.name!r} does not fit {type(model).__name__} ({order} tokens); samplers "
                          f"that do: {', '.join(available_samplers(order)) or 'none registered'}")
     if model.training:
         raise ValueError("the model is in training mode (dropout, class dropout); call model.eval() first")
-    if class_ids.ndim != 1 or class_ids.dtype.is_floating_point or class_ids.dtype == torch.bool:
-        raise ValueError(f"class_ids must be a 1-D integer tensor, got {class_ids.dtype} of shape "
-                         f"{tuple(class_ids.shape)}")
-    bad = class_ids[(class_ids < 0) | (class_ids >= model.num_classes)]
-    if bad.numel():
-        n = model.num_classes
-        raise ValueError(f"class id {int(bad[0])} is out of range for a model with {n} classes "
-                         f"(valid: 0..{n - 1})")
+    model.check_condition(cond)
 
 
-
-def prepare_classes(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor,
-                    params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`check_inputs`, then ``class_ids`` on the model's device and the rows the model is conditioned on: the
-    class ids, followed by their null condition when guidance is on (the CFG batch ``[cond; uncond]``)."""
-    check_inputs(sampler, model, class_ids)
-    class_ids = class_ids.to(next(model.parameters()).device)
-    cond = torch.cat([class_ids, model.null_condition(class_ids)]) if params.guided else class_ids
-    return class_ids, cond
+def prepare_condition(sampler: Sampler, model: nn.Module, cond: Condition,
+                      params: SamplingParams) -> tuple[Condition, Condition]:
+    """:func:`check_inputs`, then ``cond`` on the model's device and the rows the model is run on: the condition,
+    followed by its null form when guidance is on (the CFG batch ``[cond; null]``)."""
+    check_inputs(sampler, model, cond)
+    cond = cond.to(next(model.parameters()).device)
+    return cond, cat_conditions([cond, model.null_condition(cond)]) if params.guided else cond

@@ -34,7 +34,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_classes, register_sampler
+from vgen.models.conditioning import Condition
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_condition, register_sampler
 from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
 from vgen.samplers.options import check_options, option
 
@@ -48,17 +49,18 @@ def check_continuous_params(params: SamplingParams) -> None:
                          f"(got top_k={params.top_k}, top_p={params.top_p})")
 
 
-def prepare(sampler: Sampler, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams,
-            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The class ids and condition rows (:func:`~vgen.samplers.base.prepare_classes`) after refusing top-k / top-p,
+def prepare(sampler: Sampler, model: nn.Module, cond: Condition, params: SamplingParams,
+            generator: torch.Generator | None) -> tuple[Condition, Condition, torch.Tensor]:
+    """The condition and the rows the model runs (:func:`~vgen.samplers.base.prepare_condition`) after refusing
+    top-k / top-p,
     and the noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from ``generator`` (row b
     gets the same noise whatever the batch size)."""
     check_continuous_params(params)
-    class_ids, cond = prepare_classes(sampler, model, class_ids, params)
+    cond, batch_cond = prepare_condition(sampler, model, cond, params)
     steps = len(model.head.sampling_schedule())
-    noise = torch.randn((len(class_ids), model.num_tokens, steps + 1, model.token_channels), generator=generator,
-                        device=class_ids.device)
-    return class_ids, cond, noise
+    noise = torch.randn((len(cond), model.num_tokens, steps + 1, model.token_channels), generator=generator,
+                        device=cond.device)
+    return cond, batch_cond, noise
 
 
 def _guided(x: torch.Tensor, guided: bool) -> torch.Tensor:
@@ -87,9 +89,9 @@ def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch
             z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
 
 
-def _start(model: nn.Module, cond: torch.Tensor, extra: int) -> tuple[KVCache, torch.Tensor]:
-    cache = model.new_cache(cond.shape[0], extra=extra)
-    return cache, model.prefill(cond, cache)
+def _start(model: nn.Module, batch_cond: Condition, extra: int) -> tuple[KVCache, torch.Tensor]:
+    cache = model.new_cache(len(batch_cond), extra=extra)
+    return cache, model.prefill(batch_cond, cache)
 
 
 @register_sampler
@@ -101,13 +103,13 @@ class ContinuousARSampler(Sampler):
     token_order: ClassVar[str] = TOKEN_ORDER
 
     @torch.no_grad()
-    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+    def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         start = time.perf_counter()
-        class_ids, cond, noise = prepare(self, model, class_ids, params, generator)
-        device, batch, n = class_ids.device, len(class_ids), model.num_tokens
-        cache, z = _start(model, cond, extra=0)
+        cond, batch_cond, noise = prepare(self, model, cond, params, generator)
+        device, batch, n = cond.device, len(cond), model.num_tokens
+        cache, z = _start(model, batch_cond, extra=0)
         tokens = torch.empty(batch, n, model.token_channels, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             one_per_pass(model, z, cache, noise, params, tokens, n, bar)
@@ -160,15 +162,15 @@ class CSpD(Sampler):
         check_options(self)
 
     @torch.no_grad()
-    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+    def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         """``draft_head`` is the draft model (a :class:`~vgen.models.mar.ContinuousAR`)."""
         start_time = time.perf_counter()
-        class_ids, cond, noise = prepare(self, model, class_ids, params, generator)
+        cond, batch_cond, noise = prepare(self, model, cond, params, generator)
         draft = check_draft(model, draft_head)
-        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
-        k, rows = self.draft_length, cond.shape[0]
+        device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
+        k, rows = self.draft_length, len(batch_cond)
         tokens = torch.zeros(batch, n, model.token_channels, device=device)
         accept_step = torch.zeros(batch, n, dtype=torch.long)
         draft_passes = fallbacks = 0
@@ -177,7 +179,7 @@ class CSpD(Sampler):
 
         # 1. pre-filling: the target alone, the same for every row
         prefill = max(1, math.ceil(self.prefill_ratio * n))
-        cache, z = _start(model, cond, extra=k + 1)
+        cache, z = _start(model, batch_cond, extra=k + 1)
         bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
         one_per_pass(model, z, cache, noise, params, tokens, prefill, bar)
         accept_step[:, :prefill] = torch.arange(1, prefill + 1)
@@ -186,7 +188,7 @@ class CSpD(Sampler):
 
         # the draft reads the prefix once; later rounds re-feed each row's last two tokens
         draft_cache = draft.new_cache(rows, extra=k + 1)
-        draft.prefill(cond, draft_cache)
+        draft.prefill(batch_cond, draft_cache)
         zq = draft.decode(_guided(tokens[:, :prefill], guided), draft_cache)[:, -1]
         draft_passes += 2
         first_round = True

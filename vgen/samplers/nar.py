@@ -21,7 +21,8 @@ from typing import ClassVar
 import torch
 from tqdm.auto import tqdm
 
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_classes, register_sampler
+from vgen.models.conditioning import Condition
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_condition, register_sampler
 from vgen.samplers.logits import apply_cfg, build_processors, sample_logits
 
 
@@ -34,18 +35,18 @@ class NARSampler(Sampler):
     token_order: ClassVar[str] = "next-neighbour"
 
     @torch.no_grad()
-    def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+    def sample(self, model: torch.nn.Module, cond: Condition, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None) -> SampleOutput:
         start = time.perf_counter()
-        class_ids, cond = prepare_classes(self, model, class_ids, params)
-        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
-        cache = model.new_cache(cond.shape[0])
+        cond, batch_cond = prepare_condition(self, model, cond, params)
+        device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
+        cache = model.new_cache(len(batch_cond))
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
         steps, drawn = model.steps, 0
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
-            logits = model.prefill(cond, cache)
+            logits = model.prefill(batch_cond, cache)
             for s, positions in enumerate(steps):
                 sampled = sample_logits(processors(apply_cfg(logits, params, drawn)), params.greedy, generator)[0]
                 tokens[:, positions] = sampled

@@ -26,7 +26,8 @@ from typing import ClassVar
 import torch
 from tqdm.auto import tqdm
 
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_classes, register_sampler
+from vgen.models.conditioning import Condition
+from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_condition, register_sampler
 from vgen.samplers.logits import apply_cfg, build_processors, cfg_merge, sample_logits
 from vgen.samplers.options import check_options, option
 
@@ -57,17 +58,17 @@ class NBPSampler(Sampler):
         return cfg_merge(cond, uncond, 1 + (params.cfg_scale - 1) * (block + 1) / num_blocks)
 
     @torch.no_grad()
-    def sample(self, model: torch.nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+    def sample(self, model: torch.nn.Module, cond: Condition, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: torch.nn.Module | None = None, draft_head: torch.nn.Module | None = None,
                prefix: torch.Tensor | None = None) -> SampleOutput:
-        """Draw ``class_ids``' token grids; ``prefix`` [B, k * block_size] (0 < k < blocks) fixes the leading
+        """Draw a token grid for each row of ``cond``; ``prefix`` [B, k * block_size] (0 < k < blocks) fixes the leading
         blocks, which the model then continues."""
         start = time.perf_counter()
-        class_ids, cond = prepare_classes(self, model, class_ids, params)
-        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
+        cond, batch_cond = prepare_condition(self, model, cond, params)
+        device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
         b = model.block_size
-        cache = model.new_cache(cond.shape[0])
+        cache = model.new_cache(len(batch_cond))
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
         num_blocks = n // b
@@ -85,7 +86,7 @@ class NBPSampler(Sampler):
             return torch.cat([drawn, drawn]) if guided else drawn
 
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
-            logits = model.prefill(cond, cache)
+            logits = model.prefill(batch_cond, cache)
             first = model.first_tokens
             if model.hybrid:  # the first blocks token by token
                 for i in range(first):

@@ -28,12 +28,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from vgen.models.conditioning import Condition
 from vgen.samplers.base import (
     SampleOutput,
     Sampler,
     SamplerStats,
     SamplingParams,
-    prepare_classes,
+    prepare_condition,
     register_sampler,
 )
 from vgen.samplers.logits import draw, draw_rows, target_probs
@@ -93,22 +94,22 @@ class Speculative(Sampler):
         return "head" if draft_head is not None else "jacobi"
 
     @torch.no_grad()
-    def sample(self, model: nn.Module, class_ids: torch.Tensor, params: SamplingParams, *,
+    def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
                generator: torch.Generator | None = None, progress: bool = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         start_time = time.perf_counter()
-        class_ids, cond = prepare_classes(self, model, class_ids, params)
+        cond, batch_cond = prepare_condition(self, model, cond, params)
         drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
         drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head))
-        device, batch, n, guided = class_ids.device, len(class_ids), model.num_tokens, params.guided
+        device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
         length = min(self.window, max(n - 1, 1))
         double = (lambda x: torch.cat([x, x])) if guided else (lambda x: x)
         cache = model.new_cache(2 * batch if guided else batch, extra=length)
 
         tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
         steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
-        out = model.prefill(cond, cache, return_hidden=drafter.needs_hidden)
+        out = model.prefill(batch_cond, cache, return_hidden=drafter.needs_hidden)
         logits, hidden = out if drafter.needs_hidden else (out, None)
         p = target_probs(logits, params, 0)
         first = draw(p, params.greedy, generator)
