@@ -24,6 +24,7 @@ from vgen.apps.options import (
 from vgen.data.clips import ClipsConfig
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.quality import class_accuracy, clip_quality, token_statistics
+from vgen.images import image_grid
 from vgen.pipelines import StreamPipeline
 
 
@@ -82,7 +83,7 @@ def run_quality(args: argparse.Namespace) -> None:
             per_class = max(1, min(8, args.num_images // n_cls))
             rows = [images[c + n_cls * j] for c in range(n_cls) for j in range(per_class)
                     if c + n_cls * j < len(images)]
-            pipelines.image_grid(rows, per_class).save(args.grid)
+            image_grid(rows, per_class).save(args.grid)
     write_quality(figures, args.json)
 
 
@@ -126,5 +127,5 @@ def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
     if grid:
         first = [classes.index(c) for c in range(pipe.num_classes) if c in classes]
         frames = [Image.fromarray(frame) for i in first for frame in videos[i]]
-        pipelines.image_grid(frames, length).save(grid)
+        image_grid(frames, length).save(grid)
     return figures
