@@ -239,8 +239,9 @@ def compiled_kernels() -> None:
 
 
 # ---- text-to-image: a tiny T5 folder laid out as a FLAN-T5 download -----------------------------------------
-TINY_T5_WORDS = ("a red blue green yellow square circle triangle on the of in front background photo cat dog sat mat "
-                 "astronaut riding horse forest river map made sushi glass wine next to").split()
+TINY_T5_WORDS = ["a", "red", "blue", "green", "yellow", "square", "circle", "triangle", "on", "the", "of", "in",
+                 "front", "background", "photo", "cat", "dog", "sat", "mat", "astronaut", "riding", "horse", "forest",
+                 "river", "map", "made", "sushi", "glass", "wine", "next", "to"]
 TINY_T5_DIM = 32
 
 

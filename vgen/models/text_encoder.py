@@ -148,6 +148,7 @@ class T5TextEncoder(nn.Module):
         for index, ids in enumerate(token_ids):
             if len(ids) > kept:
                 dropped = self.tokenizer.decode(ids[kept:])
-                warnings.warn(f"prompt {index} has {len(ids)} text tokens but the text encoder keeps {kept} (max_length "
-                              f"{self.max_length} with the end-of-sequence token): its last {len(ids) - kept} tokens "
-                              f"were dropped: {dropped!r}", PromptTruncatedWarning, stacklevel=3)
+                warnings.warn(f"prompt {index} has {len(ids)} text tokens but the text encoder keeps {kept} "
+                              f"(max_length {self.max_length} with the end-of-sequence token): its last "
+                              f"{len(ids) - kept} tokens were dropped: {dropped!r}", PromptTruncatedWarning,
+                              stacklevel=3)
