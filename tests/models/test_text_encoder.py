@@ -3,6 +3,7 @@ batch independence, truncation with its warning, and the one-line errors for bad
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sys
@@ -171,3 +172,24 @@ def test_caption_dim_mismatch_names_both_numbers(encoder):
     with pytest.raises(ValueError, match=r"the text encoder gives 32-dim caption features but the model expects "
                                          r"caption_dim=2048"):
         check_caption_dim(encoder.caption_dim, 2048)
+
+
+def test_a_tokenizer_given_only_as_spiece_model_loads(t5_copy):
+    """A folder with spiece.model and no tokenizer.json (as older T5 downloads have it) needs sentencepiece and
+    protobuf, both in the t2i extra: a sentencepiece model trained here encodes like the words it was trained on."""
+    spm = pytest.importorskip("sentencepiece")
+    pytest.importorskip("google.protobuf", reason="reading spiece.model needs protobuf (pip install -e '.[t2i]')")
+    model = io.BytesIO()
+    sentences = [SHORT, LONG, "a blue circle on a green background", "the cat sat on the mat"] * 10
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=model, vocab_size=40,
+                                   model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1, pad_piece="<pad>",
+                                   eos_piece="</s>", unk_piece="<unk>", minloglevel=2)
+    (t5_copy / "tokenizer.json").unlink()
+    (t5_copy / "spiece.model").write_bytes(model.getvalue())
+    (t5_copy / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer", "extra_ids": 0}))
+
+    encoder = T5TextEncoder.from_pretrained(t5_copy)
+    pieces = spm.SentencePieceProcessor(model_proto=model.getvalue()).encode(SHORT)
+    embeddings, mask = encoder.encode([SHORT])
+    assert mask[0].sum() == len(pieces) + 1  # </s> appended
+    assert embeddings.shape == (1, 120, 32)
