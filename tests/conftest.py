@@ -235,3 +235,37 @@ def compiled_kernels() -> None:
     if dispatch.interpreted():
         pytest.skip("Triton's interpreter is loaded in this run (CPU kernel tests selected too): run pytest -m gpu")
 
+# ---- end kernels ------------------------------------------------------------------------------------------
+
+
+# ---- text-to-image: a tiny T5 folder laid out as a FLAN-T5 download -----------------------------------------
+TINY_T5_WORDS = ["a", "red", "blue", "green", "yellow", "square", "circle", "triangle", "on", "the", "of", "in",
+                 "front", "background", "photo", "cat", "dog", "sat", "mat", "astronaut", "riding", "horse", "forest",
+                 "river", "map", "made", "sushi", "glass", "wine", "next", "to"]
+TINY_T5_DIM = 32
+
+
+def make_tiny_t5_folder(folder):
+    """Saves a random T5 (d_model 32, 2 encoder layers, 4 heads, FLAN-T5's gated-GELU) with its decoder, as a full
+    FLAN-T5 checkpoint has it, and a word-level Unigram T5 tokenizer (one piece per word of ``TINY_T5_WORDS``,
+    single letters for the rest) into ``folder`` with ``save_pretrained``."""
+    transformers = pytest.importorskip("transformers", reason="the text-to-image tests need transformers "
+                                                              "(pip install -e '.[t2i]')")
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -3.0)]
+    pieces += [(f"▁{word}", -2.0) for word in TINY_T5_WORDS]
+    pieces += [(letter, -6.0) for letter in "abcdefghijklmnopqrstuvwxyz"]
+    tokenizer = transformers.T5Tokenizer(vocab=pieces, extra_ids=0)
+    config = transformers.T5Config(vocab_size=len(pieces), d_model=TINY_T5_DIM, d_kv=8, d_ff=64, num_layers=2,
+                                   num_decoder_layers=1, num_heads=4, feed_forward_proj="gated-gelu",
+                                   dropout_rate=0.0, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    transformers.T5ForConditionalGeneration(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_t5_dir(tmp_path_factory):
+    """A tiny random T5 folder (config.json, model.safetensors, tokenizer files); treat it as read-only."""
+    return make_tiny_t5_folder(tmp_path_factory.mktemp("tiny-t5"))
+# ---- end text-to-image ------------------------------------------------------------------------------------
