@@ -294,4 +294,10 @@ def make_tiny_janus_dir(folder, seed: int = 0, num_embeddings: int = 64, side: i
 def tiny_janus_dir(tmp_path_factory):
     """A saved tiny random Janus checkpoint and processor (:func:`make_tiny_janus_dir`): 4x4 tokens of 64 codes."""
     return make_tiny_janus_dir(tmp_path_factory.mktemp("janus") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_janus_factory():
+    """:func:`make_tiny_janus_dir`, for tests that need another grid, codebook or seed."""
+    return make_tiny_janus_dir
 # ---- end text-to-image -------------------------------------------------------------------------------------
