@@ -15,7 +15,7 @@ from vgen.samplers import SamplingParams, get_sampler
 
 transformers = pytest.importorskip("transformers", reason="Janus needs transformers (pip install -e '.[t2i]')")
 
-from vgen.models.janus import JanusT2I, LoadedJanus, janus_condition, load_janus  # noqa: E402
+from vgen.models.janus import JanusT2I, JanusT2IConfig, LoadedJanus, janus_condition, load_janus  # noqa: E402
 
 PROMPTS = ["a red cat", "a big blue dog on the moon under the rain"]  # prompts of different lengths in one batch
 
@@ -162,3 +162,9 @@ def test_the_loaded_backbone_is_in_eval_mode_and_shares_the_checkpoints_weights(
     torch.testing.assert_close(model.tok_embeddings.weight, hf_model.model.generation_embeddings.weight)
     torch.testing.assert_close(model.text_embeddings.weight, hf_model.model.language_model.embed_tokens.weight)
     assert not any(p.is_meta for p in model.parameters())
+
+
+def test_a_config_without_the_prompt_tokens_is_refused() -> None:
+    with pytest.raises(ValueError, match="needs boi_token_id and pad_token_id"):
+        JanusT2IConfig()
+    assert JanusT2IConfig(boi_token_id=5, pad_token_id=0).num_tokens == 576  # Janus-Pro's 24 x 24 grid

@@ -51,7 +51,8 @@ class JanusT2IConfig(BackboneConfig):
     ``n_kv_head``, ``intermediate_size``, ``rope_base``, ``norm_eps``, ``text_vocab_size``), the generation
     embeddings (``vocab_size`` codes of ``image_embed_dim``), aligner (``aligner_layers`` linear layers) and head
     (``head_dim_proj`` wide), the image grid (``grid_size`` squared tokens), the special tokens of the prompt
-    and its null form, and ``max_prompt_tokens``, the longest prompt (padding included) a cache has room for."""
+    and its null form, and ``max_prompt_tokens``, the longest prompt (padding included) a cache has room for.
+    The architecture defaults are Janus-Pro-1B's; the token ids come from a checkpoint (:func:`janus_t2i_config`)."""
 
     vocab_size: int = 16384
     dim: int = 2048
@@ -65,11 +66,12 @@ class JanusT2IConfig(BackboneConfig):
     aligner_layers: int = 2
     hidden_act: str = "gelu"
     grid_size: int = 24
-    bos_token_id: int | None = 100000
-    boi_token_id: int = 100016
-    pad_token_id: int = 100015
+    bos_token_id: int | None = None
+    boi_token_id: int | None = None
+    pad_token_id: int | None = None
     max_prompt_tokens: int = 256
     cfg_scale: float = 5.0
+    num_classes: int = 0
     class_dropout_prob: float = 0.0
     token_dropout_p: float = 0.0
     resid_dropout_p: float = 0.0
@@ -79,6 +81,9 @@ class JanusT2IConfig(BackboneConfig):
         super().__post_init__()
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"unsupported Janus activation {self.hidden_act!r}; expected one of {list(ACTIVATIONS)}")
+        if self.boi_token_id is None or self.pad_token_id is None:
+            raise ValueError("a Janus config needs boi_token_id and pad_token_id (janus_t2i_config reads them from "
+                             "the checkpoint's generation config)")
         if self.max_prompt_tokens < 1 or self.grid_size < 1 or self.aligner_layers < 1:
             raise ValueError("max_prompt_tokens, grid_size and aligner_layers must be >= 1")
 
