@@ -268,4 +268,69 @@ def make_tiny_t5_folder(folder):
 def tiny_t5_dir(tmp_path_factory):
     """A tiny random T5 folder (config.json, model.safetensors, tokenizer files); treat it as read-only."""
     return make_tiny_t5_folder(tmp_path_factory.mktemp("tiny-t5"))
-# ---- end text-to-image ------------------------------------------------------------------------------------
+
+
+# ---- text-to-image: a tiny random Janus checkpoint with its processor, in transformers' layout --------------
+TINY_JANUS_WORDS = ["<pad>", "<bos>", "<eos>", "<unk>", "<image_placeholder>", "<begin_of_image>", "<end_of_image>",
+                    "<|User|>:", "<|Assistant|>:", "a", "red", "blue", "cat", "dog", "on", "the", "moon", "under",
+                    "rain", "house", "big", "small"]
+# the shape of Janus-Pro's template for one user turn and the generation prompt
+TINY_JANUS_CHAT_TEMPLATE = ("{% for m in messages %}{{ '<|User|>: ' if m['role'] == 'user' else '<|Assistant|>: ' }}"
+                            "{% for c in m['content'] %}{{ c['text'] }}{% endfor %}{{ ' ' }}{% endfor %}"
+                            "{% if add_generation_prompt %}{{ '<|Assistant|>:' }}{% endif %}")
+
+
+def make_tiny_janus_dir(folder, seed: int = 0, num_embeddings: int = 64, side: int = 4):
+    """Save a random ``JanusForConditionalGeneration`` (Llama of hidden 64, 2 layers, 4 heads, 2 KV heads; a
+    ``side x side`` image of ``num_embeddings`` codes) with its generation config and a ``JanusProcessor`` (a
+    word-level tokenizer that adds BOS, the template above) into ``folder``. The language model and generation
+    weights are N(0, 0.1) noise so that the image-token distributions are far from flat."""
+    transformers = pytest.importorskip("transformers", reason="Janus needs transformers (pip install -e '.[t2i]')")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {w: i for i, w in enumerate(TINY_JANUS_WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        extra_special_tokens={"image_token": "<image_placeholder>", "boi_token": "<begin_of_image>",
+                              "eoi_token": "<end_of_image>"})
+    image_processor = transformers.JanusImageProcessorPil(size={"height": 16 * side, "width": 16 * side})
+    processor = transformers.JanusProcessor(image_processor, fast, chat_template=TINY_JANUS_CHAT_TEMPLATE,
+                                            num_image_tokens=side * side)
+    config = transformers.JanusConfig(
+        text_config=transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96,
+                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+        vision_config=transformers.JanusVisionConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                     image_size=16 * side, patch_size=16, projection_dim=64,
+                                                     num_image_tokens=side * side),
+        vq_config=transformers.JanusVQVAEConfig(num_embeddings=num_embeddings, base_channels=32, latent_channels=32,
+                                                channel_multiplier=[1, 1], projection_dim=64,
+                                                image_token_embed_dim=64),
+        image_token_id=vocab["<image_placeholder>"])
+    torch.manual_seed(seed)
+    model = transformers.JanusForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith(("model.language_model.", "model.generation_")) and p.ndim > 1:
+                p.normal_(std=0.1)
+    model.generation_config = transformers.GenerationConfig(bos_token_id=vocab["<bos>"], pad_token_id=vocab["<pad>"],
+                                                            guidance_scale=5)
+    model.generation_config.generation_kwargs = {"boi_token_id": vocab["<begin_of_image>"]}
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_janus_dir(tmp_path_factory):
+    """A saved tiny random Janus checkpoint and processor (:func:`make_tiny_janus_dir`): 4x4 tokens of 64 codes."""
+    return make_tiny_janus_dir(tmp_path_factory.mktemp("janus") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_janus_factory():
+    """:func:`make_tiny_janus_dir`, for tests that need another grid, codebook or seed."""
+    return make_tiny_janus_dir
+# ---- end text-to-image -------------------------------------------------------------------------------------
