@@ -38,6 +38,9 @@ class KVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.max_len = max_len
         self.length = 0
+        # bool [B, max_len], True = attendable: the padding of a left-padded prefix stays masked for every later
+        # query of its row (None: every cached key is attendable)
+        self.key_mask: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -97,6 +100,15 @@ class KVCache:
             raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {self.max_len}")
         attend = (torch.arange(end, device=starts.device)[None, None, :] <= slots[:, :, None])[:, None]
         return RowSlots(slots, end, attend, first if first == last else None)
+
+    def mask_keys(self, mask: torch.Tensor) -> None:
+        """Set which of the first ``mask.shape[1]`` positions of each row may be attended to (``mask`` bool [B, n],
+        False on a prefix's padding); every later position may be. Written in place into one buffer, so its
+        address stays fixed for CUDA graphs; per row and untouched by :meth:`crop` and per-row writes."""
+        if self.key_mask is None:
+            self.key_mask = torch.ones(self.batch_size, self.max_len, dtype=torch.bool, device=self.keys[0].device)
+        self.key_mask.fill_(True)
+        self.key_mask[:, :mask.shape[1]] = mask
 
     def buffers(self) -> list[torch.Tensor]:
         """Every key and value buffer (e.g. to mark their addresses static for CUDA graphs)."""
