@@ -455,20 +455,24 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         return (logits, h) if return_hidden else logits
 
     def decode_step(self, tokens: torch.Tensor, slot: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """One image token per row [B, 1] written at cache position ``slot`` (LongTensor [1]); logits [B, V].
+        """One image token per row [B, 1], image token ``slot - 1`` (LongTensor [1], counted as in
+        :meth:`decode_rows`); logits [B, V].
 
         The static-shape twin of ``decode(tokens, cache)[:, -1]`` for ``torch.compile`` with CUDA graphs: the
         position is a tensor and attention spans the whole preallocated cache under a mask, so one graph serves
-        every position. It neither reads nor moves ``cache.length``: the caller keeps ``slot == cache.length``
-        and calls ``cache.advance(1)`` afterwards. Equal to :meth:`decode` up to float rounding (the reductions
-        also run over masked slots); the rope table must already be on the device (:meth:`prefill` moves it).
+        every position. It neither reads nor moves ``cache.length``: the caller keeps ``slot`` at the next image
+        token (``slot == cache.length`` after a class) and calls ``cache.advance(1)`` afterwards. Equal to
+        :meth:`decode` up to float rounding (the reductions also run over masked slots); the rope table must
+        already be on the device (:meth:`prefill` moves it).
         """
         h = self.tok_embeddings(tokens)
-        rope = self.rope.index_select(0, slot)
+        if self.prefix_len > 1:
+            slot = slot + (self.prefix_len - 1)
         mask = None
         if cache.key_mask is not None:
             mask = self._attend((torch.arange(cache.max_len, device=tokens.device) <= slot)[None], cache,
                                 cache.max_len)
+        rope = self.rope.index_select(0, slot)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, slot, mask=mask)
         return self.output(self.norm(h[:, -1])).float()

@@ -113,8 +113,7 @@ class ARSampler(Sampler):
         if mode is None:
             step = functools.partial(_decode_last, model)
         elif static:
-            # the cache position of the next token, set past the condition's positions after the prefill
-            compiled, slot = compiled_step(mode), torch.zeros(1, dtype=torch.long, device=device)
+            compiled, slot = compiled_step(mode), torch.ones(1, dtype=torch.long, device=device)
 
             def step(x: torch.Tensor, cache: KVCache) -> torch.Tensor:
                 torch.compiler.cudagraph_mark_step_begin()
@@ -127,8 +126,6 @@ class ARSampler(Sampler):
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
             logits = model.prefill(batch_cond, cache)
-            if static:
-                slot.fill_(cache.length)
             for t in range(n):
                 sampled = draw(target_probs(logits, params, t), params.greedy, generator)
                 tokens[:, t] = sampled

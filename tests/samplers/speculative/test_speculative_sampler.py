@@ -357,7 +357,7 @@ def test_rows_at_different_places_keep_their_own_caption_masked(t2i_model, ar_gr
 
 
 def test_the_static_decode_step_samples_a_t2i_model(t2i_model, ar_greedy, monkeypatch) -> None:
-    """The CUDA-graph modes' step (run eagerly here) starts writing past the caption."""
+    """The CUDA-graph modes' step (run eagerly here) writes past the caption."""
     monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_step)
     monkeypatch.setattr(ar_module, "_STATIC_CACHES", ar_module.weakref.WeakKeyDictionary())
     sampler = ARSampler(compile="reduce-overhead")
