@@ -304,6 +304,11 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
 
     # -- the condition -----------------------------------------------------------------------------------------
     @property
+    def text_conditional(self) -> bool:
+        """Whether the model takes a caption (t2i) rather than class ids."""
+        return self.config.text_conditional
+
+    @property
     def prefix_len(self) -> int:
         """Positions before image token 0: 1 (the class) or ``cls_token_num`` (the caption)."""
         return self.config.cls_token_num
