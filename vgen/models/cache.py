@@ -4,7 +4,8 @@ One buffer per layer of shape [B, H, max_len, D] is allocated once; ``append`` w
 current length and returns views of everything cached so far, so decoding recomputes nothing and never
 reallocates. ``crop(n)`` rolls the cache back to its first ``n`` positions: a speculative sampler calls it to
 drop the keys of rejected draft tokens before the next verification. ``write`` is the static-shape variant for
-compiled single-token decoding: it takes the position as a tensor and returns the whole buffers.
+compiled single-token decoding: it takes the position as a tensor and returns the whole buffers. ``mask_keys``
+records which positions of a left-padded prefix are padding, per row, for the backbone to mask in every later pass.
 """
 
 from __future__ import annotations
