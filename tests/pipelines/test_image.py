@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from vgen.models.conditioning import PrefixCondition
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.pipelines import ImagePipeline, PipelineInfo, load
 from vgen.samplers import ARSampler, SamplingParams
@@ -82,3 +83,72 @@ def test_errors_are_specific():
     with pytest.raises(ValueError, match="vocabulary 64 != tokenizer codebook 32"):
         ImagePipeline(LlamaGenGPT(GPTConfig(vocab_size=64, dim=32, n_layer=1, n_head=2, block_size=16)),
                       VQModel(TINY_VQ), PipelineInfo(name="x", image_size=16))
+
+
+# ---- a text-to-image model: precomputed prompt embeddings (diffusers' prompt_embeds / prompt_attention_mask) ----
+T2I_GPT = GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, block_size=16, model_type="t2i", caption_dim=8,
+                    cls_token_num=6)
+
+
+def tiny_t2i_pipeline() -> ImagePipeline:
+    torch.manual_seed(0)
+    gpt = LlamaGenGPT(T2I_GPT)
+    with torch.no_grad():
+        gpt.output.weight.normal_(std=0.5)
+    return ImagePipeline(gpt, VQModel(TINY_VQ), PipelineInfo(name="tiny-t2i", image_size=16,
+                                                             defaults={"cfg_scale": 3.0}))
+
+
+def right_padded_prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two prompts of 2 and 5 tokens in T5's layout: real tokens first, then padding (noise here), 7 positions."""
+    embeds = torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0]])
+    return embeds, mask
+
+
+def test_prompt_embeds_are_left_padded_to_the_caption_length_and_sampled():
+    pipe = tiny_t2i_pipeline()
+    embeds, mask = right_padded_prompts()
+    out = pipe(prompt_embeds=embeds, prompt_attention_mask=mask, seed=4)
+    assert [im.size for im in out.images] == [(16, 16), (16, 16)] and out.class_ids == []
+    # LlamaGen's left padding: the real tokens in order at the end of the 6 caption positions, zeros before
+    values = torch.zeros(2, 6, 8)
+    values[0, 4:], values[1, 1:] = embeds[0, :2], embeds[1, :5]
+    cond = PrefixCondition(values, torch.tensor([[0, 0, 0, 0, 1, 1], [0, 1, 1, 1, 1, 1]]).bool())
+    ref = ARSampler().sample(pipe.model, cond, SamplingParams(cfg_scale=3.0),
+                             generator=torch.Generator().manual_seed(4))
+    assert torch.equal(out.tokens, ref.tokens)
+    greedy = pipe(prompt_embeds=embeds, prompt_attention_mask=mask, temperature=0.0).tokens
+    # fewer padding positions, a bool mask, and the prompts repeated in turn: the same conditions
+    again = pipe(prompt_embeds=embeds[:, :5], prompt_attention_mask=mask[:, :5].bool(), temperature=0.0,
+                 num_images=3).tokens
+    assert torch.equal(again, greedy[[0, 1, 0]])
+
+
+def test_prompts_and_class_ids_go_to_the_models_that_take_them():
+    t2i, embeds = tiny_t2i_pipeline(), right_padded_prompts()[0]
+    with pytest.raises(ValueError, match="tiny-t2i is a text-to-image model: give prompt_embeds"):
+        t2i([0])
+    with pytest.raises(ValueError, match="tiny is class-conditional: give class ids, not prompt_embeds"):
+        tiny_pipeline()(prompt_embeds=embeds)
+    with pytest.raises(ValueError, match="give class ids or prompt_embeds, not both"):
+        t2i([0], prompt_embeds=embeds)
+    with pytest.raises(ValueError, match="prompt_attention_mask was given without prompt_embeds"):
+        t2i(prompt_attention_mask=torch.ones(2, 7))
+    with pytest.raises(ValueError, match="a prompt of 7 tokens is longer than the model's 6 caption positions"):
+        t2i(prompt_embeds=embeds)
+    with pytest.raises(ValueError, match="a row of prompt_attention_mask has none"):
+        t2i(prompt_embeds=embeds, prompt_attention_mask=torch.zeros(2, 7))
+    with pytest.raises(ValueError, match="does not fit prompt_embeds of shape \\(2, 7, 8\\)"):
+        t2i(prompt_embeds=embeds, prompt_attention_mask=torch.ones(2, 6))
+    with pytest.raises(ValueError, match="dimension 5 do not fit this model's caption_dim 8"):
+        t2i(prompt_embeds=torch.randn(1, 3, 5))
+
+
+def test_a_t2i_pipeline_saves_and_loads(tmp_path):
+    pipe = tiny_t2i_pipeline()
+    embeds, mask = right_padded_prompts()
+    loaded = load(pipe.save_pretrained(tmp_path / "t2i"))
+    assert loaded.model.config == T2I_GPT
+    assert torch.equal(loaded(prompt_embeds=embeds, prompt_attention_mask=mask).tokens,
+                       pipe(prompt_embeds=embeds, prompt_attention_mask=mask).tokens)

@@ -4,7 +4,8 @@ One buffer per layer of shape [B, H, max_len, D] is allocated once; ``append`` w
 current length and returns views of everything cached so far, so decoding recomputes nothing and never
 reallocates. ``crop(n)`` rolls the cache back to its first ``n`` positions: a speculative sampler calls it to
 drop the keys of rejected draft tokens before the next verification. ``write`` is the static-shape variant for
-compiled single-token decoding: it takes the position as a tensor and returns the whole buffers.
+compiled single-token decoding: it takes the position as a tensor and returns the whole buffers. ``mask_keys``
+records which positions of a left-padded prefix are padding, per row, for the backbone to mask in every later pass.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class KVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.max_len = max_len
         self.length = 0
+        # bool [B, max_len], True = attendable: the padding of a left-padded prefix stays masked for every later
+        # query of its row (None: every cached key is attendable)
+        self.key_mask: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -97,6 +101,15 @@ class KVCache:
             raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {self.max_len}")
         attend = (torch.arange(end, device=starts.device)[None, None, :] <= slots[:, :, None])[:, None]
         return RowSlots(slots, end, attend, first if first == last else None)
+
+    def mask_keys(self, mask: torch.Tensor) -> None:
+        """Set which of the first ``mask.shape[1]`` positions of each row may be attended to (``mask`` bool [B, n],
+        False on a prefix's padding); every later position may be. Written in place into one buffer, so its
+        address stays fixed for CUDA graphs; per row and untouched by :meth:`crop` and per-row writes."""
+        if self.key_mask is None:
+            self.key_mask = torch.ones(self.batch_size, self.max_len, dtype=torch.bool, device=self.keys[0].device)
+        self.key_mask.fill_(True)
+        self.key_mask[:, :mask.shape[1]] = mask
 
     def buffers(self) -> list[torch.Tensor]:
         """Every key and value buffer (e.g. to mark their addresses static for CUDA graphs)."""

@@ -1,13 +1,22 @@
-"""Class-conditional LlamaGen GPT with a croppable KV cache and multi-token decoding.
+"""LlamaGen GPT, class-conditional (c2i) or text-conditional (t2i), with a croppable KV cache and multi-token
+decoding.
 
-Parameter names, shapes and numerics match LlamaGen's ``autoregressive/models/gpt.py`` (c2i), so its released
+Parameter names, shapes and numerics match LlamaGen's ``autoregressive/models/gpt.py``, so its released
 checkpoints load strictly: SwiGLU MLPs, RMSNorm in fp32 (eps 1e-5), 2-D RoPE with interleaved pairs and zero
-rotation at the class position, and a class table with one extra (null) row for classifier-free guidance.
+rotation at the condition positions, and a class table with one extra (null) row for classifier-free guidance.
+
+``GPTConfig.model_type == "t2i"`` (LlamaGen-T2I) replaces the class position by ``cls_token_num`` caption
+positions: T5 features [B, cls_token_num, caption_dim], left-padded, projected by a two-layer GELU MLP, with a
+learned ``uncond_embedding`` as the unconditional caption for CFG. The caption's padding is masked out of
+attention for every later query (the padded position itself still sees itself, as in LlamaGen's ``generate``);
+the mask is per row and is kept in the KV cache from the prefill on (:meth:`~vgen.models.cache.KVCache.mask_keys`),
+so every decode path masks the padding alike.
 
 Sequence layout: position 0 holds the class embedding, position 1 + i holds image token i (raster order), and the
 output at position p predicts image token p. :meth:`prefill` runs the class position; :meth:`decode` appends any
 number of image tokens at once and returns one distribution per token, which is what speculative verification
-needs; ``cache.crop(n)`` rolls back.
+needs; ``cache.crop(n)`` rolls back. A t2i model's prefix is ``cls_token_num`` positions long and its image token i
+sits at position ``cls_token_num + i``.
 
 ``GPTConfig.frames > 1`` (vgen's addition, not in LlamaGen) makes the same model a next-token video AR: image token
 i becomes token i of a clip's frames in raster order (frame by frame, each frame row by row), laid on a
@@ -26,7 +35,7 @@ from torch import nn
 
 from vgen.models.backbone import BackboneConfig
 from vgen.models.cache import KVCache, RowSlots
-from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
+from vgen.models.conditioning import Condition, PrefixCondition, TokenGridModel, init_llamagen_weights
 from vgen.models.layers import (
     FeedForward,
     PrefixMask,
@@ -37,20 +46,51 @@ from vgen.models.layers import (
     swiglu_hidden_dim,
 )
 
+MODEL_TYPES = ("c2i", "t2i")
+CAPTION_TOKENS = 120
+"""LlamaGen-T2I's caption length: T5 features padded to 120 positions (its ``cls_token_num``)."""
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
 
 @dataclass(frozen=True)
 class GPTConfig(BackboneConfig):
-    """LlamaGen ``ModelArgs`` for class-conditional generation (defaults: GPT-B on 256x256 images): the shared
-    backbone settings and ``block_size`` image tokens. ``frames`` (vgen's): a clip of that many square frames of
-    ``block_size // frames`` tokens each instead of one image."""
+    """LlamaGen ``ModelArgs`` (defaults: class-conditional GPT-B on 256x256 images): the shared backbone settings
+    and ``block_size`` image tokens. ``frames`` (vgen's): a clip of that many square frames of
+    ``block_size // frames`` tokens each instead of one image.
+
+    ``model_type`` ``"c2i"`` conditions on a class (one prefix position); ``"t2i"`` on ``cls_token_num`` caption
+    positions of ``caption_dim`` features (LlamaGen-T2I: 120 T5 positions of 2048). ``cls_token_num`` defaults to
+    the model type's (1 or 120)."""
 
     block_size: int = 256
     frames: int = 1
+    model_type: str = "c2i"
+    caption_dim: int = 2048
+    cls_token_num: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
             raise ValueError(f"frames must be an integer >= 1, got {self.frames!r}")
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
+        if self.cls_token_num is None:
+            object.__setattr__(self, "cls_token_num", 1 if self.model_type == "c2i" else CAPTION_TOKENS)
+        if self.model_type == "c2i" and self.cls_token_num != 1:
+            raise ValueError(f"a class-conditional (c2i) model has one class position: cls_token_num must be 1, "
+                             f"got {self.cls_token_num!r}")
+        if self.model_type == "t2i":
+            if not _positive_int(self.cls_token_num):
+                raise ValueError(f"cls_token_num (caption positions) must be an integer >= 1, got "
+                                 f"{self.cls_token_num!r}")
+            if not _positive_int(self.caption_dim):
+                raise ValueError(f"caption_dim must be an integer >= 1, got {self.caption_dim!r}")
+            if self.frames != 1:
+                raise ValueError(f"a text-to-image (t2i) model generates one image: frames must be 1, got "
+                                 f"{self.frames}")
         per_frame, rest = divmod(self.block_size, self.frames)
         if rest or math.isqrt(per_frame) ** 2 != per_frame:
             raise ValueError(f"block_size {self.block_size} must be {self.frames} frame(s) of a square number of "
@@ -72,10 +112,18 @@ class GPTConfig(BackboneConfig):
         side = (self.grid_size,) * 2
         return side if self.frames == 1 else (self.frames, *side)
 
+    @property
+    def text_conditional(self) -> bool:
+        """Whether the model is conditioned on a caption (t2i) rather than a class."""
+        return self.model_type == "t2i"
+
     def to_dict(self) -> dict:
         d = super().to_dict()
         if self.frames == 1:  # an image model's config stays LlamaGen's ModelArgs
             del d["frames"]
+        if self.model_type == "c2i":  # a class model's config holds the c2i fields only
+            for key in ("model_type", "caption_dim", "cls_token_num"):
+                del d[key]
         return d
 
 
@@ -189,115 +237,275 @@ class LabelEmbedder(nn.Module):
         return self.embedding_table(class_ids).unsqueeze(1)
 
 
+class CaptionMLP(nn.Module):
+    """LlamaGen's caption projection ``fc2(gelu_tanh(fc1 x))``, without biases."""
+
+    def __init__(self, in_features: int, dim: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, dim, bias=False)
+        self.act = nn.GELU(approximate="tanh")
+        self.fc2 = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class CaptionEmbedder(nn.Module):
+    """Caption features [B, L, caption_dim] -> [B, L, dim], with LlamaGen-T2I's unconditional caption: the buffer
+    ``uncond_embedding`` [L, caption_dim] stands in for the caption of the unconditional (CFG) rows and of the
+    rows dropped in training."""
+
+    def __init__(self, caption_dim: int, dim: int, num_tokens: int, dropout_prob: float) -> None:
+        super().__init__()
+        self.dropout_prob = dropout_prob
+        self.cap_proj = CaptionMLP(caption_dim, dim)
+        self.register_buffer("uncond_embedding", torch.randn(num_tokens, caption_dim) / caption_dim ** 0.5)
+
+    def forward(self, caption: torch.Tensor) -> torch.Tensor:
+        if self.training and self.dropout_prob > 0:
+            drop = torch.rand(caption.shape[0], device=caption.device) < self.dropout_prob
+            caption = torch.where(drop[:, None, None], self.uncond_embedding.to(caption.dtype), caption)
+        return self.cap_proj(caption)
+
+
+def prefix_attention(mask: torch.Tensor) -> torch.Tensor:
+    """The attention mask [B, 1, L, L] (True = attend) of a left-padded prefix with key mask ``mask`` [B, L]:
+    causal, the padded keys masked for every query but themselves (LlamaGen-T2I's ``generate``: the causal mask
+    times the caption mask, the diagonal kept, so a padded query is not left without keys)."""
+    n = mask.shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    eye = torch.eye(n, dtype=torch.bool, device=mask.device)
+    return ((causal & mask[:, None, :]) | eye)[:, None]
+
+
 class LlamaGenGPT(TokenGridModel, nn.Module):
-    """LlamaGen class-conditional transformer over a raster grid of ``block_size`` tokens."""
+    """LlamaGen transformer over a raster grid of ``block_size`` tokens, conditioned on a class (``c2i``: class
+    ids [B]) or a caption (``t2i``: a :class:`~vgen.models.conditioning.PrefixCondition` of caption features
+    [B, cls_token_num, caption_dim], left-padded)."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
-        self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
+        if config.text_conditional:
+            self.cls_embedding = CaptionEmbedder(config.caption_dim, config.dim, config.cls_token_num,
+                                                 config.class_dropout_prob)
+        else:
+            self.cls_embedding = LabelEmbedder(config.num_classes, config.dim, config.class_dropout_prob)
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.tok_dropout = nn.Dropout(config.token_dropout_p)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         # a plain attribute, not a buffer: it must stay fp32 when the model is cast to bf16 (as in LlamaGen)
-        self.rope = (rope_2d_table(config.grid_size, config.head_dim, config.rope_base) if config.frames == 1
-                     else rope_grid_table(config.grid, config.head_dim, config.rope_base))
+        self.rope = (rope_2d_table(config.grid_size, config.head_dim, config.rope_base, config.cls_token_num)
+                     if config.frames == 1 else rope_grid_table(config.grid, config.head_dim, config.rope_base))
         self.apply(init_llamagen_weights)
         nn.init.zeros_(self.output.weight)
 
+    # -- the condition -----------------------------------------------------------------------------------------
+    @property
+    def text_conditional(self) -> bool:
+        """Whether the model takes a caption (t2i) rather than class ids."""
+        return self.config.text_conditional
+
+    @property
+    def prefix_len(self) -> int:
+        """Positions before image token 0: 1 (the class) or ``cls_token_num`` (the caption)."""
+        return self.config.cls_token_num
+
+    def check_condition(self, cond: Condition) -> None:
+        """Class ids for a c2i model (:class:`~vgen.models.conditioning.ClassConditional`); for a t2i model a
+        :class:`~vgen.models.conditioning.PrefixCondition` of caption features [B, cls_token_num, caption_dim]."""
+        c = self.config
+        if not c.text_conditional:
+            super().check_condition(cond)
+            return
+        if not isinstance(cond, PrefixCondition):
+            raise ValueError("this LlamaGen model is text-to-image (t2i): give a prompt (caption embeddings with "
+                             "their mask), not class ids")
+        values = cond.values
+        if values.ndim != 3 or not values.is_floating_point():
+            raise ValueError(f"a t2i LlamaGen model takes caption embeddings [B, {c.cls_token_num}, "
+                             f"{c.caption_dim}], got {values.dtype} of shape {tuple(values.shape)}")
+        if values.shape[2] != c.caption_dim:
+            raise ValueError(f"caption embeddings of dimension {values.shape[2]} do not fit this model's "
+                             f"caption_dim {c.caption_dim}")
+        if values.shape[1] != c.cls_token_num:
+            raise ValueError(f"caption embeddings of {values.shape[1]} positions do not fit this model's "
+                             f"cls_token_num {c.cls_token_num}: left-pad (or truncate) the prompt to "
+                             f"{c.cls_token_num}")
+
+    def null_condition(self, cond: Condition) -> Condition:
+        """The unconditional counterpart of ``cond`` for CFG: the null class, or (t2i) the ``uncond_embedding``
+        caption in every row under the same mask (LlamaGen-T2I's ``generate``)."""
+        if not self.config.text_conditional:
+            return super().null_condition(cond)
+        uncond = self.cls_embedding.uncond_embedding.to(cond.values.device, cond.values.dtype)
+        return PrefixCondition(uncond.expand_as(cond.values), cond.mask)
+
     # -- forward passes ----------------------------------------------------------------------------------------
-    def _run(self, h: torch.Tensor, start: int, cache: KVCache | None,
-             return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def _run(self, h: torch.Tensor, start: int, cache: KVCache | None, return_hidden: bool = False,
+             mask: torch.Tensor | None = None,
+             last: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The blocks over ``h`` at positions ``start ...``; ``mask`` replaces the causal one (a caption's
+        padding); ``last``: the output of the last position only."""
         if self.rope.device != h.device:
             self.rope = self.rope.to(h.device)
         rope = self.rope[start:start + h.shape[1]]
         if self.training:
             h = self.tok_dropout(h)
         for i, layer in enumerate(self.layers):
-            h = layer(h, rope, cache, i)
+            h = layer(h, rope, cache, i, mask=mask)
         if cache is not None:
             cache.advance(h.shape[1])
-        h = self.norm(h)
+        h = self.norm(h[:, -1:] if last else h)
         logits = self.output(h).float()
         return (logits, h) if return_hidden else logits
 
-    def forward(self, class_ids: torch.Tensor, tokens: torch.Tensor | None = None,
+    def _prefix(self, cond: Condition) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The condition's embeddings [B, prefix_len, dim] and (t2i) its key mask [B, prefix_len]."""
+        if self.config.text_conditional:
+            return self.cls_embedding(cond.values.to(self.output.weight.dtype)), cond.mask
+        return self.cls_embedding(cond), None
+
+    @staticmethod
+    def _attend(pattern: torch.Tensor | None, cache: KVCache, end: int) -> torch.Tensor | None:
+        """``pattern`` (True = attend, over the first ``end`` cached keys; None = all of them) with the prefix's
+        padded keys masked out per row; None (each pass's own pattern) when the cache holds no padding mask."""
+        if cache.key_mask is None:
+            return None
+        keys = cache.key_mask[:, None, None, :end]
+        return keys if pattern is None else pattern & keys
+
+    def forward(self, cond: Condition, tokens: torch.Tensor | None = None,
                 return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Full causal pass (training / reference): logits [B, 1 + n, V]; position p predicts image token p.
-        With ``return_hidden`` also the final normed hidden states [B, 1 + n, dim] (a draft head's features)."""
-        h = self.cls_embedding(class_ids)
+        """Full causal pass (training / reference): logits [B, 1 + n, V] for the condition's last position and
+        the n image tokens; entry p predicts image token p. With ``return_hidden`` also the final normed hidden
+        states [B, 1 + n, dim] (a draft head's features)."""
+        h, key_mask = self._prefix(cond)
         if tokens is not None and tokens.shape[1]:
             h = torch.cat([h, self.tok_embeddings(tokens)], dim=1)
         if h.shape[1] > self.rope.shape[0]:
-            raise ValueError(f"sequence of {h.shape[1]} positions exceeds 1 + block_size = {self.rope.shape[0]}")
-        return self._run(h, 0, None, return_hidden)
+            raise ValueError(f"sequence of {h.shape[1]} positions exceeds {self.prefix_len} + block_size = "
+                             f"{self.rope.shape[0]}")
+        mask = None
+        if key_mask is not None:
+            mask = prefix_attention(torch.cat([key_mask, key_mask.new_ones(len(h), h.shape[1] - key_mask.shape[1])],
+                                              dim=1))
+        out = self._run(h, 0, None, return_hidden, mask)
+        skip = self.prefix_len - 1
+        if not skip:
+            return out
+        return (out[0][:, skip:], out[1][:, skip:]) if return_hidden else out[:, skip:]
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None, extra: int = 0) -> KVCache:
-        """An empty cache with room for the class position, every image token and ``extra`` more slots (a
+        """An empty cache with room for the condition's positions, every image token and ``extra`` more slots (a
         speculative window running past the last token)."""
         p = self.output.weight
-        return KVCache(self.config.n_layer, batch_size, self.config.kv_heads, 1 + self.config.block_size + extra,
-                       self.config.head_dim, dtype or p.dtype, device or p.device)
+        return KVCache(self.config.n_layer, batch_size, self.config.kv_heads,
+                       self.prefix_len + self.config.block_size + extra, self.config.head_dim, dtype or p.dtype,
+                       device or p.device)
 
-    def prefill(self, class_ids: torch.Tensor, cache: KVCache,
+    def prefill(self, cond: Condition, cache: KVCache,
                 return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Run the class position into an empty cache; returns logits [B, V] for image token 0 (and, with
-        ``return_hidden``, the class position's final normed hidden state [B, 1, dim])."""
+        """Run the condition (the class position, or the caption with its padding masked and the mask kept in
+        the cache for every later pass) into an empty cache; returns logits [B, V] for image token 0 (and, with
+        ``return_hidden``, the condition's last final normed hidden state [B, 1, dim])."""
         if cache.length != 0:
             raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
-        cache.reserve(1)
-        out = self._run(self.cls_embedding(class_ids), 0, cache, return_hidden)
+        cache.reserve(self.prefix_len)
+        h, key_mask = self._prefix(cond)
+        mask = None
+        if key_mask is not None:
+            cache.mask_keys(key_mask)
+            mask = prefix_attention(key_mask)
+        out = self._run(h, 0, cache, return_hidden, mask, last=True)
         return (out[0][:, -1], out[1]) if return_hidden else out[:, -1]
 
     def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Append image tokens [B, k] after the cached ones; logits [B, k, V], row i predicting the next token."""
         start = cache.reserve(tokens.shape[1])
-        return self._run(self.tok_embeddings(tokens), start, cache)
+        mask = None
+        if cache.key_mask is not None:
+            t = tokens.shape[1]
+            causal = None if t == 1 else (torch.arange(start + t, device=tokens.device)[None, :]
+                                          <= torch.arange(start, start + t, device=tokens.device)[:, None])
+            mask = self._attend(causal, cache, start + t)
+        return self._run(self.tok_embeddings(tokens), start, cache, mask=mask)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache,
                     return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Image tokens [B, k] written at cache slots ``starts[b] ... starts[b] + k - 1`` of each row b; logits
-        [B, k, V] (and, with ``return_hidden``, the final normed hidden states [B, k, dim]).
+        """Image tokens [B, k], row b's the image tokens ``starts[b] - 1 ...``; logits [B, k, V] (and, with
+        ``return_hidden``, the final normed hidden states [B, k, dim]).
 
         Rows advance independently, which is what batched speculative decoding needs: row b's cache is valid up
-        to slot ``starts[b]`` and the caller, not ``cache.length``, keeps track of it (slot s holds image token
-        s - 1; slot 0 the class). Slots past the last image token (a window running off the end) reuse the last
-        rotary position; their outputs are meaningless and only need room in the cache (``new_cache(extra=)``).
+        to its slot of image token ``starts[b] - 1`` and the caller, not ``cache.length``, keeps track of it.
+        Image token i sits at slot ``prefix_len + i`` (slot s holds image token s - 1 after a class), so
+        ``starts`` is that slot for a class model and the model shifts it past a caption. Slots past the last
+        image token (a window running off the end) reuse the last rotary position; their outputs are meaningless
+        and only need room in the cache (``new_cache(extra=)``).
         """
-        rows = cache.row_slots(starts, tokens.shape[1])
+        shift = self.prefix_len - 1
+        rows = cache.row_slots(starts + shift if shift else starts, tokens.shape[1])
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]
+        mask = self._attend(rows.attend, cache, rows.end)
         h = self.tok_embeddings(tokens)
         for i, layer in enumerate(self.layers):
-            h = layer(h, rope, cache, i, rows=rows)
+            h = layer(h, rope, cache, i, rows=rows, mask=mask)
         h = self.norm(h)
         logits = self.output(h).float()
         return (logits, h) if return_hidden else logits
 
     def decode_step(self, tokens: torch.Tensor, slot: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """One image token per row [B, 1] written at cache position ``slot`` (LongTensor [1]); logits [B, V].
+        """One image token per row [B, 1], image token ``slot - 1`` (LongTensor [1], counted as in
+        :meth:`decode_rows`); logits [B, V].
 
         The static-shape twin of ``decode(tokens, cache)[:, -1]`` for ``torch.compile`` with CUDA graphs: the
         position is a tensor and attention spans the whole preallocated cache under a mask, so one graph serves
-        every position. It neither reads nor moves ``cache.length``: the caller keeps ``slot == cache.length``
-        and calls ``cache.advance(1)`` afterwards. Equal to :meth:`decode` up to float rounding (the reductions
-        also run over masked slots); the rope table must already be on the device (:meth:`prefill` moves it).
+        every position. It neither reads nor moves ``cache.length``: the caller keeps ``slot`` at the next image
+        token (``slot == cache.length`` after a class) and calls ``cache.advance(1)`` afterwards. Equal to
+        :meth:`decode` up to float rounding (the reductions also run over masked slots); the rope table must
+        already be on the device (:meth:`prefill` moves it).
         """
         h = self.tok_embeddings(tokens)
+        if self.prefix_len > 1:
+            slot = slot + (self.prefix_len - 1)
+        mask = None
+        if cache.key_mask is not None:
+            mask = self._attend((torch.arange(cache.max_len, device=tokens.device) <= slot)[None], cache,
+                                cache.max_len)
         rope = self.rope.index_select(0, slot)
         for i, layer in enumerate(self.layers):
-            h = layer(h, rope, cache, i, slot)
+            h = layer(h, rope, cache, i, slot, mask=mask)
         return self.output(self.norm(h[:, -1])).float()
 
 
 def llamagen_config_for(gpt_model: str, image_size: int, downsample: int = 16, vocab_size: int = 16384,
                         num_classes: int = 1000) -> GPTConfig:
     """The config LlamaGen's sample script builds for ``--gpt-model --image-size`` (e.g. GPT-B at 256 -> 16x16)."""
+    return replace(gpt_config(gpt_model), block_size=_block_size(image_size, downsample), vocab_size=vocab_size,
+                   num_classes=num_classes)
+
+
+def llamagen_t2i_config_for(image_size: int, gpt_model: str = "GPT-XL", downsample: int = 16,
+                            vocab_size: int = 16384, caption_dim: int = 2048,
+                            cls_token_num: int = CAPTION_TOKENS) -> GPTConfig:
+    """The config LlamaGen's ``sample_t2i.py`` builds (``--gpt-type t2i``, defaults GPT-XL, 120 caption positions
+    of FLAN-T5-XL's 2048 features, VQ-16): 256 -> 16x16 tokens (``t2i_XL_stage1_256.pt``), 512 -> 32x32
+    (``t2i_XL_stage2_512.pt``)."""
+    return replace(gpt_config(gpt_model), block_size=_block_size(image_size, downsample), vocab_size=vocab_size,
+                   model_type="t2i", caption_dim=caption_dim, cls_token_num=cls_token_num)
+
+
+LLAMAGEN_T2I_CHECKPOINTS: dict[str, int] = {"t2i_XL_stage1_256.pt": 256, "t2i_XL_stage2_512.pt": 512}
+"""LlamaGen's released text-to-image GPT-XL checkpoints and the image size each generates
+(:func:`llamagen_t2i_config_for`); both decode with ``vq_ds16_t2i.pt``."""
+
+
+def _block_size(image_size: int, downsample: int) -> int:
     if image_size % downsample:
         raise ValueError(f"image size {image_size} is not divisible by the tokenizer's downsampling {downsample}")
-    return replace(gpt_config(gpt_model), block_size=(image_size // downsample) ** 2, vocab_size=vocab_size,
-                   num_classes=num_classes)
+    return (image_size // downsample) ** 2

@@ -17,6 +17,7 @@ from PIL import Image
 
 from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.images import tensor_to_pil
+from vgen.models.conditioning import Condition, PrefixCondition
 from vgen.samplers import (
     ContinuousARSampler,
     Sampler,
@@ -32,8 +33,8 @@ from vgen.tokenizers.kl import KLTokenizer
 
 @dataclass
 class PipelineOutput:
-    """Generated images (PIL), their tokens ([B, h*w] codes or [B, h*w, C] continuous), the class ids asked for,
-    and the sampler's stats."""
+    """Generated images (PIL), their tokens ([B, h*w] codes or [B, h*w, C] continuous), the class ids asked for
+    (empty for a text-to-image model), and the sampler's stats."""
 
     images: list[Image.Image]
     tokens: torch.Tensor
@@ -71,8 +72,41 @@ def default_sampler(model: torch.nn.Module) -> str:
     return "ar" if order == "raster" else available_samplers(order)[0]
 
 
+def left_padded_prompts(embeds: torch.Tensor, mask: torch.Tensor | None, length: int) -> PrefixCondition:
+    """Prompt embeddings [B, L, D] with their attention mask [B, L] (1 or True on real tokens; None: all real),
+    padded in any layout (T5's right padding included), as the left-padded :class:`PrefixCondition` of ``length``
+    positions that LlamaGen-T2I takes: each row's real positions in order and last, the padding zeros before them
+    (LlamaGen's ``sample_t2i.py``)."""
+    if embeds.ndim != 3:
+        raise ValueError(f"prompt_embeds must be [batch, tokens, features], got shape {tuple(embeds.shape)}")
+    if mask is None:
+        mask = torch.ones(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
+    if tuple(mask.shape) != tuple(embeds.shape[:2]):
+        raise ValueError(f"prompt_attention_mask of shape {tuple(mask.shape)} does not fit prompt_embeds of shape "
+                         f"{tuple(embeds.shape)}: expected {tuple(embeds.shape[:2])}")
+    mask = mask.to(embeds.device).bool()
+    counts = mask.sum(1)
+    if not len(counts) or bool((counts == 0).any()):
+        raise ValueError("every prompt needs at least one token: a row of prompt_attention_mask has none")
+    if int(counts.max()) > length:
+        raise ValueError(f"a prompt of {int(counts.max())} tokens is longer than the model's {length} caption "
+                         f"positions")
+    order = torch.argsort(mask.int(), dim=1, stable=True)  # padding first, real positions last, each in order
+    values = embeds.gather(1, order[..., None].expand_as(embeds))
+    mask = mask.gather(1, order)
+    if mask.shape[1] >= length:
+        values, mask = values[:, -length:], mask[:, -length:]
+    else:
+        pad = length - mask.shape[1]
+        values = torch.cat([values.new_zeros(len(values), pad, values.shape[2]), values], dim=1)
+        mask = torch.cat([mask.new_zeros(len(mask), pad), mask], dim=1)
+    return PrefixCondition(values * mask[..., None], mask)
+
+
 class ImagePipeline:
-    """Class-conditional image generation with a token backbone, its tokenizer and, optionally, a drafter.
+    """Class-conditional or text-to-image generation with a token backbone, its tokenizer and, optionally, a
+    drafter. A text-to-image backbone (``text_conditional``, e.g. LlamaGen-T2I) takes precomputed prompt
+    embeddings (``prompt_embeds`` with ``prompt_attention_mask``, diffusers' names) instead of class ids.
 
     Discrete backbones (LlamaGen) pair with a VQ tokenizer; their drafter is a trained draft head for the
     speculative samplers (``drafter="head"``, and what ``lantern`` picks when present). Continuous backbones
@@ -151,20 +185,54 @@ class ImagePipeline:
         self.check_class_ids(class_ids)
         return class_ids
 
+    @property
+    def text_conditional(self) -> bool:
+        """Whether the backbone is conditioned on a prompt rather than a class."""
+        return bool(getattr(self.model, "text_conditional", False))
+
+    def condition(self, class_ids: Sequence[int] | int | None, prompt_embeds: torch.Tensor | None,
+                  prompt_attention_mask: torch.Tensor | None,
+                  num_images: int | None) -> tuple[Condition, list[int]]:
+        """The sampler's condition for one call, and the class ids it stands for (none for prompts): class ids for a
+        class model, the prompt embeddings left-padded to the model's caption length for a text model, each
+        repeated in turn to ``num_images`` when given."""
+        if prompt_embeds is None:
+            if prompt_attention_mask is not None:
+                raise ValueError("prompt_attention_mask was given without prompt_embeds")
+            if self.text_conditional:
+                raise ValueError(f"{self.info.name} is a text-to-image model: give prompt_embeds (with "
+                                 f"prompt_attention_mask), not class ids")
+            class_ids = self.class_list(class_ids, num_images)
+            return torch.tensor(class_ids, device=self.device), class_ids
+        if not self.text_conditional:
+            raise ValueError(f"{self.info.name} is class-conditional: give class ids, not prompt_embeds")
+        if class_ids is not None:
+            raise ValueError("give class ids or prompt_embeds, not both")
+        cond = left_padded_prompts(prompt_embeds, prompt_attention_mask, self.model.prefix_len)
+        if num_images is not None:
+            if num_images < 1:
+                raise ValueError(f"num_images must be >= 1, got {num_images}")
+            rows = torch.arange(num_images, device=cond.device) % len(cond)
+            cond = PrefixCondition(cond.values[rows], cond.mask[rows])
+        return cond.to(self.device), []
+
     @torch.no_grad()
     def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_images: int | None = None,
                  sampler: str | Sampler | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
                  cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-                 prefix: torch.Tensor | None = None, **sampler_options) -> PipelineOutput:
-        """Generate one image per entry of ``class_ids`` (repeated ``num_images`` times if given).
+                 prefix: torch.Tensor | None = None, prompt_embeds: torch.Tensor | None = None,
+                 prompt_attention_mask: torch.Tensor | None = None, **sampler_options) -> PipelineOutput:
+        """Generate one image per entry of ``class_ids``, or for a text-to-image model per row of ``prompt_embeds``
+        [B, L, D] (text-encoder features, padded as ``prompt_attention_mask`` [B, L] says), repeated in turn to
+        ``num_images`` if given.
 
         ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
         Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
         ``torch.Generator`` (ignored when ``generator`` is given): the same seed gives the same images.
         ``prefix`` [B, n] holds given leading tokens of every sample, for a sampler that continues them.
         """
-        class_ids = self.class_list(class_ids, num_images)
+        cond, class_ids = self.condition(class_ids, prompt_embeds, prompt_attention_mask, num_images)
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
                  "top_k": top_k, "top_p": top_p}
         params = SamplingParams(**merge_settings(self.info.defaults, given))
@@ -178,7 +246,6 @@ class ImagePipeline:
         if generator is None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(0 if seed is None else seed)
-        cond = torch.tensor(class_ids, device=self.device)
         out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
                                  tokenizer=self.tokenizer, draft_head=self.draft_head, **continuation)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)

@@ -16,7 +16,13 @@ from vgen.hub import (
     load_weights,
     read_torch_checkpoint,
 )
-from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
+from vgen.models.llamagen import (
+    LLAMAGEN_T2I_CHECKPOINTS,
+    GPTConfig,
+    LlamaGenGPT,
+    llamagen_config_for,
+    llamagen_t2i_config_for,
+)
 from vgen.pipelines.image import ImagePipeline, PipelineInfo
 from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
@@ -72,19 +78,53 @@ def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "G
 
     Defaults follow LlamaGen's ``sample_c2i.py`` (CFG 4.0, top-k 2000) for the sampling settings.
     """
+    tokenizer = _llamagen_vq(vq_ckpt, vq_model, codebook_size, codebook_embed_dim)
+    gpt_cfg = llamagen_config_for(gpt_model, image_size, tokenizer.downsample_factor, codebook_size, num_classes)
+    model = _llamagen_gpt(gpt_ckpt, gpt_cfg, f"{gpt_model}, image size {image_size}")
+    info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
+                        defaults={"cfg_scale": 4.0, "top_k": 2000})
+    return ImagePipeline(model, tokenizer, info).to(device, dtype)
+
+
+def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int | None = None,
+                      gpt_model: str = "GPT-XL", vq_model: str = "VQ-16", codebook_size: int = 16384,
+                      codebook_embed_dim: int = 8, caption_dim: int = 2048, device: str | torch.device = "cpu",
+                      dtype: torch.dtype | None = None) -> ImagePipeline:
+    """A pipeline over LlamaGen's released text-to-image ``.pt`` checkpoints (``t2i_XL_stage1_256.pt`` or
+    ``t2i_XL_stage2_512.pt`` with ``vq_ds16_t2i.pt``), used unchanged; it takes T5 features as ``prompt_embeds``.
+
+    ``image_size`` defaults to the released checkpoint's (by its file name). Defaults follow LlamaGen's
+    ``sample_t2i.py`` (CFG 7.5, top-k 1000) for the sampling settings.
+    """
+    if image_size is None:
+        if Path(gpt_ckpt).name not in LLAMAGEN_T2I_CHECKPOINTS:
+            raise ValueError(f"cannot tell the image size of {Path(gpt_ckpt).name}: pass image_size (LlamaGen's "
+                             f"releases: {LLAMAGEN_T2I_CHECKPOINTS})")
+        image_size = LLAMAGEN_T2I_CHECKPOINTS[Path(gpt_ckpt).name]
+    tokenizer = _llamagen_vq(vq_ckpt, vq_model, codebook_size, codebook_embed_dim)
+    gpt_cfg = llamagen_t2i_config_for(image_size, gpt_model, tokenizer.downsample_factor, codebook_size,
+                                      caption_dim)
+    model = _llamagen_gpt(gpt_ckpt, gpt_cfg, f"{gpt_model} t2i, image size {image_size}")
+    info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
+                        defaults={"cfg_scale": 7.5, "top_k": 1000})
+    return ImagePipeline(model, tokenizer, info).to(device, dtype)
+
+
+def _llamagen_vq(vq_ckpt: str | Path, vq_model: str, codebook_size: int, codebook_embed_dim: int) -> VQModel:
     if vq_model not in VQ_CONFIGS:
         raise ValueError(f"unknown VQ model {vq_model!r}; expected one of {list(VQ_CONFIGS)}")
     vq_cfg = VQ_CONFIGS[vq_model]
     vq_cfg = type(vq_cfg).from_dict({**vq_cfg.to_dict(), "codebook_size": codebook_size,
                                      "codebook_embed_dim": codebook_embed_dim})
-    gpt_cfg = llamagen_config_for(gpt_model, image_size, vq_cfg.downsample_factor, codebook_size, num_classes)
     tokenizer = VQModel(vq_cfg)
     load_weights(tokenizer, read_torch_checkpoint(vq_ckpt, "VQ"), source=f"VQ checkpoint {vq_ckpt}")
+    return tokenizer
+
+
+def _llamagen_gpt(gpt_ckpt: str | Path, config: GPTConfig, what: str) -> LlamaGenGPT:
     state = read_torch_checkpoint(gpt_ckpt, "GPT")
     with torch.device("meta"):  # no throw-away random init of a possibly multi-GB model
-        model = LlamaGenGPT(gpt_cfg)
+        model = LlamaGenGPT(config)
     model = model.to_empty(device="cpu")
-    load_weights(model, state, source=f"GPT checkpoint {gpt_ckpt} ({gpt_model}, image size {image_size})")
-    info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
-                        defaults={"cfg_scale": 4.0, "top_k": 2000})
-    return ImagePipeline(model, tokenizer, info).to(device, dtype)
+    load_weights(model, state, source=f"GPT checkpoint {gpt_ckpt} ({what})")
+    return model

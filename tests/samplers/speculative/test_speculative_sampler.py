@@ -1,7 +1,9 @@
 """The verify loop: greedy output equals vanilla AR token for token, exact acceptance is lossless under sampling
-(a chi-square test against the model's exact joint distribution), and the stats describe what happened."""
+(a chi-square test against the model's exact joint distribution), and the stats describe what happened; on
+class-conditional models and on a text-conditional one (LlamaGen-T2I), every discrete sampler."""
 
 import itertools
+import json
 import math
 from collections.abc import Callable
 
@@ -9,9 +11,11 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from vgen.models.conditioning import Condition, PrefixCondition, cat_conditions
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig
 from vgen.samplers import ARSampler, Sampler, SamplingParams, build_processors, get_sampler
+from vgen.samplers import ar as ar_module
 from vgen.samplers.logits import apply_cfg
 from vgen.samplers.speculative import sampler as sampler_module
 from vgen.samplers.speculative.drafters import Drafter
@@ -110,14 +114,23 @@ class FakeTokenizer(torch.nn.Module):
 # ---- exact acceptance is lossless: whole-sequence law on a 4-token, 4-symbol model --------------------------
 SEQ_GPT = GPTConfig(vocab_size=4, dim=32, n_layer=1, n_head=2, num_classes=2, block_size=4)
 ALL_SEQUENCES = torch.tensor(list(itertools.product(range(4), repeat=4)))  # 256 x 4
+CLASS_ONE = torch.tensor([1])
+
+
+def repeat_rows(cond: Condition, n: int) -> Condition:
+    """``n`` copies of a one-row condition (class ids [1] or a one-row prefix)."""
+    if isinstance(cond, PrefixCondition):
+        return PrefixCondition(cond.values.expand(n, -1, -1), cond.mask.expand(n, -1))
+    return cond.expand(n)
 
 
 @torch.no_grad()
-def exact_joint(model, params: SamplingParams, class_id: int) -> torch.Tensor:
-    """P(sequence) [256] under the processed (CFG, temperature, top-k) per-token distributions."""
+def exact_joint(model, params: SamplingParams, cond: Condition = CLASS_ONE) -> torch.Tensor:
+    """P(sequence) [256] under the processed (CFG, temperature, top-k) per-token distributions, for the one-row
+    condition ``cond`` (class 1 by default)."""
     n = len(ALL_SEQUENCES)
-    classes = torch.full((n,), class_id)
-    cond = torch.cat([classes, model.null_condition(classes)]) if params.guided else classes
+    rows = repeat_rows(cond, n)
+    cond = cat_conditions([rows, model.null_condition(rows)]) if params.guided else rows
     inputs = torch.cat([ALL_SEQUENCES, ALL_SEQUENCES]) if params.guided else ALL_SEQUENCES
     logits = apply_cfg(model(cond, inputs[:, :-1]), params, torch.arange(4))
     probs = build_processors(params)(logits).softmax(-1)
@@ -125,11 +138,12 @@ def exact_joint(model, params: SamplingParams, class_id: int) -> torch.Tensor:
 
 
 def sequence_counts(run_sampler: Callable, model, sampler: Sampler, params: SamplingParams, batches: int = 4,
-                    batch: int = 2000, draft_head=None) -> torch.Tensor:
-    """How often each of the 256 sequences of ``SEQ_GPT`` comes out of ``batches`` seeded runs of class 1."""
+                    batch: int = 2000, draft_head=None, cond: Condition = CLASS_ONE) -> torch.Tensor:
+    """How often each of the 256 sequences of a 4-token, 4-symbol model comes out of ``batches`` seeded runs of
+    the one-row condition ``cond`` (class 1 by default)."""
     counts = torch.zeros(256)
     for seed in range(batches):
-        tokens = run_sampler(sampler, model, torch.ones(batch, dtype=torch.long), params, seed=seed,
+        tokens = run_sampler(sampler, model, repeat_rows(cond, batch), params, seed=seed,
                              draft_head=draft_head).tokens
         codes = (tokens * torch.tensor([64, 16, 4, 1])).sum(-1)
         counts += torch.bincount(codes, minlength=256)
@@ -159,7 +173,7 @@ LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cf
 def test_lossless_samplers_match_the_exact_joint_distribution(run_sampler, params, sampler, kwargs,
                                                               tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(SEQ_GPT)
-    probs = exact_joint(model, params, class_id=1)
+    probs = exact_joint(model, params)
     torch.testing.assert_close(probs.sum(), torch.tensor(1.0))
     head = random_head(model) if kwargs.get("drafter") == "head" else None
     counts = sequence_counts(run_sampler, model, get_sampler(sampler, **kwargs), params, draft_head=head)
@@ -172,7 +186,7 @@ def test_the_distribution_test_catches_a_lossy_rule(run_sampler, tiny_gpt_factor
     params = SamplingParams()
     lossy = get_sampler("gsd", window=3, gsd_p_threshold=1.0, gsd_dist_threshold=1e9)
     counts = sequence_counts(run_sampler, model, lossy, params, batches=2)
-    assert chi_square_p(counts, exact_joint(model, params, class_id=1)) < 1e-6
+    assert chi_square_p(counts, exact_joint(model, params)) < 1e-6
 
 
 # ---- stats, presets, bad input ------------------------------------------------------------------------------
@@ -278,3 +292,90 @@ def test_a_head_for_another_model_is_refused(run_sampler, tiny_gpt_factory) -> N
 def test_bad_settings_are_rejected_on_construction(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         get_sampler("speculative", **kwargs)
+
+
+# ---- a text-conditional model: LlamaGen-T2I (caption prefix, left-padded, CFG with its uncond_embedding) ---------
+GRID_T2I = GPTConfig(vocab_size=64, dim=64, n_layer=2, n_head=4, block_size=36, model_type="t2i", caption_dim=16,
+                     cls_token_num=12)
+SAMPLERS = {"ar": {}, "sjd": dict(window=6), "mcsjd": dict(window=6), "lantern": dict(window=6),
+            "gsd": dict(window=6), "speculative": dict(accept="exact", window=5)}
+
+
+def prompts(config: GPTConfig, lengths: tuple[int, ...], seed: int = 0) -> PrefixCondition:
+    """Random caption features, left-padded to ``cls_token_num`` (zeros on the padding, as LlamaGen's sampler)."""
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randn(len(lengths), config.cls_token_num, config.caption_dim, generator=g)
+    mask = torch.arange(config.cls_token_num)[None, :] >= config.cls_token_num - torch.tensor(lengths)[:, None]
+    return PrefixCondition(values * mask[..., None], mask)
+
+
+PROMPTS = prompts(GRID_T2I, (4, 11, 1))
+GREEDY_CFG = SamplingParams(temperature=0.0, cfg_scale=3.0)
+
+
+def tokenizer() -> FakeTokenizer:
+    return FakeTokenizer(torch.randn(GRID_T2I.vocab_size, 4, generator=torch.Generator().manual_seed(0)))
+
+
+@pytest.fixture
+def t2i_model(tiny_gpt_factory):
+    return tiny_gpt_factory(GRID_T2I)
+
+
+@pytest.fixture
+def ar_greedy(t2i_model) -> torch.Tensor:
+    return ARSampler().sample(t2i_model, PROMPTS, GREEDY_CFG).tokens
+
+
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_greedy_samplers_equal_greedy_ar_on_a_t2i_model(run_sampler, name, t2i_model, ar_greedy) -> None:
+    """Every rule is exact under greedy decoding; LANTERN's and GSD's neighbourhoods come from the codebook."""
+    out = run_sampler(get_sampler(name, **SAMPLERS[name]), t2i_model, PROMPTS, GREEDY_CFG, tokenizer=tokenizer())
+    assert torch.equal(out.tokens, ar_greedy)
+    assert out.stats.accept_step.shape == ar_greedy.shape
+    json.dumps(out.stats.to_dict())
+
+
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_every_sampler_samples_a_t2i_model_with_guidance(run_sampler, name, t2i_model, sampling_table) -> None:
+    out = run_sampler(get_sampler(name, **SAMPLERS[name]), t2i_model, PROMPTS, sampling_table["filtered-cfg"],
+                      tokenizer=tokenizer())
+    assert out.tokens.shape == (3, GRID_T2I.block_size)
+    assert int(out.tokens.min()) >= 0 and int(out.tokens.max()) < GRID_T2I.vocab_size
+    assert out.stats.tokens == 3 * GRID_T2I.block_size and out.stats.forward_passes <= GRID_T2I.block_size
+    assert json.loads(json.dumps(out.stats.to_dict()))["accept_step"] == out.stats.accept_step.tolist()
+
+
+def test_rows_at_different_places_keep_their_own_caption_masked(t2i_model, ar_greedy, monkeypatch) -> None:
+    """Noisy oracle drafts make each row accept different lengths, so the rows' windows start at different slots."""
+    oracle = NoisyOracle(ar_greedy, GRID_T2I.vocab_size, noise=0.3)
+    monkeypatch.setattr(sampler_module, "build_drafter", lambda name, options, model, context: oracle)
+    out = get_sampler("speculative", window=5).sample(t2i_model, PROMPTS, GREEDY_CFG,
+                                                     generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out.tokens, ar_greedy)
+    assert len({tuple(row) for row in out.stats.accept_step.tolist()}) > 1  # the rows did advance differently
+
+
+def test_the_static_decode_step_samples_a_t2i_model(t2i_model, ar_greedy, monkeypatch) -> None:
+    """The CUDA-graph modes' step (run eagerly here) writes past the caption."""
+    monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_step)
+    monkeypatch.setattr(ar_module, "_STATIC_CACHES", ar_module.weakref.WeakKeyDictionary())
+    sampler = ARSampler(compile="reduce-overhead")
+    for _ in range(2):  # the second run reuses the cache, its caption mask rewritten
+        assert torch.equal(sampler.sample(t2i_model, PROMPTS, GREEDY_CFG).tokens, ar_greedy)
+
+
+# ---- exact acceptance is lossless on a text-conditional model, guidance inside the tested law --------------------
+SEQ_T2I = GPTConfig(**{**SEQ_GPT.to_dict(), "model_type": "t2i", "caption_dim": 8, "cls_token_num": 5})
+
+
+def test_sjd_on_a_t2i_model_matches_the_exact_joint_distribution_with_guidance(run_sampler, tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(SEQ_T2I)
+    prompt = prompts(SEQ_T2I, (3,))
+    params = SamplingParams(cfg_scale=2.0, top_k=3, temperature=0.7)
+    probs = exact_joint(model, params, prompt)
+    torch.testing.assert_close(probs.sum(), torch.tensor(1.0))
+    counts = sequence_counts(run_sampler, model, get_sampler("sjd", window=3), params, cond=prompt)
+    assert chi_square_p(counts, probs) > 1e-3
+    # the test has power here too: the unguided law is another one
+    assert chi_square_p(counts, exact_joint(model, SamplingParams(top_k=3, temperature=0.7), prompt)) < 1e-6
