@@ -113,3 +113,19 @@ def test_a_class_conditional_model_takes_valid_class_ids_and_no_prompt(name) -> 
         model.check_condition(torch.tensor([1.0]))
     with pytest.raises(ValueError, match="is class-conditional: give class ids, not a text prompt"):
         model.check_condition(prefix([2]))
+
+
+def test_padded_embeddings_become_left_padded_rows_of_the_model_length() -> None:
+    embeddings = torch.arange(1.0, 9.0).reshape(2, 4, 1)  # rows [1, 2, 3, 4] and [5, 6, 7, 8]
+    right_padded = torch.tensor([[True, True, False, False], [True, True, True, True]])
+    cond = PrefixCondition.from_padded(embeddings, right_padded, 4)
+    assert cond.values[..., 0].tolist() == [[0.0, 0.0, 1.0, 2.0], [5.0, 6.0, 7.0, 8.0]]
+    assert cond.mask.tolist() == [[False, False, True, True], [True, True, True, True]]
+    longer = PrefixCondition.from_padded(embeddings, right_padded, 6)  # padded further on the left
+    assert longer.values[0, :, 0].tolist() == [0.0, 0.0, 0.0, 0.0, 1.0, 2.0]
+    assert longer.mask[1].tolist() == [False, False, True, True, True, True]
+    assert torch.equal(PrefixCondition.from_padded(cond.values, cond.mask, 4).values, cond.values)  # left stays left
+    with pytest.raises(ValueError, match="longer than the model's 3 caption positions"):
+        PrefixCondition.from_padded(embeddings, right_padded, 3)
+    with pytest.raises(ValueError, match="at least one token"):
+        PrefixCondition.from_padded(embeddings, torch.zeros(2, 4, dtype=torch.bool), 4)

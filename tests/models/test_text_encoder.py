@@ -16,7 +16,6 @@ from vgen.models.text_encoder import (
     PromptTruncatedWarning,
     T5TextEncoder,
     check_caption_dim,
-    left_pad,
     resolve_t5_folder,
 )
 
@@ -106,14 +105,6 @@ def test_to_moves_dtype(tiny_t5_dir):
     assert encoder.dtype == torch.bfloat16 and encoder.device == torch.device("cpu")
     assert encoder.encode([SHORT])[0].dtype == torch.bfloat16
     assert encoder.to(dtype=torch.float32).encode([SHORT])[0].dtype == torch.float32
-
-
-def test_left_pad_rotates_each_row_by_its_length():
-    embeddings = torch.arange(1.0, 9.0).reshape(2, 4, 1)  # rows [1, 2, 3, 4] and [5, 6, 7, 8]
-    mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
-    padded, new_mask = left_pad(embeddings, mask)
-    assert padded[..., 0].tolist() == [[0.0, 0.0, 1.0, 2.0], [5.0, 6.0, 7.0, 8.0]]
-    assert new_mask.tolist() == [[False, False, True, True], [True, True, True, True]]
 
 
 def test_llamagen_layout_with_a_flan_t5_xl_subfolder_is_found(tiny_t5_dir, tmp_path):

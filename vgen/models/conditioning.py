@@ -45,6 +45,37 @@ class PrefixCondition:
         if not self.mask[:, -1].all():
             raise ValueError("every row of a prefix needs at least one real position")
 
+    @classmethod
+    def from_padded(cls, values: torch.Tensor, mask: torch.Tensor | None, length: int) -> PrefixCondition:
+        """Embeddings [B, L, D] with their attention mask [B, L] (1 or True on real positions; None: all real),
+        padded in any layout (a text encoder's right padding included), as the left-padded condition of ``length``
+        positions that LlamaGen-T2I takes: each row's real positions in order and last, zeros before them
+        (LlamaGen's ``sample_t2i.py``)."""
+        if values.ndim != 3:
+            raise ValueError(f"prompt_embeds must be [batch, tokens, features], got shape {tuple(values.shape)}")
+        if mask is None:
+            mask = torch.ones(values.shape[:2], dtype=torch.bool, device=values.device)
+        if tuple(mask.shape) != tuple(values.shape[:2]):
+            raise ValueError(f"prompt_attention_mask of shape {tuple(mask.shape)} does not fit prompt_embeds of shape "
+                             f"{tuple(values.shape)}: expected {tuple(values.shape[:2])}")
+        mask = mask.to(values.device).bool()
+        counts = mask.sum(1)
+        if not len(counts) or bool((counts == 0).any()):
+            raise ValueError("every prompt needs at least one token: a row of prompt_attention_mask has none")
+        if int(counts.max()) > length:
+            raise ValueError(f"a prompt of {int(counts.max())} tokens is longer than the model's {length} caption "
+                             f"positions")
+        order = torch.argsort(mask.int(), dim=1, stable=True)  # padding first, real positions last, each in order
+        values = values.gather(1, order[..., None].expand_as(values))
+        mask = mask.gather(1, order)
+        if mask.shape[1] >= length:
+            values, mask = values[:, -length:], mask[:, -length:]
+        else:
+            pad = length - mask.shape[1]
+            values = torch.cat([values.new_zeros(len(values), pad, values.shape[2]), values], dim=1)
+            mask = torch.cat([mask.new_zeros(len(mask), pad), mask], dim=1)
+        return cls(values * mask[..., None], mask)
+
     def __len__(self) -> int:
         return self.values.shape[0]
 

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from vgen.models.conditioning import PrefixCondition
+
 T5_MAX_LENGTH = 120
 """LlamaGen-T2I's caption length (its ``cls_token_num`` and ``--t5-feature-max-len``)."""
 
@@ -58,22 +60,6 @@ def resolve_t5_folder(path: str | Path) -> Path:
     return folder
 
 
-def left_pad(embeddings: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Moves each row's valid positions to its end, as LlamaGen's T2I sampler does before generation.
-
-    ``embeddings`` [B, L, D] and ``mask`` [B, L] come right-padded from the encoder (the first ``n`` positions of a
-    row valid). Row ``b`` is rotated by its ``n`` so that position ``i`` takes position ``(i + n) mod L``; the mask
-    becomes ``n`` trues at the end, and the padded positions are zeroed (LlamaGen's ``caption_embs * emb_masks``).
-    """
-    length = mask.shape[1]
-    valid = mask.sum(dim=1, keepdim=True)  # [B, 1]
-    positions = torch.arange(length, device=mask.device)
-    source = (positions + valid) % length  # [B, L]
-    rotated = embeddings.gather(1, source[..., None].expand(-1, -1, embeddings.shape[-1]))
-    new_mask = positions >= length - valid
-    return rotated * new_mask[..., None].to(rotated.dtype), new_mask
-
-
 def check_caption_dim(text_dim: int, caption_dim: int, source: str = "the text encoder") -> None:
     """Raises a one-line ``ValueError`` unless ``source``'s ``text_dim``-wide features fit a model that expects
     ``caption_dim`` (LlamaGen-T2I: 2048, FLAN-T5-XL's width)."""
@@ -87,7 +73,8 @@ class T5TextEncoder(nn.Module):
 
     Prompts are lower-cased and stripped (LlamaGen's plain text preprocessing), tokenised with the end-of-sequence
     token, cut to ``max_length`` tokens with a :class:`PromptTruncatedWarning`, encoded, then left-padded
-    (:func:`left_pad`). Build it with :meth:`from_pretrained`; move it with ``to(device, dtype)``.
+    (:meth:`~vgen.models.conditioning.PrefixCondition.from_padded`). Build it with :meth:`from_pretrained`; move
+    it with ``to(device, dtype)``.
     """
 
     def __init__(self, model: nn.Module, tokenizer: Any, max_length: int = T5_MAX_LENGTH) -> None:
@@ -139,7 +126,8 @@ class T5TextEncoder(nn.Module):
         mask = batch["attention_mask"].to(self.device)
         with torch.no_grad():
             hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
-        return left_pad(hidden, mask.bool())
+        cond = PrefixCondition.from_padded(hidden, mask, self.max_length)
+        return cond.values, cond.mask
 
     def _warn_truncated(self, texts: list[str]) -> None:
         """Warns, prompt by prompt, which tokens the ``max_length`` cut drops (the end-of-sequence token is kept)."""

@@ -72,37 +72,6 @@ def default_sampler(model: torch.nn.Module) -> str:
     return "ar" if order == "raster" else available_samplers(order)[0]
 
 
-def left_padded_prompts(embeds: torch.Tensor, mask: torch.Tensor | None, length: int) -> PrefixCondition:
-    """Prompt embeddings [B, L, D] with their attention mask [B, L] (1 or True on real tokens; None: all real),
-    padded in any layout (T5's right padding included), as the left-padded :class:`PrefixCondition` of ``length``
-    positions that LlamaGen-T2I takes: each row's real positions in order and last, the padding zeros before them
-    (LlamaGen's ``sample_t2i.py``)."""
-    if embeds.ndim != 3:
-        raise ValueError(f"prompt_embeds must be [batch, tokens, features], got shape {tuple(embeds.shape)}")
-    if mask is None:
-        mask = torch.ones(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
-    if tuple(mask.shape) != tuple(embeds.shape[:2]):
-        raise ValueError(f"prompt_attention_mask of shape {tuple(mask.shape)} does not fit prompt_embeds of shape "
-                         f"{tuple(embeds.shape)}: expected {tuple(embeds.shape[:2])}")
-    mask = mask.to(embeds.device).bool()
-    counts = mask.sum(1)
-    if not len(counts) or bool((counts == 0).any()):
-        raise ValueError("every prompt needs at least one token: a row of prompt_attention_mask has none")
-    if int(counts.max()) > length:
-        raise ValueError(f"a prompt of {int(counts.max())} tokens is longer than the model's {length} caption "
-                         f"positions")
-    order = torch.argsort(mask.int(), dim=1, stable=True)  # padding first, real positions last, each in order
-    values = embeds.gather(1, order[..., None].expand_as(embeds))
-    mask = mask.gather(1, order)
-    if mask.shape[1] >= length:
-        values, mask = values[:, -length:], mask[:, -length:]
-    else:
-        pad = length - mask.shape[1]
-        values = torch.cat([values.new_zeros(len(values), pad, values.shape[2]), values], dim=1)
-        mask = torch.cat([mask.new_zeros(len(mask), pad), mask], dim=1)
-    return PrefixCondition(values * mask[..., None], mask)
-
-
 class ImagePipeline:
     """Class-conditional or text-to-image generation with a token backbone, its tokenizer and, optionally, a
     drafter. A text-to-image backbone (``text_conditional``, e.g. LlamaGen-T2I) takes precomputed prompt
@@ -208,7 +177,7 @@ class ImagePipeline:
             raise ValueError(f"{self.info.name} is class-conditional: give class ids, not prompt_embeds")
         if class_ids is not None:
             raise ValueError("give class ids or prompt_embeds, not both")
-        cond = left_padded_prompts(prompt_embeds, prompt_attention_mask, self.model.prefix_len)
+        cond = PrefixCondition.from_padded(prompt_embeds, prompt_attention_mask, self.model.prefix_len)
         if num_images is not None:
             if num_images < 1:
                 raise ValueError(f"num_images must be >= 1, got {num_images}")
