@@ -127,11 +127,11 @@ def test_prompt_embeds_are_left_padded_to_the_caption_length_and_sampled():
 
 def test_prompts_and_class_ids_go_to_the_models_that_take_them():
     t2i, embeds = tiny_t2i_pipeline(), right_padded_prompts()[0]
-    with pytest.raises(ValueError, match="tiny-t2i is a text-to-image model: give prompt_embeds"):
+    with pytest.raises(ValueError, match="tiny-t2i is a text-to-image model: give a prompt"):
         t2i([0])
-    with pytest.raises(ValueError, match="tiny is class-conditional: give class ids, not prompt_embeds"):
+    with pytest.raises(ValueError, match="tiny is class-conditional: give class ids, not a prompt"):
         tiny_pipeline()(prompt_embeds=embeds)
-    with pytest.raises(ValueError, match="give class ids or prompt_embeds, not both"):
+    with pytest.raises(ValueError, match="give class ids or a prompt, not both"):
         t2i([0], prompt_embeds=embeds)
     with pytest.raises(ValueError, match="prompt_attention_mask was given without prompt_embeds"):
         t2i(prompt_attention_mask=torch.ones(2, 7))

@@ -173,6 +173,8 @@ class JanusT2I(nn.Module):
                                     config.rope_base, num_prefix=0)
 
     # -- what every backbone answers --------------------------------------------------------------------------
+    text_conditional = True  # conditioned on a prompt (token ids), not a class
+
     @property
     def grid(self) -> tuple[int, int]:
         return self.config.grid
@@ -303,6 +305,12 @@ class JanusVQ(nn.Module):
     def codebook_size(self) -> int:
         return self.vqmodel.quantize.embedding.num_embeddings
 
+    @property
+    def downsample_factor(self) -> int:
+        """Pixels per code along a side: the encoder halves the image once per channel multiplier after the first
+        (16 for Janus-Pro's 384-px images of 24 x 24 codes)."""
+        return 2 ** (len(self.vqmodel.config.channel_multiplier) - 1)
+
     def codebook(self) -> torch.Tensor:
         return F.normalize(self.vqmodel.quantize.embedding.weight, p=2, dim=-1)
 
@@ -421,6 +429,15 @@ class LoadedJanus:
         """:func:`janus_condition` of ``prompts`` on the model's device."""
         cond = janus_condition(self.processor, prompts, self.model.config.max_prompt_tokens)
         return cond.to(self.model.head.vision_head.weight.device)
+
+
+def is_janus_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a ``transformers`` checkpoint whose config names the Janus model type."""
+    config_file = Path(folder) / "config.json"
+    try:
+        return config_file.is_file() and json.loads(config_file.read_text()).get("model_type") == "janus"
+    except (json.JSONDecodeError, AttributeError):
+        return False
 
 
 def check_janus_folder(folder: str | Path) -> Path:

@@ -114,10 +114,11 @@ class T5TextEncoder(nn.Module):
 
     def encode(self, prompts: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Caption features [B, max_length, caption_dim] in the encoder's dtype, zero at padded positions, and the
-        bool mask [B, max_length] of valid positions, both left-padded."""
+        bool mask [B, max_length] of valid positions, both left-padded (``prompt_embeds`` and
+        ``prompt_attention_mask`` as LlamaGen-T2I takes them)."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not prompts:
-            raise ValueError("no prompt given: encode() needs at least one prompt")
+            raise ValueError("no prompt given: give at least one prompt")
         texts = [prompt.lower().strip() for prompt in prompts]
         self._warn_truncated(texts)
         batch = self.tokenizer(texts, max_length=self.max_length, padding="max_length", truncation=True,
@@ -128,6 +129,10 @@ class T5TextEncoder(nn.Module):
             hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
         cond = PrefixCondition.from_padded(hidden, mask, self.max_length)
         return cond.values, cond.mask
+
+    def condition(self, prompts: str | Sequence[str]) -> PrefixCondition:
+        """:meth:`encode` as the condition a LlamaGen-T2I backbone takes."""
+        return PrefixCondition(*self.encode(prompts))
 
     def _warn_truncated(self, texts: list[str]) -> None:
         """Warns, prompt by prompt, which tokens the ``max_length`` cut drops (the end-of-sequence token is kept)."""

@@ -3,10 +3,17 @@
 :func:`load` picks the right one for a pipeline folder or an embedded default (:mod:`~vgen.pipelines.load`)."""
 
 from vgen.pipelines.image import ImagePipeline, PipelineInfo, PipelineOutput, default_sampler, tokenizer_folder
-from vgen.pipelines.load import available_models, load, load_llamagen, load_llamagen_t2i, pipeline_folder
+from vgen.pipelines.load import (
+    available_models,
+    load,
+    load_janus_pipeline,
+    load_llamagen,
+    load_llamagen_t2i,
+    pipeline_folder,
+)
 from vgen.pipelines.stream import StreamOutput, StreamPipeline
 from vgen.pipelines.video import VideoOutput, VideoPipeline, tile_clips
 
 __all__ = ["ImagePipeline", "PipelineInfo", "PipelineOutput", "StreamOutput", "StreamPipeline", "VideoOutput",
-           "VideoPipeline", "available_models", "default_sampler", "load", "load_llamagen", "load_llamagen_t2i",
-           "pipeline_folder", "tile_clips", "tokenizer_folder"]
+           "VideoPipeline", "available_models", "default_sampler", "load", "load_janus_pipeline", "load_llamagen",
+           "load_llamagen_t2i", "pipeline_folder", "tile_clips", "tokenizer_folder"]

@@ -8,7 +8,7 @@ checkpoint files. The CLI and the web app are thin layers over this class: no ge
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +34,14 @@ from vgen.tokenizers.kl import KLTokenizer
 @dataclass
 class PipelineOutput:
     """Generated images (PIL), their tokens ([B, h*w] codes or [B, h*w, C] continuous), the class ids asked for
-    (empty for a text-to-image model), and the sampler's stats."""
+    (empty for a text-to-image model), the sampler's stats, and the prompts asked for (empty for a class model or
+    for ``prompt_embeds``)."""
 
     images: list[Image.Image]
     tokens: torch.Tensor
     class_ids: list[int]
     stats: SamplerStats
+    prompts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -83,7 +85,8 @@ class ImagePipeline:
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: torch.nn.Module, info: PipelineInfo,
-                 draft_head: torch.nn.Module | None = None) -> None:
+                 draft_head: torch.nn.Module | None = None,
+                 prompt_encoder: Callable[[list[str]], PrefixCondition] | None = None) -> None:
         grid = model.grid
         if info.image_size != grid[0] * tokenizer.downsample_factor:
             raise ValueError(f"image size {info.image_size} does not match the model's {grid[0]}x{grid[1]} token "
@@ -102,6 +105,7 @@ class ImagePipeline:
                 draft_head.check_target(model)
                 draft_head.eval()
         self.model, self.tokenizer, self.info, self.draft_head = model.eval(), tokenizer.eval(), info, draft_head
+        self.prompt_encoder = prompt_encoder  # prompts -> the model's PrefixCondition (a text-to-image model)
 
     @property
     def device(self) -> torch.device:
@@ -159,49 +163,64 @@ class ImagePipeline:
         """Whether the backbone is conditioned on a prompt rather than a class."""
         return bool(getattr(self.model, "text_conditional", False))
 
-    def condition(self, class_ids: Sequence[int] | int | None, prompt_embeds: torch.Tensor | None,
-                  prompt_attention_mask: torch.Tensor | None,
-                  num_images: int | None) -> tuple[Condition, list[int]]:
-        """The sampler's condition for one call, and the class ids it stands for (none for prompts): class ids for a
-        class model, the prompt embeddings left-padded to the model's caption length for a text model, each
-        repeated in turn to ``num_images`` when given."""
-        if prompt_embeds is None:
-            if prompt_attention_mask is not None:
-                raise ValueError("prompt_attention_mask was given without prompt_embeds")
+    def condition(self, class_ids: Sequence[int] | int | None, prompt: str | Sequence[str] | None,
+                  prompt_embeds: torch.Tensor | None, prompt_attention_mask: torch.Tensor | None,
+                  num_images: int | None) -> tuple[Condition, list[int], list[str]]:
+        """The sampler's condition for one call, and the class ids and prompts it stands for: class ids for a class
+        model; for a text model the prompts through the pipeline's prompt encoder, or ``prompt_embeds`` left-padded
+        to the model's caption length; each repeated in turn to ``num_images`` when given."""
+        if prompt_attention_mask is not None and prompt_embeds is None:
+            raise ValueError("prompt_attention_mask was given without prompt_embeds")
+        if prompt is None and prompt_embeds is None:
             if self.text_conditional:
-                raise ValueError(f"{self.info.name} is a text-to-image model: give prompt_embeds (with "
-                                 f"prompt_attention_mask), not class ids")
+                raise ValueError(f"{self.info.name} is a text-to-image model: give a prompt (or prompt_embeds), "
+                                 f"not class ids")
             class_ids = self.class_list(class_ids, num_images)
-            return torch.tensor(class_ids, device=self.device), class_ids
+            return torch.tensor(class_ids, device=self.device), class_ids, []
         if not self.text_conditional:
-            raise ValueError(f"{self.info.name} is class-conditional: give class ids, not prompt_embeds")
+            raise ValueError(f"{self.info.name} is class-conditional: give class ids, not a prompt")
         if class_ids is not None:
-            raise ValueError("give class ids or prompt_embeds, not both")
-        cond = PrefixCondition.from_padded(prompt_embeds, prompt_attention_mask, self.model.prefix_len)
+            raise ValueError("give class ids or a prompt, not both")
+        if prompt is not None and prompt_embeds is not None:
+            raise ValueError("give prompt or prompt_embeds, not both")
+        prompts: list[str] = []
+        if prompt is not None:
+            prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+            if not prompts:
+                raise ValueError("the prompt list is empty: give at least one prompt")
+            if self.prompt_encoder is None:
+                raise ValueError(f"{self.info.name} has no text encoder loaded: load it with one (LlamaGen-T2I: "
+                                 f"--t5-path) or pass prompt_embeds")
+            cond = self.prompt_encoder(prompts)
+        else:
+            cond = PrefixCondition.from_padded(prompt_embeds, prompt_attention_mask, self.model.prefix_len)
         if num_images is not None:
             if num_images < 1:
                 raise ValueError(f"num_images must be >= 1, got {num_images}")
             rows = torch.arange(num_images, device=cond.device) % len(cond)
             cond = PrefixCondition(cond.values[rows], cond.mask[rows])
-        return cond.to(self.device), []
+            prompts = [prompts[int(r)] for r in rows] if prompts else []
+        return cond.to(self.device), [], prompts
 
     @torch.no_grad()
     def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_images: int | None = None,
                  sampler: str | Sampler | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
                  cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-                 prefix: torch.Tensor | None = None, prompt_embeds: torch.Tensor | None = None,
-                 prompt_attention_mask: torch.Tensor | None = None, **sampler_options) -> PipelineOutput:
-        """Generate one image per entry of ``class_ids``, or for a text-to-image model per row of ``prompt_embeds``
-        [B, L, D] (text-encoder features, padded as ``prompt_attention_mask`` [B, L] says), repeated in turn to
-        ``num_images`` if given.
+                 prefix: torch.Tensor | None = None, prompt: str | Sequence[str] | None = None,
+                 prompt_embeds: torch.Tensor | None = None, prompt_attention_mask: torch.Tensor | None = None,
+                 **sampler_options) -> PipelineOutput:
+        """Generate one image per entry of ``class_ids``, or for a text-to-image model per ``prompt`` (through the
+        pipeline's prompt encoder) or per row of ``prompt_embeds`` [B, L, D] (text-encoder features, padded as
+        ``prompt_attention_mask`` [B, L] says), repeated in turn to ``num_images`` if given.
 
         ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
         Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
         ``torch.Generator`` (ignored when ``generator`` is given): the same seed gives the same images.
         ``prefix`` [B, n] holds given leading tokens of every sample, for a sampler that continues them.
         """
-        cond, class_ids = self.condition(class_ids, prompt_embeds, prompt_attention_mask, num_images)
+        cond, class_ids, prompts = self.condition(class_ids, prompt, prompt_embeds, prompt_attention_mask,
+                                                  num_images)
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
                  "top_k": top_k, "top_p": top_p}
         params = SamplingParams(**merge_settings(self.info.defaults, given))
@@ -217,7 +236,7 @@ class ImagePipeline:
             generator.manual_seed(0 if seed is None else seed)
         out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
                                  tokenizer=self.tokenizer, draft_head=self.draft_head, **continuation)
-        return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats)
+        return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats, prompts)
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
         """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` or ``kl/`` (and ``drafter/``) model folders

@@ -16,6 +16,7 @@ from vgen.hub import (
     load_weights,
     read_torch_checkpoint,
 )
+from vgen.models.janus import is_janus_folder, load_janus
 from vgen.models.llamagen import (
     LLAMAGEN_T2I_CHECKPOINTS,
     GPTConfig,
@@ -23,6 +24,7 @@ from vgen.models.llamagen import (
     llamagen_config_for,
     llamagen_t2i_config_for,
 )
+from vgen.models.text_encoder import T5TextEncoder, check_caption_dim
 from vgen.pipelines.image import ImagePipeline, PipelineInfo
 from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
@@ -51,7 +53,10 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
          dtype: torch.dtype | None = None) -> ImagePipeline | VideoPipeline | StreamPipeline:
     """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
     :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
-    frames x rows x columns grid, an :class:`ImagePipeline` otherwise."""
+    frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a Janus-Pro folder in ``transformers``'
+    layout (:func:`load_janus_pipeline`)."""
+    if is_janus_folder(name_or_path):
+        return load_janus_pipeline(name_or_path, device, dtype)
     path = pipeline_folder(name_or_path)
     try:
         meta = json.loads((path / PIPELINE_CONFIG).read_text())
@@ -88,10 +93,11 @@ def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "G
 
 def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int | None = None,
                       gpt_model: str = "GPT-XL", vq_model: str = "VQ-16", codebook_size: int = 16384,
-                      codebook_embed_dim: int = 8, caption_dim: int = 2048, device: str | torch.device = "cpu",
-                      dtype: torch.dtype | None = None) -> ImagePipeline:
+                      codebook_embed_dim: int = 8, caption_dim: int = 2048, t5_path: str | Path | None = None,
+                      device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ImagePipeline:
     """A pipeline over LlamaGen's released text-to-image ``.pt`` checkpoints (``t2i_XL_stage1_256.pt`` or
-    ``t2i_XL_stage2_512.pt`` with ``vq_ds16_t2i.pt``), used unchanged; it takes T5 features as ``prompt_embeds``.
+    ``t2i_XL_stage2_512.pt`` with ``vq_ds16_t2i.pt``), used unchanged. With ``t5_path`` (a local FLAN-T5-XL
+    folder) it takes ``prompt=``; it always takes T5 features as ``prompt_embeds``.
 
     ``image_size`` defaults to the released checkpoint's (by its file name). Defaults follow LlamaGen's
     ``sample_t2i.py`` (CFG 7.5, top-k 1000) for the sampling settings.
@@ -105,9 +111,24 @@ def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int
     gpt_cfg = llamagen_t2i_config_for(image_size, gpt_model, tokenizer.downsample_factor, codebook_size,
                                       caption_dim)
     model = _llamagen_gpt(gpt_ckpt, gpt_cfg, f"{gpt_model} t2i, image size {image_size}")
+    encoder = None
+    if t5_path is not None:
+        encoder = T5TextEncoder.from_pretrained(t5_path, max_length=model.prefix_len, device=device)
+        check_caption_dim(encoder.caption_dim, gpt_cfg.caption_dim, f"the T5 encoder at {t5_path}")
     info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
                         defaults={"cfg_scale": 7.5, "top_k": 1000})
-    return ImagePipeline(model, tokenizer, info).to(device, dtype)
+    return ImagePipeline(model, tokenizer, info, prompt_encoder=encoder and encoder.condition).to(device, dtype)
+
+
+def load_janus_pipeline(folder: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | None = None) -> ImagePipeline:
+    """A Janus-Pro checkpoint in ``transformers``' layout (model and processor saved in one folder) as a
+    text-to-image pipeline: ``pipe(prompt=[...])``, CFG 5 as ``generate(generation_mode="image")`` uses."""
+    loaded = load_janus(folder, device=device)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    info = PipelineInfo(name=Path(folder).name, image_size=model.grid[0] * tokenizer.downsample_factor,
+                        defaults={"cfg_scale": model.config.cfg_scale})
+    return ImagePipeline(model, tokenizer, info, prompt_encoder=loaded.condition).to(device, dtype)
 
 
 def _llamagen_vq(vq_ckpt: str | Path, vq_model: str, codebook_size: int, codebook_embed_dim: int) -> VQModel:
