@@ -301,3 +301,32 @@ def test_a_nar_model_samples_with_nar_by_default_in_h_plus_w_minus_1_passes(tiny
     assert code == 0, err
     assert "7 forward passes where next-token AR takes 16" in stdout
     assert json.loads(stats.read_text())["sampler"] == "nar"
+
+
+def test_sample_draws_the_prompts_of_a_janus_folder_with_any_sampler(tiny_janus_dir, tmp_path, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a big house under the moon\n\n")
+    out, stats = tmp_path / "janus.png", tmp_path / "janus.json"
+    code, printed, err = run(["sample", "--model", str(tiny_janus_dir), "--prompt", "a red cat", "--prompt-file",
+                              str(prompts), "--sampler", "mcsjd", "--num-images", "3", "--out", str(out),
+                              "--stats", str(stats), "--no-progress"], capsys)
+    assert code == 0, err
+    recorded = json.loads(stats.read_text())
+    assert recorded["prompts"] == ["a red cat", "a big house under the moon", "a red cat"]
+    assert recorded["class_ids"] == [] and recorded["tokens"] == 3 * 16 and recorded["sampler"] == "mcsjd"
+    assert Image.open(out).size == (3 * 8, 8) and "wrote 3 images" in printed
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--prompt", "a red square"], "is class-conditional: give class ids, not a prompt"),
+    (["--t5-path", "t5"], "--t5-path goes with LlamaGen text-to-image checkpoints"),
+    (["--prompt-file", "nowhere.txt"], "--prompt-file nowhere.txt is not a file"),
+])
+def test_prompts_given_to_a_class_model_are_refused_in_one_line(tiny_pipeline_dir, tmp_path, capsys, args, message):
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), "--out", str(tmp_path / "x.png"), *args], capsys)
+    assert code == 2 and message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_text_to_image_model_without_a_prompt_says_so(tiny_janus_dir, tmp_path, capsys):
+    code, _, err = run(["sample", "--model", str(tiny_janus_dir), "--out", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and "is a text-to-image model: give --prompt or --prompt-file" in err

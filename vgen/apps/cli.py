@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"vgen: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
+    except ImportError as e:  # an optional dependency (the t2i extra's transformers) that is not installed
+        print(f"vgen: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("vgen: interrupted", file=sys.stderr)
         return 130

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from vgen import pipelines
+from vgen.models.llamagen import LLAMAGEN_T2I_CHECKPOINTS
 from vgen.pipelines import StreamPipeline
 from vgen.samplers import SamplingParams, available_samplers, get_sampler
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
@@ -90,9 +91,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--model", default=None, help="embedded model name or pipeline folder (default: shapes-c2i)")
     src.add_argument("--gpt-ckpt", help="LlamaGen GPT checkpoint (.pt)")
     src.add_argument("--vq-ckpt", help="LlamaGen VQ checkpoint (.pt)")
-    src.add_argument("--gpt-model", default="GPT-B", help="LlamaGen size of --gpt-ckpt (GPT-B ... GPT-3B)")
+    src.add_argument("--gpt-model", default=None,
+                     help="LlamaGen size of --gpt-ckpt (GPT-B ... GPT-3B; default: GPT-B, GPT-XL for text-to-image)")
     src.add_argument("--vq-model", default="VQ-16", help="LlamaGen VQ of --vq-ckpt (VQ-16 or VQ-8)")
-    src.add_argument("--image-size", type=int, default=256, help="image size of --gpt-ckpt (256, 384, 512)")
+    src.add_argument("--image-size", type=int, default=None,
+                     help="image size of --gpt-ckpt (256, 384, 512; default: 256, or a text-to-image release's own)")
+    src.add_argument("--t5-path", default=None,
+                     help="local FLAN-T5-XL folder: --gpt-ckpt is then a LlamaGen text-to-image checkpoint "
+                          "(t2i_XL_stage1_256.pt, t2i_XL_stage2_512.pt) that takes --prompt")
     src.add_argument("--codebook-size", type=int, default=16384)
     src.add_argument("--codebook-embed-dim", type=int, default=8)
     src.add_argument("--num-classes", type=int, default=1000)
@@ -152,9 +158,16 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
             raise UsageError("give either --model or --gpt-ckpt/--vq-ckpt, not both")
         if not (args.gpt_ckpt and args.vq_ckpt):
             raise UsageError("LlamaGen checkpoints need both --gpt-ckpt and --vq-ckpt")
-        return pipelines.load_llamagen(args.gpt_ckpt, args.vq_ckpt, args.gpt_model, args.image_size,
-                                       args.vq_model, args.codebook_size, args.codebook_embed_dim,
-                                       args.num_classes, device=args.device, dtype=dtype)
+        if args.t5_path or Path(args.gpt_ckpt).name in LLAMAGEN_T2I_CHECKPOINTS:
+            return pipelines.load_llamagen_t2i(args.gpt_ckpt, args.vq_ckpt, args.image_size,
+                                               args.gpt_model or "GPT-XL", args.vq_model, args.codebook_size,
+                                               args.codebook_embed_dim, t5_path=args.t5_path, device=args.device,
+                                               dtype=dtype)
+        return pipelines.load_llamagen(args.gpt_ckpt, args.vq_ckpt, args.gpt_model or "GPT-B",
+                                       args.image_size or 256, args.vq_model, args.codebook_size,
+                                       args.codebook_embed_dim, args.num_classes, device=args.device, dtype=dtype)
+    if getattr(args, "t5_path", None):
+        raise UsageError("--t5-path goes with LlamaGen text-to-image checkpoints (--gpt-ckpt, --vq-ckpt)")
     pipe = pipelines.load(args.model or "shapes-c2i", device=args.device, dtype=dtype)
     if isinstance(pipe, StreamPipeline) and not streaming:
         raise UsageError(f"{pipe.info.name} is a streaming video model: use `vgen stream --model {args.model}`")

@@ -30,13 +30,17 @@ from vgen.visualize import acceptance_figure, clip_acceptance_figure
 
 def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample", help="generate images and save them as a grid",
-                       description="Generate class-conditional images. With no arguments: a grid of every class "
-                                   "from the embedded default model.")
+                       description="Generate images of classes, or of prompts for a text-to-image model. With no "
+                                   "arguments: a grid of every class from the embedded default model.")
     add_model_args(p)
     gen = add_sampler_args(p)
     gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
                      help="class to generate (repeatable; default: every class in turn)")
-    gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids cycle)")
+    gen.add_argument("--prompt", action="append", dest="prompts",
+                     help="text-to-image model: what to draw (repeatable)")
+    gen.add_argument("--prompt-file", default=None,
+                     help="text-to-image model: a text file of prompts, one a line (blank lines skipped)")
+    gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids or prompts cycle)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--context", default=None,
                      help="video model: a clip (.mp4, .gif) whose first --context-frames frames every clip continues")
@@ -75,19 +79,37 @@ def run_sample(args: argparse.Namespace) -> None:
         raise UsageError(f"{pipe.info.name} generates images; write them to one of {sorted(IMAGE_SUFFIXES)}, "
                          f"not {Path(args.out).suffix}")
     start = time.perf_counter()
+    prompts = read_prompts(args)
+    if prompts is None and getattr(pipe, "text_conditional", False):
+        raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")
     out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
-               progress=not args.no_progress, **sampling_overrides(args), **options)
+               progress=not args.no_progress, prompt=prompts, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     cols = args.cols or min(8, len(out.images))
     image_grid(out.images, cols).save(args.out)
     if args.acceptance_map:
         acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
-    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
+    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids, "prompts": out.prompts,
              "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
     print(f"wrote {len(out.images)} images to {args.out} ({passes_summary(stats)}, {out.stats.wall_time_s:.2f} s "
           f"sampling)")
+
+
+def read_prompts(args: argparse.Namespace) -> list[str] | None:
+    """The prompts of --prompt and --prompt-file, in that order; None when neither is given."""
+    if args.prompts is None and args.prompt_file is None:
+        return None
+    prompts = list(args.prompts or [])
+    if args.prompt_file is not None:
+        path = Path(args.prompt_file)
+        if not path.is_file():
+            raise UsageError(f"--prompt-file {args.prompt_file} is not a file")
+        prompts += [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    if not prompts:
+        raise UsageError("no prompt given: --prompt-file holds no prompt")
+    return prompts
 
 
 def passes_summary(stats: dict) -> str:
