@@ -28,7 +28,7 @@ from vgen.models.text_encoder import T5TextEncoder, check_caption_dim
 from vgen.pipelines.image import ImagePipeline, PipelineInfo
 from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
-from vgen.tokenizers.vq import VQ_CONFIGS, VQModel
+from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
 
 
 def available_models() -> list[str]:
@@ -83,8 +83,9 @@ def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "G
 
     Defaults follow LlamaGen's ``sample_c2i.py`` (CFG 4.0, top-k 2000) for the sampling settings.
     """
-    tokenizer = _llamagen_vq(vq_ckpt, vq_model, codebook_size, codebook_embed_dim)
-    gpt_cfg = llamagen_config_for(gpt_model, image_size, tokenizer.downsample_factor, codebook_size, num_classes)
+    vq_cfg = _llamagen_vq_config(vq_model, codebook_size, codebook_embed_dim)
+    gpt_cfg = llamagen_config_for(gpt_model, image_size, vq_cfg.downsample_factor, codebook_size, num_classes)
+    tokenizer = _llamagen_vq(vq_ckpt, vq_cfg)
     model = _llamagen_gpt(gpt_ckpt, gpt_cfg, f"{gpt_model}, image size {image_size}")
     info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
                         defaults={"cfg_scale": 4.0, "top_k": 2000})
@@ -107,14 +108,14 @@ def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int
             raise ValueError(f"cannot tell the image size of {Path(gpt_ckpt).name}: pass image_size (LlamaGen's "
                              f"releases: {LLAMAGEN_T2I_CHECKPOINTS})")
         image_size = LLAMAGEN_T2I_CHECKPOINTS[Path(gpt_ckpt).name]
-    tokenizer = _llamagen_vq(vq_ckpt, vq_model, codebook_size, codebook_embed_dim)
-    gpt_cfg = llamagen_t2i_config_for(image_size, gpt_model, tokenizer.downsample_factor, codebook_size,
-                                      caption_dim)
-    model = _llamagen_gpt(gpt_ckpt, gpt_cfg, f"{gpt_model} t2i, image size {image_size}")
+    vq_cfg = _llamagen_vq_config(vq_model, codebook_size, codebook_embed_dim)
+    gpt_cfg = llamagen_t2i_config_for(image_size, gpt_model, vq_cfg.downsample_factor, codebook_size, caption_dim)
     encoder = None
-    if t5_path is not None:
-        encoder = T5TextEncoder.from_pretrained(t5_path, max_length=model.prefix_len, device=device)
+    if t5_path is not None:  # before the checkpoints are read, so that a wrong folder fails at once
+        encoder = T5TextEncoder.from_pretrained(t5_path, max_length=gpt_cfg.cls_token_num, device=device)
         check_caption_dim(encoder.caption_dim, gpt_cfg.caption_dim, f"the T5 encoder at {t5_path}")
+    tokenizer = _llamagen_vq(vq_ckpt, vq_cfg)
+    model = _llamagen_gpt(gpt_ckpt, gpt_cfg, f"{gpt_model} t2i, image size {image_size}")
     info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
                         defaults={"cfg_scale": 7.5, "top_k": 1000})
     return ImagePipeline(model, tokenizer, info, prompt_encoder=encoder and encoder.condition).to(device, dtype)
@@ -131,12 +132,16 @@ def load_janus_pipeline(folder: str | Path, device: str | torch.device = "cpu",
     return ImagePipeline(model, tokenizer, info, prompt_encoder=loaded.condition).to(device, dtype)
 
 
-def _llamagen_vq(vq_ckpt: str | Path, vq_model: str, codebook_size: int, codebook_embed_dim: int) -> VQModel:
+def _llamagen_vq_config(vq_model: str, codebook_size: int, codebook_embed_dim: int) -> VQConfig:
+    """LlamaGen's VQ architecture ``vq_model`` with the given codebook: checked before any file is read."""
     if vq_model not in VQ_CONFIGS:
         raise ValueError(f"unknown VQ model {vq_model!r}; expected one of {list(VQ_CONFIGS)}")
     vq_cfg = VQ_CONFIGS[vq_model]
-    vq_cfg = type(vq_cfg).from_dict({**vq_cfg.to_dict(), "codebook_size": codebook_size,
-                                     "codebook_embed_dim": codebook_embed_dim})
+    return type(vq_cfg).from_dict({**vq_cfg.to_dict(), "codebook_size": codebook_size,
+                                   "codebook_embed_dim": codebook_embed_dim})
+
+
+def _llamagen_vq(vq_ckpt: str | Path, vq_cfg: VQConfig) -> VQModel:
     tokenizer = VQModel(vq_cfg)
     load_weights(tokenizer, read_torch_checkpoint(vq_ckpt, "VQ"), source=f"VQ checkpoint {vq_ckpt}")
     return tokenizer
