@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from scipy.stats import chisquare
 
 from vgen.samplers import SampleOutput, SamplingParams, build_processors, get_sampler
 
@@ -60,3 +61,18 @@ def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generato
 def reference_draw() -> Callable[[torch.Tensor, SamplingParams, torch.Generator], torch.Tensor]:
     """:func:`draw`, for the naive reference loops of the sampler tests."""
     return draw
+
+
+@pytest.fixture
+def chi_square_p() -> Callable[[torch.Tensor, torch.Tensor], float]:
+    """Pearson's test of observed counts against a law, cells with an expected count below 5 pooled into one:
+    the p-value."""
+
+    def p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+        expected = probs * counts.sum()
+        small = expected < 5
+        obs = torch.cat([counts[~small], counts[small].sum()[None]]).double()
+        exp = torch.cat([expected[~small], expected[small].sum()[None]]).double()
+        return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
+
+    return p_value

@@ -137,9 +137,11 @@ class ClassConditional:
             raise ValueError(f"class id {int(bad[0])} is out of range for a model with {n} classes (valid: 0..{n - 1})")
 
 
-class TokenGridModel(ClassConditional):
-    """A class-conditional model over ``config.num_tokens`` discrete tokens of ``config.vocab_size`` codes laid
-    out on ``config.grid`` ((rows, columns) or (frames, rows, columns))."""
+class TokenGrid:
+    """A model over ``config.num_tokens`` discrete tokens of ``config.vocab_size`` codes laid out on
+    ``config.grid`` ((rows, columns) or (frames, rows, columns))."""
+
+    config: Any
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -152,6 +154,10 @@ class TokenGridModel(ClassConditional):
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
+
+
+class TokenGridModel(ClassConditional, TokenGrid):
+    """A class-conditional :class:`TokenGrid` model."""
 
 
 def init_llamagen_weights(module: nn.Module) -> None:

@@ -36,7 +36,7 @@ from torch import nn
 
 from vgen.models.backbone import BackboneConfig
 from vgen.models.cache import KVCache
-from vgen.models.conditioning import Condition, PrefixCondition
+from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid
 from vgen.models.layers import FeedForward, RMSNorm, rope_grid_table
 from vgen.models.llamagen import TransformerBlock
 
@@ -153,7 +153,7 @@ class JanusBlock(TransformerBlock):
         self.feed_forward = FeedForward(cfg.dim, cfg.intermediate_size)
 
 
-class JanusT2I(nn.Module):
+class JanusT2I(TokenGrid, nn.Module):
     """Janus-Pro's language model with its image-generation embeddings and head: a raster text-to-image backbone
     over ``grid_size ** 2`` tokens, conditioned on a left-padded prompt of token ids (:func:`janus_condition`)."""
 
@@ -174,18 +174,6 @@ class JanusT2I(nn.Module):
 
     # -- what every backbone answers --------------------------------------------------------------------------
     text_conditional = True  # conditioned on a prompt (token ids), not a class
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        return self.config.grid
-
-    @property
-    def num_tokens(self) -> int:
-        return self.config.num_tokens
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
 
     def check_condition(self, cond: Condition) -> None:
         """Raise a ValueError unless ``cond`` is a prompt prefix of token ids this model can take."""

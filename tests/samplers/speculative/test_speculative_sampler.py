@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from vgen.models.conditioning import Condition, PrefixCondition, cat_conditions
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
@@ -150,15 +149,6 @@ def sequence_counts(run_sampler: Callable, model, sampler: Sampler, params: Samp
     return counts
 
 
-def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson's test, cells with an expected count below 5 pooled into one."""
-    expected = probs * counts.sum()
-    small = expected < 5
-    obs = torch.cat([counts[~small], counts[small].sum()[None]]).double()
-    exp = torch.cat([expected[~small], expected[small].sum()[None]]).double()
-    return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
-
-
 LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cfg_scale=2.0, top_k=3,
                                                                                temperature=0.7)}
 
@@ -170,7 +160,7 @@ LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cf
                                                  ("sjd", dict(window=3, draft_coupling="maximal")),
                                                  ("sjd", dict(window=4, draft_coupling="gumbel")),
                                                  ("speculative", dict(accept="match", window=3))])
-def test_lossless_samplers_match_the_exact_joint_distribution(run_sampler, params, sampler, kwargs,
+def test_lossless_samplers_match_the_exact_joint_distribution(chi_square_p, run_sampler, params, sampler, kwargs,
                                                               tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(SEQ_GPT)
     probs = exact_joint(model, params)
@@ -180,7 +170,7 @@ def test_lossless_samplers_match_the_exact_joint_distribution(run_sampler, param
     assert chi_square_p(counts, probs) > 1e-3
 
 
-def test_the_distribution_test_catches_a_lossy_rule(run_sampler, tiny_gpt_factory) -> None:
+def test_the_distribution_test_catches_a_lossy_rule(chi_square_p, run_sampler, tiny_gpt_factory) -> None:
     """Power check: GSD with thresholds that group everything accepts nearly any draft and fails the test."""
     model = tiny_gpt_factory(SEQ_GPT)
     params = SamplingParams()
@@ -369,7 +359,8 @@ def test_the_static_decode_step_samples_a_t2i_model(t2i_model, ar_greedy, monkey
 SEQ_T2I = GPTConfig(**{**SEQ_GPT.to_dict(), "model_type": "t2i", "caption_dim": 8, "cls_token_num": 5})
 
 
-def test_sjd_on_a_t2i_model_matches_the_exact_joint_distribution_with_guidance(run_sampler, tiny_gpt_factory) -> None:
+def test_sjd_on_a_t2i_model_matches_the_exact_joint_distribution_with_guidance(chi_square_p, run_sampler,
+                                                                               tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(SEQ_T2I)
     prompt = prompts(SEQ_T2I, (3,))
     params = SamplingParams(cfg_scale=2.0, top_k=3, temperature=0.7)
