@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from vgen.hub import (
     load_weights,
     read_safetensors,
     read_torch_checkpoint,
+    register_model_class,
     save_pretrained,
 )
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config
@@ -143,6 +145,36 @@ def test_from_pretrained_with_missing_or_corrupt_weights(tmp_path: Path) -> None
 def test_save_pretrained_rejects_unregistered_classes(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="Linear is not a registered vgen model class"):
         save_pretrained(torch.nn.Linear(2, 2), tmp_path)
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    width: int = 3
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ScaleConfig:
+        return cls(**d)
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, config: ScaleConfig) -> None:
+        super().__init__()
+        self.config, self.weight = config, torch.nn.Parameter(torch.randn(config.width))
+
+
+def test_a_registered_outside_class_round_trips(tmp_path: Path) -> None:
+    model = Scale(ScaleConfig(width=5))
+    with pytest.raises(TypeError, match="Scale is not a registered vgen model class"):
+        save_pretrained(model, tmp_path / "scale")
+    register_model_class("Scale", Scale, ScaleConfig)
+    try:
+        loaded = from_pretrained(save_pretrained(model, tmp_path / "scale"))
+    finally:
+        MODEL_CLASSES.pop("Scale")
+    assert isinstance(loaded, Scale) and loaded.config == model.config and torch.equal(loaded.weight, model.weight)
 
 
 # ---- strict loading ----------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -120,8 +120,3 @@ class StreamPipeline:
         (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
         return path
 
-
-def stream_defaults(config: StreamConfig) -> dict:
-    """The settings of ``config`` that differ from :class:`StreamConfig`'s, for a pipeline's ``defaults``."""
-    base = asdict(StreamConfig())
-    return {k: v for k, v in asdict(config).items() if base[k] != v}
