@@ -111,6 +111,15 @@ class KVCache:
         self.key_mask.fill_(True)
         self.key_mask[:, :mask.shape[1]] = mask
 
+    def attendable(self, pattern: torch.Tensor | None, end: int) -> torch.Tensor | None:
+        """``pattern`` (True = attend, over the first ``end`` cached keys; None = all of them) with the padded keys
+        of :meth:`mask_keys` masked out per row; None (the pass keeps its own pattern) when no prefix padding is
+        recorded."""
+        if self.key_mask is None:
+            return None
+        keys = self.key_mask[:, None, None, :end]
+        return keys if pattern is None else pattern & keys
+
     def buffers(self) -> list[torch.Tensor]:
         """Every key and value buffer (e.g. to mark their addresses static for CUDA graphs)."""
         return [*self.keys, *self.values]

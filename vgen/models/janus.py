@@ -97,21 +97,18 @@ class JanusT2IConfig(BackboneConfig):
 
 
 class JanusKVCache(KVCache):
-    """A :class:`KVCache` that also knows the prompt prefix it was filled with: ``keep`` [B, max_len] (False on the
-    left padding, masked out of every query) and ``prefix_length`` (``offset`` = ``prefix_length - 1`` as a
-    LongTensor [1], for compiled steps). Both are set in place by :meth:`JanusT2I.prefill`."""
+    """A :class:`KVCache` that also knows the length of the prompt prefix it was filled with: ``prefix_length`` and
+    ``offset`` = ``prefix_length - 1`` as a LongTensor [1] (for compiled steps); the prefix's padding is the
+    cache's ``key_mask``. All are set in place by :meth:`start` at the prefill."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        device = self.keys[0].device
-        self.keep = torch.ones(self.batch_size, self.max_len, dtype=torch.bool, device=device)
-        self.offset = torch.zeros(1, dtype=torch.long, device=device)
+        self.offset = torch.zeros(1, dtype=torch.long, device=self.keys[0].device)
         self.prefix_length = 1
 
     def start(self, mask: torch.Tensor) -> None:
         """Record the prefix mask [B, L] (True on real positions) of the positions about to be prefilled."""
-        self.keep.fill_(True)
-        self.keep[:, :mask.shape[1]] = mask
+        self.mask_keys(mask)
         self.prefix_length = mask.shape[1]
         self.offset.fill_(mask.shape[1] - 1)
 
@@ -247,7 +244,7 @@ class JanusT2I(TokenGrid, nn.Module):
         start = cache.reserve(t)
         positions = torch.arange(start, start + t, device=tokens.device)
         keys = torch.arange(start + t, device=tokens.device)
-        mask = (keys[None, :] <= positions[:, None]) & cache.keep[:, None, None, :start + t]
+        mask = cache.attendable(keys[None, :] <= positions[:, None], start + t)
         h = self.embed_image_tokens(tokens)
         rope = self._rope(positions)
         for i, layer in enumerate(self.layers):
@@ -261,7 +258,7 @@ class JanusT2I(TokenGrid, nn.Module):
         the prefix were one position (slot s holds image token s - 1); logits [B, k, V] (and, with
         ``return_hidden``, the final normed hidden states). Rows advance independently; the caller tracks them."""
         rows = cache.row_slots(starts + (cache.prefix_length - 1), tokens.shape[1])
-        mask = rows.attend & cache.keep[:, None, None, :rows.end]
+        mask = cache.attendable(rows.attend, rows.end)
         h = self.embed_image_tokens(tokens)
         rope = self._rope(rows.slots)
         for i, layer in enumerate(self.layers):
@@ -273,7 +270,8 @@ class JanusT2I(TokenGrid, nn.Module):
         [B, V]. The static-shape twin of ``decode(tokens, cache)[:, -1]`` for CUDA graphs: attention spans the
         whole cache under a mask; the caller moves ``cache.length`` (``advance(1)``)."""
         at = slot + cache.offset
-        mask = (torch.arange(cache.max_len, device=tokens.device) <= at)[None, None, None] & cache.keep[:, None, None]
+        mask = cache.attendable((torch.arange(cache.max_len, device=tokens.device) <= at)[None, None, None],
+                               cache.max_len)
         h = self.embed_image_tokens(tokens)
         rope = self.rope.index_select(0, at)
         for i, layer in enumerate(self.layers):

@@ -368,15 +368,6 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
             return self.cls_embedding(cond.values.to(self.output.weight.dtype)), cond.mask
         return self.cls_embedding(cond), None
 
-    @staticmethod
-    def _attend(pattern: torch.Tensor | None, cache: KVCache, end: int) -> torch.Tensor | None:
-        """``pattern`` (True = attend, over the first ``end`` cached keys; None = all of them) with the prefix's
-        padded keys masked out per row; None (each pass's own pattern) when the cache holds no padding mask."""
-        if cache.key_mask is None:
-            return None
-        keys = cache.key_mask[:, None, None, :end]
-        return keys if pattern is None else pattern & keys
-
     def forward(self, cond: Condition, tokens: torch.Tensor | None = None,
                 return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Full causal pass (training / reference): logits [B, 1 + n, V] for the condition's last position and
@@ -431,7 +422,7 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
             t = tokens.shape[1]
             causal = None if t == 1 else (torch.arange(start + t, device=tokens.device)[None, :]
                                           <= torch.arange(start, start + t, device=tokens.device)[:, None])
-            mask = self._attend(causal, cache, start + t)
+            mask = cache.attendable(causal, start + t)
         return self._run(self.tok_embeddings(tokens), start, cache, mask=mask)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache,
@@ -451,7 +442,7 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]
-        mask = self._attend(rows.attend, cache, rows.end)
+        mask = cache.attendable(rows.attend, rows.end)
         h = self.tok_embeddings(tokens)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, rows=rows, mask=mask)
@@ -475,8 +466,8 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
             slot = slot + (self.prefix_len - 1)
         mask = None
         if cache.key_mask is not None:
-            mask = self._attend((torch.arange(cache.max_len, device=tokens.device) <= slot)[None], cache,
-                                cache.max_len)
+            mask = cache.attendable((torch.arange(cache.max_len, device=tokens.device) <= slot)[None],
+                                    cache.max_len)
         rope = self.rope.index_select(0, slot)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, slot, mask=mask)

@@ -52,9 +52,8 @@ def check_continuous_params(params: SamplingParams) -> None:
 def prepare(sampler: Sampler, model: nn.Module, cond: Condition, params: SamplingParams,
             generator: torch.Generator | None) -> tuple[Condition, Condition, torch.Tensor]:
     """The condition and the rows the model runs (:func:`~vgen.samplers.base.prepare_condition`) after refusing
-    top-k / top-p,
-    and the noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from ``generator`` (row b
-    gets the same noise whatever the batch size)."""
+    top-k / top-p, and the noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from
+    ``generator`` (row b gets the same noise whatever the batch size)."""
     check_continuous_params(params)
     cond, batch_cond = prepare_condition(sampler, model, cond, params)
     steps = len(model.head.sampling_schedule())
