@@ -17,6 +17,7 @@ from vgen.apps.quality_cli import add_quality_parser
 from vgen.apps.sample_cli import add_sample_parser
 from vgen.apps.sample_many_cli import add_sample_many_parser
 from vgen.apps.stream_cli import add_stream_parser
+from vgen.apps.t2i_config_cli import add_t2i_config_parser
 from vgen.apps.train_cli import add_train_parser
 from vgen.hub import CheckpointError
 from vgen.pipelines import available_models
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sample_many_parser(sub)
     add_bench_parser(sub)
     add_stream_parser(sub)
+    add_t2i_config_parser(sub)
     sub.add_parser("models", help="list the embedded models").set_defaults(func=list_models)
     sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
     return parser

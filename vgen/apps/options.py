@@ -88,20 +88,27 @@ def sampler_option_groups() -> dict[tuple[str, ...], list[DeclaredOption]]:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """--model, or LlamaGen checkpoints and their architecture (read by :func:`load_pipeline`)."""
     src = p.add_argument_group("model (an embedded default / pipeline folder, or LlamaGen checkpoints)")
-    src.add_argument("--model", default=None, help="embedded model name or pipeline folder (default: shapes-c2i)")
-    src.add_argument("--gpt-ckpt", help="LlamaGen GPT checkpoint (.pt)")
-    src.add_argument("--vq-ckpt", help="LlamaGen VQ checkpoint (.pt)")
-    src.add_argument("--gpt-model", default=None,
-                     help="LlamaGen size of --gpt-ckpt (GPT-B ... GPT-3B; default: GPT-B, GPT-XL for text-to-image)")
-    src.add_argument("--vq-model", default="VQ-16", help="LlamaGen VQ of --vq-ckpt (VQ-16 or VQ-8)")
-    src.add_argument("--image-size", type=int, default=None,
-                     help="image size of --gpt-ckpt (256, 384, 512; default: 256, or a text-to-image release's own)")
-    src.add_argument("--t5-path", default=None,
-                     help="local FLAN-T5-XL folder: --gpt-ckpt is then a LlamaGen text-to-image checkpoint "
-                          "(t2i_XL_stage1_256.pt, t2i_XL_stage2_512.pt) that takes --prompt")
-    src.add_argument("--codebook-size", type=int, default=16384)
-    src.add_argument("--codebook-embed-dim", type=int, default=8)
+    src.add_argument("--model", default=None, help="embedded model name, pipeline folder, LlamaGen-T2I folder "
+                                                   "(`vgen t2i-config`) or Janus folder (default: shapes-c2i)")
+    add_llamagen_args(src)
     src.add_argument("--num-classes", type=int, default=1000)
+
+
+def add_llamagen_args(group: argparse._ArgumentGroup) -> None:
+    """LlamaGen's checkpoint files, the T5 folder of a text-to-image one, and their architecture."""
+    group.add_argument("--gpt-ckpt", help="LlamaGen GPT checkpoint (.pt)")
+    group.add_argument("--vq-ckpt", help="LlamaGen VQ checkpoint (.pt)")
+    group.add_argument("--gpt-model", default=None,
+                       help="LlamaGen size of --gpt-ckpt (GPT-B ... GPT-3B; default: GPT-B, GPT-XL for text-to-image)")
+    group.add_argument("--vq-model", default="VQ-16", help="LlamaGen VQ of --vq-ckpt (VQ-16 or VQ-8)")
+    group.add_argument("--image-size", type=int, default=None,
+                       help="image size of --gpt-ckpt (256, 384, 512; default: 256, or a text-to-image release's "
+                            "own)")
+    group.add_argument("--t5-path", default=None,
+                       help="local FLAN-T5-XL folder: --gpt-ckpt is then a LlamaGen text-to-image checkpoint "
+                            "(t2i_XL_stage1_256.pt, t2i_XL_stage2_512.pt) that takes --prompt")
+    group.add_argument("--codebook-size", type=int, default=16384)
+    group.add_argument("--codebook-embed-dim", type=int, default=8)
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:

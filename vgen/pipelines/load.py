@@ -1,9 +1,13 @@
 """Loading pipelines: an embedded default by name, a pipeline folder written by ``save_pretrained`` (its content
-picks the image, video or streaming pipeline), or LlamaGen's released checkpoint files."""
+picks the image, video or streaming pipeline), LlamaGen's released checkpoint files (as files, or as a folder
+described by :data:`LLAMAGEN_T2I_CONFIG`), or a Janus-Pro folder."""
 
 from __future__ import annotations
 
 import json
+import os
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -24,11 +28,18 @@ from vgen.models.llamagen import (
     llamagen_config_for,
     llamagen_t2i_config_for,
 )
-from vgen.models.text_encoder import T5TextEncoder, check_caption_dim
+from vgen.models.text_encoder import T5TextEncoder, check_caption_dim, resolve_t5_folder
 from vgen.pipelines.image import ImagePipeline, PipelineInfo
 from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
+from vgen.samplers import SamplingParams
 from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
+
+LLAMAGEN_T2I_CONFIG = "llamagen_t2i.json"
+"""The file that makes a folder a LlamaGen-T2I folder (:func:`write_llamagen_t2i_config`): the released files it
+loads and how (:class:`LlamaGenT2IConfig`)."""
+LLAMAGEN_T2I_DEFAULTS = {"cfg_scale": 7.5, "top_k": 1000}
+"""LlamaGen's ``sample_t2i.py`` sampling settings: a LlamaGen-T2I pipeline's recommended defaults."""
 
 
 def available_models() -> list[str]:
@@ -44,7 +55,8 @@ def pipeline_folder(name_or_path: str | Path) -> Path:
     if str(name_or_path) in available_models():
         return ASSETS / str(name_or_path)
     if path.exists():
-        raise CheckpointError(f"{path} is not a vgen pipeline folder (no {PIPELINE_CONFIG})")
+        raise CheckpointError(f"{path} is not a vgen pipeline folder (no {PIPELINE_CONFIG}), nor a LlamaGen-T2I "
+                              f"one (no {LLAMAGEN_T2I_CONFIG}) or a Janus one")
     raise ValueError(f"unknown model {str(name_or_path)!r}; embedded models: {available_models()}, "
                      f"or pass a folder written by save_pretrained")
 
@@ -54,9 +66,12 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
     """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
     :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
     frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a Janus-Pro folder in ``transformers``'
-    layout (:func:`load_janus_pipeline`)."""
+    layout (:func:`load_janus_pipeline`); a LlamaGen-T2I folder with its :data:`LLAMAGEN_T2I_CONFIG`
+    (:func:`load_llamagen_t2i`)."""
     if is_janus_folder(name_or_path):
         return load_janus_pipeline(name_or_path, device, dtype)
+    if (Path(name_or_path) / LLAMAGEN_T2I_CONFIG).is_file():
+        return _load_llamagen_t2i_folder(Path(name_or_path), device, dtype)
     path = pipeline_folder(name_or_path)
     try:
         meta = json.loads((path / PIPELINE_CONFIG).read_text())
@@ -95,19 +110,16 @@ def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "G
 def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int | None = None,
                       gpt_model: str = "GPT-XL", vq_model: str = "VQ-16", codebook_size: int = 16384,
                       codebook_embed_dim: int = 8, caption_dim: int = 2048, t5_path: str | Path | None = None,
-                      device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ImagePipeline:
+                      device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                      defaults: dict | None = None) -> ImagePipeline:
     """A pipeline over LlamaGen's released text-to-image ``.pt`` checkpoints (``t2i_XL_stage1_256.pt`` or
     ``t2i_XL_stage2_512.pt`` with ``vq_ds16_t2i.pt``), used unchanged. With ``t5_path`` (a local FLAN-T5-XL
     folder) it takes ``prompt=``; it always takes T5 features as ``prompt_embeds``.
 
-    ``image_size`` defaults to the released checkpoint's (by its file name). Defaults follow LlamaGen's
-    ``sample_t2i.py`` (CFG 7.5, top-k 1000) for the sampling settings.
+    ``image_size`` defaults to the released checkpoint's (by its file name). ``defaults``, the recommended sampling
+    settings, default to LlamaGen's ``sample_t2i.py`` (CFG 7.5, top-k 1000: :data:`LLAMAGEN_T2I_DEFAULTS`).
     """
-    if image_size is None:
-        if Path(gpt_ckpt).name not in LLAMAGEN_T2I_CHECKPOINTS:
-            raise ValueError(f"cannot tell the image size of {Path(gpt_ckpt).name}: pass image_size (LlamaGen's "
-                             f"releases: {LLAMAGEN_T2I_CHECKPOINTS})")
-        image_size = LLAMAGEN_T2I_CHECKPOINTS[Path(gpt_ckpt).name]
+    image_size = _llamagen_t2i_image_size(gpt_ckpt, image_size)
     vq_cfg = _llamagen_vq_config(vq_model, codebook_size, codebook_embed_dim)
     gpt_cfg = llamagen_t2i_config_for(image_size, gpt_model, vq_cfg.downsample_factor, codebook_size, caption_dim)
     encoder = None
@@ -117,8 +129,120 @@ def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int
     tokenizer = _llamagen_vq(vq_ckpt, vq_cfg)
     model = _llamagen_gpt(gpt_ckpt, gpt_cfg, f"{gpt_model} t2i, image size {image_size}")
     info = PipelineInfo(name=Path(gpt_ckpt).stem, image_size=image_size,
-                        defaults={"cfg_scale": 7.5, "top_k": 1000})
+                        defaults=dict(LLAMAGEN_T2I_DEFAULTS if defaults is None else defaults))
     return ImagePipeline(model, tokenizer, info, prompt_encoder=encoder and encoder.condition).to(device, dtype)
+
+
+@dataclass(frozen=True)
+class LlamaGenT2IConfig:
+    """What a LlamaGen-T2I folder's :data:`LLAMAGEN_T2I_CONFIG` records: :func:`load_llamagen_t2i`'s arguments.
+    The paths are relative to the folder or absolute; without ``t5_path`` the pipeline takes ``prompt_embeds``
+    only. Checked on construction: the types, the architecture names and sizes, and the sampling defaults."""
+
+    gpt_ckpt: str
+    vq_ckpt: str
+    image_size: int
+    t5_path: str | None = None
+    gpt_model: str = "GPT-XL"
+    vq_model: str = "VQ-16"
+    codebook_size: int = 16384
+    codebook_embed_dim: int = 8
+    caption_dim: int = 2048
+    defaults: dict = field(default_factory=lambda: dict(LLAMAGEN_T2I_DEFAULTS))
+
+    def __post_init__(self) -> None:
+        for name, kind in typing.get_type_hints(type(self)).items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"{name} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+        vq_cfg = _llamagen_vq_config(self.vq_model, self.codebook_size, self.codebook_embed_dim)
+        llamagen_t2i_config_for(self.image_size, self.gpt_model, vq_cfg.downsample_factor, self.codebook_size,
+                                self.caption_dim)
+        unknown = sorted(set(self.defaults) - {f.name for f in fields(SamplingParams)})
+        if unknown:
+            raise ValueError(f"defaults has unknown sampling settings {unknown}; known: "
+                             f"{[f.name for f in fields(SamplingParams)]}")
+        SamplingParams(**self.defaults)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> LlamaGenT2IConfig:
+        """The config a JSON object records; an unknown or missing key is a ValueError naming it."""
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object, got {type(d).__name__}")
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}; known: {names}")
+        missing = [f.name for f in fields(cls)
+                   if f.name not in d and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise ValueError(f"missing keys {missing}")
+        return cls(**d)
+
+
+def write_llamagen_t2i_config(folder: str | Path, gpt_ckpt: str | Path, vq_ckpt: str | Path,
+                              t5_path: str | Path | None = None, image_size: int | None = None,
+                              gpt_model: str = "GPT-XL", vq_model: str = "VQ-16", codebook_size: int = 16384,
+                              codebook_embed_dim: int = 8, caption_dim: int = 2048,
+                              defaults: dict | None = None) -> Path:
+    """Write ``folder/llamagen_t2i.json`` so that ``vgen.load(folder)`` (and ``vgen sample --model folder``) loads
+    these files with :func:`load_llamagen_t2i` and these arguments; returns ``folder``.
+
+    A path inside ``folder`` is recorded relative to it (the folder can move), any other as an absolute path.
+    The checkpoints must exist and ``t5_path`` must be a T5 folder (a one-line error otherwise); nothing is loaded.
+    ``image_size`` defaults to the released checkpoint's, ``defaults`` to :data:`LLAMAGEN_T2I_DEFAULTS`.
+    """
+    folder = Path(folder)
+    for what, path in (("GPT", gpt_ckpt), ("VQ", vq_ckpt)):
+        if not Path(path).is_file():
+            raise CheckpointError(f"{what} checkpoint not found: {path}")
+    if t5_path is not None:
+        resolve_t5_folder(t5_path)
+    config = LlamaGenT2IConfig(
+        gpt_ckpt=_recorded_path(folder, gpt_ckpt), vq_ckpt=_recorded_path(folder, vq_ckpt),
+        image_size=_llamagen_t2i_image_size(gpt_ckpt, image_size),
+        t5_path=None if t5_path is None else _recorded_path(folder, t5_path), gpt_model=gpt_model,
+        vq_model=vq_model, codebook_size=codebook_size, codebook_embed_dim=codebook_embed_dim,
+        caption_dim=caption_dim, defaults=dict(LLAMAGEN_T2I_DEFAULTS if defaults is None else defaults))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LLAMAGEN_T2I_CONFIG).write_text(json.dumps(asdict(config), indent=1))
+    return folder
+
+
+def _load_llamagen_t2i_folder(folder: Path, device: str | torch.device, dtype: torch.dtype | None) -> ImagePipeline:
+    """The pipeline a folder's :data:`LLAMAGEN_T2I_CONFIG` describes; a bad config or a file it names that is not
+    there is a one-line :class:`CheckpointError`."""
+    config_file = folder / LLAMAGEN_T2I_CONFIG
+    try:
+        config = LlamaGenT2IConfig.from_dict(json.loads(config_file.read_text()))
+    except ValueError as e:  # json.JSONDecodeError included
+        raise CheckpointError(f"bad {config_file}: {e}") from None
+    paths = {}
+    for name, is_there, kind in (("gpt_ckpt", Path.is_file, "file"), ("vq_ckpt", Path.is_file, "file"),
+                                 ("t5_path", Path.is_dir, "folder")):
+        value = getattr(config, name)
+        if value is not None:
+            paths[name] = folder / value  # an absolute value stays itself
+            if not is_there(paths[name]):
+                raise CheckpointError(f"{config_file} names {name} {value!r}, but {paths[name]} is not a {kind}")
+    return load_llamagen_t2i(**{**asdict(config), **paths}, device=device, dtype=dtype)
+
+
+def _recorded_path(folder: Path, path: str | Path) -> str:
+    """``path`` as a config in ``folder`` records it: relative to ``folder`` when inside it, else absolute (links
+    kept as given)."""
+    path, folder = Path(os.path.abspath(path)), Path(os.path.abspath(folder))
+    return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
+
+
+def _llamagen_t2i_image_size(gpt_ckpt: str | Path, image_size: int | None) -> int:
+    """``image_size``, or that of the released checkpoint ``gpt_ckpt`` names."""
+    if image_size is not None:
+        return image_size
+    if Path(gpt_ckpt).name not in LLAMAGEN_T2I_CHECKPOINTS:
+        raise ValueError(f"cannot tell the image size of {Path(gpt_ckpt).name}: pass image_size (LlamaGen's "
+                         f"releases: {LLAMAGEN_T2I_CHECKPOINTS})")
+    return LLAMAGEN_T2I_CHECKPOINTS[Path(gpt_ckpt).name]
 
 
 def load_janus_pipeline(folder: str | Path, device: str | torch.device = "cpu",
