@@ -334,3 +334,29 @@ def tiny_janus_factory():
     """:func:`make_tiny_janus_dir`, for tests that need another grid, codebook or seed."""
     return make_tiny_janus_dir
 # ---- end text-to-image -------------------------------------------------------------------------------------
+
+
+# ---- text-to-image: LlamaGen-T2I's released files, shrunk --------------------------------------------------
+@pytest.fixture
+def llamagen_t2i_release(tmp_path, monkeypatch):
+    """Writes files named and laid out as LlamaGen's t2i release (GPT under ``model``, VQ under ``model``), with
+    GPT-XL and VQ-16 shrunk to tiny sizes (for the whole test); returns a function of the caption dim (and the
+    folder, ``tmp_path`` by default) giving the GPT and the two paths."""
+    from vgen.models import llamagen
+    from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
+
+    monkeypatch.setitem(llamagen.GPT_SIZES, "GPT-XL", dict(n_layer=1, n_head=2, dim=32))
+    tiny_vq = VQConfig(codebook_size=16384, ch=8, ch_mult=(1, 1, 1, 1, 1), num_res_blocks=1, z_channels=8,
+                       norm_groups=4)
+    monkeypatch.setitem(VQ_CONFIGS, "VQ-16", tiny_vq)
+
+    def write(caption_dim: int, folder=tmp_path):
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(0)
+        gpt = llamagen.LlamaGenGPT(llamagen.llamagen_t2i_config_for(256, caption_dim=caption_dim))
+        torch.save({"model": gpt.state_dict()}, folder / "t2i_XL_stage1_256.pt")
+        torch.save({"model": VQModel(tiny_vq).state_dict()}, folder / "vq_ds16_t2i.pt")
+        return gpt, folder / "t2i_XL_stage1_256.pt", folder / "vq_ds16_t2i.pt"
+
+    return write
+# ---- end text-to-image -------------------------------------------------------------------------------------

@@ -330,3 +330,49 @@ def test_prompts_given_to_a_class_model_are_refused_in_one_line(tiny_pipeline_di
 def test_a_text_to_image_model_without_a_prompt_says_so(tiny_janus_dir, tmp_path, capsys):
     code, _, err = run(["sample", "--model", str(tiny_janus_dir), "--out", str(tmp_path / "x.png")], capsys)
     assert code == 2 and "is a text-to-image model: give --prompt or --prompt-file" in err
+
+
+def test_t2i_config_writes_a_folder_that_model_loads_with_the_settings_given(llamagen_t2i_release, tmp_path, capsys):
+    from vgen.pipelines import LLAMAGEN_T2I_CONFIG, load
+
+    _, gpt_file, vq_file = llamagen_t2i_release(2048)  # the released caption width: the command takes no other
+    folder = tmp_path / "t2i"
+    code, printed, err = run(["t2i-config", str(folder), "--gpt-ckpt", str(gpt_file), "--vq-ckpt", str(vq_file),
+                              "--top-k", "500", "--temperature", "0.9"], capsys)
+    assert code == 0, err
+    assert f"wrote {folder / LLAMAGEN_T2I_CONFIG}; sample with: vgen sample --model {folder}" in printed
+    recorded = json.loads((folder / LLAMAGEN_T2I_CONFIG).read_text())
+    assert recorded["gpt_ckpt"] == str(gpt_file) and recorded["t5_path"] is None and recorded["image_size"] == 256
+    assert load(folder).info.defaults == {"cfg_scale": 7.5, "top_k": 500, "temperature": 0.9}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--gpt-ckpt", "gpt.pt"], "vgen t2i-config needs --gpt-ckpt and --vq-ckpt"),
+    (["--gpt-ckpt", "gpt.pt", "--vq-ckpt", "vq.pt"], "GPT checkpoint not found: gpt.pt"),
+    (["--gpt-ckpt", "{gpt}", "--vq-ckpt", "{vq}", "--t5-path", "nowhere"], "no T5 folder at nowhere"),
+    (["--gpt-ckpt", "{gpt}", "--vq-ckpt", "{vq}", "--top-p", "2"], "top_p must be in (0, 1] (1 = off), got 2.0"),
+])
+def test_t2i_config_refuses_missing_files_and_bad_settings_in_one_line(llamagen_t2i_release, tmp_path, capsys, args,
+                                                                       message):
+    _, gpt_file, vq_file = llamagen_t2i_release(2048)
+    args = [a.format(gpt=gpt_file, vq=vq_file) for a in args]
+    code, _, err = run(["t2i-config", str(tmp_path / "t2i"), *args], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1 and not (tmp_path / "t2i").exists()
+
+
+def test_sample_draws_prompts_from_a_llamagen_t2i_folder(llamagen_t2i_release, tiny_t5_dir, tmp_path, capsys):
+    from vgen.pipelines import write_llamagen_t2i_config
+
+    folder = tmp_path / "t2i"
+    _, gpt_file, vq_file = llamagen_t2i_release(32, folder)  # the tiny T5's width
+    write_llamagen_t2i_config(folder, gpt_file, vq_file, t5_path=tiny_t5_dir, caption_dim=32)
+    out, stats = tmp_path / "t2i.png", tmp_path / "t2i.json"
+    code, _, err = run(["sample", "--model", str(folder), "--prompt", "a red square", "--out", str(out), "--stats",
+                        str(stats)], capsys)
+    assert code == 0, err
+    recorded = json.loads(stats.read_text())
+    assert recorded["prompts"] == ["a red square"] and recorded["tokens"] == 256
+    assert Image.open(out).size == (256, 256)
+    vq_file.unlink()
+    code, _, err = run(["sample", "--model", str(folder), "--prompt", "a red square"], capsys)
+    assert code == 2 and "names vq_ckpt 'vq_ds16_t2i.pt', but" in err and err.count("\n") == 1

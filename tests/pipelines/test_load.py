@@ -3,6 +3,8 @@ name or folder that is not a pipeline fails with a specific error."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -42,34 +44,13 @@ def test_names_and_folders_that_are_not_pipelines_fail_specifically(tmp_path):
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         vgen.load("nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match="not a vgen pipeline folder"):
+    with pytest.raises(CheckpointError, match="not a vgen pipeline folder .*, nor a LlamaGen-T2I one "
+                                              r"\(no llamagen_t2i.json\) or a Janus one"):
         vgen.load(tmp_path / "empty")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "pipeline.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="bad .*pipeline.json"):
         vgen.load(tmp_path / "bad")
-
-
-@pytest.fixture
-def llamagen_t2i_release(tmp_path, monkeypatch):
-    """Writes files named and laid out as LlamaGen's t2i release (GPT under ``model``, VQ under ``model``), with
-    GPT-XL and VQ-16 shrunk to tiny sizes; returns a function of the caption dim giving the GPT and the two paths."""
-    from vgen.models import llamagen
-    from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
-
-    monkeypatch.setitem(llamagen.GPT_SIZES, "GPT-XL", dict(n_layer=1, n_head=2, dim=32))
-    tiny_vq = VQConfig(codebook_size=16384, ch=8, ch_mult=(1, 1, 1, 1, 1), num_res_blocks=1, z_channels=8,
-                       norm_groups=4)
-    monkeypatch.setitem(VQ_CONFIGS, "VQ-16", tiny_vq)
-
-    def write(caption_dim: int):
-        torch.manual_seed(0)
-        gpt = llamagen.LlamaGenGPT(llamagen.llamagen_t2i_config_for(256, caption_dim=caption_dim))
-        torch.save({"model": gpt.state_dict()}, tmp_path / "t2i_XL_stage1_256.pt")
-        torch.save({"model": VQModel(tiny_vq).state_dict()}, tmp_path / "vq_ds16_t2i.pt")
-        return gpt, tmp_path / "t2i_XL_stage1_256.pt", tmp_path / "vq_ds16_t2i.pt"
-
-    return write
 
 
 def test_llamagens_t2i_checkpoints_load_as_a_prompt_pipeline(llamagen_t2i_release, tmp_path):
@@ -131,3 +112,93 @@ def test_vgen_load_reads_a_janus_folder_as_a_prompt_pipeline(tiny_janus_dir):
     assert torch.equal(out.tokens, direct.tokens) and len(out.images) == 2 and out.images[0].size == (8, 8)
     with pytest.raises(ValueError, match="is a text-to-image model: give a prompt"):
         pipe([1])
+
+
+def test_a_llamagen_t2i_folder_loads_through_vgen_load_and_can_move(llamagen_t2i_release, tiny_t5_dir, tmp_path):
+    """Files inside the folder are recorded relative to it, others absolute; ``vgen.load`` gives the pipeline
+    ``load_llamagen_t2i`` gives for the same files."""
+    import shutil
+
+    from vgen.pipelines import LLAMAGEN_T2I_CONFIG, write_llamagen_t2i_config
+
+    folder = tmp_path / "llamagen-t2i"
+    gpt, gpt_file, vq_file = llamagen_t2i_release(32, folder)  # the tiny T5's width
+    assert write_llamagen_t2i_config(folder, gpt_file, vq_file, t5_path=tiny_t5_dir, caption_dim=32) == folder
+    recorded = json.loads((folder / LLAMAGEN_T2I_CONFIG).read_text())
+    assert recorded == {"gpt_ckpt": "t2i_XL_stage1_256.pt", "vq_ckpt": "vq_ds16_t2i.pt", "image_size": 256,
+                        "t5_path": str(tiny_t5_dir.absolute()), "gpt_model": "GPT-XL", "vq_model": "VQ-16",
+                        "codebook_size": 16384, "codebook_embed_dim": 8, "caption_dim": 32,
+                        "defaults": {"cfg_scale": 7.5, "top_k": 1000}}
+    direct = vgen.pipelines.load_llamagen_t2i(gpt_file, vq_file, caption_dim=32, t5_path=tiny_t5_dir)
+    moved = shutil.move(folder, tmp_path / "moved")
+    pipe = vgen.load(moved)
+    assert pipe.text_conditional and pipe.info.defaults == direct.info.defaults and pipe.info.image_size == 256
+    assert all(torch.equal(v, gpt.state_dict()[k]) for k, v in pipe.model.state_dict().items())
+    prompts = ["a red square", "a cat sat on the mat"]
+    loaded_cond, direct_cond = pipe.prompt_encoder(prompts), direct.prompt_encoder(prompts)
+    assert torch.equal(loaded_cond.values, direct_cond.values) and torch.equal(loaded_cond.mask, direct_cond.mask)
+    assert torch.equal(pipe(prompt=prompts[:1], seed=3).tokens, direct(prompt=prompts[:1], seed=3).tokens)
+
+
+def test_a_llamagen_t2i_folder_records_its_image_size_and_sampling_defaults(llamagen_t2i_release, tmp_path):
+    from vgen.pipelines import write_llamagen_t2i_config
+
+    _, gpt_file, vq_file = llamagen_t2i_release(16)
+    mine = gpt_file.rename(tmp_path / "mine.pt")
+    with pytest.raises(ValueError, match="cannot tell the image size of mine.pt: pass image_size"):
+        write_llamagen_t2i_config(tmp_path / "f", mine, vq_file, caption_dim=16)
+    defaults = {"cfg_scale": 3.0, "temperature": 0.9}
+    write_llamagen_t2i_config(tmp_path / "f", mine, vq_file, image_size=256, caption_dim=16, defaults=defaults)
+    pipe = vgen.load(tmp_path / "f")  # no T5: it takes T5 features
+    assert pipe.info.defaults == defaults and pipe.info.image_size == 256
+    out = pipe(prompt_embeds=torch.randn(1, 120, 16), prompt_attention_mask=torch.arange(120)[None] >= 100)
+    assert out.tokens.shape == (1, 256)
+    with pytest.raises(ValueError, match="has no text encoder loaded"):
+        pipe(prompt="a red square")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (dict(vq_ckpt="gone.pt"), r"llamagen_t2i.json names vq_ckpt 'gone.pt', but .*gone.pt is not a file"),
+    (dict(t5_path="nowhere"), r"names t5_path 'nowhere', but .*nowhere is not a folder"),
+    (dict(t5_path="."), r"has no config.json"),  # the folder itself: a T5 folder of the wrong kind
+    (dict(gpt="t2i_XL_stage1_256.pt"), r"bad .*llamagen_t2i.json: unknown keys \['gpt'\]"),
+    (dict(image_size="256"), r"bad .*: image_size must be int, got '256'"),
+    (dict(gpt_model="GPT-Q"), r"bad .*: unknown GPT model 'GPT-Q'"),
+    (dict(defaults={"top_p": 0}), r"bad .*: top_p must be in \(0, 1\]"),
+    (dict(defaults={"window": 4}), r"bad .*: defaults has unknown sampling settings \['window'\]"),
+])
+def test_a_llamagen_t2i_config_that_is_wrong_fails_in_one_line(llamagen_t2i_release, tmp_path, edit, message):
+    from vgen.pipelines import LLAMAGEN_T2I_CONFIG, write_llamagen_t2i_config
+
+    _, gpt_file, vq_file = llamagen_t2i_release(16)
+    write_llamagen_t2i_config(tmp_path, gpt_file, vq_file, caption_dim=16)
+    config = tmp_path / LLAMAGEN_T2I_CONFIG
+    config.write_text(json.dumps({**json.loads(config.read_text()), **edit}))
+    with pytest.raises((CheckpointError, ValueError, FileNotFoundError), match=message) as error:
+        vgen.load(tmp_path)
+    assert "\n" not in str(error.value)
+
+
+def test_a_llamagen_t2i_config_that_is_not_a_json_object_or_lacks_a_file_is_refused(tmp_path):
+    from vgen.pipelines import LLAMAGEN_T2I_CONFIG
+
+    for text, message in (("{not json", "bad .*llamagen_t2i.json: Expecting property name"),
+                          ("[]", "bad .*: expected a JSON object, got list"),
+                          ('{"gpt_ckpt": "a.pt"}', r"bad .*: missing keys \['vq_ckpt', 'image_size'\]")):
+        (tmp_path / LLAMAGEN_T2I_CONFIG).write_text(text)
+        with pytest.raises(CheckpointError, match=message):
+            vgen.load(tmp_path)
+
+
+def test_writing_a_llamagen_t2i_config_checks_the_files_before_writing(llamagen_t2i_release, tiny_janus_dir,
+                                                                      tmp_path):
+    from vgen.pipelines import write_llamagen_t2i_config
+
+    _, gpt_file, vq_file = llamagen_t2i_release(16)
+    with pytest.raises(CheckpointError, match="VQ checkpoint not found: .*missing.pt"):
+        write_llamagen_t2i_config(tmp_path / "f", gpt_file, tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="holds a 'janus' model, not a T5 one"):
+        write_llamagen_t2i_config(tmp_path / "f", gpt_file, vq_file, t5_path=tiny_janus_dir)
+    with pytest.raises(ValueError, match="unknown VQ model 'VQ-32'"):
+        write_llamagen_t2i_config(tmp_path / "f", gpt_file, vq_file, vq_model="VQ-32")
+    assert not (tmp_path / "f").exists()
