@@ -6,12 +6,17 @@
 #   bash benchmarks/gpu_check.sh                  # every default step, in order
 #   bash benchmarks/gpu_check.sh kernels ar       # only these steps (a rerun skips what passed)
 #
-# Steps: env, tests, kernels, speculative, ar (the default set) and extra (not in the default set: a batch-8
-# speculative table in bf16 and ARSampler compile="default" on GPT-B). Each step writes $OUT/<step>.log and a line
-# to $OUT/summary.log; a failing or timed-out step does not stop the others. Every step has its own time limit and
-# the whole run keeps within BUDGET_S seconds (steps that would start too late are skipped, and say so).
+# Steps: env, tests, kernels, speculative, ar (the default set) and, not in the default set: extra (a batch-8
+# speculative table in bf16 and ARSampler compile="default" on GPT-B), t2i_speed (benchmarks/t2i_speed.py: AR vs
+# mcsjd / lantern on random LlamaGen-T2I GPT-XL and Janus-Pro-1B sized models, bf16, batch 1 and 8, tables in
+# $OUT/t2i_speed.json and .md) and t2i_tests (the text-to-image parity tests; benchmarks/gpu_check_t2i.sh runs
+# both). Each step writes $OUT/<step>.log and a line to $OUT/summary.log; a failing or timed-out step does not
+# stop the others. Every step has its own time limit and the whole run keeps within BUDGET_S seconds (steps that
+# would start too late are skipped, and say so).
 # Environment: PYTHON (python3), OUT (gpu_check_out), BUDGET_S (540), GPU_TEST_WORKERS (4, pytest-xdist workers
-# when xdist imports; 0 runs the tests in one process). Exit status: the number of step commands that did not pass.
+# when xdist imports; 0 runs the tests in one process), T2I_TEST_WORKERS (8, the same for t2i_tests, which run on
+# the CPU), T2I_SPEED_ARGS (more arguments of t2i_speed, e.g. "--tiny --device cpu" for a dry run). Exit status: the
+# number of step commands that did not pass.
 set -u
 
 cd "$(dirname "$0")/.." || exit 99
@@ -19,6 +24,7 @@ PYTHON=${PYTHON:-python3}
 OUT=${OUT:-gpu_check_out}
 BUDGET_S=${BUDGET_S:-540}
 GPU_TEST_WORKERS=${GPU_TEST_WORKERS:-4}
+T2I_TEST_WORKERS=${T2I_TEST_WORKERS:-8}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
@@ -128,14 +134,35 @@ step_extra() {
         --top-k 2000 --dtype bf16 --no-naive --compile default --repeats 3
 }
 
+# the text-to-image parity tests (CPU tests: on a GPU machine they check its torch and transformers), and of
+# test_speculative_sampler.py only its tests of a t2i model
+T2I_TESTS=(tests/models/test_llamagen_t2i.py tests/models/test_janus.py tests/models/test_text_encoder.py
+    tests/models/test_conditioning.py tests/samplers/test_sampler_janus.py tests/pipelines/test_load.py
+    tests/samplers/speculative/test_speculative_sampler.py)
+
+step_t2i_tests() {
+    local workers=()
+    if [ "$T2I_TEST_WORKERS" != 0 ] && "$PYTHON" -c 'import xdist' 2>/dev/null; then
+        workers=(-n "$T2I_TEST_WORKERS")
+    fi
+    run 240 "$PYTHON" -m pytest -m "gpu or not gpu" -k "not test_speculative_sampler or t2i or caption" -p no:cacheprovider \
+        -q -rfEs --durations=10 "${workers[@]}" "${T2I_TESTS[@]}"
+}
+
+step_t2i_speed() {
+    # shellcheck disable=SC2086
+    run 330 "$PYTHON" benchmarks/t2i_speed.py --device cuda --dtype bf16 --batch-sizes 1 8 --repeats 1 \
+        --out "$OUT" ${T2I_SPEED_ARGS:-}
+}
+
 ALL=(env tests kernels speculative ar)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL[@]}")
 for STEP in "${STEPS[@]}"; do
     case "$STEP" in
-        env | tests | kernels | speculative | ar | extra) ;;
+        env | tests | kernels | speculative | ar | extra | t2i_speed | t2i_tests) ;;
         *)
-            echo "unknown step '$STEP'; steps: ${ALL[*]} extra" >&2
+            echo "unknown step '$STEP'; steps: ${ALL[*]} extra t2i_speed t2i_tests" >&2
             exit 99
             ;;
     esac
