@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,16 +85,17 @@ def save_pretrained(model: nn.Module, path: str | Path, dtype: torch.dtype | Non
 
 
 def local_path(value: object, what: str) -> Path:
-    """``value`` as a path, or a TypeError / ValueError naming ``what`` when it is not a non-empty str or Path."""
+    """``value`` as a Path, or a TypeError / ValueError naming the argument ``what`` when it is not a non-empty
+    str or Path."""
     if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{what} takes a str or Path, got {type(value).__name__}")
+        raise TypeError(f"{what} must be a name or path (str or Path), got {type(value).__name__}")
     if str(value) == "":
-        raise ValueError(f"{what} takes a str or Path, got an empty string")
+        raise ValueError(f"{what} is an empty string: pass a name or path")
     return Path(value)
 
 
 def read_config(path: str | Path) -> dict:
-    path = local_path(path, "the model folder")
+    path = Path(path)
     cfg_path = path / CONFIG_NAME
     if not cfg_path.is_file():
         raise CheckpointError(f"no {CONFIG_NAME} in {path}: expected a folder written by save_pretrained")
@@ -114,7 +116,7 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu",
     file's header: it must have exactly the header's tensor names and shapes, and at most ``max_params`` values in
     its parameters and buffers. A config that does not fit its weights, or a model too large, fails in one line.
     """
-    path = local_path(path, "from_pretrained")
+    path = local_path(path, "from_pretrained's path")
     meta = read_config(path)
     if meta.get("class") not in MODEL_CLASSES:
         raise CheckpointError(f"{path / CONFIG_NAME} names model class {meta.get('class')!r}; "
@@ -277,7 +279,8 @@ def torch_load(path: str | Path, what: str = "checkpoint") -> object:
     LlamaGen's trainers pickle beside the weights), never code. A file torch cannot read that way is a
     :class:`CheckpointError` saying it is corrupt or not a checkpoint, and no more."""
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "'torch.load' received a zip file that looks like a TorchScript")
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # truncated zips, foreign pickles, disallowed globals, TorchScript archives: torch varies
         raise CheckpointError(f"cannot read {what} {path}: the file is corrupt or not a checkpoint") from None

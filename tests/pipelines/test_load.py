@@ -50,6 +50,22 @@ def test_names_and_folders_that_are_not_pipelines_fail_specifically(tmp_path):
         vgen.load(tmp_path / "bad")
 
 
+@pytest.mark.parametrize("value, error, message", [
+    (None, TypeError, r"^vgen.load's name_or_path must be a name or path \(str or Path\), got NoneType$"),
+    (3, TypeError, "got int$"),
+    (b"shapes-c2i", TypeError, "got bytes$"),
+    ("", ValueError, "^vgen.load's name_or_path is an empty string: pass a name or path$"),
+])
+def test_a_name_or_path_of_another_type_is_refused_by_name(value, error, message):
+    with pytest.raises(error, match=message):
+        vgen.load(value)
+
+
+def test_every_model_folder_of_a_pipeline_is_held_to_max_params(tiny_pipeline_dir):
+    with pytest.raises(CheckpointError, match=r"over the limit of 1,000: pass max_params=\d+ to load"):
+        vgen.load(tiny_pipeline_dir, max_params=1000)
+
+
 @pytest.fixture
 def llamagen_t2i_release(tmp_path, monkeypatch):
     """Writes files named and laid out as LlamaGen's t2i release (GPT under ``model``, VQ under ``model``), with
