@@ -93,7 +93,7 @@ def test_wrong_inputs_and_files_are_named(tmp_path, inception_layout, seeded) ->
     with pytest.raises(WeightsError, match=r"missing 1 \(fc.bias\); wrong shape 1 \(Mixed_7c.branch_pool"):
         load_fid_inception(tmp_path / "bad.pth")
     (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
-    with pytest.raises(WeightsError, match="cannot read .*junk.pth as a state dict"):
+    with pytest.raises(WeightsError, match="cannot read weights file .*junk.pth: the file is corrupt or not a"):
         load_fid_inception(tmp_path / "junk.pth")
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / "scripted.pt")
     with pytest.raises(WeightsError, match="scripted.pt is a TorchScript archive, not a state dict"):
