@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from vgen.eval.inception import FIDInceptionV3, load_fid_inception, resize_bilinear_tf1
@@ -81,6 +82,16 @@ def test_resize_to_299_equals_torch_fidelity_exactly(reference_inputs) -> None:
     assert np.array_equal(row.numpy(), REFERENCE["inception_resized_row"])
     same = resize_bilinear_tf1(torch.arange(12.0).reshape(1, 1, 3, 4), (3, 4))
     assert torch.equal(same, torch.arange(12.0).reshape(1, 1, 3, 4))  # identity at the input size
+
+
+@pytest.mark.parametrize("size", [64, 128, 299, 512])
+def test_torchmetrics_antialiased_resize_differs_from_tensorflow1_at_every_size_but_299(size: int) -> None:
+    """torchmetrics' default input resize (``antialias=True``, its ``NoTrainInceptionV3``), on a smooth image."""
+    noise = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 255
+    image = F.interpolate(noise, size=(size, size), mode="bicubic").clamp(0, 255).round()
+    antialiased = F.interpolate(image, size=(299, 299), mode="bilinear", align_corners=False, antialias=True)
+    largest = float((antialiased - resize_bilinear_tf1(image, (299, 299))).abs().max())
+    assert largest == 0 if size == 299 else largest > 1  # grey levels of 0..255
 
 
 def test_wrong_inputs_and_files_are_named(tmp_path, inception_layout, seeded) -> None:
