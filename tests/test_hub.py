@@ -150,7 +150,7 @@ def test_from_pretrained_with_missing_or_corrupt_weights(tmp_path: Path) -> None
 
 
 def test_from_pretrained_takes_only_a_path(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match=r"^from_pretrained's path must be a name or path \(str or Path\), got NoneTy"):
+    with pytest.raises(TypeError, match="^from_pretrained's path must be a str or Path, got NoneType$"):
         from_pretrained(None)
     with pytest.raises(ValueError, match="^from_pretrained's path is an empty string"):
         from_pretrained("")
@@ -384,6 +384,8 @@ def test_a_gpt_b_checkpoint_does_not_fit_gpt_l(tmp_path: Path) -> None:
 def test_missing_llamagen_checkpoint_says_where_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="GPT checkpoint not found: .*c2i_L_384.pt.*LlamaGen"):
         read_torch_checkpoint(tmp_path / "c2i_L_384.pt", "GPT")
+    with pytest.raises(TypeError, match="^the GPT checkpoint must be a str or Path, got NoneType$"):
+        read_torch_checkpoint(None, "GPT")
 
 
 class Doubler(torch.nn.Module):

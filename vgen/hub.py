@@ -88,9 +88,9 @@ def local_path(value: object, what: str) -> Path:
     """``value`` as a Path, or a TypeError / ValueError naming the argument ``what`` when it is not a non-empty
     str or Path."""
     if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{what} must be a name or path (str or Path), got {type(value).__name__}")
+        raise TypeError(f"{what} must be a str or Path, got {type(value).__name__}")
     if str(value) == "":
-        raise ValueError(f"{what} is an empty string: pass a name or path")
+        raise ValueError(f"{what} is an empty string")
     return Path(value)
 
 
@@ -256,7 +256,7 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str =
 def read_torch_checkpoint(path: str | Path, what: str) -> dict[str, torch.Tensor]:
     """The state dict inside a LlamaGen ``.pt``: under ``model``, ``ema``, ``module``, ``state_dict`` (first found,
     in that order, as LlamaGen's sample scripts look) or the raw state dict of an FSDP ``consolidated.pth``."""
-    path = Path(path)
+    path = local_path(path, f"the {what} checkpoint")
     if not path.is_file():
         raise CheckpointError(f"{what} checkpoint not found: {path}. Download it from LlamaGen's release "
                               f"(e.g. the Hugging Face repo FoundationVision/LlamaGen) and pass its local path")

@@ -51,10 +51,10 @@ def test_names_and_folders_that_are_not_pipelines_fail_specifically(tmp_path):
 
 
 @pytest.mark.parametrize("value, error, message", [
-    (None, TypeError, r"^vgen.load's name_or_path must be a name or path \(str or Path\), got NoneType$"),
+    (None, TypeError, "^vgen.load's name_or_path must be a str or Path, got NoneType$"),
     (3, TypeError, "got int$"),
     (b"shapes-c2i", TypeError, "got bytes$"),
-    ("", ValueError, "^vgen.load's name_or_path is an empty string: pass a name or path$"),
+    ("", ValueError, "^vgen.load's name_or_path is an empty string$"),
 ])
 def test_a_name_or_path_of_another_type_is_refused_by_name(value, error, message):
     with pytest.raises(error, match=message):
