@@ -3,11 +3,11 @@
 Nothing is downloaded: every loader takes a local path and, when the file is not there, says where to put it.
 Pickled checkpoints are read with ``torch.load(weights_only=True)``; vgen writes safetensors only. A state dict
 that does not fit the model fails with :class:`CheckpointError`, naming the missing and unexpected keys and the
-shapes that differ. A folder is checked before any tensor is allocated: the safetensors header (read without the
-data) must hold at most ``max_params`` values (:data:`MAX_PARAMS` unless raised) and exactly the names and shapes
-of the model its ``config.json`` describes, which is built on the meta device to tell. A folder's ``config.json``
-names its model class by a name of :data:`MODEL_CLASSES`. The models shipped inside the package lie under
-:data:`ASSETS`, where evaluation and training find them without a pipeline.
+shapes that differ. A folder is checked before any tensor is allocated: its safetensors header (read without the
+data) must hold exactly the tensor names and shapes of the model its ``config.json`` describes, built on the meta
+device to tell, and that model at most ``max_params`` values (:data:`MAX_PARAMS` unless raised). A folder's
+``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models shipped inside the package lie
+under :data:`ASSETS`, where evaluation and training find them without a pipeline.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ ASSETS = Path(__file__).parent / "assets"
 PIPELINE_CONFIG = "pipeline.json"
 """The file that makes a folder a pipeline folder (names, image size, defaults), beside its model folders."""
 MAX_PARAMS = 20_000_000_000
-"""The most values a weights file may hold unless ``max_params`` says more: 80 GB in float32."""
+"""The most values (parameters and buffers) a model from a folder may hold unless ``max_params`` says more: 80 GB
+in float32."""
 
 
 class CheckpointError(ValueError):
@@ -129,8 +130,9 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu",
     weights = path / WEIGHTS_NAME
     shapes = safetensors_shapes(weights)
     described = f"the {meta['class']} of {path / CONFIG_NAME}"
-    with parameter_budget(2 * len(shapes) + 16, f"{described} has more than twice the {len(shapes)} tensors of "
-                                                  f"{weights}"), meta_device():
+    limit = 2 * len(shapes) + 16  # room for a config that differs a little, whose keys the mismatch then names
+    with parameter_budget(limit, f"{described} has over {limit} parameter tensors, far more than the {len(shapes)} "
+                                 f"of {weights}"), meta_device():
         skeleton = model_cls(config)
     problem = describe_mismatch({k: tuple(v.shape) for k, v in skeleton.state_dict().items()}, shapes)
     if problem:
