@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,9 +21,11 @@ from vgen.hub import (
     CheckpointError,
     from_pretrained,
     load_weights,
+    meta_device,
     read_safetensors,
     read_torch_checkpoint,
     register_model_class,
+    safetensors_shapes,
     save_pretrained,
 )
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config
@@ -133,13 +137,111 @@ def test_from_pretrained_with_missing_or_corrupt_weights(tmp_path: Path) -> None
     weights = folder / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+    corrupt = f"^cannot read {weights}: the file is corrupt or not a safetensors checkpoint$"
+    with pytest.raises(CheckpointError, match=corrupt):
         from_pretrained(folder)
+    with pytest.raises(CheckpointError, match=corrupt):
+        read_safetensors(weights)
     weights.unlink()
     with pytest.raises(CheckpointError, match="weights file not found: .*model.safetensors"):
         from_pretrained(folder)
     with pytest.raises(CheckpointError, match="not found"):
         read_safetensors(tmp_path / "x.safetensors")
+
+
+def test_from_pretrained_takes_only_a_path(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="^from_pretrained's path must be a str or Path, got NoneType$"):
+        from_pretrained(None)
+    with pytest.raises(ValueError, match="^from_pretrained's path is an empty string"):
+        from_pretrained("")
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="holds a JSON list, not an object"):
+        from_pretrained(tmp_path)
+
+
+def with_config(folder: Path, **changes) -> Path:
+    """``folder``'s config.json with ``changes`` to the model config; the weights stay as they are."""
+    meta = json.loads((folder / "config.json").read_text())
+    meta["config"].update(changes)
+    (folder / "config.json").write_text(json.dumps(meta))
+    return folder
+
+
+@pytest.fixture
+def constructions(monkeypatch) -> list[str]:
+    """The default device at every construction of a LlamaGenGPT that from_pretrained builds."""
+    devices: list[str] = []
+
+    class Recorded(LlamaGenGPT):
+        def __init__(self, config: GPTConfig) -> None:
+            devices.append(torch.get_default_device().type)
+            super().__init__(config)
+
+    monkeypatch.setitem(MODEL_CLASSES, "LlamaGenGPT", (Recorded, GPTConfig))
+    return devices
+
+
+def test_a_config_far_larger_than_its_weights_is_refused_before_anything_is_allocated(tmp_path: Path,
+                                                                                       constructions) -> None:
+    folder = with_config(save_pretrained(randomised(LlamaGenGPT(TINY_GPT)), tmp_path), dim=8192, n_layer=200,
+                         n_head=64)
+    expected = (f"^the LlamaGenGPT of {folder / 'config.json'} has over 52 parameter tensors, far more than the 18 of "
+                rf"{folder / 'model.safetensors'} \(building it stopped at Linear.weight \[\d+, 8192\]\)$")
+    with pytest.raises(CheckpointError, match=expected):
+        from_pretrained(folder)
+    assert constructions == ["meta"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"n_layer": 3}, r"missing keys: layers\.2\.attention\.wo\.weight, .*layers\.2\.ffn_norm\.weight$"),
+    ({"vocab_size": 41}, r"shape mismatches: output\.weight: checkpoint \(40, 64\) vs model \(41, 64\), "
+                         r"tok_embeddings\.weight: checkpoint \(40, 64\) vs model \(41, 64\)$"),
+    ({"dim": 8192, "n_head": 64}, r"shape mismatches: cls_embedding\.embedding_table\.weight: checkpoint "
+                                  r"\(6, 64\) vs model \(6, 8192\), .* \(18 in all\)$"),
+], ids=["a-layer-more", "another-vocabulary", "wider"])
+def test_a_config_that_does_not_fit_its_weights_names_the_keys_before_anything_is_allocated(
+        change: dict, message: str, tmp_path: Path, constructions) -> None:
+    folder = with_config(save_pretrained(randomised(LlamaGenGPT(TINY_GPT)), tmp_path), **change)
+    with pytest.raises(CheckpointError, match=f"^{folder / 'model.safetensors'} does not match the LlamaGenGPT of "
+                                              f"{folder / 'config.json'}: {message}"):
+        from_pretrained(folder)
+    assert constructions == ["meta"]
+
+
+def test_models_over_max_params_are_refused_unless_the_limit_is_raised(tmp_path: Path, constructions) -> None:
+    folder = save_pretrained(randomised(LlamaGenGPT(TINY_GPT)), tmp_path)
+    size = sum(t.numel() for t in LlamaGenGPT(TINY_GPT).state_dict().values())
+    constructions.clear()
+    with pytest.raises(CheckpointError, match=f"^the LlamaGenGPT of {folder / 'config.json'} holds {size:,} values "
+                                              f"in its parameters and buffers, over the limit of 1,000: pass "
+                                              f"max_params={size} to load a model this large$"):
+        from_pretrained(folder, max_params=1000)
+    assert constructions == ["meta"]
+    assert from_pretrained(folder, max_params=size).config == TINY_GPT
+    assert constructions == ["meta", "meta", "cpu"]
+
+
+def test_every_shipped_model_builds_on_the_meta_device_to_its_weights_header() -> None:
+    for path in sorted(ASSETS.rglob("config.json")):
+        meta = json.loads(path.read_text())
+        model_cls, config_cls = MODEL_CLASSES[meta["class"]]
+        with meta_device():
+            skeleton = model_cls(config_cls.from_dict(meta["config"]))
+        state = skeleton.state_dict()
+        assert all(t.is_meta for t in state.values()), path
+        assert {k: tuple(t.shape) for k, t in state.items()} == safetensors_shapes(path.parent / "model.safetensors")
+
+
+def test_the_meta_build_skips_value_initialisation_and_so_never_imports_dynamo() -> None:
+    """normal_, trunc_normal_ and F.normalize have Python meta kernels that import torch._dynamo (seconds)."""
+    code = "import sys; import vgen; vgen.load('shapes-c2i'); print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split() == ["False"]
+    with meta_device():
+        layer = torch.nn.Linear(3, 4)
+        assert torch.nn.init.trunc_normal_(layer.weight) is layer.weight
+        assert torch.nn.functional.normalize(layer.weight).shape == (4, 3)
+        assert torch.empty(4, 3).unsqueeze_(0).shape == (1, 4, 3)  # shape changes still happen
 
 
 def test_save_pretrained_rejects_unregistered_classes(tmp_path: Path) -> None:
@@ -282,30 +384,39 @@ def test_a_gpt_b_checkpoint_does_not_fit_gpt_l(tmp_path: Path) -> None:
 def test_missing_llamagen_checkpoint_says_where_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="GPT checkpoint not found: .*c2i_L_384.pt.*LlamaGen"):
         read_torch_checkpoint(tmp_path / "c2i_L_384.pt", "GPT")
+    with pytest.raises(TypeError, match="^the GPT checkpoint must be a str or Path, got NoneType$"):
+        read_torch_checkpoint(None, "GPT")
 
 
-def test_random_bytes_are_not_a_checkpoint(tmp_path: Path) -> None:
-    path = tmp_path / "vq_ds16_c2i.pt"
-    path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
-                                   dtype=torch.uint8).numpy().tobytes())
-    with pytest.raises(CheckpointError, match="cannot read VQ checkpoint .*vq_ds16_c2i.pt"):
-        read_torch_checkpoint(path, "VQ")
+class Doubler(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2 * x
 
 
-def test_truncated_zip_is_not_a_checkpoint(tmp_path: Path) -> None:
-    path = tmp_path / "c2i.pt"
+def write_truncated(path: Path) -> None:
     torch.save({"model": tiny_state()}, path)
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="cannot read GPT checkpoint .*c2i.pt"):
-        read_torch_checkpoint(path, "GPT")
+    path.write_bytes(path.read_bytes()[:2000])
 
 
-def test_arbitrary_pickled_objects_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "evil.pt"
-    torch.save({"model": tiny_state(), "hook": Path("/")}, path)
-    with pytest.raises(CheckpointError, match="cannot read GPT checkpoint"):
-        read_torch_checkpoint(path, "GPT")
+UNREADABLE = {
+    "random-bytes": lambda path: path.write_bytes(torch.randint(0, 256, (4096,), dtype=torch.uint8,
+                                                                generator=torch.Generator().manual_seed(0))
+                                                  .numpy().tobytes()),
+    "empty": lambda path: path.write_bytes(b""),
+    "truncated-zip": write_truncated,
+    "pickled-object": lambda path: torch.save({"model": tiny_state(), "hook": Path("/")}, path),
+    "torchscript": lambda path: torch.jit.save(torch.jit.script(Doubler()), str(path)),
+}
+
+
+@pytest.mark.parametrize("kind", list(UNREADABLE))
+def test_an_unreadable_checkpoint_is_named_as_corrupt_without_advice_to_unpickle_it(kind: str,
+                                                                                    tmp_path: Path) -> None:
+    path = tmp_path / "vq_ds16_c2i.pt"
+    UNREADABLE[kind](path)
+    with pytest.raises(CheckpointError) as e:
+        read_torch_checkpoint(path, "VQ")
+    assert str(e.value) == f"cannot read VQ checkpoint {path}: the file is corrupt or not a checkpoint"
 
 
 def test_checkpoints_without_a_state_dict_are_refused(tmp_path: Path) -> None:

@@ -3,20 +3,29 @@
 Nothing is downloaded: every loader takes a local path and, when the file is not there, says where to put it.
 Pickled checkpoints are read with ``torch.load(weights_only=True)``; vgen writes safetensors only. A state dict
 that does not fit the model fails with :class:`CheckpointError`, naming the missing and unexpected keys and the
-shapes that differ. A folder's ``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models
-shipped inside the package lie under :data:`ASSETS`, where evaluation and training find them without a pipeline.
+shapes that differ. A folder is checked before any tensor is allocated: its safetensors header (read without the
+data) must hold exactly the tensor names and shapes of the model its ``config.json`` describes, built on the meta
+device to tell, and that model at most ``max_params`` values (:data:`MAX_PARAMS` unless raised). A folder's
+``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models shipped inside the package lie
+under :data:`ASSETS`, where evaluation and training find them without a pipeline.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.models.classifier import ClassifierConfig, ShapesClassifier, ShapesVideoClassifier, VideoClassifierConfig
@@ -34,6 +43,9 @@ ASSETS = Path(__file__).parent / "assets"
 """The embedded models and judges shipped inside the package, one folder each."""
 PIPELINE_CONFIG = "pipeline.json"
 """The file that makes a folder a pipeline folder (names, image size, defaults), beside its model folders."""
+MAX_PARAMS = 20_000_000_000
+"""The most values (parameters and buffers) a model from a folder may hold unless ``max_params`` says more: 80 GB
+in float32."""
 
 
 class CheckpointError(ValueError):
@@ -73,20 +85,39 @@ def save_pretrained(model: nn.Module, path: str | Path, dtype: torch.dtype | Non
     return path
 
 
+def local_path(value: object, what: str) -> Path:
+    """``value`` as a Path, or a TypeError / ValueError naming the argument ``what`` when it is not a non-empty
+    str or Path."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{what} must be a str or Path, got {type(value).__name__}")
+    if str(value) == "":
+        raise ValueError(f"{what} is an empty string")
+    return Path(value)
+
+
 def read_config(path: str | Path) -> dict:
     path = Path(path)
     cfg_path = path / CONFIG_NAME
     if not cfg_path.is_file():
         raise CheckpointError(f"no {CONFIG_NAME} in {path}: expected a folder written by save_pretrained")
     try:
-        return json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
+        meta = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg_path} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{cfg_path} holds a JSON {type(meta).__name__}, not an object with 'class' and 'config'")
+    return meta
 
 
-def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") -> nn.Module:
-    """Build and load a model saved with :func:`save_pretrained`."""
-    path = Path(path)
+def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu",
+                    max_params: int = MAX_PARAMS) -> nn.Module:
+    """Build and load a model saved with :func:`save_pretrained`.
+
+    Before any tensor is allocated, the config's model is built on the meta device and compared with the weights
+    file's header: it must have exactly the header's tensor names and shapes, and at most ``max_params`` values in
+    its parameters and buffers. A config that does not fit its weights, or a model too large, fails in one line.
+    """
+    path = local_path(path, "from_pretrained's path")
     meta = read_config(path)
     if meta.get("class") not in MODEL_CLASSES:
         raise CheckpointError(f"{path / CONFIG_NAME} names model class {meta.get('class')!r}; "
@@ -94,11 +125,89 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
     model_cls, config_cls = MODEL_CLASSES[meta["class"]]
     try:
         config = config_cls.from_dict(meta["config"])
-    except (TypeError, ValueError, KeyError) as e:
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise CheckpointError(f"bad model config in {path / CONFIG_NAME}: {e}") from None
+    weights = path / WEIGHTS_NAME
+    shapes = safetensors_shapes(weights)
+    described = f"the {meta['class']} of {path / CONFIG_NAME}"
+    limit = 2 * len(shapes) + 16  # room for a config that differs a little, whose keys the mismatch then names
+    with parameter_budget(limit, f"{described} has over {limit} parameter tensors, far more than the {len(shapes)} "
+                                 f"of {weights}"), meta_device():
+        skeleton = model_cls(config)
+    problem = describe_mismatch({k: tuple(v.shape) for k, v in skeleton.state_dict().items()}, shapes)
+    if problem:
+        raise CheckpointError(f"{weights} does not match {described}: {problem}")
+    size = sum(t.numel() for t in (*skeleton.parameters(), *skeleton.buffers()))
+    if size > max_params:
+        raise CheckpointError(f"{described} holds {size:,} values in its parameters and buffers, over the limit of "
+                              f"{max_params:,}: pass max_params={size} to load a model this large")
     model = model_cls(config)
-    load_weights(model, read_safetensors(path / WEIGHTS_NAME), source=str(path / WEIGHTS_NAME))
+    load_weights(model, read_safetensors(weights), source=str(weights))
     return model.to(map_location).eval()
+
+
+class _SkipMetaValues(TorchFunctionMode):
+    """On meta tensors, skips what computes values only: in-place ops (``normal_``, ``uniform_``, ``copy_``, ...,
+    but not those that change a shape) and :data:`SAME_SHAPE` functions, whose result is an empty tensor of the
+    input's shape. Meta tensors have no values, and the meta kernels of some of these ops are written in Python
+    and import ``torch._dynamo`` (seconds) on first use."""
+
+    SHAPE_OPS = frozenset({"resize_", "resize_as_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapdims_",
+                           "swapaxes_", "as_strided_", "set_"})
+    SAME_SHAPE = frozenset({torch.nn.functional.normalize})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if target is not None and target.is_meta:
+            name = getattr(func, "__name__", "")
+            if name.endswith("_") and not name.startswith("_") and name not in self.SHAPE_OPS:
+                return target
+            if func in self.SAME_SHAPE:
+                return torch.empty_like(target)
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def meta_device() -> Iterator[None]:
+    """Build modules on the meta device (shapes without data), skipping their value initialisation."""
+    with torch.device("meta"), _SkipMetaValues():
+        yield
+
+
+@contextmanager
+def parameter_budget(tensors: int, what: str) -> Iterator[None]:
+    """Stop a model's construction (in this thread) with a :class:`CheckpointError` starting with ``what`` once it
+    has registered more than ``tensors`` parameters: a config far larger than its weights file then fails after a
+    bounded number of modules, however many layers it asks for."""
+    thread, seen = threading.get_ident(), [0]
+
+    def count(module: nn.Module, name: str, param: torch.Tensor | None) -> None:
+        if param is None or threading.get_ident() != thread:
+            return
+        seen[0] += 1
+        if seen[0] > tensors:
+            raise CheckpointError(f"{what} (building it stopped at {type(module).__name__}.{name} "
+                                  f"{list(param.shape)})")
+
+    handle = torch.nn.modules.module.register_module_parameter_registration_hook(count)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def safetensors_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the tensors in a safetensors file, from its header alone (no tensor data is read)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"weights file not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = f.keys()
+            return {k: tuple(f.get_slice(k).get_shape()) for k in names}
+    except (SafetensorError, OSError, ValueError):
+        raise CheckpointError(f"cannot read {path}: the file is corrupt or not a safetensors checkpoint") from None
 
 
 def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
@@ -107,14 +216,13 @@ def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"weights file not found: {path}")
     try:
         return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path} as safetensors ({e}); the file is corrupt or truncated") from None
+    except (SafetensorError, OSError, ValueError):
+        raise CheckpointError(f"cannot read {path}: the file is corrupt or not a safetensors checkpoint") from None
 
 
-def describe_mismatch(model: nn.Module, state: dict[str, torch.Tensor], ignore: tuple[str, ...] = ()) -> str:
-    """Empty when ``state`` fits ``model`` exactly; else a message naming every difference."""
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in state.items() if not k.startswith(ignore)}
+def describe_mismatch(expected: dict[str, tuple[int, ...]], got: dict[str, tuple[int, ...]]) -> str:
+    """Empty when the tensor shapes ``got`` are exactly the ``expected`` ones; else a message naming every
+    difference."""
     missing = sorted(set(expected) - set(got))
     unexpected = sorted(set(got) - set(expected))
     shapes = [f"{k}: checkpoint {got[k]} vs model {expected[k]}" for k in sorted(set(got) & set(expected))
@@ -136,7 +244,8 @@ def describe_mismatch(model: nn.Module, state: dict[str, torch.Tensor], ignore: 
 def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str = "checkpoint",
                  ignore: tuple[str, ...] = ()) -> None:
     """Strictly load ``state`` into ``model``, or raise :class:`CheckpointError` describing the mismatch."""
-    problem = describe_mismatch(model, state, ignore)
+    problem = describe_mismatch({k: tuple(v.shape) for k, v in model.state_dict().items()},
+                                {k: tuple(v.shape) for k, v in state.items() if not k.startswith(ignore)})
     if problem:
         raise CheckpointError(f"{source} does not match {type(model).__name__}: {problem}")
     model.load_state_dict({k: v for k, v in state.items() if not k.startswith(ignore)}, strict=True)
@@ -149,17 +258,11 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str =
 def read_torch_checkpoint(path: str | Path, what: str) -> dict[str, torch.Tensor]:
     """The state dict inside a LlamaGen ``.pt``: under ``model``, ``ema``, ``module``, ``state_dict`` (first found,
     in that order, as LlamaGen's sample scripts look) or the raw state dict of an FSDP ``consolidated.pth``."""
-    path = Path(path)
+    path = local_path(path, f"the {what} checkpoint")
     if not path.is_file():
         raise CheckpointError(f"{what} checkpoint not found: {path}. Download it from LlamaGen's release "
                               f"(e.g. the Hugging Face repo FoundationVision/LlamaGen) and pass its local path")
-    try:
-        # LlamaGen's trainers pickle their argparse options next to the weights ("args"): allow that class
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for truncated zips, pickles, or disallowed globals
-        raise CheckpointError(f"cannot read {what} checkpoint {path}: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else 'unreadable'}") from None
+    ckpt = torch_load(path, f"{what} checkpoint")
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{what} checkpoint {path} holds a {type(ckpt).__name__}, not a state dict")
     for key in ("model", "ema", "module", "state_dict"):
@@ -171,3 +274,15 @@ def read_torch_checkpoint(path: str | Path, what: str) -> dict[str, torch.Tensor
     if not state:
         raise CheckpointError(f"{what} checkpoint {path} holds no tensors")
     return state
+
+
+def torch_load(path: str | Path, what: str = "checkpoint") -> object:
+    """``torch.load(weights_only=True)`` on the CPU: tensors and plain containers (and the argparse options that
+    LlamaGen's trainers pickle beside the weights), never code. A file torch cannot read that way is a
+    :class:`CheckpointError` saying it is corrupt or not a checkpoint, and no more."""
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "'torch.load' received a zip file that looks like a TorchScript")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # truncated zips, foreign pickles, disallowed globals, TorchScript archives: torch varies
+        raise CheckpointError(f"cannot read {what} {path}: the file is corrupt or not a checkpoint") from None

@@ -101,7 +101,7 @@ def test_missing_corrupt_and_mismatched_checkpoints(tiny_pipeline_dir, tmp_path,
         (corrupt / sub / "config.json").write_text((tiny_pipeline_dir / sub / "config.json").read_text())
         (corrupt / sub / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     code, _, err = run(["sample", "--model", str(corrupt)], capsys)
-    assert code == 2 and "corrupt or truncated" in err
+    assert code == 2 and "the file is corrupt or not a safetensors checkpoint" in err
 
     mismatched = tmp_path / "mismatched"
     mismatched.mkdir()

@@ -43,7 +43,8 @@ def test_fid_equals_torchmetrics_on_the_shapes_features(tmp_path) -> None:
     real, fake = shapes(20, 200), shapes(21, 200)  # more samples than the 192 dimensions
     np.savez(tmp_path / "real.npz", arr_0=real)
     np.savez(tmp_path / "fake.npz", arr_0=fake)
-    ours = frechet_report(tmp_path / "real.npz", tmp_path / "fake.npz", EvalSettings(), kid_subsets=2)
+    ours = frechet_report(tmp_path / "real.npz", tmp_path / "fake.npz", EvalSettings(), kid_subsets=2,
+                          kid_subset_size=100)
     assert ours["fid"] == pytest.approx(torchmetrics_fid(ShapesFeatureModule(), real, fake), rel=1e-6)
     assert ours["warnings"] == [] and ours["resolution_real"] == [64, 64]
 
@@ -110,6 +111,31 @@ def test_fvd_over_video_sets_and_stats_files(video_sets, tmp_path, capsys) -> No
     assert stats["count"] == 20 and stats["resolution"] == [8, 64, 64] and stats["features"] == "shapes-video"
     from_stats = fvd(tmp_path / "a_stats.npz", r / "b.npz", capsys)
     assert from_stats["fvd"] == pytest.approx(close["fvd"], rel=1e-12) and from_stats["kvd_mean"] is None
+
+
+def test_kvd_records_its_subset_size_and_refuses_one_larger_than_a_set(video_sets, monkeypatch, capsys) -> None:
+    r = video_sets
+    default = fvd(r / "a.npz", r / "b.npz", capsys, "--kid-subsets", "2")
+    assert (default["kvd_subset_size"], default["kvd_subsets"]) == (20, 2) and default["kvd_std"] < 1e-12
+    assert ("KVD uses subsets of 20 samples, the smaller set's size, instead of 1000: it compares only with KVD on "
+            "subsets of 20; every subset is a whole set, so kvd_std is 0") in default["warnings"]
+    chosen = fvd(r / "a.npz", r / "b.npz", capsys, "--kid-subsets", "3", "--kid-subset-size", "10")
+    assert (chosen["kvd_subset_size"], chosen["kvd_subsets"]) == (10, 3) and chosen["kvd_std"] > 0
+    assert not any("KVD uses subsets" in w for w in chosen["warnings"])
+    monkeypatch.setattr("vgen.eval.evaluate.side_stats", lambda *a: pytest.fail("features computed"))
+    assert main(["eval", "fvd", "--real", str(r / "a.npz"), "--fake", str(r / "b.npz"), "--kid-subset-size", "21"]) == 2
+    assert capsys.readouterr().err == (f"vgen: error: {r / 'a.npz'} holds 20 videos, fewer than the KVD subset size "
+                                       f"of 21: pass a subset size of at most 20\n")
+
+
+def test_a_stats_file_that_is_not_finite_fails_in_one_line_without_a_result(tmp_path, capsys) -> None:
+    np.savez(tmp_path / "nan.npz", mu=np.array([np.nan, 0.0, 0.0]), sigma=np.eye(3))
+    GaussianStats(np.zeros(3), np.eye(3), 10, "shapes", (64, 64)).save(str(tmp_path / "ok.npz"))
+    assert main(["eval", "fid", "--real", str(tmp_path / "nan.npz"), "--fake", str(tmp_path / "ok.npz"), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"vgen: error: {tmp_path / 'nan.npz'}: the statistics' mu holds 1 NaN or infinite values; "
+                            f"recompute them\n")
 
 
 def test_warnings_reach_stderr(video_sets, capsys) -> None:

@@ -114,6 +114,16 @@ def test_eval_errors_are_one_line(tmp_path, capsys) -> None:
     assert "unknown feature set 'clip'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["fid", "--fake", "x", "--real"], ["stats", "--out", "s.npz", "--images"]],
+                         ids=["fid", "stats"])
+def test_a_file_named_npz_that_is_not_one_is_named(command, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "samples.npz").write_bytes(b"\x80\x04K\x01.")  # a pickle, which numpy would only unpickle
+    assert main(["eval", *command, str(tmp_path / "samples.npz")]) == 2
+    assert capsys.readouterr().err == (f"vgen: error: cannot read {tmp_path / 'samples.npz'}: the file is corrupt or "
+                                       f"not an .npz archive\n")
+
+
 def test_shapes_video_features_come_from_the_shipped_network(test_clips) -> None:
     from vgen.eval.classifier import SHIPPED_VIDEO_CLASSIFIER, load_shapes_video_classifier
     from vgen.eval.features import SHAPES_VIDEO, clip_input, shipped_sha256

@@ -1,7 +1,7 @@
 """FID and KID against independent formulas: the eigenvalue route to tr sqrt(S1 S2) equals a 50-digit symmetric
 square root on random, ill-conditioned and rank-deficient covariances, closed forms hold for shifted isotropic and
-commuting covariances, parts dropped beyond rounding are reported, and KID is the unbiased polynomial-kernel
-MMD^2."""
+commuting covariances, parts dropped beyond rounding are reported, KID is the unbiased polynomial-kernel MMD^2 on
+subsets no larger than a set, and statistics files that are not finite statistics, or not .npz files, are named."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ from vgen.eval.fid import (
     check_comparable,
     frechet_distance,
     kernel_inception_distance,
+    kid_subset_size_for,
+    npz_keys,
+    read_npy,
+    read_npz,
 )
 
 
@@ -162,6 +166,58 @@ def test_stats_round_trip_and_bad_files(tmp_path) -> None:
         GaussianStats.of(np.zeros((1, 4)))
     with pytest.raises(ValueError, match="feature sizes differ"):
         frechet_distance(stats, GaussianStats.of(rng.normal(size=(10, 3))))
+
+
+@pytest.mark.parametrize("name, value", [("mu", np.nan), ("sigma", np.inf)])
+def test_statistics_that_are_not_finite_are_refused_naming_the_file(name: str, value: float, tmp_path) -> None:
+    arrays = {"mu": np.zeros(3), "sigma": np.eye(3)}
+    arrays[name].flat[1] = value
+    np.savez(tmp_path / "s.npz", **arrays)
+    message = f"the statistics' {name} holds 1 NaN or infinite values; recompute them"
+    with pytest.raises(ValueError, match=f"^{tmp_path / 's.npz'}: {message}$"):
+        GaussianStats.load(str(tmp_path / "s.npz"))
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        GaussianStats(arrays["mu"], arrays["sigma"], 10)
+
+
+def test_statistics_of_mismatched_sizes_are_refused(tmp_path) -> None:
+    np.savez(tmp_path / "s.npz", mu=np.zeros(2), sigma=np.eye(3))
+    with pytest.raises(ValueError, match=r"s\.npz: statistics need mu \[d\] and sigma \[d, d\], got \[2\] and \[3, 3"):
+        GaussianStats.load(str(tmp_path / "s.npz"))
+
+
+def test_files_that_numpy_cannot_read_as_named_are_named(tmp_path) -> None:
+    (tmp_path / "text.npz").write_text("mu, sigma")
+    for read in (npz_keys, lambda p: read_npz(p, ["mu"]), lambda p: GaussianStats.load(str(p))):
+        with pytest.raises(ValueError, match=f"^cannot read {tmp_path / 'text.npz'}: the file is corrupt or not an "
+                                             r"\.npz archive$"):
+            read(tmp_path / "text.npz")
+    np.save(tmp_path / "array.npy", np.zeros(3))
+    (tmp_path / "array.npy").rename(tmp_path / "array.npz")
+    with pytest.raises(ValueError, match=r"array\.npz is a single \.npy array, not an \.npz archive$"):
+        npz_keys(tmp_path / "array.npz")
+    np.savez(tmp_path / "arrays.npz", arr_0=np.zeros(3))
+    (tmp_path / "arrays.npz").rename(tmp_path / "arrays.npy")
+    with pytest.raises(ValueError, match=r"arrays\.npy is an \.npz archive, not an \.npy array$"):
+        read_npy(tmp_path / "arrays.npy")
+    (tmp_path / "text.npy").write_text("mu, sigma")
+    with pytest.raises(ValueError, match=r"^cannot read .*text\.npy: the file is corrupt or not an \.npy array$"):
+        read_npy(tmp_path / "text.npy")
+    np.savez(tmp_path / "objects.npz", mu=np.array([{"x": 1}], dtype=object), sigma=np.eye(1))
+    with pytest.raises(ValueError, match=r"^cannot read array 'mu' of .*objects\.npz: the file is corrupt or the array "
+                                         r"holds Python objects$"):
+        GaussianStats.load(str(tmp_path / "objects.npz"))
+
+
+def test_kid_subsets_are_never_larger_than_a_set() -> None:
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=(30, 4)), rng.normal(size=(40, 4))
+    with pytest.raises(ValueError, match="^KID subsets of 31 samples need at least 31 on each side, but a side has 30: "
+                                         "pass a subset size of at most 30$"):
+        kernel_inception_distance(x, y, subsets=2, subset_size=31)
+    with pytest.raises(ValueError, match="KID subset size must be at least 2, got 1"):
+        kernel_inception_distance(x, y, subsets=2, subset_size=1)
+    assert kid_subset_size_for(64) == 64 and kid_subset_size_for(5000) == 1000 and kid_subset_size_for(64, 32) == 32
 
 
 def test_stats_keep_their_provenance_and_refuse_other_features(tmp_path) -> None:

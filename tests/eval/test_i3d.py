@@ -1,8 +1,10 @@
-"""I3D for FVD: pytorch-i3d's key layout, VideoGPT / TATS' network and preprocessing (their outputs for the same
-seeded weights, see data/README.md), and StyleGAN-V's TorchScript calling convention."""
+"""I3D for FVD: pytorch-i3d's key layout, VideoGPT / TATS' network and TATS' preprocessing (their outputs for the
+same seeded weights, see data/README.md), StyleGAN-V's TorchScript calling convention, and TorchScript files run
+only when trusted."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -10,8 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from vgen.apps.cli import main
 from vgen.eval.i3d import I3DFeatures, InceptionI3d, preprocess
-from vgen.eval.weights import WeightsError, is_torchscript
+from vgen.eval.weights import WeightsError, is_torchscript, sha256_of
 
 REFERENCE = np.load(os.path.join(os.path.dirname(__file__), "data", "reference_outputs.npz"))
 
@@ -72,7 +75,7 @@ def test_a_torchscript_file_is_called_as_stylegan_v_calls_it(weights_file, refer
     traced = torch.jit.trace(state_dict_model.model, preprocess(torch.from_numpy(videos)), check_trace=False)
     torch.jit.save(torch.jit.script(StyleGANVStandIn(traced)), tmp_path / "i3d_torchscript.pt")
     assert is_torchscript(tmp_path / "i3d_torchscript.pt") and not is_torchscript(weights_file)
-    scripted = I3DFeatures(tmp_path / "i3d_torchscript.pt")
+    scripted = I3DFeatures(tmp_path / "i3d_torchscript.pt", trust_torchscript=True)
     assert scripted.torchscript
     np.testing.assert_allclose(scripted(videos), REFERENCE["i3d_logits"], rtol=1e-5, atol=1e-4)
 
@@ -84,5 +87,33 @@ def test_bad_weight_files_are_named(tmp_path, i3d_layout, seeded) -> None:
     with pytest.raises(WeightsError, match=r"do not fit I3D .*wrong shape 1 \(logits.conv3d.weight\)"):
         I3DFeatures(tmp_path / "k600.pt")
     (tmp_path / "junk.pt").write_bytes(b"\x00" * 64)
-    with pytest.raises(WeightsError, match="cannot read .*junk.pt as a state dict"):
+    with pytest.raises(WeightsError, match="^cannot read weights file .*junk.pt: the file is corrupt or not a checkp"):
         I3DFeatures(tmp_path / "junk.pt")
+
+
+class Constant(torch.nn.Module):
+    """A crafted "I3D" with StyleGAN-V's signature: the same features for every clip, so every FVD is 0."""
+
+    def forward(self, x: torch.Tensor, rescale: bool = False, resize: bool = False,
+                return_features: bool = False) -> torch.Tensor:
+        return torch.zeros(x.shape[0], 400)
+
+
+def test_a_torchscript_file_runs_only_when_trusted(tmp_path, monkeypatch, capsys) -> None:
+    crafted = tmp_path / "i3d_torchscript.pt"
+    torch.jit.save(torch.jit.script(Constant()), str(crafted))
+    videos = np.random.default_rng(0).integers(0, 256, (4, 16, 8, 8, 3), np.uint8)
+    np.savez(tmp_path / "a.npz", arr_0=videos)
+    np.savez(tmp_path / "b.npz", arr_0=255 - videos)
+    fvd = ["eval", "fvd", "--real", str(tmp_path / "a.npz"), "--fake", str(tmp_path / "b.npz"), "--features", "i3d",
+           "--weights", str(crafted)]
+    with monkeypatch.context() as m:
+        m.setattr(torch.jit, "load", lambda *a, **k: pytest.fail("an untrusted TorchScript file was loaded"))
+        with pytest.raises(WeightsError, match=rf"^{crafted} is a TorchScript file \(SHA-256 {sha256_of(crafted)}\): "
+                                               r"loading it runs the code inside it .*pass --trust-torchscript"):
+            I3DFeatures(crafted)
+        assert main(fvd) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"vgen: error: {crafted} is a TorchScript file")
+    assert main(fvd + ["--trust-torchscript", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fvd"] == 0  # what a crafted file can do once trusted

@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from vgen.eval.inception import FIDInceptionV3, load_fid_inception, resize_bilinear_tf1
@@ -83,6 +84,16 @@ def test_resize_to_299_equals_torch_fidelity_exactly(reference_inputs) -> None:
     assert torch.equal(same, torch.arange(12.0).reshape(1, 1, 3, 4))  # identity at the input size
 
 
+@pytest.mark.parametrize("size", [64, 128, 299, 512])
+def test_torchmetrics_antialiased_resize_differs_from_tensorflow1_at_every_size_but_299(size: int) -> None:
+    """torchmetrics' default input resize (``antialias=True``, its ``NoTrainInceptionV3``), on a smooth image."""
+    noise = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 255
+    image = F.interpolate(noise, size=(size, size), mode="bicubic").clamp(0, 255).round()
+    antialiased = F.interpolate(image, size=(299, 299), mode="bilinear", align_corners=False, antialias=True)
+    largest = float((antialiased - resize_bilinear_tf1(image, (299, 299))).abs().max())
+    assert largest == 0 if size == 299 else largest > 1  # grey levels of 0..255
+
+
 def test_wrong_inputs_and_files_are_named(tmp_path, inception_layout, seeded) -> None:
     with pytest.raises(ValueError, match="expected uint8 images"):
         FIDInceptionV3()(torch.zeros(1, 3, 8, 8))
@@ -93,7 +104,7 @@ def test_wrong_inputs_and_files_are_named(tmp_path, inception_layout, seeded) ->
     with pytest.raises(WeightsError, match=r"missing 1 \(fc.bias\); wrong shape 1 \(Mixed_7c.branch_pool"):
         load_fid_inception(tmp_path / "bad.pth")
     (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
-    with pytest.raises(WeightsError, match="cannot read .*junk.pth as a state dict"):
+    with pytest.raises(WeightsError, match="cannot read weights file .*junk.pth: the file is corrupt or not a"):
         load_fid_inception(tmp_path / "junk.pth")
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / "scripted.pt")
     with pytest.raises(WeightsError, match="scripted.pt is a TorchScript archive, not a state dict"):

@@ -53,6 +53,22 @@ def test_names_and_folders_that_are_not_pipelines_fail_specifically(tmp_path):
         vgen.load(tmp_path / "bad")
 
 
+@pytest.mark.parametrize("value, error, message", [
+    (None, TypeError, "^vgen.load's name_or_path must be a str or Path, got NoneType$"),
+    (3, TypeError, "got int$"),
+    (b"shapes-c2i", TypeError, "got bytes$"),
+    ("", ValueError, "^vgen.load's name_or_path is an empty string$"),
+])
+def test_a_name_or_path_of_another_type_is_refused_by_name(value, error, message):
+    with pytest.raises(error, match=message):
+        vgen.load(value)
+
+
+def test_every_model_folder_of_a_pipeline_is_held_to_max_params(tiny_pipeline_dir):
+    with pytest.raises(CheckpointError, match=r"over the limit of 1,000: pass max_params=\d+ to load"):
+        vgen.load(tiny_pipeline_dir, max_params=1000)
+
+
 def test_llamagens_t2i_checkpoints_load_as_a_prompt_pipeline(llamagen_t2i_release, tmp_path):
     """The image size comes from the released file name, and the pipeline takes T5 features."""
     gpt, gpt_file, vq_file = llamagen_t2i_release(16)

@@ -25,6 +25,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     fvd = esub.add_parser("fvd", help="FVD and KVD between two video sets (folders of mp4/gif, .npz, .npy or stats)")
     _add_sides(fvd, "shapes (per-frame, averaged over time) or i3d (default: what a stats side records, else shapes)")
     fvd.add_argument("--num-frames", type=int, default=16, help="frames per clip (the first ones; default 16)")
+    _add_trust(fvd)
     stats = esub.add_parser("stats", help="precompute a set's feature statistics (mu, sigma, provenance) as .npz")
     src = stats.add_mutually_exclusive_group(required=True)
     src.add_argument("--images", help="image set: folder, .npz (arr_0) or .npy")
@@ -32,6 +33,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     stats.add_argument("--out", required=True, help=".npz to write")
     _add_features(stats, "shapes, inception (images) or i3d (videos); default shapes")
     stats.add_argument("--num-frames", type=int, default=16, help="frames per clip for --videos (default 16)")
+    _add_trust(stats)
     for parser, func in ((fid, run_eval_fid), (fvd, run_eval_fvd), (stats, run_eval_stats)):
         parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help=JSON_HELP)
         parser.set_defaults(func=func)
@@ -42,7 +44,15 @@ def _add_sides(p: argparse.ArgumentParser, features_help: str) -> None:
     p.add_argument("--fake", required=True)
     _add_features(p, features_help)
     p.add_argument("--kid-subsets", type=int, default=100)
-    p.add_argument("--kid-subset-size", type=int, default=1000)
+    p.add_argument("--kid-subset-size", type=int, default=None,
+                   help="samples per KID subset; a smaller set is an error (default: 1000, or the smaller set's size "
+                        "with a warning)")
+
+
+def _add_trust(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trust-torchscript", action="store_true",
+                   help="run a TorchScript I3D weights file (StyleGAN-V's i3d_torchscript.pt): it is code and runs "
+                        "with your permissions, so only for a file whose source you trust")
 
 
 def _add_features(p: argparse.ArgumentParser, features_help: str) -> None:
@@ -62,7 +72,7 @@ def _settings(args: argparse.Namespace, media: str):
     if num_frames < 1:
         raise UsageError(f"--num-frames must be >= 1, got {num_frames}")
     return EvalSettings(media, args.features, args.weights, not args.no_verify_weights, args.device, args.batch_size,
-                        num_frames, progress=True)
+                        num_frames, progress=True, trust_torchscript=getattr(args, "trust_torchscript", False))
 
 
 def _emit(result: dict, args: argparse.Namespace, text: str | None = None) -> None:
@@ -79,7 +89,7 @@ def _emit(result: dict, args: argparse.Namespace, text: str | None = None) -> No
 
 def _run_frechet(args: argparse.Namespace, media: str) -> None:
     check_writable(None if args.json in (None, "-") else args.json, {".json"})
-    if args.kid_subsets < 1 or args.kid_subset_size < 2:
+    if args.kid_subsets < 1 or (args.kid_subset_size is not None and args.kid_subset_size < 2):
         raise UsageError("--kid-subsets must be >= 1 and --kid-subset-size >= 2")
     _emit(frechet_report(args.real, args.fake, _settings(args, media), args.kid_subsets, args.kid_subset_size), args)
 

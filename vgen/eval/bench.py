@@ -43,7 +43,7 @@ from vgen.data.shapes import SPLIT_SEEDS as SHAPE_SPLIT_SEEDS
 from vgen.data.shapes import ShapesConfig, render_batch
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.features import is_stats_file, load_images, shapes_features, shapes_video_features
-from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance
+from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance, kid_subset_size_for
 from vgen.eval.quality import class_accuracy, clip_class_accuracy, token_statistics
 from vgen.eval.sample_many import SamplePlan
 from vgen.eval.videos import load_videos
@@ -280,7 +280,8 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
         stats = GaussianStats.of(feats)
         row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed, **d.row(),
                "fid": frechet_distance(real.stats, stats).fid,
-               "kid": None if real.features is None else kernel_inception_distance(real.features, feats)[0],
+               "kid": None if real.features is None else kernel_inception_distance(
+                   real.features, feats, subset_size=kid_subset_size_for(min(len(real.features), len(feats))))[0],
                "fid_vs_ar": None, "class_accuracy": domain_class_accuracy(pipe, samples, labels)}
         stats_of[spec.label] = stats
         rows.append(row)

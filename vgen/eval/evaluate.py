@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from vgen.eval.features import Extractor, is_stats_file, load_extractor, load_images, recorded_name
-from vgen.eval.fid import GaussianStats, check_comparable, frechet_distance, kernel_inception_distance
+from vgen.eval.fid import (
+    KID_SUBSET_SIZE,
+    GaussianStats,
+    check_comparable,
+    frechet_distance,
+    kernel_inception_distance,
+    kid_subset_size_for,
+)
 from vgen.eval.videos import load_videos
 
 METRICS = {"images": ("fid", "kid"), "videos": ("fvd", "kvd")}
@@ -24,7 +31,8 @@ METRICS = {"images": ("fid", "kid"), "videos": ("fvd", "kvd")}
 @dataclass(frozen=True)
 class EvalSettings:
     """How features are made: the feature set (None: the one a stats file records, else ``shapes``), where its
-    weights are, whether they must be the reference file, and the batching / device / clip length."""
+    weights are, whether they must be the reference file, whether a TorchScript weights file may run (its code runs
+    with the user's permissions), and the batching / device / clip length."""
 
     media: str = "images"
     features: str | None = None
@@ -34,6 +42,7 @@ class EvalSettings:
     batch_size: int = 64
     num_frames: int = 16
     progress: bool = False
+    trust_torchscript: bool = False
 
 
 def _recorded_features(*paths: str | Path) -> str | None:
@@ -46,7 +55,8 @@ def _recorded_features(*paths: str | Path) -> str | None:
 
 
 def _loader(settings: EvalSettings, features: str):
-    return cache(lambda: load_extractor(features, settings.media, settings.weights, settings.verify, settings.device))
+    return cache(lambda: load_extractor(features, settings.media, settings.weights, settings.verify, settings.device,
+                                        settings.trust_torchscript))
 
 
 def _load_data(path: str | Path, settings: EvalSettings) -> np.ndarray:
@@ -55,17 +65,21 @@ def _load_data(path: str | Path, settings: EvalSettings) -> np.ndarray:
     return load_videos(path, settings.num_frames)
 
 
-def side_stats(path: str | Path, settings: EvalSettings, extractor: Extractor) -> tuple[np.ndarray, GaussianStats]:
-    """(features [N, d], stats with provenance) of one image or video set."""
-    data = _load_data(path, settings)
+def side_stats(data: np.ndarray, settings: EvalSettings, extractor: Extractor) -> tuple[np.ndarray, GaussianStats]:
+    """(features [N, d], stats with provenance) of one image or video set, loaded."""
     feats = extractor(data, settings.batch_size, settings.progress)
     return feats, GaussianStats.of(feats, features=extractor.name, resolution=tuple(data.shape[1:-1]),
                                    weights_sha256=extractor.weights_sha256)
 
 
 def frechet_report(real: str | Path, fake: str | Path, settings: EvalSettings = EvalSettings(),
-                   kid_subsets: int = 100, kid_subset_size: int = 1000) -> dict:
-    """FID (images) or FVD (videos) and KID / KVD between ``real`` and ``fake``, with provenance and warnings."""
+                   kid_subsets: int = 100, kid_subset_size: int | None = None) -> dict:
+    """FID (images) or FVD (videos) and KID / KVD between ``real`` and ``fake``, with provenance and warnings.
+
+    KID's subsets hold ``kid_subset_size`` samples (a set with fewer is an error, found before its features are
+    computed); by default :data:`~vgen.eval.fid.KID_SUBSET_SIZE`, or the smaller set's size with a warning. The
+    report records the subset size and count used.
+    """
     metric, kernel = METRICS[settings.media]
     features = recorded_name(settings.features or _recorded_features(real, fake) or "shapes", settings.media)
     extractor = _loader(settings, features)
@@ -79,7 +93,11 @@ def frechet_report(real: str | Path, fake: str | Path, settings: EvalSettings = 
                     raise ValueError(f"{path} holds statistics of {stats.features} features, not {features}")
                 sides[name] = (None, stats)
             else:
-                sides[name] = side_stats(path, settings, extractor())
+                model, data = extractor(), _load_data(path, settings)
+                if kid_subset_size is not None and len(data) < kid_subset_size:
+                    raise ValueError(f"{path} holds {len(data)} {settings.media}, fewer than the {kernel.upper()} "
+                                     f"subset size of {kid_subset_size}: pass a subset size of at most {len(data)}")
+                sides[name] = side_stats(data, settings, model)
         for r in records:
             side_warnings.setdefault(str(r.message), []).append(name)
     caught = [f"{' and '.join(names)}: {message}" for message, names in side_warnings.items()]
@@ -94,11 +112,18 @@ def frechet_report(real: str | Path, fake: str | Path, settings: EvalSettings = 
               "weights_sha256": a.weights_sha256 or b.weights_sha256}
     computed = real_feats is not None or fake_feats is not None
     report["weights_verified"] = extractor().weights_verified if computed else None
-    if real_feats is None or fake_feats is None:
-        report[f"{kernel}_mean"] = report[f"{kernel}_std"] = None  # KID needs features, not a stats file
+    if real_feats is None or fake_feats is None:  # KID needs features, not a stats file
+        report.update({f"{kernel}_{key}": None for key in ("mean", "std", "subset_size", "subsets")})
     else:
+        size = kid_subset_size_for(min(len(real_feats), len(fake_feats)), kid_subset_size)
+        if size < KID_SUBSET_SIZE and kid_subset_size is None:
+            whole = len(real_feats) == len(fake_feats) == size
+            caught.append(f"{kernel.upper()} uses subsets of {size} samples, the smaller set's size, instead of "
+                          f"{KID_SUBSET_SIZE}: it compares only with {kernel.upper()} on subsets of {size}"
+                          + (f"; every subset is a whole set, so {kernel}_std is 0" if whole else ""))
         report[f"{kernel}_mean"], report[f"{kernel}_std"] = kernel_inception_distance(
-            real_feats, fake_feats, kid_subsets, kid_subset_size)
+            real_feats, fake_feats, kid_subsets, size)
+        report.update({f"{kernel}_subset_size": size, f"{kernel}_subsets": kid_subsets})
     if settings.media == "videos":
         report["num_frames"] = settings.num_frames
     report.update(sqrt_max_imaginary=result.max_imaginary, sqrt_min_eigenvalue=result.min_eigenvalue,
@@ -109,10 +134,10 @@ def frechet_report(real: str | Path, fake: str | Path, settings: EvalSettings = 
 def compute_stats(path: str | Path, out: str | Path, settings: EvalSettings = EvalSettings()) -> dict:
     """Write the statistics of one set to ``out`` (.npz) and return what was written."""
     extractor = load_extractor(settings.features or "shapes", settings.media, settings.weights, settings.verify,
-                               settings.device)
+                               settings.device, settings.trust_torchscript)
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
-        _, stats = side_stats(path, settings, extractor)
+        _, stats = side_stats(_load_data(path, settings), settings, extractor)
     stats.save(str(out))
     return {"out": str(out), "count": stats.count, "features": stats.features, "resolution": list(stats.resolution),
             "weights_sha256": stats.weights_sha256, "weights_verified": extractor.weights_verified,

@@ -34,6 +34,7 @@ from vgen.eval.classifier import (
     load_shapes_classifier,
     load_shapes_video_classifier,
 )
+from vgen.eval.fid import npz_keys, read_npy, read_npz
 from vgen.eval.i3d import I3D_TORCHSCRIPT, I3D_WEIGHTS, I3DFeatures
 from vgen.eval.inception import FID_INCEPTION_WEIGHTS, load_fid_inception
 from vgen.eval.weights import WeightsSpec, check_hash, find_weights, sha256_of
@@ -51,11 +52,11 @@ def recorded_name(name: str, media: str) -> str:
 
 
 def is_stats_file(path: str | Path) -> bool:
+    """Whether ``path`` is an ``.npz`` holding ``mu`` and ``sigma``; an ``.npz`` numpy cannot open is an error."""
     path = Path(path)
     if path.suffix != ".npz" or not path.is_file():
         return False
-    with np.load(path) as f:
-        return "mu" in f and "sigma" in f
+    return {"mu", "sigma"} <= set(npz_keys(path))
 
 
 def list_folder(path: Path, suffixes: tuple[str, ...], what: str) -> list[Path]:
@@ -78,12 +79,11 @@ def check_array(array: np.ndarray, ndim: int, path: Path, layout: str) -> np.nda
 def load_array(path: Path, ndim: int, layout: str) -> np.ndarray:
     """``arr_0`` of an ``.npz`` or the array of an ``.npy``, checked to be uint8 ``layout``."""
     if path.suffix == ".npz":
-        with np.load(path) as f:
-            if "arr_0" not in f:
-                raise ValueError(f"{path} holds no 'arr_0' array of {layout} (keys: {sorted(f.files)})")
-            array = f["arr_0"]
+        array = read_npz(path, ["arr_0"]).get("arr_0")
+        if array is None:
+            raise ValueError(f"{path} holds no 'arr_0' array of {layout} (keys: {sorted(npz_keys(path))})")
     elif path.suffix == ".npy":
-        array = np.load(path)
+        array = read_npy(path)
     else:
         raise ValueError(f"unsupported input {path}: expected a folder, .npz or .npy")
     return check_array(array, ndim, path, layout)
@@ -177,9 +177,10 @@ class Extractor:
 
 
 def load_extractor(name: str, media: str = "images", weights: str | Path | None = None, verify: bool = True,
-                   device: str = "cpu") -> Extractor:
+                   device: str = "cpu", trust_torchscript: bool = False) -> Extractor:
     """The feature set ``name`` for ``media`` ("images" or "videos"), its weights found as in
-    :mod:`vgen.eval.weights` (``weights`` is the ``--weights`` flag)."""
+    :mod:`vgen.eval.weights` (``weights`` is the ``--weights`` flag). A TorchScript weights file runs only with
+    ``trust_torchscript`` (:class:`~vgen.eval.i3d.I3DFeatures`)."""
     if (name, media) == (SHAPES_VIDEO, "videos"):
         name = "shapes"
     if name not in FEATURE_SETS:
@@ -192,7 +193,7 @@ def load_extractor(name: str, media: str = "images", weights: str | Path | None 
         return _shapes(media, weights)
     if name == "inception":
         return _inception(weights, verify, device)
-    return _i3d(weights, verify, device)
+    return _i3d(weights, verify, device, trust_torchscript)
 
 
 def _shapes(media: str, weights) -> Extractor:
@@ -218,13 +219,13 @@ def _inception(weights, verify: bool, device: str) -> Extractor:
     return Extractor("inception", "images", 2048, digest, verified, fn)
 
 
-def _i3d(weights, verify: bool, device: str) -> Extractor:
+def _i3d(weights, verify: bool, device: str, trust_torchscript: bool) -> Extractor:
     either = WeightsSpec(" or ".join(s.title for s in I3D_WEIGHTS), sum((s.filenames for s in I3D_WEIGHTS), ()),
                          None, "; ".join(s.source for s in I3D_WEIGHTS))
     path = find_weights(either, weights)
     spec = next((s for s in I3D_WEIGHTS if path.name in s.filenames), I3D_TORCHSCRIPT)
     digest, verified = check_hash(spec, path, verify)
-    model = I3DFeatures(path, device)
+    model = I3DFeatures(path, device, trust_torchscript)
 
     def fn(videos: np.ndarray, batch_size: int, progress: bool) -> np.ndarray:
         step = max(1, min(batch_size, 8))

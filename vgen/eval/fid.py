@@ -9,18 +9,69 @@ are dropped and negative eigenvalues clamped to 0 (torch-fidelity's ``sqrt(eigva
 rounding), and both are reported. Rounding keeps them near 1e-16 of the largest eigenvalue; beyond
 :data:`ROUNDING_TOLERANCE` of it they are not rounding, and a :class:`FrechetWarning` says so. KID is the unbiased
 MMD^2 with the polynomial kernel ``(x . y / d + 1)^3``, averaged over random subsets
-(100 subsets of 1000 by default, as torch-fidelity and clean-fid).
+(100 subsets of 1000 by default, as torch-fidelity and clean-fid; a subset larger than a set is an error, as in
+torch-fidelity and torchmetrics).
 """
 
 from __future__ import annotations
 
 import warnings
+import zipfile
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 ROUNDING_TOLERANCE = 1e-6  # relative to the largest |eigenvalue| of S1 S2; measured rounding stays below 1e-15
+KID_SUBSET_SIZE = 1000  # torch-fidelity's and clean-fid's default
+_READ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+@contextmanager
+def _open_npz(path: str | Path) -> Iterator[np.lib.npyio.NpzFile]:
+    try:
+        f = np.load(path)
+    except _READ_ERRORS:
+        raise ValueError(f"cannot read {path}: the file is corrupt or not an .npz archive") from None
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is a single .npy array, not an .npz archive")
+    with f:
+        yield f
+
+
+def npz_keys(path: str | Path) -> list[str]:
+    """The array names in an ``.npz``; a file numpy cannot open as one is a ValueError naming it."""
+    with _open_npz(path) as f:
+        return list(f.files)
+
+
+def read_npz(path: str | Path, keys: Iterable[str]) -> dict[str, np.ndarray]:
+    """Those of the arrays ``keys`` that an ``.npz`` holds; an unreadable file or array is a ValueError naming it."""
+    with _open_npz(path) as f:
+        arrays = {}
+        for key in (k for k in keys if k in f.files):
+            try:
+                arrays[key] = f[key]
+            except _READ_ERRORS:
+                raise ValueError(f"cannot read array {key!r} of {path}: the file is corrupt or the array holds "
+                                 f"Python objects") from None
+        return arrays
+
+
+def read_npy(path: str | Path) -> np.ndarray:
+    """The array of an ``.npy``; a file numpy cannot read as one is a ValueError naming it."""
+    try:
+        array = np.load(path)
+    except _READ_ERRORS:
+        raise ValueError(f"cannot read {path}: the file is corrupt or not an .npy array") from None
+    if not isinstance(array, np.ndarray):
+        array.close()
+        raise ValueError(f"{path} is an .npz archive, not an .npy array")
+    return array
 
 
 class FrechetWarning(UserWarning):
@@ -54,6 +105,15 @@ class GaussianStats:
     resolution: tuple[int, ...] | None = None
     weights_sha256: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.mu.ndim != 1 or self.sigma.shape != (len(self.mu), len(self.mu)):
+            raise ValueError(f"statistics need mu [d] and sigma [d, d], got {list(self.mu.shape)} and "
+                             f"{list(self.sigma.shape)}")
+        for name in ("mu", "sigma"):
+            bad = int(np.count_nonzero(~np.isfinite(getattr(self, name))))
+            if bad:
+                raise ValueError(f"the statistics' {name} holds {bad} NaN or infinite values; recompute them")
+
     @classmethod
     def of(cls, vectors: np.ndarray | torch.Tensor, /, **provenance) -> GaussianStats:
         """Fit to feature vectors [N, d]; warns (:class:`SampleSizeWarning`) when N <= d."""
@@ -73,13 +133,18 @@ class GaussianStats:
 
     @classmethod
     def load(cls, path: str) -> GaussianStats:
-        with np.load(path) as f:
-            if "mu" not in f or "sigma" not in f:
-                raise ValueError(f"{path} is not a statistics file (it needs arrays 'mu' and 'sigma')")
-            text = lambda key: str(f[key]) if key in f else None
+        """The statistics in an ``.npz`` (``mu``, ``sigma`` and what vgen records); a file that is not one, or whose
+        statistics are not finite, is a ValueError naming it."""
+        f = read_npz(path, ("mu", "sigma", "count", "features", "resolution", "weights_sha256"))
+        if "mu" not in f or "sigma" not in f:
+            raise ValueError(f"{path} is not a statistics file (it needs arrays 'mu' and 'sigma')")
+        text = lambda key: str(f[key]) if key in f else None
+        try:
             return cls(f["mu"].astype(np.float64), f["sigma"].astype(np.float64),
                        int(f["count"]) if "count" in f else 0, text("features"),
                        tuple(int(v) for v in f["resolution"]) if "resolution" in f else None, text("weights_sha256"))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
 
 def check_comparable(a: GaussianStats, b: GaussianStats) -> list[str]:
@@ -129,14 +194,25 @@ def frechet_distance(a: GaussianStats, b: GaussianStats) -> FrechetResult:
     return result
 
 
-def kernel_inception_distance(x: np.ndarray, y: np.ndarray, subsets: int = 100, subset_size: int = 1000,
+def kid_subset_size_for(count: int, requested: int | None = None) -> int:
+    """The KID subset size for two sets whose smaller holds ``count`` samples: ``requested`` if given (a ValueError
+    when a set is smaller), else :data:`KID_SUBSET_SIZE` or ``count`` if that is less."""
+    if requested is None:
+        return min(KID_SUBSET_SIZE, count)
+    if requested < 2:
+        raise ValueError(f"the KID subset size must be at least 2, got {requested}")
+    if requested > count:
+        raise ValueError(f"KID subsets of {requested} samples need at least {requested} on each side, but a side has "
+                         f"{count}: pass a subset size of at most {count}")
+    return requested
+
+
+def kernel_inception_distance(x: np.ndarray, y: np.ndarray, subsets: int = 100, subset_size: int = KID_SUBSET_SIZE,
                               seed: int = 0) -> tuple[float, float]:
-    """(mean, std) over ``subsets`` of the unbiased polynomial-kernel MMD^2 between feature sets [N, d], [M, d]
-    (subsets of ``min(subset_size, N, M)`` rows drawn without replacement)."""
+    """(mean, std) over ``subsets`` of the unbiased polynomial-kernel MMD^2 between feature sets [N, d], [M, d],
+    on subsets of ``subset_size`` rows drawn without replacement (a ValueError when N or M is smaller)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    m = min(subset_size, len(x), len(y))
-    if m < 2:
-        raise ValueError(f"KID needs at least 2 samples on each side, got {len(x)} and {len(y)}")
+    m = kid_subset_size_for(min(len(x), len(y)), subset_size)
     d = x.shape[1]
     rng = np.random.default_rng(seed)
     scores = []

@@ -5,10 +5,14 @@ Two kinds of local file work:
 
 - ``i3d_torchscript.pt``, StyleGAN-V's TorchScript port of the tf-hub model. It is called exactly as StyleGAN-V
   calls it: uint8 [B, 3, T, H, W] with ``rescale=True, resize=True, return_features=True``, so it rescales and
-  resizes internally, and vgen's numbers are StyleGAN-V's.
+  resizes internally, and vgen's numbers are StyleGAN-V's. A TorchScript file is a program: loading and calling it
+  runs the code inside it with the user's permissions, and no hash of the published file is known to check it
+  against. So it runs only when the user says they trust it (``trust_torchscript=True``, ``--trust-torchscript``).
 - A state dict in the pytorch-i3d key layout (``i3d_pretrained_400.pt``, the tf-hub weights as converted by
-  VideoGPT / TATS and used by cd-fvd). It runs in :class:`InceptionI3d`, with those projects' preprocessing:
-  ``F.interpolate`` bilinear (``align_corners=False``) to 224x224 per frame, then ``2x / 255 - 1``.
+  VideoGPT / TATS and used by cd-fvd), read as tensors only (``torch.load(weights_only=True)``). It runs in
+  :class:`InceptionI3d`, with TATS' and cd-fvd's preprocessing: ``F.interpolate`` bilinear
+  (``align_corners=False``) to 224x224 per frame, then ``2x / 255 - 1``. (VideoGPT instead scales the short side
+  to 224 and crops the centre; the two agree on square frames.)
 
 The architecture is pytorch-i3d's: TensorFlow "SAME" padding computed from the input size, zero padding before
 the max pools (their inputs are ReLU outputs, so this equals TF's), BatchNorm eps 1e-5 as in VideoGPT's / TATS'
@@ -24,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vgen.eval.weights import WeightsError, WeightsSpec, is_torchscript, load_into, load_state_dict
+from vgen.eval.weights import WeightsError, WeightsSpec, is_torchscript, load_into, load_state_dict, sha256_of
 
 I3D_TORCHSCRIPT = WeightsSpec(
     title="I3D Kinetics-400 TorchScript (StyleGAN-V's i3d_torchscript.pt)",
@@ -133,7 +137,8 @@ class InceptionI3d(nn.Module):
 
 
 def preprocess(videos: torch.Tensor, size: int = INPUT_SIZE) -> torch.Tensor:
-    """uint8 videos [B, T, H, W, 3] -> float [B, 3, T, size, size] in [-1, 1] (VideoGPT / TATS / cd-fvd)."""
+    """uint8 videos [B, T, H, W, 3] -> float [B, 3, T, size, size] in [-1, 1], each frame resized to size x size
+    (TATS / cd-fvd)."""
     b, t, h, w, c = videos.shape
     frames = videos.reshape(b * t, h, w, c).permute(0, 3, 1, 2).float()
     frames = F.interpolate(frames, size=(size, size), mode="bilinear", align_corners=False)
@@ -141,14 +146,19 @@ def preprocess(videos: torch.Tensor, size: int = INPUT_SIZE) -> torch.Tensor:
 
 
 class I3DFeatures:
-    """uint8 videos [N, T, H, W, 3] -> float64 [N, 400] from either kind of weights file."""
+    """uint8 videos [N, T, H, W, 3] -> float64 [N, 400] from either kind of weights file; a TorchScript file only
+    with ``trust_torchscript`` (it is code)."""
 
     num_features = 400
 
-    def __init__(self, path: str | Path, device: str | torch.device = "cpu") -> None:
+    def __init__(self, path: str | Path, device: str | torch.device = "cpu", trust_torchscript: bool = False) -> None:
         self.device = torch.device(device)
         self.torchscript = is_torchscript(path)
         if self.torchscript:
+            if not trust_torchscript:
+                raise WeightsError(f"{path} is a TorchScript file (SHA-256 {sha256_of(path)}): loading it runs the "
+                                   f"code inside it with your permissions; pass --trust-torchscript "
+                                   f"(trust_torchscript=True) only if you trust where it came from")
             try:
                 self.model = torch.jit.load(str(path), map_location=self.device).eval()
             except Exception as e:

@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from vgen.hub import CheckpointError, read_safetensors, torch_load
+
 WEIGHTS_ENV = "VGEN_WEIGHTS_DIR"
 CACHE_DIR = Path.home() / ".cache" / "vgen"
 
@@ -106,13 +108,9 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     if is_torchscript(path):
         raise WeightsError(f"{path} is a TorchScript archive, not a state dict of the reference layout")
     try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            return load_file(str(path))
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a TorchScript archive, a pickle with code, a truncated file
-        raise WeightsError(f"cannot read {path} as a state dict: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+        state = read_safetensors(path) if path.suffix == ".safetensors" else torch_load(path, "weights file")
+    except CheckpointError as e:
+        raise WeightsError(str(e)) from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):

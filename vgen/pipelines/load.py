@@ -14,10 +14,12 @@ import torch
 
 from vgen.hub import (
     ASSETS,
+    MAX_PARAMS,
     PIPELINE_CONFIG,
     CheckpointError,
     from_pretrained,
     load_weights,
+    local_path,
     read_torch_checkpoint,
 )
 from vgen.models.janus import is_janus_folder, load_janus
@@ -62,12 +64,15 @@ def pipeline_folder(name_or_path: str | Path) -> Path:
 
 
 def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "cpu",
-         dtype: torch.dtype | None = None) -> ImagePipeline | VideoPipeline | StreamPipeline:
+         dtype: torch.dtype | None = None,
+         max_params: int = MAX_PARAMS) -> ImagePipeline | VideoPipeline | StreamPipeline:
     """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
     :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
     frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a Janus-Pro folder in ``transformers``'
     layout (:func:`load_janus_pipeline`); a LlamaGen-T2I folder with its :data:`LLAMAGEN_T2I_CONFIG`
-    (:func:`load_llamagen_t2i`)."""
+    (:func:`load_llamagen_t2i`). Each model folder may hold at most ``max_params`` values
+    (:func:`~vgen.hub.from_pretrained`)."""
+    local_path(name_or_path, "vgen.load's name_or_path")
     if is_janus_folder(name_or_path):
         return load_janus_pipeline(name_or_path, device, dtype)
     if (Path(name_or_path) / LLAMAGEN_T2I_CONFIG).is_file():
@@ -78,15 +83,16 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
         info = PipelineInfo(**meta)
     except (json.JSONDecodeError, TypeError) as e:
         raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
+    limit = {"max_params": max_params}
     if (path / MODEL_FOLDER).is_dir():  # a streaming block-diffusion pipeline: no sampler, a tokenizer if latent
-        kl = from_pretrained(path / TOKENIZER_FOLDER) if (path / TOKENIZER_FOLDER).is_dir() else None
-        return StreamPipeline(from_pretrained(path / MODEL_FOLDER), info, kl).to(device, dtype)
-    head = from_pretrained(path / "drafter") if (path / "drafter").is_dir() else None
+        kl = from_pretrained(path / TOKENIZER_FOLDER, **limit) if (path / TOKENIZER_FOLDER).is_dir() else None
+        return StreamPipeline(from_pretrained(path / MODEL_FOLDER, **limit), info, kl).to(device, dtype)
+    head = from_pretrained(path / "drafter", **limit) if (path / "drafter").is_dir() else None
     tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
-    model = from_pretrained(path / "gpt")
+    model = from_pretrained(path / "gpt", **limit)
     if len(model.grid) == 3:  # frames x rows x columns
-        return VideoPipeline(model, from_pretrained(tokenizer_dir), info, head).to(device, dtype)
-    pipe = ImagePipeline(model, from_pretrained(tokenizer_dir), info, head)
+        return VideoPipeline(model, from_pretrained(tokenizer_dir, **limit), info, head).to(device, dtype)
+    pipe = ImagePipeline(model, from_pretrained(tokenizer_dir, **limit), info, head)
     return pipe.to(device, dtype)
 
 
