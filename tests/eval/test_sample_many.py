@@ -121,8 +121,9 @@ def test_an_interrupted_or_damaged_run_resumes_to_the_same_npz(pipe, tmp_path):
                     SamplingParams(**pipe.info.defaults), progress=False)
     assert sorted(p.name for p in (tmp_path / "run").glob("*.png")) == [f"{i:06d}.png" for i in range(4)]
     assert not (tmp_path / "run.npz").exists()
+    (tmp_path / "run" / "000004.png.part").write_bytes(b"\x89PNG")  # what a SIGKILL inside a write leaves
     result = run(pipe, tmp_path / "run", 9, plan, sampler="sjd")
-    assert (result.generated, result.reused) == (5, 4)
+    assert (result.generated, result.reused) == (5, 4) and not list((tmp_path / "run").glob("*.part"))
     for a, b in zip(packed(result.npz), reference):
         assert np.array_equal(a, b)
     (tmp_path / "run" / "000005.png").unlink()
