@@ -36,13 +36,15 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                                    "depends only on i and the settings, not on the number of processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
-    gen.add_argument("--num-samples", type=int, required=True)
+    gen.add_argument("--num-samples", type=int, required=True,
+                     help="images (clips) to draw and pack, exactly: the last batch is cut short")
     gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
                      help="draw labels only from these classes (repeatable; default: every class)")
     gen.add_argument("--balanced", action="store_true",
                      help="classes in turn (every class equally often) instead of uniformly random labels")
     gen.add_argument("--seed", type=int, default=0, help="global seed")
-    gen.add_argument("--batch-size", type=int, default=32, help="images per forward batch on each process")
+    gen.add_argument("--batch-size", type=int, default=32,
+                     help="samples per forward batch on each process (default: 32)")
     out = p.add_argument_group("output")
     out.add_argument("--out", required=True, help="folder of PNGs (created with its parents; rerun to resume)")
     out.add_argument("--npz", default=None, help="packed file to write (default: the --out folder's name + .npz)")
