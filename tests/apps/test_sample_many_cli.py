@@ -1,17 +1,21 @@
 """``vgen sample-many``: two gloo processes under torchrun pack the same .npz as one process, resume after lost
-files or a stop, and the label options hold in the packed file."""
+files or a stop; the label options hold in the packed file; every embedded model kind samples; the README's command
+works in a fresh folder; damaged files and a full disk get one line naming the file."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from vgen.apps.cli import main
 
@@ -41,16 +45,16 @@ def packed(path):
 @pytest.mark.slow
 def test_two_processes_pack_the_same_npz_as_one_and_resume_lost_files(tiny_pipeline_dir, tmp_path):
     common = ["--model", tiny_pipeline_dir, "--num-samples", 13, "--batch-size", 3, "--seed", 4, "--sampler", "sjd"]
-    assert "drew 15 images in this run on 1 process" in check(sample_many(*common, "--out", tmp_path / "one"))
+    assert "drew 13 in this run on 1 process" in check(sample_many(*common, "--out", tmp_path / "one"))
     out = check(torchrun(2, *common, "--out", tmp_path / "two"))
-    assert "wrote 13 samples" in out and "drew 15 images in this run on 2 processes, kept 0" in out
+    assert "wrote 13 samples" in out and "drew 13 in this run on 2 processes, kept 0" in out
     one, two = packed(tmp_path / "one.npz"), packed(tmp_path / "two.npz")
     assert one[0].shape == (13, 16, 16, 3)
     assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
-    for i in (1, 4, 7, 14):  # in batches 0, 1, 2 and 4 of 5 (ranks 0, 1, 0, 0); batch 3 stays whole
+    for i in (1, 4, 7, 12):  # in batches 0, 1, 2 and 4 of 5 (ranks 0, 1, 0, 0; the last one short); 3 stays whole
         (tmp_path / "two" / f"{i:06d}.png").unlink()
     (tmp_path / "two.npz").unlink()
-    assert "drew 12 images in this run on 2 processes, kept 3" in check(torchrun(2, *common, "--out", tmp_path / "two"))
+    assert "drew 10 in this run on 2 processes, kept 3" in check(torchrun(2, *common, "--out", tmp_path / "two"))
     resumed = packed(tmp_path / "two.npz")
     assert np.array_equal(one[0], resumed[0]) and np.array_equal(one[1], resumed[1])
 
@@ -70,7 +74,7 @@ def test_a_stopped_run_resumes_to_the_same_npz(tiny_pipeline_dir, tmp_path):
     assert names == {p.name for p in (tmp_path / "run").glob("*.png")}  # nothing is still running
     assert 10 <= len(names) < 200 and not (tmp_path / "run.npz").exists()  # it was stopped part way
     whole = sum({f"{2 * k:06d}.png", f"{2 * k + 1:06d}.png"} <= names for k in range(100))
-    assert f"drew {200 - 2 * whole} images in this run on 2 processes, kept {2 * whole}" in check(
+    assert f"drew {200 - 2 * whole} in this run on 2 processes, kept {2 * whole}" in check(
         torchrun(2, *common, "--out", tmp_path / "run"))
     check(sample_many(*common, "--out", tmp_path / "ref"))
     for a, b in zip(packed(tmp_path / "run.npz"), packed(tmp_path / "ref.npz")):
@@ -111,9 +115,57 @@ def test_bad_input_gets_one_specific_line_and_exit_2(tiny_pipeline_dir, tmp_path
     assert code == 2 and err.count("\n") == 1 and message in err, err
 
 
-def test_out_must_be_a_folder_in_an_existing_directory(tiny_pipeline_dir, tmp_path, capsys):
+def test_the_readmes_command_draws_exactly_the_samples_asked_for_into_new_folders(tiny_pipeline_dir, tmp_path,
+                                                                                  monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # a fresh checkout: no samples/ folder yet
+    code, out, err = run(["--model", tiny_pipeline_dir, "--num-samples", 5, "--balanced", "--out", "samples/run"],
+                         capsys)
+    assert code == 0 and "wrote 5 samples to samples/run.npz (drew 5 in this run" in out, err
+    assert len(packed("samples/run.npz")[0]) == 5 and len(list(Path("samples/run").glob("*.png"))) == 5
+    code, _, _ = run(["--model", tiny_pipeline_dir, "--num-samples", 2, "--out", "a/b/run", "--npz", "c/d/x.npz"],
+                     capsys)
+    assert code == 0 and len(packed("c/d/x.npz")[0]) == 2
+
+
+def test_out_must_be_a_folder_that_can_be_made(tiny_pipeline_dir, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     for out, message in ((tmp_path / "file", "exists and is not a folder"),
-                         (tmp_path / "no" / "run", "does not exist")):
+                         (tmp_path / "file" / "run", "cannot create the folder of")):
         code, _, err = run(["--model", tiny_pipeline_dir, "--num-samples", 2, "--out", out], capsys)
-        assert code == 2 and message in err
+        assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_damaged_png_is_named_and_drawn_again(tiny_pipeline_dir, tmp_path, capsys):
+    args = ["--model", tiny_pipeline_dir, "--num-samples", 4, "--batch-size", 2, "--out", tmp_path / "run"]
+    assert run(args, capsys)[0] == 0
+    reference = packed(tmp_path / "run.npz")
+    (tmp_path / "run" / "000001.png").write_bytes(b"")
+    code, out, err = run(args, capsys)
+    assert code == 0 and "drew 2 in this run on 1 process, kept 2" in out
+    assert err.startswith(f"vgen: warning: {tmp_path / 'run' / '000001.png'} is damaged") and "drew it again" in err
+    assert all(np.array_equal(a, b) for a, b in zip(packed(tmp_path / "run.npz"), reference))
+
+
+def test_a_full_disk_gets_one_line_naming_the_file_and_leaves_no_part_files(tiny_pipeline_dir, tmp_path,
+                                                                             monkeypatch, capsys):
+    def no_space(self, fp, *args, **kwargs):
+        fp.write(b"\x89PNG partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Image.Image, "save", no_space)
+    code, _, err = run(["--model", tiny_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "run"], capsys)
+    png = tmp_path / "run" / "000000.png"
+    assert code == 2 and err == f"vgen: error: cannot write {png}: No space left on device\n"
+    assert not list(tmp_path.rglob("*.part"))
+
+
+@pytest.mark.parametrize("model", ["shapes-nar", pytest.param("shapes-video-nar", marks=pytest.mark.slow),
+                                   pytest.param("shapes-video-nbp", marks=pytest.mark.slow),
+                                   pytest.param("shapes-c2i-continuous", marks=pytest.mark.slow)])
+def test_every_embedded_model_kind_samples_into_a_fresh_folder(model, tmp_path, capsys):
+    code, out, err = run(["--model", model, "--num-samples", 2, "--batch-size", 2, "--cfg-scale", 1,
+                          "--out", tmp_path / "run"], capsys)
+    assert code == 0 and "wrote 2 samples" in out, err
+    images, labels = packed(tmp_path / "run.npz")
+    frames = (8,) if "video" in model else ()
+    assert images.shape == (2, *frames, 64, 64, 3) and len(labels) == 2

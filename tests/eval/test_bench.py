@@ -200,10 +200,10 @@ def test_the_setup_carries_the_reference_rows_token_statistics(pipe, result, tmp
     """Entropy and top-1 of the distributions AR drew its tokens from, recomputed here from AR's own tokens."""
     plan = SamplePlan(3, 3, (0, 1, 2), balanced=True)
     params = SamplingParams(**pipe.info.defaults)
-    drawn = [pipe(plan.labels(plan.batch_indices(k)), sampler="ar", seed=plan.batch_seed(k), **params.to_dict())
+    drawn = [pipe(plan.labels(plan.batch_indices(k, 6)), sampler="ar", seed=plan.batch_seed(k), **params.to_dict())
              for k in range(2)]
     expected = token_statistics(pipe.model, torch.cat([d.tokens for d in drawn]),
-                                torch.tensor([c for k in range(2) for c in plan.labels(plan.batch_indices(k))]),
+                                torch.tensor([c for k in range(2) for c in plan.labels(plan.batch_indices(k, 6))]),
                                 params)
     figures = result["setup"]["reference_token_statistics"]
     assert figures["tokens_measured"] == 6 * 16
@@ -266,7 +266,7 @@ def test_a_video_model_is_measured_on_clips_by_fvd_and_clip_class_accuracy(tiny_
     assert result["setup"]["features"] == "shapes-video" and "rendered validation clips" in result["setup"]["real"]
     plan = SamplePlan(0, 2, (0, 1, 2), balanced=True)
     params = SamplingParams(**video.info.defaults)
-    drawn = [video(plan.labels(plan.batch_indices(k)), sampler="ar", seed=plan.batch_seed(k), **params.to_dict())
+    drawn = [video(plan.labels(plan.batch_indices(k, 4)), sampler="ar", seed=plan.batch_seed(k), **params.to_dict())
              for k in range(2)]
     videos = np.concatenate([d.videos for d in drawn])
     labels = [c for d in drawn for c in d.class_ids]

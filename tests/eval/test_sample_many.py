@@ -1,14 +1,20 @@
-"""Many samples: which seed and label each index gets, that a run is exactly the pipeline's batches, and that
-interrupted, damaged or extended runs resume to the same packed file (the multi-process runs are in
+"""Many samples: which seed and label each index gets, that a run is exactly the pipeline's batches, that
+interrupted, damaged or extended runs resume to the same packed file, and that a failed write or a damaged record
+leaves the folder usable (every model kind: test_sample_many_models.py; the multi-process runs:
 tests/apps/test_sample_many_cli.py)."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from vgen.eval.sample_many import MANIFEST, SamplePlan, pack_npz, sample_many, weights_fingerprint
 from vgen.pipelines import load
@@ -77,17 +83,17 @@ def test_bad_plans_are_refused(kwargs, message):
 def test_a_run_is_the_pipelines_batches_with_their_seeds_and_labels(pipe, tmp_path):
     plan = SamplePlan(5, 3, (0, 1, 2))
     result = run(pipe, tmp_path / "run", 7, plan)
-    assert result.npz == tmp_path / "run.npz" and (result.generated, result.reused) == (9, 0)
+    assert result.npz == tmp_path / "run.npz" and (result.generated, result.reused) == (7, 0)
     images, labels = packed(result.npz)
     assert images.shape == (7, 16, 16, 3) and images.dtype == np.uint8
     assert labels.dtype == np.int64 and labels.tolist() == plan.labels(range(7))
+    assert [len(plan.batch_indices(k, 7)) for k in range(3)] == [3, 3, 1]  # the last batch is cut short
     for k in range(3):
-        idx = plan.batch_indices(k)
+        idx = plan.batch_indices(k, 7)
         expected = pipe(plan.labels(idx), seed=plan.batch_seed(k)).images
         for i, image in zip(idx, expected):
-            assert (tmp_path / "run" / f"{i:06d}.png").is_file()  # whole batches: 9 PNGs for 7 samples
-            if i < 7:
-                assert np.array_equal(images[i], np.asarray(image))
+            assert np.array_equal(images[i], np.asarray(image))
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.png")) == [f"{i:06d}.png" for i in range(7)]
     assert len({im.tobytes() for im in images}) == 7
 
 
@@ -115,25 +121,30 @@ def test_an_interrupted_or_damaged_run_resumes_to_the_same_npz(pipe, tmp_path):
                     SamplingParams(**pipe.info.defaults), progress=False)
     assert sorted(p.name for p in (tmp_path / "run").glob("*.png")) == [f"{i:06d}.png" for i in range(4)]
     assert not (tmp_path / "run.npz").exists()
+    (tmp_path / "run" / "000004.png.part").write_bytes(b"\x89PNG")  # what a SIGKILL inside a write leaves
     result = run(pipe, tmp_path / "run", 9, plan, sampler="sjd")
-    assert (result.generated, result.reused) == (6, 4)
+    assert (result.generated, result.reused) == (5, 4) and not list((tmp_path / "run").glob("*.part"))
     for a, b in zip(packed(result.npz), reference):
         assert np.array_equal(a, b)
     (tmp_path / "run" / "000005.png").unlink()
     result = run(pipe, tmp_path / "run", 9, plan, sampler="sjd")
-    assert (result.generated, result.reused) == (2, 8)
+    assert (result.generated, result.reused) == (2, 7)
     for a, b in zip(packed(result.npz), reference):
         assert np.array_equal(a, b)
 
 
-def test_a_larger_count_extends_a_finished_run(pipe, tmp_path):
+def test_a_larger_count_extends_a_finished_run_to_what_a_fresh_run_of_that_size_packs(pipe, tmp_path):
     plan = SamplePlan(0, 4, (0, 1, 2), balanced=True)
     small = packed(run(pipe, tmp_path / "run", 6, plan).npz)
     result = run(pipe, tmp_path / "run", 11, plan)
-    assert (result.generated, result.reused) == (4, 8)
+    assert (result.generated, result.reused) == (7, 4)  # the short batch 4..5 is drawn again as 4..7
     big = packed(result.npz)
-    assert np.array_equal(big[0][:6], small[0]) and np.array_equal(big[1][:6], small[1])
-    assert np.array_equal(big[0], packed(run(pipe, tmp_path / "fresh", 11, plan).npz)[0])
+    assert np.array_equal(big[0][:4], small[0][:4]) and np.array_equal(big[1][:6], small[1])
+    fresh = packed(run(pipe, tmp_path / "fresh", 11, plan).npz)
+    assert np.array_equal(big[0], fresh[0]) and np.array_equal(big[1], fresh[1])
+    result = run(pipe, tmp_path / "run", 6, plan)  # and back: the short batch again, as the first run drew it
+    assert (result.generated, result.reused) == (2, 4)
+    assert all(np.array_equal(a, b) for a, b in zip(packed(result.npz), small))
 
 
 def test_a_folder_made_with_other_settings_is_refused(pipe, tmp_path):
@@ -146,12 +157,88 @@ def test_a_folder_made_with_other_settings_is_refused(pipe, tmp_path):
     with pytest.raises(ValueError, match=r"other settings \(sampler: "):
         run(pipe, tmp_path / "run", 2, plan, sampler="sjd")
     (tmp_path / "foreign").mkdir()
-    (tmp_path / "run" / "000000.png").rename(tmp_path / "foreign" / "000000.png")
-    with pytest.raises(ValueError, match=f"no {MANIFEST}: not a vgen sample-many folder"):
+    Image.new("RGB", (16, 16)).save(tmp_path / "foreign" / "000000.png")
+    with pytest.raises(ValueError, match=f"holds 000000.png, which these settings did not draw, and no {MANIFEST}"):
         run(pipe, tmp_path / "foreign", 2, plan)
-    (tmp_path / "run" / MANIFEST).write_text("{")
-    with pytest.raises(ValueError, match="unreadable"):
-        run(pipe, tmp_path / "run", 2, plan)
+
+
+@pytest.mark.parametrize("damage", ["", "{", "[1]", '{"settings": 3}'])
+def test_a_damaged_manifest_is_rebuilt_when_every_png_records_this_run(pipe, tmp_path, damage):
+    plan = SamplePlan(0, 2, (0, 1, 2))
+    reference = packed(run(pipe, tmp_path / "run", 4, plan).npz)
+    (tmp_path / "run" / MANIFEST).write_text(damage)  # as a kill while an older vgen rewrote it in place left it
+    result = run(pipe, tmp_path / "run", 4, plan)
+    assert (result.generated, result.reused) == (0, 4)
+    assert all(np.array_equal(a, b) for a, b in zip(packed(result.npz), reference))
+    assert json.loads((tmp_path / "run" / MANIFEST).read_text())["settings"]["plan"]["seed"] == 0
+    (tmp_path / "run" / MANIFEST).write_text(damage)
+    with pytest.raises(ValueError, match=rf"{MANIFEST} is damaged \(.*\), and .*000000.png was drawn with other "
+                                         rf"settings: rerun the command that made .*run to repair it, or use a new"):
+        run(pipe, tmp_path / "run", 4, SamplePlan(1, 2, (0, 1, 2)))
+    (tmp_path / "run" / MANIFEST).unlink()  # a lost record: the PNGs still say which run drew them
+    assert run(pipe, tmp_path / "run", 4, plan).reused == 4
+
+
+def test_the_manifest_is_replaced_atomically(pipe, tmp_path, monkeypatch):
+    plan = SamplePlan(0, 2, (0, 1, 2))
+    run(pipe, tmp_path / "run", 2, plan)
+    before = (tmp_path / "run" / MANIFEST).read_text()
+    synced, replaced = [], []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    real_replace = os.replace
+
+    def replace(src, dst):
+        replaced.append((Path(src).name, Path(dst).name, bool(synced)))
+        if Path(dst).name == MANIFEST:
+            raise KeyboardInterrupt  # killed between writing the new record and renaming it
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        run(pipe, tmp_path / "run", 4, plan)
+    assert replaced == [(MANIFEST + ".part", MANIFEST, True)]  # written in full and flushed, then renamed
+    assert (tmp_path / "run" / MANIFEST).read_text() == before and not list((tmp_path / "run").glob("*.part"))
+
+
+@pytest.mark.parametrize("keep", [0, 0.1, 0.5])
+def test_a_damaged_png_is_named_and_drawn_again(pipe, tmp_path, keep):
+    plan = SamplePlan(0, 2, (0, 1, 2))
+    reference = packed(run(pipe, tmp_path / "run", 5, plan).npz)
+    damaged = tmp_path / "run" / "000003.png"
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[:int(keep * len(data))])  # truncated, as a lost write leaves it
+    with pytest.raises(ValueError, match=r"cannot read .*000003.png .*run the same command again"):
+        pack_npz(tmp_path / "run", tmp_path / "run.npz", 5, plan)
+    result = run(pipe, tmp_path / "run", 5, plan)
+    assert (result.generated, result.reused) == (2, 3) and len(result.damaged) == 1
+    assert str(damaged) in result.damaged[0] and "damaged" in result.damaged[0]
+    assert all(np.array_equal(a, b) for a, b in zip(packed(result.npz), reference))
+
+
+@pytest.mark.parametrize("failing", ["000002.png", "run.npz"])
+def test_a_full_disk_leaves_no_part_files_and_names_the_file(pipe, tmp_path, monkeypatch, failing):
+    plan = SamplePlan(0, 2, (0, 1, 2))
+    real_open = open
+
+    def full_disk_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if Path(file).name == failing + ".part":
+            f.write(b"\x89PNG partial")
+
+            def no_space(*_):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            f.write = no_space
+        return f
+
+    monkeypatch.setattr("builtins.open", full_disk_open)
+    with pytest.raises(OSError, match=rf"cannot write .*{failing}: No space left on device") as caught:
+        run(pipe, tmp_path / "run", 4, plan)
+    assert caught.value.errno == errno.ENOSPC
+    assert not list(tmp_path.rglob("*.part")) and not (tmp_path / "run.npz").exists()
+    monkeypatch.undo()
+    result = run(pipe, tmp_path / "run", 4, plan)  # space freed: the rerun finishes the run
+    assert result.generated == (2 if failing.endswith(".png") else 0) and packed(result.npz)[0].shape[0] == 4
 
 
 def test_packing_names_missing_samples(pipe, tmp_path):

@@ -8,6 +8,7 @@ The logic (seeds, labels, sharding, resuming, packing) is :mod:`vgen.eval.sample
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from vgen.apps.options import (
@@ -27,22 +28,25 @@ from vgen.samplers import get_sampler
 
 def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample-many", help="many samples across processes (torchrun), resumable, packed as .npz",
-                       description="Draw --num-samples images into --out as numbered PNGs (sharded over the "
-                                   "processes of `torchrun --nproc_per_node N -m vgen sample-many ...`), then pack "
-                                   "the first N as an ADM-style .npz (arr_0: uint8 [N, H, W, 3], arr_1: labels). "
-                                   "Rerunning the same command resumes; sample i depends only on i and the settings, "
-                                   "not on the number of processes.")
+                       description="Draw --num-samples images (or a video model's clips) into --out as numbered "
+                                   "PNGs (a clip as its frames top to bottom; sharded over the processes of "
+                                   "`torchrun --nproc_per_node N -m vgen sample-many ...`), then pack them as an "
+                                   "ADM-style .npz (arr_0: uint8 [N, H, W, 3] or clips [N, T, H, W, 3], arr_1: "
+                                   "labels). Rerunning the same command resumes and redraws damaged PNGs; sample i "
+                                   "depends only on i and the settings, not on the number of processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
-    gen.add_argument("--num-samples", type=int, required=True)
+    gen.add_argument("--num-samples", type=int, required=True,
+                     help="images (clips) to draw and pack, exactly: the last batch is cut short")
     gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
                      help="draw labels only from these classes (repeatable; default: every class)")
     gen.add_argument("--balanced", action="store_true",
                      help="classes in turn (every class equally often) instead of uniformly random labels")
     gen.add_argument("--seed", type=int, default=0, help="global seed")
-    gen.add_argument("--batch-size", type=int, default=32, help="images per forward batch on each process")
+    gen.add_argument("--batch-size", type=int, default=32,
+                     help="samples per forward batch on each process (default: 32)")
     out = p.add_argument_group("output")
-    out.add_argument("--out", required=True, help="folder of PNGs (created; rerun to resume)")
+    out.add_argument("--out", required=True, help="folder of PNGs (created with its parents; rerun to resume)")
     out.add_argument("--npz", default=None, help="packed file to write (default: the --out folder's name + .npz)")
     add_device_args(out)
     p.set_defaults(func=run_sample_many)
@@ -54,9 +58,9 @@ def run_sample_many(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out} exists and is not a folder")
-    if not out.parent.is_dir():
-        raise UsageError(f"cannot create {args.out}: directory {out.parent} does not exist")
     npz = args.npz or str(out.with_name(out.name + ".npz"))
+    for path in (out, Path(npz)):
+        make_parents(path)
     check_writable(npz, {".npz"})
     if args.sampler is not None:
         get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
@@ -70,6 +74,16 @@ def run_sample_many(args: argparse.Namespace) -> None:
         result = sample_many(pipe, out, args.num_samples, plan, sampler, params, npz, ctx, not args.no_progress)
     finally:
         ctx.close()
+    for damage in result.damaged:
+        print(f"vgen: warning: {damage}; drew it again", file=sys.stderr)
     if result.npz is not None:
-        print(f"wrote {result.num_samples} samples to {result.npz} (drew {result.generated} images in this run on "
+        print(f"wrote {result.num_samples} samples to {result.npz} (drew {result.generated} in this run on "
               f"{ctx.world_size} process{'es' if ctx.world_size > 1 else ''}, kept {result.reused} from before)")
+
+
+def make_parents(path: Path) -> None:
+    """Create the folders above ``path`` (``--out samples/run`` in a fresh checkout)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the folder of {path}: {e.strerror or e}") from None

@@ -45,7 +45,7 @@ from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.features import is_stats_file, load_images, shapes_features, shapes_video_features
 from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance, kid_subset_size_for
 from vgen.eval.quality import class_accuracy, clip_class_accuracy, token_statistics
-from vgen.eval.sample_many import SamplePlan
+from vgen.eval.sample_many import SamplePlan, samples_of
 from vgen.eval.videos import load_videos
 from vgen.images import image_grid
 from vgen.pipelines import ImagePipeline, default_sampler
@@ -183,10 +183,10 @@ class Draw:
     def add(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, k: int, num_samples: int,
             params: SamplingParams) -> None:
         """Draw batch ``k`` of ``plan`` (cut short at ``num_samples``) and keep its samples and stats."""
-        indices = plan.batch_indices(k)[:num_samples - k * plan.batch_size]
+        indices = plan.batch_indices(k, num_samples)
         labels = plan.labels(indices)
         out = pipe(labels, sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
-        self.samples += list(out.videos) if is_video(pipe) else [np.asarray(im) for im in out.images]
+        self.samples += samples_of(out)
         self.tokens.append(out.tokens)
         self.labels += list(labels)
         self.stats.append(out.stats)

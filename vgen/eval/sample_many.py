@@ -1,25 +1,33 @@
 """Many samples for evaluation: sharded over processes (``torchrun``), resumable, packed as an ADM-style ``.npz``.
 
-**What each sample is.** Sample ``i`` of a run is a pure function of ``i`` and the run's settings, whatever the
-number of processes. Samples are made in batches of ``batch_size`` consecutive indices; batch ``k`` (indices
-``k*B .. k*B+B-1``) is drawn with a ``torch.Generator`` seeded with a 32-bit mix of ``(seed, k)``
-(:meth:`SamplePlan.batch_seed`). Its labels are, per index,
-``class_ids[i % C]`` with ``balanced`` (classes in turn, so every prefix of the run is balanced to within one
-sample per class) and otherwise a uniform draw from ``class_ids`` seeded by ``(seed, i)``. LlamaGen's
-``sample_c2i_ddp.py`` seeds each *rank* instead (``global_seed * world_size + rank``) and draws labels and noise
-from that per-rank stream, so its samples change with the number of GPUs; vgen derives the stream from the global
-seed and the batch instead, so the packed ``.npz`` is the same for any number of
-processes, given the same batch size, settings, weights and deterministic kernels (CPU; one GPU model).
+Every embedded model kind is drawn this way: class-conditional images (next-token AR, NAR, continuous tokens) and
+clips of a video model.
 
-**Sharding.** Batch ``k`` belongs to rank ``k % world_size``. As in LlamaGen, whole batches are always made
-(``ceil(N / B)`` of them), every rank writes ``{index:06d}.png`` into the output folder, and rank 0 packs the first
-``N`` after a barrier into an ``.npz`` with ``arr_0`` (uint8 [N, H, W, 3]) and ``arr_1`` (int64 labels [N]; the
-positional names guided-diffusion's ``image_sample.py`` writes for class-conditional samples).
+**What each sample is.** Sample ``i`` of a run of ``N`` is a pure function of ``i`` and the run's settings, whatever
+the number of processes. Samples are made in batches of ``batch_size`` consecutive indices, the last one cut short
+at ``N``: batch ``k`` (indices ``k*B .. min(k*B+B, N)-1``) is drawn with a ``torch.Generator`` seeded with a 32-bit
+mix of ``(seed, k)`` (:meth:`SamplePlan.batch_seed`). Its labels are, per index, ``class_ids[i % C]`` with
+``balanced`` (classes in turn, so every prefix of the run is balanced to within one sample per class) and otherwise
+a uniform draw from ``class_ids`` seeded by ``(seed, i)``. A short last batch draws other noise than the full batch
+would, so its samples also depend on ``N``; every other sample does not. LlamaGen's ``sample_c2i_ddp.py`` seeds
+each *rank* instead (``global_seed * world_size + rank``) and draws labels and noise from that per-rank stream, so
+its samples change with the number of GPUs; vgen derives the stream from the global seed and the batch instead, so
+the packed ``.npz`` is the same for any number of processes, given the same batch size, settings, weights and
+deterministic kernels (CPU; one GPU model).
 
-**Resuming.** A PNG is written under a temporary name and renamed, so a file that exists is complete. A rerun skips
-every batch whose PNGs all exist and redraws the others (identically, by the rule above), so an interrupted run
-continues without duplicated or lost samples; a larger ``--num-samples`` extends a finished run. The folder's
-``sample_many.json`` records the settings and a fingerprint of the weights; a rerun with other settings is refused.
+**Sharding.** Batch ``k`` belongs to rank ``k % world_size``. Every rank writes ``{index:06d}.png`` into the output
+folder (a clip as its frames stacked top to bottom), and rank 0 packs the ``N`` samples after a barrier into an
+``.npz`` with ``arr_0`` (uint8 [N, H, W, 3], clips [N, T, H, W, 3]) and ``arr_1`` (int64 labels [N]; the positional
+names guided-diffusion's ``image_sample.py`` writes for class-conditional samples).
+
+**Resuming.** Every file is written under a temporary ``.part`` name and renamed (the ``.part`` is removed when the
+write fails), so a file that exists is whole unless the disk lost it. Each PNG carries a text chunk naming the run
+(a hash of its settings) and the batch that drew it. A rerun keeps every batch whose PNGs all read back whole and
+carry this run and this batch, and redraws the others (identically, by the rule above, and naming any damaged PNG),
+so an interrupted run continues without duplicated or lost samples, and a larger ``--num-samples`` extends a
+finished run to what a fresh run of that size packs. The folder's ``sample_many.json`` records the settings and a
+fingerprint of the weights; a rerun with other settings is refused. When that record is missing or damaged, the
+folder is taken up again only if every PNG in it carries this run's hash.
 """
 
 from __future__ import annotations
@@ -28,21 +36,24 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
-from vgen.pipelines import ImagePipeline
+from vgen.pipelines import ImagePipeline, PipelineOutput, VideoOutput
 from vgen.samplers import Sampler, SamplingParams
 
 MAX_SEED = 2**31
 MANIFEST = "sample_many.json"
+PNG_RECORD = "vgen-sample-many"  # the PNG text chunk naming the run and the batch that drew the sample
 
 
 @dataclass(frozen=True)
@@ -66,8 +77,9 @@ class SamplePlan:
     def num_batches(self, num_samples: int) -> int:
         return math.ceil(num_samples / self.batch_size)
 
-    def batch_indices(self, k: int) -> range:
-        return range(k * self.batch_size, (k + 1) * self.batch_size)
+    def batch_indices(self, k: int, num_samples: int) -> range:
+        """The indices of batch ``k`` of a run of ``num_samples`` (the last batch may be short)."""
+        return range(k * self.batch_size, min((k + 1) * self.batch_size, num_samples))
 
     def batch_seed(self, k: int) -> int:
         """A 32-bit seed mixed from (seed, batch) by numpy's SeedSequence: torch's CPU generator keeps only the
@@ -142,67 +154,157 @@ def weights_fingerprint(pipe: ImagePipeline) -> str:
 
 def run_settings(pipe: ImagePipeline, plan: SamplePlan, sampler: Sampler, params: SamplingParams) -> dict:
     """Everything that decides the images (and so must not change when a run is resumed)."""
-    return {"model": pipe.info.name, "image_size": pipe.info.image_size, "weights_sha256": weights_fingerprint(pipe),
-            "dtype": str(pipe.model.output.weight.dtype).removeprefix("torch."), "plan": plan.to_dict(),
+    return {"model": pipe.info.name, "image_size": pipe.info.image_size, "frames": num_frames(pipe),
+            "weights_sha256": weights_fingerprint(pipe),
+            "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."), "plan": plan.to_dict(),
             "sampler": sampler.to_dict(), "sampling": params.to_dict()}
 
 
+def run_id(settings: dict) -> str:
+    """A hash of a run's settings: what each of its PNGs carries to say which run drew it."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def num_frames(pipe: ImagePipeline) -> int | None:
+    """Frames per sample of a video pipeline; None for an image pipeline."""
+    return getattr(pipe, "num_frames", None)
+
+
+def samples_of(out: PipelineOutput | VideoOutput) -> list[np.ndarray]:
+    """A pipeline call's samples as arrays: images uint8 [H, W, 3] or clips uint8 [T, H, W, 3]."""
+    if isinstance(out, VideoOutput):
+        return list(out.videos)
+    return [np.asarray(image) for image in out.images]
+
+
+class DamagedSample(ValueError):
+    """A sample file that does not read back whole (truncated or corrupted on disk)."""
+
+
 def check_resumable(out_dir: Path, settings: dict) -> None:
-    """Refuse to add samples to a folder made with other settings (its images would not be the same run's)."""
+    """Refuse to add samples to a folder made with other settings (its images would not be the same run's). Without
+    a readable record of the folder's settings, every PNG that reads must carry this run's hash."""
     manifest = out_dir / MANIFEST
-    if not manifest.is_file():
-        if out_dir.is_dir() and any(out_dir.glob("*.png")):
-            raise ValueError(f"{out_dir} already holds PNG files but no {MANIFEST}: not a vgen sample-many folder; "
-                             f"use a new --out")
+    if manifest.is_file():
+        try:
+            recorded = json.loads(manifest.read_text())["settings"]
+            changed = sorted(k for k in {*recorded, *settings} if recorded.get(k) != settings.get(k))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+            damage = "it is empty" if manifest.stat().st_size == 0 else f"unreadable: {e}"
+            foreign = first_foreign_png(out_dir, run_id(settings))
+            if foreign is not None:
+                raise ValueError(f"{manifest} is damaged ({damage}), and {foreign} was drawn with other settings: "
+                                 f"rerun the command that made {out_dir} to repair it, or use a new --out") from None
+            return
+        if changed:
+            shown = "; ".join(f"{k}: {json.dumps(recorded.get(k))} -> {json.dumps(settings.get(k))}" for k in changed)
+            raise ValueError(f"{out_dir} holds samples made with other settings ({shown}); resume with the same "
+                             f"settings or use a new --out")
         return
-    try:
-        recorded = json.loads(manifest.read_text())["settings"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"unreadable {manifest}: {e}") from None
-    changed = sorted(k for k in {*recorded, *settings} if recorded.get(k) != settings.get(k))
-    if changed:
-        shown = "; ".join(f"{k}: {json.dumps(recorded.get(k))} -> {json.dumps(settings.get(k))}" for k in changed)
-        raise ValueError(f"{out_dir} holds samples made with other settings ({shown}); resume with the same "
-                         f"settings or use a new --out")
+    foreign = first_foreign_png(out_dir, run_id(settings))
+    if foreign is not None:
+        raise ValueError(f"{out_dir} holds {foreign.name}, which these settings did not draw, and no {MANIFEST}: "
+                         f"not a vgen sample-many folder of this command; use a new --out")
+
+
+def first_foreign_png(out_dir: Path, run: str) -> Path | None:
+    """The first PNG in ``out_dir`` that reads whole but was not drawn by run ``run`` (damaged ones are redrawn)."""
+    for path in sorted(out_dir.glob("*.png")) if out_dir.is_dir() else ():
+        try:
+            record = png_record(path)
+        except DamagedSample:
+            continue
+        if record is None or record.get("run") != run:
+            return path
+    return None
 
 
 def png_path(out_dir: Path, index: int) -> Path:
     return out_dir / f"{index:06d}.png"
 
 
-def existing_indices(out_dir: Path) -> set[int]:
-    return {int(p.stem) for p in out_dir.glob("*.png") if p.stem.isdigit()}
+def png_record(path: Path) -> dict | None:
+    """The run and batch recorded in the PNG at ``path`` (None when it records none), after checking that the file
+    is whole (every chunk present, every checksum right); a :class:`DamagedSample` naming the file otherwise."""
+    try:
+        with Image.open(path) as image:
+            text = image.info.get(PNG_RECORD)
+            image.verify()
+    except (OSError, SyntaxError) as e:
+        raise DamagedSample(f"{path} is damaged ({e or type(e).__name__})") from None
+    try:
+        record = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
-def read_png(path: Path) -> np.ndarray:
-    with Image.open(path) as image:
-        return np.asarray(image.convert("RGB"))
+def read_sample(path: Path, frames: int | None) -> np.ndarray:
+    """A sample's pixels: an image uint8 [H, W, 3], or with ``frames`` a clip [T, H, W, 3] from its frame strip."""
+    try:
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert("RGB"))
+    except (OSError, SyntaxError) as e:
+        raise DamagedSample(f"cannot read {path} ({e or type(e).__name__}); run the same command again to draw it "
+                            f"again") from None
+    if frames is None:
+        return pixels
+    if len(pixels) % frames:
+        raise ValueError(f"{path} is {pixels.shape[0]} pixels high, not a strip of {frames} frames")
+    return pixels.reshape(frames, -1, *pixels.shape[1:])
 
 
-def write_png(image: Image.Image, path: Path) -> None:
-    """Write under a temporary name, then rename: a PNG that exists is complete."""
+def write_atomic(path: Path, write: Callable[[BinaryIO], object], sync: bool = False) -> None:
+    """Write ``path`` through ``write`` into ``path`` + ``.part``, then rename it: a file that exists is whole.
+    ``sync`` flushes it to the disk first. On any failure the ``.part`` is removed, and an OS error (a full disk)
+    names ``path``."""
     tmp = path.with_name(path.name + ".part")
-    image.save(tmp, format="PNG")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from e
+        raise
+
+
+def write_sample(sample: np.ndarray, path: Path, record: dict) -> None:
+    """A sample as a PNG (a clip as its frames stacked top to bottom) that records the run and batch drawing it."""
+    info = PngInfo()
+    info.add_text(PNG_RECORD, json.dumps(record))
+    image = Image.fromarray(sample.reshape(-1, *sample.shape[-2:]))
+    write_atomic(path, lambda f: image.save(f, format="PNG", pnginfo=info))
+
+
+def write_manifest(out_dir: Path, settings: dict, num_samples: int) -> None:
+    """The folder's record of its settings, replaced atomically (flushed to the disk, then renamed)."""
+    text = json.dumps({"settings": settings, "num_samples": num_samples}, indent=1)
+    write_atomic(out_dir / MANIFEST, lambda f: f.write(text.encode()), sync=True)
 
 
 @dataclass(frozen=True)
 class SampleManyResult:
-    """The packed file (None on ranks other than 0), the samples in it, and the images drawn by this run and
-    found from an earlier one (over all ranks; whole batches, so they may exceed ``num_samples``)."""
+    """The packed file (None on ranks other than 0), the samples in it, the samples drawn by this run and those
+    found from an earlier one (over all ranks), and what was wrong with each damaged PNG this rank drew again."""
 
     npz: Path | None
     num_samples: int
     generated: int
     reused: int
+    damaged: tuple[str, ...] = ()
 
 
 def sample_many(pipe: ImagePipeline, out_dir: str | Path, num_samples: int, plan: SamplePlan, sampler: Sampler,
                 params: SamplingParams, npz_path: str | Path | None = None, ctx: Distributed = Distributed(),
                 progress: bool = True) -> SampleManyResult:
-    """Draw this rank's missing batches into ``out_dir``; rank 0 then packs the first ``num_samples`` into
-    ``npz_path`` (default: ``out_dir`` + ``.npz``, LlamaGen's place). Every rank must call it with the same
-    arguments."""
+    """Draw this rank's missing batches into ``out_dir`` (created with its parents); rank 0 then packs the
+    ``num_samples`` samples into ``npz_path`` (default: ``out_dir`` + ``.npz``, LlamaGen's place). Every rank must
+    call it with the same arguments."""
     if num_samples < 1:
         raise ValueError(f"number of samples must be >= 1, got {num_samples}")
     pipe.check_class_ids(plan.class_ids)
@@ -211,44 +313,68 @@ def sample_many(pipe: ImagePipeline, out_dir: str | Path, num_samples: int, plan
     settings = run_settings(pipe, plan, sampler, params)
     check_resumable(out_dir, settings)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if ctx.rank == 0:
+        for stale in out_dir.glob("*.part"):  # left by a killed process: no rank writes before the barrier
+            stale.unlink()
     ctx.barrier()  # every rank has checked the folder before rank 0 records (or re-records) the settings
     if ctx.rank == 0:
-        (out_dir / MANIFEST).write_text(json.dumps({"settings": settings, "num_samples": num_samples}, indent=1))
-    done = existing_indices(out_dir)
-    mine = range(ctx.rank, plan.num_batches(num_samples), ctx.world_size)
-    todo = [k for k in mine if not set(plan.batch_indices(k)) <= done]
-    reused = (len(mine) - len(todo)) * plan.batch_size
-    bar = tqdm(total=len(mine) * plan.batch_size, initial=reused, unit="img", desc="sampling (rank 0)",
+        write_manifest(out_dir, settings, num_samples)
+    run = run_id(settings)
+    batches = range(ctx.rank, plan.num_batches(num_samples), ctx.world_size)
+    damaged: list[str] = []
+    todo = [k for k in batches if not kept_batch(out_dir, plan.batch_indices(k, num_samples), run, damaged)]
+    total, drawn = (sum(len(plan.batch_indices(k, num_samples)) for k in ks) for ks in (batches, todo))
+    bar = tqdm(total=total, initial=total - drawn, unit="sample", desc="sampling (rank 0)",
                disable=not progress or ctx.rank != 0)
     for k in todo:
-        indices = plan.batch_indices(k)
+        indices = plan.batch_indices(k, num_samples)
         out = pipe(plan.labels(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
-        for i, image in zip(indices, out.images):
-            write_png(image, png_path(out_dir, i))
+        for i, sample in zip(indices, samples_of(out)):
+            write_sample(sample, png_path(out_dir, i), batch_record(run, indices))
         bar.update(len(indices))
     bar.close()
-    generated, reused = ctx.sum([len(todo) * plan.batch_size, reused])
+    generated, reused = ctx.sum([drawn, total - drawn])
     ctx.barrier()  # every rank's PNGs are on disk
-    packed = pack_npz(out_dir, npz_path, num_samples, plan) if ctx.rank == 0 else None
-    return SampleManyResult(packed, num_samples, generated, reused)
+    packed = pack_npz(out_dir, npz_path, num_samples, plan, num_frames(pipe)) if ctx.rank == 0 else None
+    return SampleManyResult(packed, num_samples, generated, reused, tuple(damaged))
 
 
-def pack_npz(out_dir: Path, npz_path: Path, num_samples: int, plan: SamplePlan) -> Path:
-    """The first ``num_samples`` PNGs as ``arr_0`` (uint8 [N, H, W, 3]) and their labels as ``arr_1``."""
+def batch_record(run: str, indices: range) -> dict:
+    """What each PNG of a batch records: the run (:func:`run_id`) and the batch's indices [start, stop)."""
+    return {"run": run, "batch": [indices.start, indices.stop]}
+
+
+def kept_batch(out_dir: Path, indices: range, run: str, damaged: list[str]) -> bool:
+    """Whether every PNG of a batch exists, reads whole and records this run and batch; a damaged PNG met on the
+    way is described in ``damaged``."""
+    for i in indices:
+        path = png_path(out_dir, i)
+        if not path.is_file():
+            return False
+        try:
+            if png_record(path) != batch_record(run, indices):
+                return False
+        except DamagedSample as e:
+            damaged.append(str(e))
+            return False
+    return True
+
+
+def pack_npz(out_dir: Path, npz_path: Path, num_samples: int, plan: SamplePlan, frames: int | None = None) -> Path:
+    """The first ``num_samples`` PNGs as ``arr_0`` (uint8 [N, H, W, 3], or with ``frames`` clips [N, T, H, W, 3]
+    from frame strips) and their labels as ``arr_1``; the file is flushed to the disk before it is renamed."""
     missing = [i for i in range(num_samples) if not png_path(out_dir, i).is_file()]
     if missing:
         raise ValueError(f"{len(missing)} of the first {num_samples} samples are missing in {out_dir} (first: "
                          f"{png_path(out_dir, missing[0]).name}); run the same command again to draw them")
-    first = read_png(png_path(out_dir, 0))
-    images = np.empty((num_samples, *first.shape), np.uint8)
+    first = read_sample(png_path(out_dir, 0), frames)
+    samples = np.empty((num_samples, *first.shape), np.uint8)
     for i in tqdm(range(num_samples), desc="packing .npz", disable=num_samples < 1000):
-        image = read_png(png_path(out_dir, i))
-        if image.shape != first.shape:
-            raise ValueError(f"{png_path(out_dir, i)} is {image.shape}, not {first.shape} like the others")
-        images[i] = image
+        sample = read_sample(png_path(out_dir, i), frames)
+        if sample.shape != first.shape:
+            raise ValueError(f"{png_path(out_dir, i)} is {sample.shape}, not {first.shape} like the others")
+        samples[i] = sample
     labels = np.asarray(plan.labels(range(num_samples)), np.int64)
-    tmp = npz_path.with_name(npz_path.name + ".part")
-    with open(tmp, "wb") as f:
-        np.savez(f, arr_0=images, arr_1=labels)
-    os.replace(tmp, npz_path)
+    npz_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(npz_path, lambda f: np.savez(f, arr_0=samples, arr_1=labels), sync=True)
     return npz_path
