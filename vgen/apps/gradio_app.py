@@ -69,7 +69,6 @@ STREAM_FIELDS = declarations(StreamConfig)
 # the Generate tab's inputs, in the order the page (and its API, /generate) takes them
 GENERATE_INPUTS = ["model", "sampler", "class_id", "num_images", "seed", "compare", "gpt_ckpt", "vq_ckpt", "gpt_model",
                    "image_size", *(o.name for o in SAMPLING_FIELDS), *(o.name for o in SAMPLER_FIELDS)]
-MAX_IMAGES = int(PAGE_FIELDS["num_images"].spec.at_most)
 MAX_STREAM_FRAMES = int(PAGE_FIELDS["num_frames"].spec.at_most)
 MAX_TEXT = 256  # characters of a text field: names, paths and numbers are far shorter
 LLAMAGEN_IMAGE_SIZES = (256, 384, 512)
