@@ -1,10 +1,20 @@
-"""The web demo: the page's generate and stream functions over the pipeline API, then the live app on loopback
-driven with gradio_client: generate, compare with AR, stream and stop, bad input shown as a message while the app
-keeps serving, and 20 concurrent requests."""
+"""The web demo: the page's generate and stream functions over the pipeline API (every field checked against its
+declaration, server paths only where the operator allows them, Stop inside a block, the newest stream of a
+session steered), then the live app on loopback driven with gradio_client and raw HTTP: generate, compare with
+AR, stream and stop, bad input answered with its own message while the app keeps serving, one concurrency limit
+over every endpoint, streams cancelled inside a block when their client goes away, no uploads, no temporary files
+left, and a soak of concurrent generations and streams."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import gc
+import json
 import socket
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,20 +23,29 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from vgen.apps import gradio_app
+from vgen.apps.cli import main
 from vgen.apps.gradio_app import (
     GENERATE_INPUTS,
+    MAX_TEXT,
+    TEMP_PREFIX,
     InputError,
+    ModelAccess,
+    StreamSessions,
     build_app,
     generate,
+    iterate_in_thread,
     sampler_options,
     samplers_for,
-    stop_stream,
+    serve,
     stream_video,
-    switch_class,
 )
 from vgen.eval.videos import read_video
+from vgen.samplers import available_samplers
+from vgen.samplers.streaming import BlockStreamer
 
 gradio_client = pytest.importorskip("gradio_client")
+httpx = pytest.importorskip("httpx")
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +53,42 @@ def tiny_model(tiny_pipeline_dir) -> str:
     return str(tiny_pipeline_dir)
 
 
+@pytest.fixture(scope="module")
+def access(tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir) -> ModelAccess:
+    """The operator's allow-list: the tiny test pipelines beside the embedded models."""
+    return ModelAccess(folders=tuple(map(str, (tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir))))
+
+
+@pytest.fixture
+def gen(access, tmp_path):
+    return functools.partial(generate, folder=tmp_path, access=access)
+
+
+@pytest.fixture
+def stream(access, tmp_path):
+    return functools.partial(stream_video, folder=tmp_path, access=access)
+
+
 SETTINGS = dict(class_id=1, num_images=3, seed=0, cfg_scale="", temperature=1.0, top_k=0, top_p=1.0)
 
 
-def test_generate_returns_images_an_acceptance_map_and_stats(tiny_model) -> None:
-    grid, amap, stats, ar, clip = generate(tiny_model, "sjd", **SETTINGS, window=4)
+def test_generate_returns_images_an_acceptance_map_and_stats(gen, tiny_model) -> None:
+    grid, amap, stats, ar, clip = gen(tiny_model, "sjd", **SETTINGS, window=4)
     assert grid.size == (3 * 16, 16) and amap is not None and ar is None and clip is None
     assert "tokens per forward" in stats and "| sampler | sjd |" in stats
 
 
-def test_compare_runs_vanilla_ar_on_the_same_seed(tiny_model) -> None:
-    grid, _, stats, ar, _ = generate(tiny_model, "mcsjd", **{**SETTINGS, "temperature": 0.0}, compare=True)
+def test_compare_runs_vanilla_ar_on_the_same_seed(gen, tiny_model) -> None:
+    grid, _, stats, ar, _ = gen(tiny_model, "mcsjd", **{**SETTINGS, "temperature": 0.0}, compare=True)
     assert "step compression vs AR" in stats and "latency ratio vs AR" in stats
     assert ar.tobytes() == grid.tobytes()  # greedy: the lossless sampler draws AR's images
 
 
-def test_empty_sampling_fields_take_the_models_defaults(tiny_model) -> None:
-    explicit = generate(tiny_model, "ar", **SETTINGS)[0]
-    empty = generate(tiny_model, "ar", **{**SETTINGS, "temperature": "", "top_k": " ", "top_p": ""})[0]
+def test_empty_sampling_fields_take_the_models_defaults(gen, tiny_model) -> None:
+    explicit = gen(tiny_model, "ar", **SETTINGS)[0]
+    empty = gen(tiny_model, "ar", **{**SETTINGS, "temperature": "", "top_k": " ", "top_p": ""})[0]
     assert empty.tobytes() == explicit.tobytes()  # the tiny model's defaults are temperature 1, no filters
-    assert generate(tiny_model, "ar", **{**SETTINGS, "temperature": "0.5"})[0].tobytes() != explicit.tobytes()
+    assert gen(tiny_model, "ar", **{**SETTINGS, "temperature": "0.5"})[0].tobytes() != explicit.tobytes()
 
 
 def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_filled() -> None:
@@ -71,111 +106,175 @@ def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_f
     (dict(model="no-such-model"), "unknown model 'no-such-model'"),
     (dict(sampler="nope"), "unknown sampler 'nope'"),
     (dict(class_id=7), "class id 7 is out of range"),
-    (dict(num_images=99), "number of images must be in 1..16"),
+    (dict(class_id=1.5), "class_id must be a whole number, got 1.5"),
+    (dict(class_id=float("inf")), "class_id must be a finite number, got 'inf'"),
+    (dict(class_id=None), "class_id is empty"),
+    (dict(num_images=99), "num_images must be an integer in [1, 16], got 99"),
+    (dict(num_images=float("nan")), "num_images must be a finite number, got 'nan'"),
+    (dict(num_images="[1]"), "num_images must be a number, got '[1]'"),
+    (dict(seed=2**64), "seed must be an integer in [0, 9223372036854775807], got 18446744073709551616"),
+    (dict(seed=-1), "seed must be an integer in [0, 9223372036854775807], got -1"),
+    (dict(seed="1e400"), "seed must be a finite number, got '1e400'"),
     (dict(top_p=0.0), "top_p"),
     (dict(top_k="many"), "top_k must be a number"),
     (dict(top_k="2.5"), "top_k must be a whole number"),
+    (dict(top_k="1e400"), "top_k must be a finite number, got '1e400'"),
     (dict(cfg_scale="strong"), "cfg_scale must be a number"),
+    (dict(cfg_scale="1e309"), "cfg_scale must be a finite number, got '1e309'"),
+    (dict(cfg_scale="1e300"), "cfg_scale must be in [0, 100.0] (guidance only above 1), got 1e+300"),
+    (dict(temperature="-inf"), "temperature must be a finite number, got '-inf'"),
     (dict(cfg_interval="-2"), "cfg_interval must be an integer >= -1"),
     (dict(sampler="sjd", window=0), "window must be an integer >= 1"),
     (dict(sampler="sjd", drafter="head"), "needs a draft head"),
-    (dict(gpt_ckpt="/no/such/gpt.pt", vq_ckpt="/no/such/vq.pt"), "checkpoint not found: /no/such/"),
-    (dict(gpt_ckpt="/no/such/gpt.pt"), "need both a GPT and a VQ checkpoint"),
+    (dict(gpt_ckpt="/no/such/gpt.pt", vq_ckpt="/no/such/vq.pt"), "checkpoint paths are off on this server"),
 ])
-def test_bad_input_raises_a_specific_message(tiny_model, kwargs, message) -> None:
-    args = {"model": tiny_model, "sampler": "ar", **SETTINGS, **kwargs}
-    with pytest.raises(Exception, match=message.replace("(", "\\(").replace(")", "\\)")):
-        generate(**args)
+def test_bad_input_raises_a_specific_message(gen, tiny_model, kwargs, message) -> None:
+    with pytest.raises(ValueError) as e:
+        gen(**{"model": tiny_model, "sampler": "ar", **SETTINGS, **kwargs})
+    assert message in str(e.value)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.mark.parametrize("field", ["model", "sampler", "seed", "top_k", "window", "lantern_mode", "gpt_ckpt"])
+def test_a_long_value_is_refused_without_being_echoed(gen, tiny_model, field) -> None:
+    with pytest.raises(InputError) as e:
+        gen(**{"model": tiny_model, "sampler": "lantern", **SETTINGS, field: "9" * 1_000_000})
+    assert str(e.value).endswith(f"is 1000000 characters long; at most {MAX_TEXT} are accepted")
+    assert len(str(e.value)) < 100
 
 
-@pytest.fixture(scope="module")
-def live_app(tiny_model):
-    app = build_app(tiny_model, max_concurrency=2)
-    port = _free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    yield gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
-    app.close()
+def test_server_paths_are_off_unless_the_operator_allows_them(tiny_model, tiny_stream_pipeline_dir, tmp_path,
+                                                              monkeypatch) -> None:
+    real_load = gradio_app.load
+    monkeypatch.setattr(gradio_app, "load", lambda *a, **k: pytest.fail("a refused path was loaded"))
+    embedded = ModelAccess()
+    answers = []
+    for path in (tiny_model, str(tmp_path / "missing"), "/etc", "../../"):
+        with pytest.raises(InputError) as e:
+            generate(path, "ar", **SETTINGS, folder=tmp_path, access=embedded)
+        answers.append(str(e.value).replace(repr(path), "PATH"))
+    assert len(set(answers)) == 1  # an existing folder and a missing one get the same answer
+    assert answers[0].startswith("unknown model PATH; this server offers: shapes-blockdiff, ")
+    with pytest.raises(InputError, match="checkpoint paths are off on this server"):
+        generate("", "ar", **SETTINGS, gpt_ckpt=tiny_model, vq_ckpt=tiny_model, folder=tmp_path, access=embedded)
+    with pytest.raises(InputError, match="unknown model"):
+        next(stream_video(str(tiny_stream_pipeline_dir), 0, 4, 0, "", "", folder=tmp_path, access=embedded))
+    assert samplers_for(tiny_model, embedded) == available_samplers()  # the Generate click says why
+    monkeypatch.setattr(gradio_app, "load", real_load)
+    for allowed in (ModelAccess(folders=(tiny_model,)), ModelAccess(local_paths=True)):
+        assert generate(tiny_model, "ar", **SETTINGS, folder=tmp_path, access=allowed)[0].size == (48, 16)
 
 
-def call(client, sampler: str = "sjd", **overrides):
-    """The page's /generate with every option field empty but those in ``overrides``."""
-    values = {**dict.fromkeys(GENERATE_INPUTS, ""), **dict(model=None, sampler=sampler, class_id=1, num_images=2,
-                                                          seed=0, temperature=1.0, top_k=0, top_p=1.0, compare=False,
-                                                          gpt_model="GPT-B", image_size=256), **overrides}
-    return client.predict(*[values[name] for name in GENERATE_INPUTS], api_name="/generate")
-
-
-def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) -> None:
-    images, amap, stats, ar, clip = call(live_app, model=tiny_model, window="4", compare=True)
-    pixels = np.asarray(Image.open(images))
-    assert pixels.shape == (16, 32, 3) and pixels.std() > 0
-    assert Image.open(amap).size[0] > 0 and "step compression vs AR" in stats and ar
-
-
-def test_live_app_gives_a_playable_clip_for_a_video_model(live_app, tiny_video_pipeline_dir) -> None:
-    first_frames, amap, stats, ar, clip = call(live_app, "nbp", model=str(tiny_video_pipeline_dir), num_images=2)
-    video = clip["video"] if isinstance(clip, dict) else clip
-    assert read_video(Path(video)).shape == (3, 16, 32, 3)  # 3 frames of 2 clips side by side
-    assert np.asarray(Image.open(first_frames)).shape == (16, 32, 3) and amap is None and ar is None
-
-
-def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:
-    with pytest.raises(Exception, match="window must be an integer >= 1"):
-        call(live_app, model=tiny_model, window="0")
-    with pytest.raises(Exception, match="class id 9 is out of range"):
-        call(live_app, model=tiny_model, class_id=9)
-    assert call(live_app, model=tiny_model)[0]  # still serving
-
-
-def test_twenty_concurrent_requests_all_complete(live_app, tiny_model) -> None:
-    with ThreadPoolExecutor(max_workers=20) as pool:
-        results = list(pool.map(lambda seed: call(live_app, model=tiny_model, seed=seed), range(20)))
-    assert len(results) == 20 and all(r[0] for r in results)
-
-
-def test_stream_video_shows_each_block_then_the_mp4(tiny_stream_pipeline_dir) -> None:
-    outs = list(stream_video(str(tiny_stream_pipeline_dir), 1, 6, 0, 2, 1.0, session="whole"))
+def test_stream_video_shows_each_block_then_the_mp4(stream, tiny_stream_pipeline_dir) -> None:
+    outs = list(stream(str(tiny_stream_pipeline_dir), 1, 6, 0, 2, 1.0))
     assert len(outs) == 4  # three blocks of two frames, then the file
     assert [o[2] for o in outs[:3]] == [None] * 3 and "frame 6 / 6" in outs[2][1]
     assert outs[-1][1] == "done: 6 frames" and read_video(Path(outs[-1][2])).shape == (6, 16, 16, 3)
 
 
-def test_stream_video_keeps_the_models_defaults_for_empty_fields(tiny_stream_pipeline_dir, monkeypatch) -> None:
+def test_stream_video_keeps_the_models_defaults_for_empty_fields(stream, tiny_stream_pipeline_dir,
+                                                                monkeypatch) -> None:
     from vgen.pipelines import StreamPipeline
 
     seen = []
     original = StreamPipeline.stream_config
     monkeypatch.setattr(StreamPipeline, "stream_config",
                         lambda self, **options: seen.append(original(self, **options)) or seen[-1])
-    list(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "", " ", session="defaults"))
+    list(stream(str(tiny_stream_pipeline_dir), 1, 2, 0, "", " "))
     assert seen[-1].steps == 2 and seen[-1].cfg_scale == 1.0  # the tiny pipeline's recorded defaults
-    list(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "3", "2.5", session="defaults"))
+    list(stream(str(tiny_stream_pipeline_dir), 1, 2, 0, "3", "2.5"))
     assert seen[-1].steps == 3 and seen[-1].cfg_scale == 2.5
-    with pytest.raises(InputError, match="cfg_scale must be a number"):
-        next(stream_video(str(tiny_stream_pipeline_dir), 1, 2, 0, "", "lots"))
 
 
-def test_switch_and_stop_reach_the_running_stream(tiny_stream_pipeline_dir) -> None:
-    stream = stream_video(str(tiny_stream_pipeline_dir), 0, 1000, 0, 1, 1.0, session="steer")
-    assert "class a" in next(stream)[1]
-    assert switch_class(2, "steer") == "class 2 from the next block"
-    assert "class c" in next(stream)[1]
-    assert stop_stream("steer") == "stopping after this block"
-    rest = list(stream)
-    assert rest[-1][1] == "stopped: 4 frames" and read_video(Path(rest[-1][2])).shape[0] == 4
-    assert stop_stream("steer") == "no stream is running"
+@pytest.mark.parametrize(("args", "message"), [
+    ((0, 8, 0, "100000", ""), "steps must be an integer in [1, 1000], got 100000"),
+    ((0, 8, 0, "", "1e309"), "cfg_scale must be a finite number, got '1e309'"),
+    ((0, 8, 0, "", "lots"), "cfg_scale must be a number"),
+    ((0, 0, 0, "", ""), "num_frames must be an integer in [1, 2000], got 0"),
+    ((0, 10**6, 0, "", ""), "num_frames must be an integer in [1, 2000], got 1000000"),
+    ((0, float("inf"), 0, "", ""), "num_frames must be a finite number"),
+    ((5, 8, 0, "", ""), "class id 5 is out of range"),
+])
+def test_stream_settings_are_checked_before_anything_runs(stream, tiny_stream_pipeline_dir, args, message) -> None:
+    with pytest.raises(ValueError) as e:
+        next(stream(str(tiny_stream_pipeline_dir), *args))
+    assert message in str(e.value)
 
 
-def test_a_video_model_gives_a_playable_clip_and_its_first_frames(tiny_video_pipeline_dir) -> None:
+def test_stop_ends_the_stream_at_the_next_denoising_step_inside_its_block(stream, tiny_stream_pipeline_dir,
+                                                                          monkeypatch) -> None:
+    sessions, velocity, steps = StreamSessions(), BlockStreamer._velocity, []
+
+    def step(self, *args):
+        steps.append(args[1])
+        if len(steps) == 3:  # the first of the second block's 500 steps (the first block takes 2)
+            assert sessions.stop("visitor") == "stopping"
+        return velocity(self, *args)
+
+    monkeypatch.setattr(BlockStreamer, "_velocity", step)
+    with sessions.running("visitor") as control:
+        outs = list(stream(str(tiny_stream_pipeline_dir), 1, 100, 0, "500", "", control=control))
+    assert len(steps) == 3
+    assert outs[-1][1] == "stopped: 2 frames" and read_video(Path(outs[-1][2])).shape[0] == 2
+
+
+def test_stop_and_switch_reach_the_newest_stream_of_the_session() -> None:
+    sessions = StreamSessions()
+    older = sessions.running("visitor")
+    first = older.__enter__()
+    with sessions.running("visitor") as second:
+        assert sessions.switch("visitor", 2) == "class 2 from the next block"
+        assert second.pending_class() == 2 and first.pending_class() is None
+        older.__exit__(None, None, None)  # the older stream ends first: the newer one keeps its controls
+        assert sessions.stop("visitor") == "stopping" and second.cancelled and not first.stopped
+        assert sessions.stop("another visitor") == "no stream is running"
+        with pytest.raises(InputError, match="class_id must be a finite number"):
+            sessions.switch("visitor", "inf")
+    assert sessions.stop("visitor") == "no stream is running" and sessions.count() == 0
+
+
+def test_a_session_that_goes_away_cancels_all_its_streams() -> None:
+    sessions = StreamSessions()
+    with sessions.running("gone") as a, sessions.running("gone") as b, sessions.running("stays") as c:
+        sessions.end("gone")
+        assert a.cancelled and b.cancelled and not c.stopped
+
+
+def test_a_consumer_that_goes_away_cancels_the_step_in_hand_and_the_items_close_after_it() -> None:
+    in_step, released, closed = threading.Event(), threading.Event(), threading.Event()
+
+    def items():
+        try:
+            yield 1
+            in_step.set()
+            released.wait(30)  # a long step, until cancelled
+            yield 2
+        finally:
+            closed.set()
+
+    async def consume() -> float:
+        iterator = iterate_in_thread(items(), released.set)
+        assert await anext(iterator) == 1
+        task = asyncio.ensure_future(anext(iterator))
+        await asyncio.to_thread(in_step.wait, 30)
+        start = time.perf_counter()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.perf_counter() - start
+
+    assert asyncio.run(consume()) < 5 and released.is_set()
+    assert closed.wait(10)  # closed in the worker once the step returned
+
+    async def finish() -> list:
+        return [item async for item in iterate_in_thread((i for i in (1, 2)), lambda: pytest.fail("cancelled"))]
+
+    assert asyncio.run(finish()) == [1, 2]
+
+
+def test_a_video_model_gives_a_playable_clip_and_its_first_frames(gen, tiny_video_pipeline_dir) -> None:
     from vgen.pipelines import load
 
-    grid, amap, stats, ar, clip = generate(str(tiny_video_pipeline_dir), "nbp", **{**SETTINGS, "num_images": 2})
+    grid, amap, stats, ar, clip = gen(str(tiny_video_pipeline_dir), "nbp", **{**SETTINGS, "num_images": 2})
     frames = read_video(Path(clip))
     assert frames.shape == (3, 16, 2 * 16, 3)  # 3 frames of the 2 clips side by side
     expected = load(tiny_video_pipeline_dir)([1], num_videos=2, seed=0).videos
@@ -187,41 +286,297 @@ def test_a_video_model_gives_a_playable_clip_and_its_first_frames(tiny_video_pip
 def test_the_sampler_list_follows_the_token_order_and_a_nar_model_has_no_ar_comparison(
         tiny_model, tiny_pipeline_dir, tiny_nar_factory, tmp_path) -> None:
     from vgen.pipelines import load
-    from vgen.samplers import available_samplers
 
-    raster = samplers_for(tiny_model)
+    local = ModelAccess(local_paths=True)
+    raster = samplers_for(tiny_model, local)
     assert "ar" in raster and "sjd" in raster and "nar" not in raster
     pipe = load(tiny_pipeline_dir)
     nar = type(pipe)(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
-    assert samplers_for(str(nar.save_pretrained(tmp_path / "nar"))) == ["nar"]
-    assert samplers_for(str(tmp_path / "missing")) == available_samplers()  # the Generate click says why
+    assert samplers_for(str(nar.save_pretrained(tmp_path / "nar")), local) == ["nar"]
+    assert samplers_for(str(tmp_path / "missing"), local) == available_samplers()  # the Generate click says why
     with pytest.raises(InputError, match="next-neighbour order: there is no vanilla AR run of it"):
-        generate(str(tmp_path / "nar"), "nar", **SETTINGS, compare=True)
+        generate(str(tmp_path / "nar"), "nar", **SETTINGS, compare=True, folder=tmp_path, access=local)
 
 
-def test_the_generate_tab_refuses_a_streaming_model_and_the_stream_tab_a_token_model(tiny_model,
-                                                                                   tiny_stream_pipeline_dir) -> None:
+def test_the_generate_tab_refuses_a_streaming_model_and_the_stream_tab_a_token_model(
+        gen, stream, tiny_model, tiny_stream_pipeline_dir) -> None:
     with pytest.raises(InputError, match="use the Streaming tab"):
-        generate(str(tiny_stream_pipeline_dir), "ar", **SETTINGS)
+        gen(str(tiny_stream_pipeline_dir), "ar", **SETTINGS)
     with pytest.raises(InputError, match="use the Generate tab"):
-        next(stream_video(tiny_model, 0, 8, 0, 2, 1.0))
-    with pytest.raises(InputError, match="frames must be in"):
-        next(stream_video(str(tiny_stream_pipeline_dir), 0, 0, 0, 2, 1.0))
+        next(stream(tiny_model, 0, 8, 0, 2, 1.0))
 
 
-def test_live_app_streams_until_stop_and_other_sessions_cannot_stop_it(live_app, tiny_stream_pipeline_dir) -> None:
-    job = live_app.submit(str(tiny_stream_pipeline_dir), 0, 2000, 0, 1, 1.0, api_name="/stream")
-    deadline = time.time() + 60
-    while time.time() < deadline and len(job.outputs()) < 2:
-        time.sleep(0.1)
-    assert len(job.outputs()) >= 2, "no frames arrived"
-    other_visitor = gradio_client.Client(live_app.src, verbose=False)  # another browser session
+# ---- the command ------------------------------------------------------------------------------------------------
+
+
+def test_app_flags_show_their_defaults_and_pass_the_model_access_on(tiny_model, monkeypatch, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["app", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 127.0.0.1)" in help_text and "(default: 2)" in help_text
+    assert "--allow-local-models" in help_text and "--model-dir DIR" in help_text
+    built, served = [], []
+    monkeypatch.setattr(gradio_app, "build_app", lambda *args: built.append(args))
+    monkeypatch.setattr(gradio_app, "serve", lambda app, *args: served.append(args))
+    assert main(["app", "--model-dir", tiny_model, "--model", tiny_model, "--max-concurrency", "3"]) == 0
+    assert built == [(tiny_model, 3, ModelAccess(folders=(tiny_model,)))] and served == [("127.0.0.1", 7860, False)]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model-dir", "/no/such/folder"], "--model-dir /no/such/folder is not a pipeline folder"),
+    (["--model", "/some/folder"], "--model /some/folder is neither embedded nor a --model-dir"),
+])
+def test_app_refuses_a_model_it_would_not_serve(argv, message, capsys) -> None:
+    assert main(["app", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+# ---- the live app -----------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served(access: ModelAccess, temp: Path, max_concurrency: int = 2, sessions: StreamSessions | None = None):
+    """The app on a free loopback port for the block, with the requests' folders in ``temp``/requests and Gradio's
+    cache in ``temp``/gradio; heartbeats every 0.2 s, so that a client that goes away is noticed at once."""
+    (temp / "requests").mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
+        mp.setenv("GRADIO_TEMP_DIR", str(temp / "gradio"))
+        mp.setattr(tempfile, "tempdir", str(temp / "requests"))
+        app = build_app("shapes-c2i", max_concurrency, access, sessions)
+        port = _free_port()
+        serve(app, port=port, prevent_thread_lock=True, quiet=True)
+        try:
+            yield f"http://127.0.0.1:{port}/"
+        finally:
+            app.close()
+
+
+@pytest.fixture(scope="module")
+def live(access, tmp_path_factory):
+    """A live app, its stream sessions and the folder its requests' temporary folders go to."""
+    temp = tmp_path_factory.mktemp("live")
+    sessions = StreamSessions()
+    with served(access, temp, 2, sessions) as url:
+        yield gradio_client.Client(url, verbose=False), sessions, temp / "requests"
+
+
+@pytest.fixture(scope="module")
+def live_app(live):
+    return live[0]
+
+
+def call(client, sampler: str = "sjd", **overrides):
+    """The page's /generate with every option field empty but those in ``overrides``."""
+    values = {**dict.fromkeys(GENERATE_INPUTS, ""), **dict(model=None, sampler=sampler, class_id=1, num_images=2,
+                                                          seed=0, temperature=1.0, top_k=0, top_p=1.0, compare=False,
+                                                          gpt_model="GPT-B", image_size=256), **overrides}
+    return client.predict(*[values[name] for name in GENERATE_INPUTS], api_name="/generate")
+
+
+def raw_call(client, api_name: str, data_json: str) -> tuple[str, object]:
+    """One call through Gradio's HTTP API with ``data_json`` sent as written (JSON may say 1e400 or NaN): the
+    final event (``complete`` or ``error``) and its data."""
+    base = f"{client.src.rstrip('/')}/gradio_api/call/{api_name}"
+    posted = httpx.post(base, content=f'{{"data": {data_json}}}', headers={"content-type": "application/json"})
+    posted.raise_for_status()
+    with httpx.stream("GET", f"{base}/{posted.json()['event_id']}", timeout=120) as response:
+        lines = [line for line in response.iter_lines() if line]
+    event = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")][-1]
+    return event, json.loads([line.removeprefix("data: ") for line in lines if line.startswith("data: ")][-1])
+
+
+def test_live_app_generates_non_blank_images_and_compares(live_app, tiny_model) -> None:
+    images, amap, stats, ar, clip = call(live_app, model=tiny_model, window="4", compare=True)
+    pixels = np.asarray(Image.open(images))
+    assert pixels.shape == (16, 32, 3) and pixels.std() > 0
+    assert Image.open(amap).size[0] > 0 and "step compression vs AR" in stats and ar
+
+
+def test_live_app_gives_a_playable_clip_and_keeps_no_temporary_folder(live, tiny_video_pipeline_dir) -> None:
+    client, _, temp = live
+    first_frames, amap, stats, ar, clip = call(client, "nbp", model=str(tiny_video_pipeline_dir), num_images=2)
+    video = clip["video"] if isinstance(clip, dict) else clip
+    assert read_video(Path(video)).shape == (3, 16, 32, 3)  # 3 frames of 2 clips side by side
+    assert np.asarray(Image.open(first_frames)).shape == (16, 32, 3) and amap is None and ar is None
+    assert not list(temp.glob(f"{TEMP_PREFIX}*"))  # the request's folder went once Gradio had its copy
+
+
+def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:
+    with pytest.raises(Exception, match="window must be an integer >= 1"):
+        call(live_app, model=tiny_model, window="0")
+    with pytest.raises(Exception, match="class id 9 is out of range"):
+        call(live_app, model=tiny_model, class_id=9)
+    with pytest.raises(Exception, match="unknown model '/etc'"):
+        call(live_app, model="/etc")
+    assert call(live_app, model=tiny_model)[0]  # still serving
+
+
+BAD_VALUES = {"1e400": "must be a finite number", "-1e400": "must be a finite number",
+              "NaN": "must be a finite number", '"' + "7" * 100_000 + '"': "is 100000 characters long",
+              "[1, 2]": "must be a number, got '[1, 2]'", '{"a": 1}': "must be a number", "true": "must be a number"}
+HUGE = {"class_id": "is out of range", "num_images": "must be an integer in [1, 16]",
+        "seed": "must be an integer in [0, ", "cfg_scale": "cfg_scale must be in [0, 100.0]",
+        "top_k": "complete", "window": "complete"}  # what each field answers to 1e30
+
+
+@pytest.mark.parametrize("field", ["class_id", "num_images", "seed", "cfg_scale", "top_k", "window"])
+def test_every_field_answers_an_absurd_value_with_its_own_message(live_app, tiny_model, field) -> None:
+    values = {**dict.fromkeys(GENERATE_INPUTS, ""), **dict(model=tiny_model, sampler="sjd", class_id=1, num_images=1,
+                                                          seed=0, compare=False, gpt_model="GPT-B", image_size=256)}
+    for text, message in {**BAD_VALUES, "1e30": HUGE[field]}.items():
+        data = json.dumps([values[name] if name != field else "VALUE" for name in GENERATE_INPUTS])
+        event, answer = raw_call(live_app, "generate", data.replace('"VALUE"', text))
+        if message == "complete":  # a huge top_k or window is clamped to the tokens there are
+            assert event == "complete"
+            continue
+        assert event == "error" and message in answer["error"] and len(answer["error"]) < 200, (text, answer)
+
+
+def test_live_app_refuses_uploads(live_app) -> None:
+    answer = httpx.post(f"{live_app.src.rstrip('/')}/gradio_api/upload", files={"files": ("x.pt", b"x" * 1000)})
+    assert answer.status_code == 413
+
+
+def test_twenty_concurrent_requests_all_complete(live_app, tiny_model) -> None:
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(lambda seed: call(live_app, model=tiny_model, seed=seed), range(20)))
+    assert len(results) == 20 and all(r[0] for r in results)
+
+
+def wait_for(condition, timeout: float = 60) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline and not condition():
+        time.sleep(0.05)
+    return condition()
+
+
+def test_live_app_streams_until_stop_and_other_sessions_cannot_stop_it(live, tiny_stream_pipeline_dir) -> None:
+    client, sessions, temp = live
+    job = client.submit(str(tiny_stream_pipeline_dir), 0, 2000, 0, 1, 1.0, api_name="/stream")
+    assert wait_for(lambda: len(job.outputs()) >= 2), "no frames arrived"
+    other_visitor = gradio_client.Client(client.src, verbose=False)  # another browser session
     assert other_visitor.predict(api_name="/stop_stream") == "no stream is running"
     assert other_visitor.predict(3, api_name="/switch_class") == "no stream is running"
     assert not job.done()
-    assert live_app.predict(api_name="/stop_stream") == "stopping after this block"
+    assert client.predict(api_name="/stop_stream") == "stopping"
     frame, status, video = job.result(timeout=60)
     assert status.startswith("stopped: ")
     frames_done = int(status.split()[1])
     assert read_video(Path(video["video"] if isinstance(video, dict) else video)).shape[0] == frames_done > 0
     assert np.asarray(Image.open(frame)).std() > 0
+    assert wait_for(lambda: not list(temp.glob(f"{TEMP_PREFIX}*")), 10)
+
+
+@pytest.fixture
+def slow_steps(monkeypatch):
+    """The denoising steps run from here on, each ``hook.delay`` s slower: (steps, hook)."""
+    velocity, steps = BlockStreamer._velocity, []
+
+    def hook(self, *args):
+        steps.append(args[1])
+        time.sleep(hook.delay)
+        return velocity(self, *args)
+
+    hook.delay = 0.0
+    monkeypatch.setattr(BlockStreamer, "_velocity", hook)
+    return steps, hook
+
+
+@pytest.mark.parametrize("goes_away", ["cancels the event", "closes its session"])
+def test_a_stream_whose_client_goes_away_stops_inside_its_block(live, tiny_stream_pipeline_dir, slow_steps,
+                                                               goes_away) -> None:
+    client, sessions, temp = live
+    steps, hook = slow_steps
+    visitor = gradio_client.Client(client.src, verbose=False)
+    job = visitor.submit(str(tiny_stream_pipeline_dir), 0, 2000, 0, "1000", "", api_name="/stream")
+    assert wait_for(lambda: len(job.outputs()) >= 1), "no frames arrived"
+    hook.delay = 0.005  # the second block: 1000 steps of >= 5 ms
+    assert wait_for(lambda: len(steps) > 2 + 10)
+    visitor.close() if goes_away == "closes its session" else job.cancel()
+    assert wait_for(lambda: sessions.count() == 0, 20)
+    time.sleep(0.5)
+    stopped_at = len(steps)
+    time.sleep(0.5)
+    assert len(steps) == stopped_at < 2 + 1000  # no step ran after the stop, and the block was cut short
+    assert wait_for(lambda: not list(temp.glob(f"{TEMP_PREFIX}*")), 10)
+
+
+@contextlib.contextmanager
+def counted(active: list[int], peak: list[int], lock: threading.Lock):
+    with lock:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+    try:
+        time.sleep(0.3)  # long enough for the other requests to overlap this one if they could
+        yield
+    finally:
+        with lock:
+            active[0] -= 1
+
+
+def test_one_concurrency_limit_covers_generations_and_streams(access, tiny_model, tiny_stream_pipeline_dir,
+                                                              monkeypatch, tmp_path) -> None:
+    active, peak, lock = [0], [0], threading.Lock()
+    run_generate, run_stream = gradio_app.generate, gradio_app.stream_video
+
+    def generate_counted(*args, **kwargs):
+        with counted(active, peak, lock):
+            return run_generate(*args, **kwargs)
+
+    def stream_counted(*args, **kwargs):
+        with counted(active, peak, lock):
+            yield from run_stream(*args, **kwargs)
+
+    monkeypatch.setattr(gradio_app, "generate", generate_counted)
+    monkeypatch.setattr(gradio_app, "stream_video", stream_counted)
+    with served(access, tmp_path, max_concurrency=2) as url:
+        client = gradio_client.Client(url, verbose=False)
+        jobs = [client.submit(str(tiny_stream_pipeline_dir), 0, 4, seed, "", "", api_name="/stream")
+                for seed in range(3)]
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            images = list(pool.map(lambda seed: call(client, model=tiny_model, seed=seed), range(3)))
+        statuses = [job.result(timeout=120)[1] for job in jobs]
+    assert all(images) and statuses == ["done: 4 frames"] * 3
+    assert peak[0] == 2  # 6 requests over 2 endpoints, never more than 2 at once
+
+
+def resident_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the resident memory from /proc")
+def test_soak_twenty_generations_and_four_streams_at_once(access, tiny_model, tiny_video_pipeline_dir,
+                                                          tiny_stream_pipeline_dir, tmp_path) -> None:
+    """Every request answered within the time bound, memory back near its level before, no file left behind
+    by the requests or (after exit) by Gradio's cache."""
+    samplers = ("ar", "sjd", "mcsjd", "lantern")
+    requests = [dict(model=tiny_model, sampler=samplers[i % 4], seed=i, num_images=1 + i % 3) for i in range(16)]
+    requests += [dict(model=str(tiny_video_pipeline_dir), sampler="nbp", seed=i) for i in range(4)]
+    with served(access, tmp_path, max_concurrency=2) as url:
+        client = gradio_client.Client(url, verbose=False, download_files=False)
+        call(client, model=tiny_model)  # loads the models and warms the server before the baseline
+        call(client, "nbp", model=str(tiny_video_pipeline_dir))
+        list(client.submit(str(tiny_stream_pipeline_dir), 0, 4, 0, "", "", api_name="/stream"))
+        gc.collect()
+        before, start = resident_mb(), time.perf_counter()
+        streams = [client.submit(str(tiny_stream_pipeline_dir), i % 3, 8, i, "", "", api_name="/stream")
+                   for i in range(4)]
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            answers = list(pool.map(lambda r: call(client, **r), requests))
+        statuses = [job.result(timeout=120)[1] for job in streams]
+        elapsed = time.perf_counter() - start
+        gc.collect()
+        after = resident_mb()
+        assert not list((tmp_path / "requests").iterdir())  # no request left a folder
+    assert len(answers) == 20 and all(a[0] for a in answers) and statuses == ["done: 8 frames"] * 4
+    assert elapsed < 120, f"the soak took {elapsed:.0f} s"
+    assert after - before < 150, f"resident memory grew from {before:.0f} MB to {after:.0f} MB"
+    assert not [p for p in (tmp_path / "gradio").rglob("*") if p.is_file()]  # Gradio's cache went at exit

@@ -46,7 +46,9 @@ def app_page(height: int) -> Iterator:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": height})
-            page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
+            # not "networkidle": the page holds its heartbeat connection open (a closed tab ends its streams)
+            page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
+            page.get_by_role("button", name="Generate").wait_for(timeout=60_000)
             yield page
             browser.close()
     finally:

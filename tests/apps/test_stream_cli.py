@@ -50,7 +50,8 @@ def test_gif_output_and_a_class_switch(tiny_stream_pipeline_dir, tmp_path, capsy
     (["--window-frames", "8"], "exceed the 8 frames the model was trained on"),
     (["--out", "/no/such/dir/x.mp4"], "directory /no/such/dir does not exist"),
     (["--out", "x.png"], "unsupported file type .png"),
-    (["--steps", "0"], "steps must be an integer >= 1"),
+    (["--steps", "0"], "steps must be an integer in [1, 1000], got 0"),
+    (["--steps", "100000"], "steps must be an integer in [1, 1000], got 100000"),
     (["--model", "shapes-c2i"], "not a streaming (block-diffusion) model"),
 ])
 def test_bad_input_gets_one_specific_line_and_exit_2(tiny_stream_pipeline_dir, tmp_path, args, message,
@@ -171,7 +172,7 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
 
 @pytest.mark.parametrize("args, message", [(["--num-frames", "1"], "--num-frames must be >= 2"),
                                            (["--num-frames", "0"], "--num-frames must be >= 2"),
-                                           (["--cfg-scale", "-1"], "cfg_scale must be >= 0"),
+                                           (["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
                                            (["--top-k", "5"], "--top-k sample tokens"),
                                            (["--temperature", "1", "--cfg-interval", "3"],
                                             "--cfg-interval, --temperature sample tokens")])

@@ -104,6 +104,8 @@ def test_text_is_read_as_the_declared_type(text, kind, value) -> None:
 @pytest.mark.parametrize("text, kind, message", [
     ("2.5", int, "x must be a whole number, got 2.5"), ("many", int, "x must be a number, got 'many'"),
     ("wide", float, "x must be a number, got 'wide'"), ("maybe", bool, "x must be true or false, got 'maybe'"),
+    ("1e309", float, "x must be a finite number, got '1e309'"), ("nan", float, "x must be a finite number, got 'nan'"),
+    ("1e400", int, "x must be a finite number, got '1e400'"),
 ])
 def test_text_of_the_wrong_type_is_refused(text, kind, message) -> None:
     with pytest.raises(ValueError) as e:

@@ -29,7 +29,8 @@ from vgen.samplers import (
     (dict(top_k=1.5), "top_k must be an integer >= 0 (0 = off), got 1.5"),
     (dict(top_p=0.0), "top_p must be in (0, 1] (1 = off), got 0.0"),
     (dict(top_p=1.01), "top_p must be in (0, 1] (1 = off), got 1.01"),
-    (dict(cfg_scale=-1.0), "cfg_scale must be >= 0 (guidance only above 1), got -1.0"),
+    (dict(cfg_scale=-1.0), "cfg_scale must be in [0, 100.0] (guidance only above 1), got -1.0"),
+    (dict(cfg_scale=1e300), "cfg_scale must be in [0, 100.0] (guidance only above 1), got 1e+300"),
     (dict(cfg_interval=-2), "cfg_interval must be an integer >= -1 (-1 = guide every token), got -2"),
     (dict(cfg_interval=2.0), "cfg_interval must be an integer >= -1 (-1 = guide every token), got 2.0"),
 ])

@@ -178,6 +178,23 @@ def test_a_class_switch_takes_effect_at_the_next_block_and_stop_ends_the_stream(
     assert seen == [0, 0, 2, 2]
 
 
+def test_cancel_ends_the_stream_at_the_next_denoising_step_inside_a_block(tiny_blockdiff, monkeypatch) -> None:
+    control = StreamControl()
+    streamer = BlockStreamer(tiny_blockdiff, StreamConfig(steps=50, first_steps=1, sink_frames=0, window_frames=2))
+    velocity, steps = streamer._velocity, []
+
+    def cancel_after_the_first_step(*args):
+        steps.append(args[1])
+        if len(steps) == 2:  # the first denoising step of the second block
+            control.cancel()
+        return velocity(*args)
+
+    monkeypatch.setattr(streamer, "_velocity", cancel_after_the_first_step)
+    blocks = list(streamer.stream([0], 40, seed=0, control=control))
+    assert [b.block_index for b in blocks] == [0] and len(steps) == 2  # 1 of the block's 50 steps ran
+    assert control.stopped and control.cancelled
+
+
 def test_pause_holds_the_stream_until_resume(tiny_blockdiff) -> None:
     control = StreamControl()
     streamer = BlockStreamer(tiny_blockdiff, StreamConfig(steps=1, first_steps=1, sink_frames=0, window_frames=2))

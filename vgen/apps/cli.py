@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from vgen.apps.bench_cli import add_bench_parser
 from vgen.apps.eval_cli import add_eval_parser
@@ -19,7 +20,7 @@ from vgen.apps.sample_many_cli import add_sample_many_parser
 from vgen.apps.stream_cli import add_stream_parser
 from vgen.apps.t2i_config_cli import add_t2i_config_parser
 from vgen.apps.train_cli import add_train_parser
-from vgen.hub import CheckpointError
+from vgen.hub import PIPELINE_CONFIG, CheckpointError
 from vgen.pipelines import available_models
 from vgen.samplers import available_samplers
 
@@ -50,27 +51,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_app_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("app", help="the Gradio web demo (needs the app extra: pip install -e '.[app]')")
-    p.add_argument("--host", default="127.0.0.1")
+    p = sub.add_parser("app", help="the Gradio web demo (needs the app extra: pip install -e '.[app]')",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to serve on: 127.0.0.1 is this machine only, 0.0.0.0 every network interface")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action=argparse.BooleanOptionalAction, default=False,
-                   help="a public gradio.live link (off by default)")
-    p.add_argument("--max-concurrency", type=int, default=2, help="generations that run at once")
+                   help="a public gradio.live link that anyone who has it can use")
+    p.add_argument("--max-concurrency", type=int, default=2,
+                   help="generations, streams and model loads that run at once, over all visitors")
     p.add_argument("--model", default="shapes-c2i", help="the model selected when the page opens")
+    p.add_argument("--model-dir", action="append", default=[], metavar="DIR",
+                   help="a pipeline folder to offer besides the embedded models (repeat for more)")
+    p.add_argument("--allow-local-models", action="store_true",
+                   help="let visitors load any server folder or LlamaGen checkpoint by its path")
     p.set_defaults(func=run_app)
 
 
 def run_app(args: argparse.Namespace) -> None:
     if args.max_concurrency < 1:
         raise UsageError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    for folder in args.model_dir:
+        if not (Path(folder) / PIPELINE_CONFIG).is_file():
+            raise UsageError(f"--model-dir {folder} is not a pipeline folder (it has no {PIPELINE_CONFIG})")
     try:
         import gradio  # noqa: F401
     except ImportError:
         raise UsageError("the web demo needs gradio: pip install -e '.[app]'") from None
-    from vgen.apps.gradio_app import build_app
+    from vgen.apps.gradio_app import ModelAccess, build_app, serve
 
-    build_app(args.model, args.max_concurrency).launch(server_name=args.host, server_port=args.port,
-                                                       share=args.share)
+    access = ModelAccess(tuple(args.model_dir), args.allow_local_models)
+    if args.model not in access.models() and not access.local_paths:
+        raise UsageError(f"--model {args.model} is neither embedded nor a --model-dir (or pass --allow-local-models)")
+    serve(build_app(args.model, args.max_concurrency, access), args.host, args.port, args.share)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,19 +1,28 @@
 """vgen's web demo (``vgen app``): a thin Gradio page over the pipeline API, with no generation logic of its own.
 
-The model list comes from :func:`vgen.available_models` (a pipeline folder path is accepted too, and LlamaGen
-checkpoint paths), the sampler list from the sampler registry, and a sampler's parameters are passed only when
-its config has them and the field is filled in (empty = the preset's own default). Streaming models get their own
-tab, where frames play as each block completes, with Stop and a class switch that takes effect at the next block.
-Bad input (an unknown model, a missing checkpoint, out-of-range settings, a sampler the model cannot use) is shown
-in the page as a message; the app keeps serving. ``gradio`` is imported lazily: it is the ``app`` extra.
+The model list comes from :func:`vgen.available_models` and the folders its operator names (:class:`ModelAccess`;
+any server path, and LlamaGen checkpoint paths, only when the operator allows local models), the sampler list
+from the sampler registry, and a sampler's parameters are passed only when its config has them and the field is
+filled in (empty = the preset's own default). Streaming models get their own tab, where frames play as each block
+completes, with Stop (at the next denoising step) and a class switch that takes effect at the next block.
+
+Every field is checked before any work: numbers against the same option declarations the command line uses
+(:class:`PageFields` for the page's own), text against a length cap, models against the access rules. Bad input
+is shown in the page as one message that never echoes a long value or tells whether a server path exists; the app
+keeps serving. Generations and streams share one concurrency limit; each request's files live in a temporary
+folder that is removed once Gradio has its copy. ``gradio`` is imported lazily: it is the ``app`` extra.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +31,7 @@ from PIL import Image
 from vgen.apps.options import sampler_classes, sampling_options
 from vgen.hub import ASSETS, CheckpointError
 from vgen.images import image_grid
+from vgen.models.llamagen import GPT_SIZES
 from vgen.pipelines import (
     ImagePipeline,
     StreamPipeline,
@@ -34,68 +44,154 @@ from vgen.pipelines import (
 )
 from vgen.pipelines.stream import MODEL_FOLDER
 from vgen.samplers import available_samplers, get_sampler
-from vgen.samplers.options import DeclaredOption, declarations, declared_options, parse_option
+from vgen.samplers.options import DeclaredOption, declarations, declared_options, option, parse_option
 from vgen.samplers.streaming import StreamConfig, StreamControl
 from vgen.video_io import StreamingVideoWriter, write_video
 from vgen.visualize import acceptance_figure
 
-# the page's option fields, from the declarations: the settings every sampler shares, then every sampler's own
-# (but compile: compiling takes longer than the page's generations)
+
+@dataclass(frozen=True)
+class PageFields:
+    """The page's own numbers, declared as the samplers' options are: the bounds a request must meet."""
+
+    class_id: int = option(0, "class id", at_least=0)
+    num_images: int = option(4, "number of images (clips for a video model)", at_least=1, at_most=16)
+    seed: int = option(0, "random seed", at_least=0, at_most=2**63 - 1)
+    num_frames: int = option(160, "frames to stream", at_least=1, at_most=2000)
+
+
+# the page's option fields, from the declarations: its own, the settings every sampler shares, then every
+# sampler's own (but compile: compiling takes longer than the page's generations)
+PAGE_FIELDS = declarations(PageFields)
 SAMPLING_FIELDS = sampling_options()
 SAMPLER_FIELDS = declared_options(sampler_classes(), exclude=("compile",))
 STREAM_FIELDS = declarations(StreamConfig)
 # the Generate tab's inputs, in the order the page (and its API, /generate) takes them
 GENERATE_INPUTS = ["model", "sampler", "class_id", "num_images", "seed", "compare", "gpt_ckpt", "vq_ckpt", "gpt_model",
                    "image_size", *(o.name for o in SAMPLING_FIELDS), *(o.name for o in SAMPLER_FIELDS)]
-MAX_IMAGES = 16
-MAX_STREAM_FRAMES = 2000
+MAX_STREAM_FRAMES = int(PAGE_FIELDS["num_frames"].spec.at_most)
+MAX_TEXT = 256  # characters of a text field: names, paths and numbers are far shorter
+LLAMAGEN_IMAGE_SIZES = (256, 384, 512)
+CONCURRENCY_ID = "vgen"  # generations, streams and model loads share one limit
+TEMP_PREFIX = "vgen-app-"
 _LOAD_LOCK = threading.Lock()
-_CONTROLS: dict[str, StreamControl] = {}  # the running stream of each browser session
 
 
 class InputError(ValueError):
     """A problem with what the user entered, shown in the page."""
 
 
+def text_field(name: str, value: Any) -> str:
+    """A field's value as text, stripped; refused without echoing it when over :data:`MAX_TEXT` characters."""
+    text = "" if value is None else str(value)
+    if len(text) > MAX_TEXT:
+        raise InputError(f"{name} is {len(text)} characters long; at most {MAX_TEXT} are accepted")
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class ModelAccess:
+    """What a visitor may load: the embedded models, the pipeline ``folders`` the operator lists, and, only with
+    ``local_paths``, any server path and LlamaGen checkpoints. Refusals are decided on the name alone, before the
+    file system is looked at, so that they do not tell whether a path exists."""
+
+    folders: tuple[str, ...] = ()
+    local_paths: bool = False
+
+    def models(self) -> list[str]:
+        """The models the page lists: the embedded ones, then the operator's folders."""
+        return [*available_models(), *self.folders]
+
+    def check(self, model: str) -> str:
+        """``model`` (stripped) when it may be loaded, else an :class:`InputError` that lists what may."""
+        model = text_field("model", model)
+        if model in self.models() or self.local_paths:
+            return model
+        raise InputError(f"unknown model {model!r}; this server offers: {', '.join(self.models())}")
+
+    def check_checkpoints(self) -> None:
+        if not self.local_paths:
+            raise InputError("checkpoint paths are off on this server (its operator can turn them on with "
+                             "--allow-local-models); choose one of its models")
+
+
+def is_streaming(name: str) -> bool:
+    """Whether an embedded model name or pipeline folder holds a streaming (block-diffusion) model."""
+    folder = ASSETS / name if name in available_models() else Path(name)
+    return (folder / MODEL_FOLDER).is_dir()
+
+
 @functools.lru_cache(maxsize=4)
-def _pipeline(model: str, gpt_ckpt: str, vq_ckpt: str, gpt_model: str, image_size: int) -> ImagePipeline:
+def _pipeline(model: str, gpt_ckpt: str, vq_ckpt: str, gpt_model: str,
+              image_size: int) -> ImagePipeline | StreamPipeline:
     if gpt_ckpt or vq_ckpt:
-        if not (gpt_ckpt and vq_ckpt):
-            raise InputError("LlamaGen checkpoints need both a GPT and a VQ checkpoint path")
         return load_llamagen(gpt_ckpt, vq_ckpt, gpt_model, image_size)
     return load(model)
 
 
 def get_pipeline(model: str, gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B",
-                 image_size: int = 256) -> ImagePipeline:
-    """A loaded pipeline, kept for reuse (loading is the slow part); one load at a time."""
+                 image_size: Any = 256, access: ModelAccess = ModelAccess()) -> ImagePipeline | StreamPipeline:
+    """The pipeline of ``model`` (or of LlamaGen checkpoints) if ``access`` allows it, kept for reuse (loading is
+    the slow part); one load at a time."""
+    gpt_ckpt, vq_ckpt = text_field("GPT checkpoint", gpt_ckpt), text_field("VQ checkpoint", vq_ckpt)
+    if gpt_ckpt or vq_ckpt:
+        access.check_checkpoints()
+        if not (gpt_ckpt and vq_ckpt):
+            raise InputError("LlamaGen checkpoints need both a GPT and a VQ checkpoint path")
+        gpt_model, size = text_field("GPT size", gpt_model), text_field("image size", image_size)
+        if size not in map(str, LLAMAGEN_IMAGE_SIZES):
+            raise InputError(f"image size must be one of {LLAMAGEN_IMAGE_SIZES}, got {size!r}")
+        model, image_size = "", int(size)
+    else:
+        model, gpt_model, image_size = access.check(model), "", 0
     with _LOAD_LOCK:
-        return _pipeline(model.strip(), gpt_ckpt.strip(), vq_ckpt.strip(), gpt_model, int(image_size))
+        return _pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, image_size)
 
 
-def samplers_for(model: str) -> list[str]:
+def samplers_for(model: str, access: ModelAccess = ModelAccess()) -> list[str]:
     """The samplers that fit ``model``'s token order (``nar`` for a NAR model, the raster ones for AR); every
     registered sampler when the name does not load, so that the page can still show why on Generate."""
     try:
-        pipe = get_pipeline(model)
-    except (ValueError, CheckpointError, FileNotFoundError):
+        pipe = get_pipeline(model, access=access)
+    except (ValueError, CheckpointError, OSError):
         return available_samplers()
     return available_samplers(getattr(pipe.model, "token_order", "raster"))
 
 
 def parse_optional(option: DeclaredOption, value: Any) -> Any:
-    """A field the page may leave empty: None when empty, else the value read as the option's type."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+    """A field the page may leave empty: None when empty, else the value read as the option's type (a finite
+    number for a number)."""
+    text = text_field(option.name, value)
+    if not text:
         return None
     try:
-        return parse_option(option.name, str(value), option.kind)
+        return parse_option(option.name, text, option.kind)
     except ValueError as e:
         raise InputError(str(e)) from None
+
+
+def page_number(name: str, value: Any) -> int:
+    """One of the page's own numbers (:class:`PageFields`), read and checked against its declaration."""
+    declared = PAGE_FIELDS[name]
+    number = parse_optional(declared, value)
+    if number is None:
+        raise InputError(f"{name} is empty: {declared.help}")
+    try:
+        declared.spec.check(name, number, declared.kind)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    return number
 
 
 def option_box(gr, option: DeclaredOption):
     """The text box of a declared option: its name, its help, empty = the model's (or the sampler's) value."""
     return gr.Textbox(value="", label=option.name, info=option.help, placeholder="empty: the default")
+
+
+def number_box(gr, name: str, label: str, value: int):
+    """The number field of one of the page's own numbers; any value reaches :func:`page_number`, which says what
+    is wrong with it (Gradio's own bounds check would round first and fail on infinity)."""
+    return gr.Number(value=value, label=label, info=PAGE_FIELDS[name].help, step=1)
 
 
 def sampler_options(sampler: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -120,45 +216,46 @@ def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> s
     return "| figure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
-def generate(model: str, sampler: str, class_id: float, num_images: float, seed: float, compare: bool = False,
-             gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: float = 256,
+def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any, compare: bool = False,
+             gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: Any = 256, *,
+             folder: str | Path, access: ModelAccess = ModelAccess(),
              **values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None, str | None]:
     """Images (a grid), the acceptance map (speculative samplers), a stats table, with ``compare`` one token per
     pass (vanilla AR, or target-only sampling for a continuous model) on the same seed, and for a video model the
-    mp4 of its clips (the grid then shows their first frames). ``values`` holds the option fields
-    (:data:`SAMPLING_FIELDS`, :data:`SAMPLER_FIELDS`), empty = the model's or the sampler's default. Raises
-    :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
-    if not 1 <= int(num_images) <= MAX_IMAGES:
-        raise InputError(f"number of images must be in 1..{MAX_IMAGES}, got {num_images}")
-    if sampler not in available_samplers():
-        raise InputError(f"unknown sampler {sampler!r}; available: {', '.join(available_samplers())}")
-    pipe = get_pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, int(image_size))
-    if isinstance(pipe, StreamPipeline):
-        raise InputError(f"{model} is a streaming video model: use the Streaming tab")
-    if compare and getattr(pipe.model, "token_order", "raster") != "raster":
-        raise InputError(f"{model} generates in {pipe.model.token_order} order: there is no vanilla AR run of it "
-                         f"to compare with (`vgen bench --model {model} --reference-model shapes-c2i` compares it "
-                         f"with a next-token model)")
+    mp4 of its clips, written in ``folder`` (the grid then shows their first frames). ``values`` holds the option
+    fields (:data:`SAMPLING_FIELDS`, :data:`SAMPLER_FIELDS`), empty = the model's or the sampler's default.
+    Raises :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
     unknown = sorted(set(values) - set(GENERATE_INPUTS))
     if unknown:
         raise TypeError(f"generate() got unknown option fields {unknown}")
-    count, cols = int(num_images), min(4, int(num_images))
-    settings = {"seed": int(seed), **{o.name: parse_optional(o, values.get(o.name)) for o in SAMPLING_FIELDS}}
+    class_id, count, seed = (page_number(n, v) for n, v in [("class_id", class_id), ("num_images", num_images),
+                                                             ("seed", seed)])
+    sampler = text_field("sampler", sampler)
+    if sampler not in available_samplers():
+        raise InputError(f"unknown sampler {sampler!r}; available: {', '.join(available_samplers())}")
+    pipe = get_pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, image_size, access)
+    if isinstance(pipe, StreamPipeline):
+        raise InputError(f"{pipe.info.name} is a streaming video model: use the Streaming tab")
+    if compare and getattr(pipe.model, "token_order", "raster") != "raster":
+        raise InputError(f"{pipe.info.name} generates in {pipe.model.token_order} order: there is no vanilla AR run "
+                         f"of it to compare with (`vgen bench --model {pipe.info.name} --reference-model shapes-c2i` "
+                         f"compares it with a next-token model)")
+    cols = min(4, count)
+    settings = {"seed": seed, **{o.name: parse_optional(o, values.get(o.name)) for o in SAMPLING_FIELDS}}
     sampler_values = {name: value for name, value in values.items() if name not in settings}
     chosen = get_sampler(sampler, **sampler_options(sampler, sampler_values))
     if isinstance(pipe, VideoPipeline):
-        clips = pipe([int(class_id)], num_videos=count, sampler=chosen, **settings)
-        path = Path(tempfile.mkdtemp(prefix="vgen-clip-")) / "clips.mp4"
-        write_video(tile_clips(clips.videos, cols), path, fps=8)
+        clips = pipe([class_id], num_videos=count, sampler=chosen, **settings)
+        path = write_video(tile_clips(clips.videos, cols), Path(folder) / "clips.mp4", fps=8)
         first_frames = image_grid([Image.fromarray(video[0]) for video in clips.videos], cols)
         return first_frames, None, stats_markdown(clips.stats.to_dict(), None), None, str(path)
-    out = pipe([int(class_id)], num_images=count, sampler=chosen, **settings)
+    out = pipe([class_id], num_images=count, sampler=chosen, **settings)
     amap = None
     if out.stats.accepted_lengths:
         amap = acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, cols=min(2, cols))
     figures, ar_grid = None, None
     if compare:
-        ar = pipe([int(class_id)], num_images=count, sampler=default_sampler(pipe.model), **settings)
+        ar = pipe([class_id], num_images=count, sampler=default_sampler(pipe.model), **settings)
         ar_grid = image_grid(ar.images, cols)
         figures = {"ar_forward_passes": ar.stats.forward_passes,
                    "step_compression": ar.stats.forward_passes / out.stats.forward_passes,
@@ -166,102 +263,180 @@ def generate(model: str, sampler: str, class_id: float, num_images: float, seed:
     return image_grid(out.images, cols), amap, stats_markdown(out.stats.to_dict(), figures), ar_grid, None
 
 
-def is_streaming(name: str) -> bool:
-    """Whether an embedded model name or pipeline folder holds a streaming (block-diffusion) model."""
-    folder = ASSETS / name if name in available_models() else Path(name)
-    return (folder / MODEL_FOLDER).is_dir()
-
-
-def stream_video(model: str, class_id: float, num_frames: float, seed: float, steps: float | str | None,
-                 cfg_scale: float | str | None, session: str = "default",
-                 fps: int = 8) -> Iterator[tuple[Image.Image, str, str | None]]:
-    """Stream a video: after each block, its last frame (enlarged) and a progress line; at the end (or after
-    :func:`stop_stream`), the mp4 of every frame done. Empty ``steps`` or ``cfg_scale`` keep the pipeline's
-    defaults. Raises :class:`InputError` / ``ValueError`` on bad input."""
-    if not 1 <= int(num_frames) <= MAX_STREAM_FRAMES:
-        raise InputError(f"frames must be in 1..{MAX_STREAM_FRAMES}, got {num_frames}")
-    pipe = get_pipeline(model)
+def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: Any, cfg_scale: Any, *,
+                 folder: str | Path, control: StreamControl | None = None, access: ModelAccess = ModelAccess(),
+                 fps: int = 8) -> Iterator[tuple[Image.Image | None, str, str | None]]:
+    """Stream a video: after each block, its last frame (enlarged) and a progress line; at the end (or once
+    ``control`` stops it), the mp4 of every frame done, written in ``folder``. Empty ``steps`` or ``cfg_scale``
+    keep the pipeline's defaults. Raises :class:`InputError` / ``ValueError`` on bad input."""
+    class_id, num_frames, seed = (page_number(n, v) for n, v in [("class_id", class_id),
+                                                                  ("num_frames", num_frames), ("seed", seed)])
+    pipe = get_pipeline(model, access=access)
     if not isinstance(pipe, StreamPipeline):
-        raise InputError(f"{model} is not a streaming video model: use the Generate tab")
+        raise InputError(f"{pipe.info.name} is not a streaming video model: use the Generate tab")
     options = {"steps": parse_optional(STREAM_FIELDS["steps"], steps),
                "cfg_scale": parse_optional(STREAM_FIELDS["cfg_scale"], cfg_scale)}
     pipe.stream_config(**options)  # bad settings fail before anything starts
-    control = _CONTROLS[session] = StreamControl()
-    path = Path(tempfile.mkdtemp(prefix="vgen-stream-")) / "stream.mp4"
+    control = StreamControl() if control is None else control
+    path, frame = Path(folder) / "stream.mp4", None
+    with StreamingVideoWriter(path, fps=fps) as writer:
+        for block in pipe.stream_blocks([class_id], num_frames, seed=seed, control=control, **options):
+            writer.write(block.frames[0])
+            frame = Image.fromarray(block.frames[0, -1]).resize((256, 256), Image.NEAREST)
+            status = (f"frame {block.start_frame + block.frames.shape[1]} / {num_frames}, class "
+                      f"{pipe.class_name(block.class_ids[0])}, {block.latency_s * 1000:.0f} ms for this block")
+            yield frame, status, None
+    done = writer.frames_written
+    yield frame, f"{'stopped' if control.stopped else 'done'}: {done} frames", str(path) if done else None
+
+
+class StreamSessions:
+    """The running streams of each browser session, newest last: Stop and the class switch reach the newest one,
+    and a session that goes away (its tab closed) cancels all of its streams."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, list[StreamControl]] = {}
+
+    @contextlib.contextmanager
+    def running(self, session: str) -> Iterator[StreamControl]:
+        """The control of a new stream of ``session``, registered while the block runs."""
+        control = StreamControl()
+        with self._lock:
+            self._streams.setdefault(session, []).append(control)
+        try:
+            yield control
+        finally:
+            with self._lock:
+                streams = self._streams[session]
+                streams.remove(control)
+                if not streams:
+                    del self._streams[session]
+
+    def newest(self, session: str) -> StreamControl | None:
+        with self._lock:
+            return self._streams.get(session, [None])[-1]
+
+    def count(self) -> int:
+        """Streams running in all sessions."""
+        with self._lock:
+            return sum(map(len, self._streams.values()))
+
+    def stop(self, session: str) -> str:
+        """Stop the session's newest stream at its next denoising step."""
+        control = self.newest(session)
+        if control is None:
+            return "no stream is running"
+        control.cancel()
+        return "stopping"
+
+    def switch(self, session: str, class_id: Any) -> str:
+        """Change the session's newest stream to ``class_id`` from its next block on."""
+        control = self.newest(session)
+        if control is None:
+            return "no stream is running"
+        class_id = page_number("class_id", class_id)
+        control.set_class(class_id)
+        return f"class {class_id} from the next block"
+
+    def end(self, session: str) -> None:
+        """Cancel every stream of a session that has gone away."""
+        with self._lock:
+            controls = list(self._streams.get(session, []))
+        for control in controls:
+            control.cancel()
+
+
+_END = object()
+
+
+async def iterate_in_thread(items: Generator[Any, None, None],
+                            cancel: Callable[[], None]) -> AsyncIterator[Any]:
+    """``items`` iterated in a worker thread of its own. When the consumer goes away (Gradio cancels the event or
+    closes this iterator), ``cancel`` is called at once, while the worker may still be inside a step, and
+    ``items`` is closed in the worker after that step, so that its ``finally`` blocks run there."""
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgen-stream")
+    finished = False
     try:
-        with StreamingVideoWriter(path, fps=fps) as writer:
-            for block in pipe.stream_blocks([int(class_id)], int(num_frames), seed=int(seed), control=control,
-                                            **options):
-                writer.write(block.frames[0])
-                frame = Image.fromarray(block.frames[0, -1]).resize((256, 256), Image.NEAREST)
-                status = (f"frame {block.start_frame + block.frames.shape[1]} / {int(num_frames)}, class "
-                          f"{pipe.class_name(block.class_ids[0])}, {block.latency_s * 1000:.0f} ms for this block")
-                yield frame, status, None
-        done = writer.frames_written
-        yield frame, f"{'stopped' if control.stopped else 'done'}: {done} frames", str(path)
+        while (item := await asyncio.wrap_future(worker.submit(next, items, _END))) is not _END:
+            yield item
+        finished = True
     finally:
-        _CONTROLS.pop(session, None)
+        if not finished:
+            cancel()
+        worker.submit(items.close)
+        worker.shutdown(wait=False)
 
 
-def stop_stream(session: str = "default") -> str:
-    """Ask the session's stream to stop after the block in hand."""
-    control = _CONTROLS.get(session)
-    if control is None:
-        return "no stream is running"
-    control.stop()
-    return "stopping after this block"
-
-
-def switch_class(class_id: float, session: str = "default") -> str:
-    """Change the session's stream to ``class_id`` from its next block on."""
-    control = _CONTROLS.get(session)
-    if control is None:
-        return "no stream is running"
-    control.set_class(int(class_id))
-    return f"class {int(class_id)} from the next block"
-
-
-def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2):
-    """The Gradio Blocks page, queued with at most ``max_concurrency`` generations at once."""
+def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2, access: ModelAccess = ModelAccess(),
+              sessions: StreamSessions | None = None):
+    """The Gradio Blocks page, with at most ``max_concurrency`` generations, streams and model loads at once in
+    all, serving the models ``access`` allows; ``sessions`` keeps its running streams. Gradio's cached outputs are
+    removed after an hour and at exit."""
     import gradio as gr
 
-    stream_models = [m for m in available_models() if is_streaming(m)]
-    with gr.Blocks(title="vgen") as app:
+    stream_models = [m for m in access.models() if is_streaming(m)]
+    sessions = StreamSessions() if sessions is None else sessions
+    limit = dict(concurrency_limit=max_concurrency, concurrency_id=CONCURRENCY_ID)
+    with gr.Blocks(title="vgen", delete_cache=(3600, 3600)) as app:
         gr.Markdown("# vgen: visual autoregressive generation with fast samplers")
         with gr.Tabs():
-            add_generate_tab(gr, default_model, [m for m in available_models() if m not in stream_models])
-            add_stream_tab(gr, stream_models[0] if stream_models else "")
+            add_generate_tab(gr, default_model, [m for m in access.models() if m not in stream_models], access, limit)
+            add_stream_tab(gr, stream_models[0] if stream_models else "", stream_models, access, sessions, limit)
+
+        def session_gone(request: gr.Request) -> None:
+            sessions.end(session_of(request))
+
+        session_gone.__annotations__["request"] = gr.Request  # see add_stream_tab
+        app.unload(session_gone)
     return app.queue(default_concurrency_limit=max_concurrency)
 
 
-def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
+def serve(app, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **launch: Any):
+    """Launch the page with uploads off: it takes no files, and a visitor's upload could only fill the disk."""
+    return app.launch(server_name=host, server_port=port, share=share, max_file_size=0, **launch)
+
+
+def session_of(request: Any) -> str:
+    return getattr(request, "session_hash", None) or "default"
+
+
+def model_label(access: ModelAccess, kind: str) -> str:
+    return f"{kind} ({'a listed name or a server folder' if access.local_paths else 'one this server offers'})"
+
+
+def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAccess, limit: dict) -> None:
     """The Generate tab: images, the acceptance map and the stats of one sampler, optionally beside vanilla AR."""
     def run(*args):
         values = dict(zip(GENERATE_INPUTS, args))
         try:
-            return generate(**values)
-        except (ValueError, CheckpointError, FileNotFoundError) as e:  # InputError is a ValueError
+            with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as folder:
+                yield generate(**values, folder=folder, access=access)  # the folder goes once Gradio has its copy
+        except (ValueError, CheckpointError, OSError) as e:  # InputError is a ValueError
             raise gr.Error(str(e)) from None
 
     with gr.Tab("Generate"):
         with gr.Row():
             with gr.Column():
+                # custom values reach ModelAccess.check, which answers without echoing a long one
                 model = gr.Dropdown(models, value=default_model, allow_custom_value=True,
-                                    label="model (embedded name or pipeline folder)")
-                sampler = gr.Dropdown(available_samplers(), value="sjd", label="sampler")
-                class_id = gr.Number(value=0, precision=0, label="class id")
-                num_images = gr.Slider(1, MAX_IMAGES, value=4, step=1, label="number of images")
-                seed = gr.Number(value=0, precision=0, label="seed")
+                                    label=model_label(access, "model"))
+                sampler = gr.Dropdown(available_samplers(), value="sjd", allow_custom_value=True, label="sampler")
+                class_id = number_box(gr, "class_id", "class id", 0)
+                num_images = number_box(gr, "num_images", "number of images", 4)
+                seed = number_box(gr, "seed", "seed", 0)
                 sampling = [option_box(gr, o) for o in SAMPLING_FIELDS]
                 compare = gr.Checkbox(value=False, label="compare with vanilla AR on the same seed")
                 with gr.Accordion("sampler parameters (empty: the preset's default)", open=False):
                     fields = [option_box(gr, o) for o in SAMPLER_FIELDS]
-                with gr.Accordion("LlamaGen checkpoints (local paths; nothing is downloaded)", open=False):
+                with gr.Accordion("LlamaGen checkpoints (server paths; nothing is downloaded)", open=False,
+                                  visible=access.local_paths):
                     gpt_ckpt = gr.Textbox(value="", label="GPT checkpoint (.pt)")
                     vq_ckpt = gr.Textbox(value="", label="VQ checkpoint (.pt)")
-                    gpt_model = gr.Dropdown(["GPT-B", "GPT-L", "GPT-XL", "GPT-XXL", "GPT-3B"], value="GPT-B",
+                    gpt_model = gr.Dropdown(list(GPT_SIZES), value="GPT-B", allow_custom_value=True,
                                             label="GPT size")
-                    image_size = gr.Dropdown([256, 384, 512], value=256, label="image size")
+                    image_size = gr.Dropdown(list(LLAMAGEN_IMAGE_SIZES), value=256, allow_custom_value=True,
+                                             label="image size")
                 button = gr.Button("Generate", variant="primary")
             with gr.Column():
                 images = gr.Image(type="pil", label="images", format="png", height=192)
@@ -273,54 +448,65 @@ def add_generate_tab(gr, default_model: str, models: list[str]) -> None:
                      [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
     inputs = [model, sampler, class_id, num_images, seed, compare, gpt_ckpt, vq_ckpt, gpt_model, image_size,
               *sampling, *fields]
-    button.click(run, inputs, [images, amap, stats, ar_images, clip], api_name="generate")
+    button.click(run, inputs, [images, amap, stats, ar_images, clip], api_name="generate", **limit)
 
     def model_changed(name: str, current: str):
-        choices = samplers_for(name)
+        choices = samplers_for(name, access)
         return gr.update(choices=choices, value=current if current in choices else choices[0])
 
-    model.change(model_changed, [model, sampler], sampler, api_name=False)
+    model.change(model_changed, [model, sampler], sampler, api_name=False, **limit)
 
 
-def add_stream_tab(gr, default_model: str) -> None:
-    """The Streaming tab: frames play as blocks complete; Stop and a class switch reach the running stream."""
-    def session_of(request: gr.Request | None) -> str:
-        return getattr(request, "session_hash", None) or "default"
+def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAccess, sessions: StreamSessions,
+                   limit: dict) -> None:
+    """The Streaming tab: frames play as blocks complete; Stop and a class switch reach the session's newest
+    stream. The stream runs in a worker thread, so that Stop, a cancelled event or a closed tab end it at its
+    next denoising step."""
+    def frames_of(control: StreamControl, *args) -> Iterator:
+        with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as folder:  # goes once Gradio has the last file
+            yield from stream_video(*args, folder=folder, control=control, access=access)
 
-    def run(model, class_id, num_frames, seed, steps, cfg_scale, request: gr.Request):
-        try:
-            yield from stream_video(model, class_id, num_frames, seed, steps, cfg_scale, session_of(request))
-        except (ValueError, CheckpointError, FileNotFoundError) as e:
-            raise gr.Error(str(e)) from None
+    async def run(model, class_id, num_frames, seed, steps, cfg_scale, request: gr.Request):
+        with sessions.running(session_of(request)) as control:
+            try:
+                frames = frames_of(control, model, class_id, num_frames, seed, steps, cfg_scale)
+                async for item in iterate_in_thread(frames, control.cancel):
+                    yield item
+            except (ValueError, CheckpointError, OSError) as e:
+                raise gr.Error(str(e)) from None
 
     with gr.Tab("Streaming"), gr.Row():
         with gr.Column():
-            model = gr.Dropdown([m for m in available_models() if is_streaming(m)], value=default_model,
-                                allow_custom_value=True, label="streaming model (embedded name or pipeline folder)")
-            class_id = gr.Number(value=0, precision=0, label="class of the video")
-            num_frames = gr.Number(value=160, precision=0, label="frames")
-            seed = gr.Number(value=0, precision=0, label="seed")
+            model = gr.Dropdown(models, value=default_model, allow_custom_value=True,
+                                label=model_label(access, "streaming model"))
+            class_id = number_box(gr, "class_id", "class of the video", 0)
+            num_frames = number_box(gr, "num_frames", "frames", 160)
+            seed = number_box(gr, "seed", "seed", 0)
             steps = option_box(gr, STREAM_FIELDS["steps"])
             cfg_scale = option_box(gr, STREAM_FIELDS["cfg_scale"])
             start = gr.Button("Stream", variant="primary")
             stop = gr.Button("Stop")
-            new_class = gr.Number(value=1, precision=0, label="switch to class")
+            new_class = number_box(gr, "class_id", "switch to class", 1)
             switch = gr.Button("Switch class at the next block")
         with gr.Column():
             frame = gr.Image(type="pil", label="latest frame", format="png", height=256)
             status = gr.Markdown()
             video = gr.Video(label="the stream so far (mp4)")
+
     def stop_clicked(request: gr.Request) -> str:
-        return stop_stream(session_of(request))
+        return sessions.stop(session_of(request))
 
     def switch_clicked(c: float, request: gr.Request) -> str:
-        return switch_class(c, session_of(request))
+        try:
+            return sessions.switch(session_of(request), c)
+        except InputError as e:
+            raise gr.Error(str(e)) from None
 
     # gradio passes the request to a parameter annotated gr.Request; with postponed annotations the string
     # "gr.Request" cannot be resolved (gr is a local here), so the type is set on the functions themselves
     for fn in (run, stop_clicked, switch_clicked):
         fn.__annotations__["request"] = gr.Request
     start.click(run, [model, class_id, num_frames, seed, steps, cfg_scale], [frame, status, video],
-                api_name="stream")
+                api_name="stream", **limit)
     stop.click(stop_clicked, None, status, api_name="stop_stream", concurrency_limit=None)
     switch.click(switch_clicked, new_class, status, api_name="switch_class", concurrency_limit=None)

@@ -23,6 +23,8 @@ from vgen.samplers.options import check_options, option
 
 # accept_step goes into the stats JSON only up to this many entries (a 16x16 grid for a batch of 256)
 MAX_JSON_ELEMENTS = 1 << 16
+# guidance scales in use stay below 20; far above, the guided logits overflow to inf
+MAX_CFG_SCALE = 100.0
 
 
 def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:
@@ -48,7 +50,8 @@ class SamplingParams:
     top_k: int = option(0, "keep the k most likely tokens", at_least=0, note="0 = off")
     top_p: float = option(1.0, "keep the smallest set of tokens with this much probability", above=0, at_most=1,
                           note="1 = off")
-    cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, note="guidance only above 1")
+    cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, at_most=MAX_CFG_SCALE,
+                              note="guidance only above 1")
     cfg_interval: int = option(-1, "guide the image tokens up to this decode step only", at_least=-1,
                                note="-1 = guide every token")
 

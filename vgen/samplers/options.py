@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -157,9 +158,9 @@ def declared_options(classes: Iterable[type], exclude: Iterable[str] = ()) -> li
 
 
 def parse_option(name: str, text: str, kind: Any) -> Any:
-    """``text`` read as a value of ``kind``: a number for int / float (an int must be whole), ``true`` / ``false``
-    for a bool (a ``bool | str`` takes any other word as the string), the text itself for a string. A ValueError
-    names ``name`` when the text is not of that kind; the range is checked where the value is used."""
+    """``text`` read as a value of ``kind``: a finite number for int / float (an int must be whole), ``true`` /
+    ``false`` for a bool (a ``bool | str`` takes any other word as the string), the text itself for a string. A
+    ValueError names ``name`` when the text is not of that kind; the range is checked where the value is used."""
     text = text.strip()
     kinds = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
     if bool in kinds:
@@ -172,6 +173,8 @@ def parse_option(name: str, text: str, kind: Any) -> Any:
             number = float(text)
         except ValueError:
             raise ValueError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{name} must be a finite number, got {text!r}")
         if float in kinds:
             return number
         if not number.is_integer():

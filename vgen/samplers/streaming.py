@@ -17,7 +17,7 @@ Per block:
 
 Randomness comes from one ``torch.Generator`` per stream, drawn in a fixed order, so a seed fixes the stream.
 :class:`StreamControl` changes the class at the next block and pauses, resumes or stops the stream from another
-thread (the web demo's Stop button).
+thread: after the block in hand, or (cancel, the web demo's Stop button) at its next denoising step.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from tqdm.auto import tqdm
 from vgen.images import to_uint8
 from vgen.models.blockdiff import BlockContext, BlockDiffusionTransformer
 from vgen.models.rolling_cache import CachePolicy, RollingKVCache
+from vgen.samplers.base import MAX_CFG_SCALE
 from vgen.samplers.logits import cfg_merge
 from vgen.samplers.options import check_options, option
 
 REFRESH_MODES = ("none", "recompute")
+MAX_STEPS = 1000  # denoising steps of one block: distilled streams take 1-8, flow matching rarely above 100
 
 
 def flow_sigmas(steps: int, shift: float) -> torch.Tensor:
@@ -58,11 +60,12 @@ class StreamConfig:
     blocks; ``sink_frames + retrieved_blocks * frames_per_block + window_frames`` plus one block must fit the
     frames the model was trained on (that is the attended sequence's longest position)."""
 
-    steps: int = option(4, "denoising steps per block", at_least=1)
-    first_steps: int = option(8, "denoising steps of the first block", at_least=1)
+    steps: int = option(4, "denoising steps per block", at_least=1, at_most=MAX_STEPS)
+    first_steps: int = option(8, "denoising steps of the first block", at_least=1, at_most=MAX_STEPS)
     shift: float = option(3.0, "flow-matching schedule shift", above=0)
     context_noise: float = option(0.0, "noise level of the cache-writing forward", at_least=0, below=1)
-    cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, note="guidance only above 1")
+    cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, at_most=MAX_CFG_SCALE,
+                              note="guidance only above 1")
     cfg_min_sigma: float = option(0.0, "guide only the steps starting at this noise level or above (0 = every step)",
                                   at_least=0, at_most=1)
     sink_frames: int = option(2, "sink frames kept for good", at_least=0)
@@ -101,12 +104,14 @@ class StreamConfig:
 
 class StreamControl:
     """Thread-safe steering of a running stream: :meth:`set_class` takes effect at the next block; :meth:`pause`
-    holds the stream before its next block until :meth:`resume`; :meth:`stop` ends it after the current block."""
+    holds the stream before its next block until :meth:`resume`; :meth:`stop` ends it after the current block,
+    :meth:`cancel` at the current block's next denoising step (the unfinished block is dropped)."""
 
     def __init__(self) -> None:
         self._running = threading.Event()
         self._running.set()
         self._stopped = threading.Event()
+        self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._class_id: int | None = None
 
@@ -130,9 +135,17 @@ class StreamControl:
         self._stopped.set()
         self._running.set()
 
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self.stop()
+
     @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
 
     def wait_if_paused(self) -> None:
         while not self._running.wait(timeout=0.1):
@@ -267,6 +280,8 @@ class BlockStreamer:
                 x = torch.randn(len(labels), fpb, size, size, model.config.channels, generator=generator,
                                 device=device)
                 for s, s_next in zip(sigmas[:-1], sigmas[1:]):
+                    if control is not None and control.cancelled:
+                        return
                     x = x + (s_next - s) * self._velocity(x, s, cond, context)
                 clean = x if self.decode is not None else x.clamp(-1.0, 1.0)
                 self._write_block(cache, clean, cond, context, generator, resident_frames, resident_classes)
