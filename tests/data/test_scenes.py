@@ -80,8 +80,6 @@ def test_every_caption_word_is_in_the_vocabulary():
         assert set(caption_words(text)) <= vocabulary, text
 
 
-
-
 def test_place_and_size_show_in_the_pixels():
     for position in range(9):
         row, col = divmod(position, 3)
