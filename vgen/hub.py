@@ -25,6 +25,7 @@ from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
+from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 from vgen.tokenizers.vq import VQConfig, VQModel
 
@@ -48,7 +49,8 @@ MODEL_CLASSES: dict[str, tuple[type[nn.Module], type]] = {
     "NARTransformer": (NARTransformer, NARConfig), "NBPTransformer": (NBPTransformer, NBPConfig),
     "ContinuousAR": (ContinuousAR, MARConfig),
     "KLTokenizer": (KLTokenizer, KLConfig),
-    "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig)}
+    "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig),
+    "WordTextEncoder": (WordTextEncoder, WordEncoderConfig)}
 """The model classes a ``config.json`` may name, by the name it records."""
 
 

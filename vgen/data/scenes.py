@@ -10,9 +10,11 @@ template. Scene ``i`` of a split, its image and its caption are a pure function 
 from __future__ import annotations
 
 import colorsys
+import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +22,7 @@ from vgen.data.shapes import (
     BACKGROUNDS,
     CLASS_NAMES,
     NUM_CLASSES,
+    SPLIT_SEEDS,
     _luma,
     _smooth_noise,
     image_rng,
@@ -244,3 +247,42 @@ def caption_vocabulary() -> tuple[str, ...]:
         words.update(options)
     words.update(BACKGROUND_NAMES + BACKGROUND_NOUNS)
     return tuple(sorted(words))
+
+
+def _render_chunk(args: tuple[int, int, int]) -> tuple[np.ndarray, list[str], np.ndarray]:
+    return render_scenes(*args)
+
+
+def cached_scenes(cache_dir: str | Path, split: str, count: int, workers: int = 2,
+                  chunk: int = 512) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """The first ``count`` scenes of a split (images, captions, attributes), rendered once into ``cache_dir`` with a
+    process pool and memory-mapped after that; a smaller cache is extended."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm.auto import tqdm
+
+    if split not in SPLIT_SEEDS:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLIT_SEEDS)}")
+    cache_dir = Path(cache_dir)
+    paths = [cache_dir / f"scenes_{split}_{part}" for part in ("images.npy", "captions.json", "attributes.npy")]
+    done_images, done_captions, done_attrs = np.zeros((0, 64, 64, 3), np.uint8), [], np.zeros((0, 5), np.int64)
+    if all(p.exists() for p in paths):
+        done_images = np.load(paths[0], mmap_mode="r")
+        done_captions, done_attrs = json.loads(paths[1].read_text()), np.load(paths[2])
+        if len(done_images) >= count:
+            return done_images[:count], done_captions[:count], done_attrs[:count]
+    first = len(done_images)
+    jobs = [(SPLIT_SEEDS[split], s, min(chunk, count - s)) for s in range(first, count, chunk)]
+    images, captions, attrs = [np.asarray(done_images)], list(done_captions), [done_attrs]
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool, \
+            tqdm(total=count - first, desc=f"render scenes ({split})", unit="img") as bar:
+        for imgs, texts, attributes in pool.map(_render_chunk, jobs):
+            images.append(imgs)
+            captions.extend(texts)
+            attrs.append(attributes)
+            bar.update(len(imgs))
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    np.save(paths[0], np.concatenate(images))
+    paths[1].write_text(json.dumps(captions))
+    np.save(paths[2], np.concatenate(attrs))
+    return cached_scenes(cache_dir, split, count, workers, chunk)
