@@ -19,7 +19,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
-from vgen.models.classifier import ClassifierConfig, ShapesClassifier, ShapesVideoClassifier, VideoClassifierConfig
+from vgen.models.classifier import (
+    AttributeClassifier,
+    AttributeClassifierConfig,
+    ClassifierConfig,
+    ShapesClassifier,
+    ShapesVideoClassifier,
+    VideoClassifierConfig,
+)
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
@@ -50,7 +57,8 @@ MODEL_CLASSES: dict[str, tuple[type[nn.Module], type]] = {
     "ContinuousAR": (ContinuousAR, MARConfig),
     "KLTokenizer": (KLTokenizer, KLConfig),
     "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig),
-    "WordTextEncoder": (WordTextEncoder, WordEncoderConfig)}
+    "WordTextEncoder": (WordTextEncoder, WordEncoderConfig),
+    "AttributeClassifier": (AttributeClassifier, AttributeClassifierConfig)}
 """The model classes a ``config.json`` may name, by the name it records."""
 
 
