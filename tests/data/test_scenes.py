@@ -17,6 +17,7 @@ from vgen.data.scenes import (
     caption,
     caption_vocabulary,
     caption_words,
+    evaluation_prompts,
     render_scene,
     render_scenes,
     sample_scene,
@@ -94,3 +95,13 @@ def test_place_and_size_show_in_the_pixels():
                 assert abs(ys.mean() / 64 - (0.5 + 0.3 * (row - 1) * (1 if size == 0 else 0.55))) < 0.08
                 areas.append(red.mean())
             assert (max(areas) < 0.12) if size == 0 else (min(areas) > 0.2)
+
+
+def test_evaluation_prompts_state_every_attribute_of_held_out_scenes():
+    captions, attributes = evaluation_prompts(64)
+    assert len(captions) == 64 and attributes.shape == (64, 5)
+    _, train_captions, _ = render_scenes(0, 0, 64)
+    assert not set(captions) & set(train_captions)
+    for text, (_, _, size, _, background) in zip(captions, attributes):
+        assert BACKGROUND_NAMES[background] in text and any(w in text.split() for w in SIZE_WORDS[SIZES[size]])
+    assert evaluation_prompts(8)[0] == captions[:8]

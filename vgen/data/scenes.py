@@ -213,6 +213,18 @@ def draw_scene(rng: np.random.Generator) -> Scene:
     return Scene(shape, colour, size, position, background, stated)
 
 
+def evaluation_prompts(count: int, split: str = "test") -> tuple[list[str], np.ndarray]:
+    """``count`` held-out prompts that state every attribute, and their attributes [N, 5]: the prompts a model's
+    faithfulness is measured on (the scenes of ``split``, captioned in full)."""
+    captions, attributes = [], []
+    for index in range(count):
+        rng = image_rng(SPLIT_SEEDS[split], index)
+        scene = draw_scene(rng)
+        captions.append(caption(Scene(scene.shape, scene.colour, scene.size, scene.position, scene.background), rng))
+        attributes.append([scene.shape, scene.colour, scene.size, scene.position, scene.background])
+    return captions, np.array(attributes, np.int64).reshape(-1, len(ATTRIBUTES))
+
+
 def sample_scene(seed: int, index: int, image_size: int = 64) -> tuple[np.ndarray, str, Scene]:
     """The (image, caption, scene) at ``index`` of the data set with this ``seed``."""
     rng = image_rng(seed, index)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from vgen.data.scenes import ATTRIBUTES, BACKGROUND_NAMES, COLOUR_NAMES, POSITIONS, SIZES, cached_scenes
 from vgen.data.shapes import CLASS_NAMES, to_tensor
+from vgen.eval.quality import attribute_accuracy
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.classifier import AttributeClassifier, AttributeClassifierConfig
 from vgen.training.classifier import reconstruct
@@ -38,16 +39,6 @@ def mirror(images: torch.Tensor, attributes: torch.Tensor, horizontal: bool,
     attributes = attributes.clone()
     attributes[:, POSITION] = row * 3 + col
     return images, attributes
-
-
-@torch.no_grad()
-def attribute_accuracy(judge: AttributeClassifier, images: np.ndarray, attributes: np.ndarray) -> dict[str, float]:
-    """Per-attribute share of uint8 images [N, H, W, 3] the judge reads as ``attributes`` [N, A], and the share
-    with every attribute right (``joint``)."""
-    preds = judge.predict(to_tensor(np.asarray(images))).numpy()
-    right = preds == np.asarray(attributes)
-    figures = {name: float(right[:, i].mean()) for i, name in enumerate(judge.config.names)}
-    return {**figures, "joint": float(right.all(1).mean())}
 
 
 def train_scene_judge(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
