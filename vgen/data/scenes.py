@@ -1,10 +1,11 @@
 """Procedural captioned scenes: one shape described by a sentence (shape, colour, size, position, background).
 
 A scene is drawn from five attributes: the shape (the 8 classes of ``vgen.data.shapes``), its colour (8 named
-hues), its size (small or large), its place on a 3 x 3 grid, and the background (4 plain tones or 8 named
-textures). Its caption is generated from a small grammar with synonyms and several word orders, and now and
-then leaves out the size, the place or the background, so that a prompt is a sentence rather than a fixed
-template. Scene ``i`` of a split, its image and its caption are a pure function of ``(seed, i)``.
+hues), its size (small or large), its place on a 3 x 3 grid, and the background (white, grey, black, a pale form
+of one of the other 7 colours, or one of 8 named textures). Its caption is generated from a small grammar with
+synonyms and several word orders, and now and then leaves out the size, the place or the background, so that a
+prompt is a sentence rather than a fixed template. Scene ``i`` of a split, its image and its caption are a pure
+function of ``(seed, i)``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ SIZES: tuple[str, ...] = ("small", "large")
 # The 3 x 3 grid, row-major from the top left.
 POSITIONS: tuple[str, ...] = ("top left", "top", "top right", "left", "centre", "right",
                               "bottom left", "bottom", "bottom right")
-PLAIN_BACKGROUNDS: tuple[str, ...] = ("white", "grey", "black", "beige")
+TONES: tuple[str, ...] = ("white", "grey", "black")
+# Plain backgrounds: three tones, and each shape colour in a paler, duller form (never the shape's own colour).
+PLAIN_BACKGROUNDS: tuple[str, ...] = TONES + COLOUR_NAMES
 # Texture names, in the order of ``vgen.data.shapes.BACKGROUNDS`` (the field each one draws).
 TEXTURES: tuple[str, ...] = ("speckled", "striped", "checkered", "rippled", "marbled", "mosaic", "dotted",
                              "plaid")
@@ -50,6 +53,15 @@ GRID = {"small": (0.2, 0.5, 0.8), "large": (0.34, 0.5, 0.66)}
 JITTER = {"small": 0.04, "large": 0.015}
 
 ATTRIBUTES: tuple[str, ...] = ("shape", "colour", "size", "position", "background")
+EXAMPLE_PROMPTS: tuple[str, ...] = (
+    "a large blue ring on a yellow background",
+    "a small red star in the top left corner on a white background",
+    "a big green heart at the bottom right over a striped backdrop",
+    "a tiny purple triangle on the left against a black background",
+    "a large orange crescent moon in the centre on a checkered background",
+    "a small cyan cross at the top right over a marbled backdrop",
+    "a huge pink square on a dotted background",
+    "in the lower left corner, a little yellow circle on a grey background")
 # How often a caption leaves an optional attribute out.
 OMIT_PROBABILITY = 0.1
 
@@ -156,7 +168,7 @@ def _plain_tone(name: str, rng: np.random.Generator) -> np.ndarray:
         return _hsv(hue, rng.uniform(0, 0.06), rng.uniform(0.42, 0.62))
     if name == "black":
         return _hsv(hue, rng.uniform(0, 0.1), rng.uniform(0.04, 0.16))
-    return _hsv(rng.uniform(30, 45), rng.uniform(0.18, 0.3), rng.uniform(0.78, 0.9))  # beige
+    return _hsv(COLOURS[name] + rng.uniform(-6, 6), rng.uniform(0.3, 0.5), rng.uniform(0.72, 0.9))
 
 
 def _scene_background(background: int, rng: np.random.Generator, size: int) -> np.ndarray:
@@ -207,7 +219,9 @@ def draw_scene(rng: np.random.Generator) -> Scene:
     colour = int(rng.integers(len(COLOURS)))
     size = int(rng.integers(len(SIZES)))
     position = int(rng.integers(len(POSITIONS)))
-    background = int(rng.integers(len(BACKGROUND_NAMES)))
+    background = int(rng.integers(len(BACKGROUND_NAMES) - 1))
+    if background >= len(TONES) + colour:  # every background but the shape's own colour
+        background += 1
     stated = ("shape", "colour") + tuple(a for a in ("size", "position", "background")
                                          if rng.random() >= OMIT_PROBABILITY)
     return Scene(shape, colour, size, position, background, stated)

@@ -50,18 +50,20 @@ class PipelineOutput:
 
 @dataclass
 class PipelineInfo:
-    """What a pipeline folder records beside its weights: names, image size, recommended defaults, and the
-    rendering config of the ``vgen.data`` set it was trained on (so evaluation can render matching real images)."""
+    """What a pipeline folder records beside its weights: names, image size, recommended defaults, the rendering
+    config of the ``vgen.data`` set it was trained on (so evaluation can render matching real images), and for a
+    text-to-image model a few example prompts (what ``vgen sample`` and the web demo offer by default)."""
 
     name: str
     image_size: int
     class_names: list[str] | None = None
     defaults: dict = field(default_factory=dict)
     data: dict | None = None
+    example_prompts: list[str] | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "image_size": self.image_size, "class_names": self.class_names,
-                "defaults": self.defaults, "data": self.data}
+                "defaults": self.defaults, "data": self.data, "example_prompts": self.example_prompts}
 
 
 def is_continuous(model: torch.nn.Module) -> bool:
