@@ -28,12 +28,20 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
-from vgen.models.classifier import ClassifierConfig, ShapesClassifier, ShapesVideoClassifier, VideoClassifierConfig
+from vgen.models.classifier import (
+    AttributeClassifier,
+    AttributeClassifierConfig,
+    ClassifierConfig,
+    ShapesClassifier,
+    ShapesVideoClassifier,
+    VideoClassifierConfig,
+)
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
+from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 from vgen.tokenizers.vq import VQConfig, VQModel
 
@@ -60,7 +68,9 @@ MODEL_CLASSES: dict[str, tuple[type[nn.Module], type]] = {
     "NARTransformer": (NARTransformer, NARConfig), "NBPTransformer": (NBPTransformer, NBPConfig),
     "ContinuousAR": (ContinuousAR, MARConfig),
     "KLTokenizer": (KLTokenizer, KLConfig),
-    "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig)}
+    "BlockDiffusionTransformer": (BlockDiffusionTransformer, BlockDiffConfig),
+    "WordTextEncoder": (WordTextEncoder, WordEncoderConfig),
+    "AttributeClassifier": (AttributeClassifier, AttributeClassifierConfig)}
 """The model classes a ``config.json`` may name, by the name it records."""
 
 

@@ -14,15 +14,18 @@ from vgen.data.clips import SPLIT_SEEDS, render_clips
 from vgen.data.shapes import render_batch, to_tensor
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.quality import (
+    attribute_accuracy,
     class_accuracy,
     clip_class_accuracy,
     frame_change,
     motion_check,
     token_statistics,
 )
+from vgen.models.classifier import AttributeClassifier
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.samplers import SamplingParams
+from vgen.training.scene_judge import SCENE_JUDGE
 
 SIZE = dict(vocab_size=16, dim=32, n_layer=2, n_head=4, multiple_of=16, num_classes=4, token_dropout_p=0.0,
             resid_dropout_p=0.0, ffn_dropout_p=0.0)
@@ -113,3 +116,13 @@ def test_the_motion_check_passes_real_clips_and_fails_frozen_and_flickering_ones
     noise = np.random.default_rng(0).integers(0, 256, clips.shape, dtype=np.uint8)
     flicker = motion_check(noise, clips)
     assert flicker["share_above_real_p95"] == 1.0 and flicker["frame_change"] > 5 * real["real_frame_change"]
+
+
+def test_attribute_accuracy_reports_each_attribute_and_the_joint_share():
+    judge = AttributeClassifier(SCENE_JUDGE)
+    images = np.zeros((4, 64, 64, 3), np.uint8)
+    preds = judge.predict(to_tensor(images)).numpy()
+    wanted = preds.copy()
+    wanted[0, 1] = (wanted[0, 1] + 1) % 8  # one colour wrong
+    figures = attribute_accuracy(judge, images, wanted)
+    assert figures["colour"] == 0.75 and figures["shape"] == 1.0 and figures["joint"] == 0.75

@@ -19,6 +19,7 @@ import torch
 
 from vgen.apps.options import RUNS, UsageError, add_option_flags, sampling_options, set_options, torch_dtype
 from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
+from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
 from vgen.hub import from_pretrained
 from vgen.models.backbone import ROPE_KINDS
@@ -52,6 +53,8 @@ from vgen.training.nar import (
     train_video_nar,
 )
 from vgen.training.nbp import FIRST_FRAMES, NBP_RUN, train_nbp, video_nbp_config
+from vgen.training.scene_judge import SCENE_JUDGE_RUN, train_scene_judge
+from vgen.training.t2i import T2I_CFG_SCALE, T2I_RUN, prompt_probe, train_t2i
 from vgen.training.tokenizer import (
     FRAME_TOKENIZER_RUN,
     SHAPES_FRAME_VQ,
@@ -323,6 +326,34 @@ def run_classifier(args: argparse.Namespace, train: TrainConfig) -> None:
                                       args.max_minutes)))
 
 
+SHAPES_VQ = "vgen/assets/shapes-c2i/vq"
+
+
+def add_t2i_args(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--tokenizer", default=SHAPES_VQ, help="the frozen VQ tokenizer of the scenes")
+    t.add_argument("--init-from", default="vgen/assets/shapes-c2i/gpt",
+                   help="an AR model folder whose blocks, token table and output layer start the image model "
+                        "('none': random init)")
+    add_eval_every(t, 500, "steps between sample probes: token statistics of a few prompts (0 = off)")
+
+
+def run_t2i(args: argparse.Namespace, train: TrainConfig) -> None:
+    probe = prompt_probe(args.tokenizer, cfg_scale=T2I_CFG_SCALE) if args.eval_every else None
+    train_t2i(args.run_dir, args.tokenizer, args.data_dir, train, num_images=args.num_images,
+              batch_size=args.batch_size, init_from=None if args.init_from == "none" else args.init_from,
+              max_minutes=args.max_minutes, eval_every=args.eval_every or 1, evaluate=probe)
+
+
+def add_scene_judge_args(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--tokenizer", default=SHAPES_VQ,
+                   help="the VQ tokenizer whose reconstructions the judge also learns from")
+
+
+def run_scene_judge(args: argparse.Namespace, train: TrainConfig) -> None:
+    print(json.dumps(train_scene_judge(args.run_dir, args.tokenizer, args.data_dir, train, args.num_images,
+                                       batch_size=args.batch_size, max_minutes=args.max_minutes)))
+
+
 def no_arguments(t: argparse.ArgumentParser) -> None:
     """A recipe with only the flags every recipe takes."""
 
@@ -339,6 +370,8 @@ RECIPES: dict[str, TrainCommand] = {
     "nar": TrainCommand(NAR_RUN, add_nar_args, run_nar, off_cpu=True),
     "blockdiff": TrainCommand(BLOCKDIFF_RUN, add_blockdiff_args, run_blockdiff, off_cpu=True),
     "video-classifier": TrainCommand(VIDEO_CLASSIFIER_RUN, no_arguments, run_video_classifier),
+    "t2i": TrainCommand(T2I_RUN, add_t2i_args, run_t2i, off_cpu=True),
+    "scene-judge": TrainCommand(SCENE_JUDGE_RUN, add_scene_judge_args, run_scene_judge, off_cpu=True),
 }
 
 
@@ -360,11 +393,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
         t.add_argument("--num-images", type=int, default=d.num_items,
                        help="training images (clips for frame-tokenizer, nbp, nar --video, blockdiff and "
-                            "video-classifier)")
+                            "video-classifier; captioned scenes for t2i and scene-judge)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-        t.add_argument("--device", default="cpu", help="where the model trains (cuda for a GPU; the video "
-                                                        "recipes: nbp, nar, ar --video, blockdiff)")
+        t.add_argument("--device", default="cpu", help="where the model trains (cuda for a GPU; the video and "
+                                                        "text-to-image recipes: nbp, nar, ar --video, blockdiff, "
+                                                        "t2i, scene-judge)")
         t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d.precision,
                        help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
                             "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
@@ -378,8 +412,8 @@ def run_train(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device != "cpu" and not (recipe.off_cpu or getattr(args, "video", False)):
-        raise UsageError(f"--device {args.device}: only the video recipes (nbp, nar, ar --video, blockdiff) train off "
-                         f"the CPU; train {args.what} on the CPU")
+        raise UsageError(f"--device {args.device}: only the video and text-to-image recipes (nbp, nar, ar --video, "
+                         f"blockdiff, t2i, scene-judge) train off the CPU; train {args.what} on the CPU")
     if args.background:
         set_data_config(args.data_dir, ShapesConfig(background=args.background))
     settings = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
@@ -400,6 +434,8 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
                                               "none)")
     t.add_argument("--drafter", default=None,
                    help="trained draft head folder, or draft model folder for a continuous model (optional)")
+    t.add_argument("--text-encoder", default=None,
+                   help="a text-to-image model's own text encoder folder (vgen train t2i's export/text_encoder)")
     t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
                                                      "config is recorded in the pipeline)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
@@ -434,15 +470,20 @@ def run_package(args: argparse.Namespace) -> None:
         raise UsageError(f"the recommended sampling settings are invalid: {e}") from None
     vq = from_pretrained(args.vq)
     head = from_pretrained(args.drafter) if args.drafter else None
-    data = asdict(data_config(args.data_dir)) if args.data_dir else None
+    text_encoder = from_pretrained(args.text_encoder) if args.text_encoder else None
+    if text_encoder is not None and not getattr(gpt, "text_conditional", False):
+        raise UsageError(f"--text-encoder is for a text-to-image model; {args.gpt} is class-conditional")
+    data = asdict(data_config(args.data_dir)) if args.data_dir and text_encoder is None else None
     info = PipelineInfo(name=args.name, image_size=gpt.grid[-1] * vq.downsample_factor,
-                        class_names=list(CLASS_NAMES), defaults=defaults, data=data)
+                        class_names=None if text_encoder else list(CLASS_NAMES), defaults=defaults, data=data,
+                        example_prompts=list(EXAMPLE_PROMPTS) if text_encoder else None)
     if len(gpt.grid) == 3:  # a video backbone: frames x rows x columns
         # the clips the model learnt from (the motion check of vgen quality renders real ones like them)
         info.data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
         pipe = VideoPipeline(gpt, vq, info, head)
     else:
-        pipe = ImagePipeline(gpt, vq, info, head)  # the parts must fit together before anything is written
+        # the parts must fit together before anything is written
+        pipe = ImagePipeline(gpt, vq, info, head, text_encoder=text_encoder)
     pipe.save_pretrained(args.out, dtype=dtype)
     print(f"wrote pipeline {args.name} to {Path(args.out)}")
 

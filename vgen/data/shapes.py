@@ -219,18 +219,27 @@ def _draw_shape(draw: ImageDraw.ImageDraw, name: str, cx: float, cy: float, r: f
         raise ValueError(f"unknown shape {name!r}; expected one of {CLASS_NAMES}")
 
 
-def _shape_mask(name: str, rng: np.random.Generator, cfg: ShapesConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(fill alpha, outline alpha), each float [S, S] in [0, 1], anti-aliased by supersampling."""
-    big = cfg.image_size * cfg.supersample
-    r = 0.5 * big * rng.uniform(cfg.min_scale, cfg.max_scale)
-    margin = 0.85 * r
-    cx, cy = rng.uniform(margin, big - margin, 2)
+def shape_alpha(name: str, cx: float, cy: float, r: float, angle: float, size: int,
+                supersample: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """(fill alpha, outline alpha) of one shape, each float [S, S] in [0, 1], anti-aliased by supersampling.
+
+    ``cx``, ``cy`` and the outer radius ``r`` are in pixels of the ``size``-pixel image.
+    """
+    big = size * supersample
     canvas = Image.new("L", (big, big), 0)
-    _draw_shape(ImageDraw.Draw(canvas), name, cx, cy, r, rng.uniform(0, 2 * math.pi))
-    width = 2 * cfg.supersample + 1
-    outline = canvas.filter(ImageFilter.MaxFilter(width))
-    down = lambda im: np.asarray(im.resize((cfg.image_size,) * 2, Image.BOX), np.float32) / 255.0
+    _draw_shape(ImageDraw.Draw(canvas), name, cx * supersample, cy * supersample, r * supersample, angle)
+    outline = canvas.filter(ImageFilter.MaxFilter(2 * supersample + 1))
+    down = lambda im: np.asarray(im.resize((size,) * 2, Image.BOX), np.float32) / 255.0
     return down(canvas), down(outline)
+
+
+def _shape_mask(name: str, rng: np.random.Generator, cfg: ShapesConfig) -> tuple[np.ndarray, np.ndarray]:
+    """A shape of random size, position and rotation: (fill alpha, outline alpha)."""
+    size = cfg.image_size
+    r = 0.5 * size * rng.uniform(cfg.min_scale, cfg.max_scale)
+    margin = 0.85 * r
+    cx, cy = rng.uniform(margin, size - margin, 2)
+    return shape_alpha(name, cx, cy, r, rng.uniform(0, 2 * math.pi), size, cfg.supersample)
 
 
 def _luma(rgb: np.ndarray) -> np.ndarray:

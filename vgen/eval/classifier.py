@@ -6,10 +6,11 @@ shipped inside the package."""
 from __future__ import annotations
 
 from vgen.hub import ASSETS, from_pretrained
-from vgen.models.classifier import ShapesClassifier, ShapesVideoClassifier
+from vgen.models.classifier import AttributeClassifier, ShapesClassifier, ShapesVideoClassifier
 
 SHIPPED_CLASSIFIER = "shapes-classifier"
 SHIPPED_VIDEO_CLASSIFIER = "shapes-video-classifier"
+SHIPPED_SCENE_JUDGE = "shapes-scene-judge"
 
 
 def load_shapes_classifier() -> ShapesClassifier:
@@ -20,3 +21,9 @@ def load_shapes_classifier() -> ShapesClassifier:
 def load_shapes_video_classifier() -> ShapesVideoClassifier:
     """The video feature network shipped inside the package (``vgen/assets/shapes-video-classifier``)."""
     return from_pretrained(ASSETS / SHIPPED_VIDEO_CLASSIFIER)
+
+
+def load_scene_judge() -> AttributeClassifier:
+    """The judge of prompt faithfulness shipped inside the package (``vgen/assets/shapes-scene-judge``): shape,
+    colour, size, place and background of a captioned scene."""
+    return from_pretrained(ASSETS / SHIPPED_SCENE_JUDGE)

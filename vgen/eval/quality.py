@@ -1,9 +1,10 @@
-"""Quality figures of a class-conditional token model: token statistics and the class accuracy of its samples.
+"""Quality figures of a token model: token statistics, and whether its samples show their class or prompt.
 
 ``token_statistics`` measures how spread out the model's next-token distributions are on its own samples
 (mean entropy in nats, median top-1 probability): the speed of every speculative sampler depends on them, so each
 benchmark table prints them beside its speed-ups. ``class_accuracy`` asks the domain classifier whether each
-sample shows the class it was generated for. For clips, ``clip_class_accuracy`` asks it about every frame and
+sample shows the class it was generated for; ``attribute_accuracy`` asks the scene judge whether a text-to-image
+sample shows each attribute its prompt stated. For clips, ``clip_class_accuracy`` asks it about every frame and
 ``motion_check`` compares how much the frames change with real clips: the shape must both keep its class and move.
 """
 
@@ -15,8 +16,9 @@ import numpy as np
 import torch
 
 from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
+from vgen.data.shapes import to_tensor
 from vgen.eval.drift import class_probabilities
-from vgen.models.classifier import ShapesClassifier
+from vgen.models.classifier import AttributeClassifier, ShapesClassifier
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.samplers import SamplingParams, apply_cfg, build_processors
 
@@ -65,6 +67,16 @@ def class_accuracy(classifier: ShapesClassifier, images: torch.Tensor, class_ids
     confusion = np.bincount(wanted * n + preds, minlength=n * n).reshape(n, n)
     return {"class_accuracy": float((preds == wanted).mean()), "per_class": per_class,
             "confusion": confusion.tolist(), "num_images": len(wanted)}
+
+
+@torch.no_grad()
+def attribute_accuracy(judge: AttributeClassifier, images: np.ndarray, attributes: np.ndarray) -> dict[str, float]:
+    """Per-attribute share of images (uint8 [N, H, W, 3]) the judge reads as ``attributes`` [N, A], and the share
+    with every attribute right (``joint``): how faithfully text-to-image samples follow their prompts."""
+    preds = judge.predict(to_tensor(np.asarray(images))).numpy()
+    right = preds == np.asarray(attributes)
+    figures = {name: float(right[:, i].mean()) for i, name in enumerate(judge.config.names)}
+    return {**figures, "joint": float(right.all(1).mean())}
 
 
 def clip_class_accuracy(videos: np.ndarray, class_ids: Sequence[int]) -> dict:

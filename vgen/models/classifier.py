@@ -33,21 +33,26 @@ def _conv(cin: int, cout: int) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
 
 
+def _vgg_body(widths: tuple[int, ...]) -> nn.Sequential:
+    """Two 3x3 conv-BN-ReLU layers per width, 2x max-pooled between widths."""
+    layers: list[nn.Module] = []
+    cin = 3
+    for i, w in enumerate(widths):
+        layers += _conv(cin, w) + _conv(w, w)
+        if i < len(widths) - 1:
+            layers.append(nn.MaxPool2d(2))
+        cin = w
+    return nn.Sequential(*layers)
+
+
 class ShapesClassifier(nn.Module):
     """Images in [-1, 1], [B, 3, H, W] -> class logits; :meth:`features` gives the pooled embedding."""
 
     def __init__(self, config: ClassifierConfig = ClassifierConfig()) -> None:
         super().__init__()
         self.config = config
-        layers: list[nn.Module] = []
-        cin = 3
-        for i, w in enumerate(config.widths):
-            layers += _conv(cin, w) + _conv(w, w)
-            if i < len(config.widths) - 1:
-                layers.append(nn.MaxPool2d(2))
-            cin = w
-        self.body = nn.Sequential(*layers)
-        self.head = nn.Linear(cin, config.num_classes)
+        self.body = _vgg_body(config.widths)
+        self.head = nn.Linear(config.widths[-1], config.num_classes)
 
     @property
     def feature_dim(self) -> int:
@@ -64,6 +69,64 @@ class ShapesClassifier(nn.Module):
         """Class ids for images in [-1, 1] (any batch size, evaluated in chunks)."""
         self.eval()
         return torch.cat([self(images[i:i + batch_size]).argmax(-1) for i in range(0, len(images), batch_size)])
+
+
+POOLED_GRID = 3
+"""The attribute judge pools its last feature map to POOLED_GRID x POOLED_GRID cells."""
+
+
+@dataclass(frozen=True)
+class AttributeClassifierConfig:
+    """One head per attribute: ``attributes`` lists (name, number of values) in order."""
+
+    attributes: tuple[tuple[str, int], ...]
+    widths: tuple[int, ...] = (24, 48, 96, 192)
+    image_size: int = 64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", tuple((str(n), int(k)) for n, k in self.attributes))
+        object.__setattr__(self, "widths", tuple(self.widths))
+        if not self.attributes or any(k < 2 for _, k in self.attributes):
+            raise ValueError(f"need at least one attribute, each with >= 2 values, got {self.attributes}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.attributes)
+
+    def to_dict(self) -> dict:
+        return {"attributes": [list(a) for a in self.attributes], "widths": list(self.widths),
+                "image_size": self.image_size}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AttributeClassifierConfig:
+        return cls(**d)
+
+
+class AttributeClassifier(nn.Module):
+    """Images in [-1, 1], [B, 3, H, W] -> one logit vector per attribute (shape, colour, place, ...): the judge of
+    whether a text-to-image sample shows what its prompt asked for."""
+
+    def __init__(self, config: AttributeClassifierConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.body = _vgg_body(config.widths)
+        features = config.widths[-1] * POOLED_GRID ** 2
+        self.heads = nn.ModuleDict({name: nn.Linear(features, k) for name, k in config.attributes})
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        # places matter, so the features are pooled to a coarse grid rather than to one vector
+        features = nn.functional.adaptive_avg_pool2d(self.body(images), POOLED_GRID).flatten(1)
+        return {name: head(features) for name, head in self.heads.items()}
+
+    @torch.no_grad()
+    def predict(self, images: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
+        """Attribute values [N, A] (in ``config.names`` order) for images in [-1, 1]."""
+        self.eval()
+        out = []
+        for i in range(0, len(images), batch_size):
+            logits = self(images[i:i + batch_size])
+            out.append(torch.stack([logits[name].argmax(-1) for name in self.config.names], dim=1))
+        return torch.cat(out)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from PIL import Image
 from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.images import tensor_to_pil
 from vgen.models.conditioning import Condition, PrefixCondition
+from vgen.models.text_encoder import check_caption_dim
 from vgen.samplers import (
     ContinuousARSampler,
     Sampler,
@@ -29,6 +30,9 @@ from vgen.samplers import (
 from vgen.samplers.continuous import TOKEN_ORDER, check_draft
 from vgen.samplers.options import merge_settings
 from vgen.tokenizers.kl import KLTokenizer
+
+TEXT_ENCODER_FOLDER = "text_encoder"
+"""A pipeline folder's text encoder subfolder (a text-to-image model trained with its own encoder)."""
 
 
 @dataclass
@@ -46,18 +50,20 @@ class PipelineOutput:
 
 @dataclass
 class PipelineInfo:
-    """What a pipeline folder records beside its weights: names, image size, recommended defaults, and the
-    rendering config of the ``vgen.data`` set it was trained on (so evaluation can render matching real images)."""
+    """What a pipeline folder records beside its weights: names, image size, recommended defaults, the rendering
+    config of the ``vgen.data`` set it was trained on (so evaluation can render matching real images), and for a
+    text-to-image model a few example prompts (what ``vgen sample`` and the web demo offer by default)."""
 
     name: str
     image_size: int
     class_names: list[str] | None = None
     defaults: dict = field(default_factory=dict)
     data: dict | None = None
+    example_prompts: list[str] | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "image_size": self.image_size, "class_names": self.class_names,
-                "defaults": self.defaults, "data": self.data}
+                "defaults": self.defaults, "data": self.data, "example_prompts": self.example_prompts}
 
 
 def is_continuous(model: torch.nn.Module) -> bool:
@@ -86,7 +92,8 @@ class ImagePipeline:
 
     def __init__(self, model: torch.nn.Module, tokenizer: torch.nn.Module, info: PipelineInfo,
                  draft_head: torch.nn.Module | None = None,
-                 prompt_encoder: Callable[[list[str]], PrefixCondition] | None = None) -> None:
+                 prompt_encoder: Callable[[list[str]], PrefixCondition] | None = None,
+                 text_encoder: torch.nn.Module | None = None) -> None:
         grid = model.grid
         if info.image_size != grid[0] * tokenizer.downsample_factor:
             raise ValueError(f"image size {info.image_size} does not match the model's {grid[0]}x{grid[1]} token "
@@ -104,8 +111,14 @@ class ImagePipeline:
             if draft_head is not None:
                 draft_head.check_target(model)
                 draft_head.eval()
+        if text_encoder is not None:
+            if prompt_encoder is not None:
+                raise ValueError("give a prompt_encoder or a text_encoder, not both")
+            check_caption_dim(text_encoder.caption_dim, model.config.caption_dim)
+            prompt_encoder = text_encoder.eval().condition
         self.model, self.tokenizer, self.info, self.draft_head = model.eval(), tokenizer.eval(), info, draft_head
         self.prompt_encoder = prompt_encoder  # prompts -> the model's PrefixCondition (a text-to-image model)
+        self.text_encoder = text_encoder  # a vgen text encoder module the pipeline folder holds, if any
 
     @property
     def device(self) -> torch.device:
@@ -121,6 +134,8 @@ class ImagePipeline:
         self.tokenizer.to(device=device)
         if self.draft_head is not None:
             self.draft_head.to(device=device, dtype=dtype)
+        if self.text_encoder is not None:
+            self.text_encoder.to(device=device)
         return self
 
     def class_name(self, class_id: int) -> str:
@@ -239,13 +254,15 @@ class ImagePipeline:
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats, prompts)
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
-        """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` or ``kl/`` (and ``drafter/``) model folders
+        """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` or ``kl/`` (and ``drafter/``, ``text_encoder/``) model folders
         (safetensors), the weights in ``dtype`` (default: as they are)."""
         path = Path(path)
         save_pretrained(self.model, path / "gpt", dtype=dtype)
         save_pretrained(self.tokenizer, path / tokenizer_folder(self.tokenizer), dtype=dtype)
         if self.draft_head is not None:
             save_pretrained(self.draft_head, path / "drafter", dtype=dtype)
+        if self.text_encoder is not None:
+            save_pretrained(self.text_encoder, path / TEXT_ENCODER_FOLDER, dtype=dtype)
         (path / PIPELINE_CONFIG).write_text(json.dumps(self.info.to_dict(), indent=1))
         return path
 

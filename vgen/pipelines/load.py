@@ -31,7 +31,7 @@ from vgen.models.llamagen import (
     llamagen_t2i_config_for,
 )
 from vgen.models.text_encoder import T5TextEncoder, check_caption_dim, resolve_t5_folder
-from vgen.pipelines.image import ImagePipeline, PipelineInfo
+from vgen.pipelines.image import TEXT_ENCODER_FOLDER, ImagePipeline, PipelineInfo
 from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
 from vgen.samplers import SamplingParams
@@ -92,7 +92,10 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
     model = from_pretrained(path / "gpt", **limit)
     if len(model.grid) == 3:  # frames x rows x columns
         return VideoPipeline(model, from_pretrained(tokenizer_dir, **limit), info, head).to(device, dtype)
-    pipe = ImagePipeline(model, from_pretrained(tokenizer_dir, **limit), info, head)
+    text_encoder = None
+    if (path / TEXT_ENCODER_FOLDER).is_dir():
+        text_encoder = from_pretrained(path / TEXT_ENCODER_FOLDER, **limit)
+    pipe = ImagePipeline(model, from_pretrained(tokenizer_dir, **limit), info, head, text_encoder=text_encoder)
     return pipe.to(device, dtype)
 
 
