@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -341,7 +342,8 @@ def run_t2i(args: argparse.Namespace, train: TrainConfig) -> None:
     probe = prompt_probe(args.tokenizer, cfg_scale=T2I_CFG_SCALE) if args.eval_every else None
     train_t2i(args.run_dir, args.tokenizer, args.data_dir, train, num_images=args.num_images,
               batch_size=args.batch_size, init_from=None if args.init_from == "none" else args.init_from,
-              max_minutes=args.max_minutes, eval_every=args.eval_every or 1, evaluate=probe)
+              max_minutes=args.max_minutes, eval_every=args.eval_every or 1, evaluate=probe,
+              workers=os.cpu_count() or 2)
 
 
 def add_scene_judge_args(t: argparse.ArgumentParser) -> None:
@@ -351,7 +353,8 @@ def add_scene_judge_args(t: argparse.ArgumentParser) -> None:
 
 def run_scene_judge(args: argparse.Namespace, train: TrainConfig) -> None:
     print(json.dumps(train_scene_judge(args.run_dir, args.tokenizer, args.data_dir, train, args.num_images,
-                                       batch_size=args.batch_size, max_minutes=args.max_minutes)))
+                                       batch_size=args.batch_size, max_minutes=args.max_minutes,
+                                       workers=os.cpu_count() or 2)))
 
 
 def no_arguments(t: argparse.ArgumentParser) -> None:

@@ -45,12 +45,13 @@ class ARRecipe:
 
 @torch.no_grad()
 def tokenize_split(tokenizer: VQModel, images: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    """Codes [N, h*w] (int16) of uint8 images [N, H, W, 3]."""
+    """Codes [N, h*w] (int16) of uint8 images [N, H, W, 3], encoded where the tokenizer lies."""
     tokenizer.eval()
+    device = next(tokenizer.parameters()).device
     out = []
     for i in tqdm(range(0, len(images), batch_size), desc="tokenize", unit="batch"):
-        _, codes, _ = tokenizer.encode(to_tensor(images[i:i + batch_size]))
-        out.append(codes.flatten(1).to(torch.int16).numpy())
+        _, codes, _ = tokenizer.encode(to_tensor(images[i:i + batch_size]).to(device))
+        out.append(codes.flatten(1).to(torch.int16).cpu().numpy())
     return np.concatenate(out)
 
 

@@ -34,12 +34,14 @@ class ClassifierRecipe:
 
 @torch.no_grad()
 def reconstruct(tokenizer: VQModel, images: np.ndarray, batch_size: int = 128) -> np.ndarray:
-    """uint8 images -> uint8 tokenizer reconstructions (encode, quantise, decode)."""
+    """uint8 images -> uint8 tokenizer reconstructions (encode, quantise, decode), computed where the tokenizer
+    lies."""
     tokenizer.eval()
+    device = next(tokenizer.parameters()).device
     out = []
     for i in tqdm(range(0, len(images), batch_size), desc="reconstruct", unit="batch"):
-        rec, _, _ = tokenizer(to_tensor(images[i:i + batch_size]))
-        out.append(((rec.clamp(-1, 1) + 1) * 127.5 + 0.5).to(torch.uint8).permute(0, 2, 3, 1).numpy())
+        rec, _, _ = tokenizer(to_tensor(images[i:i + batch_size]).to(device))
+        out.append(((rec.clamp(-1, 1) + 1) * 127.5 + 0.5).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy())
     return np.concatenate(out)
 
 

@@ -43,13 +43,14 @@ def mirror(images: torch.Tensor, attributes: torch.Tensor, horizontal: bool,
 
 def train_scene_judge(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
                       num_images: int = 64000, num_reconstructions: int = 8000, num_val: int = 2048,
-                      batch_size: int = 64, max_minutes: float | None = None) -> dict:
-    """Train (or resume) the judge; returns its held-out accuracy per attribute on real and reconstructed
-    scenes. The EMA weights are exported to ``run_dir/export``."""
+                      batch_size: int = 64, max_minutes: float | None = None, workers: int = 2) -> dict:
+    """Train (or resume) the judge on ``train.device``; returns its held-out accuracy per attribute on real and
+    reconstructed scenes. ``workers`` processes render the scenes; the EMA weights are exported to
+    ``run_dir/export``."""
     run_dir = Path(run_dir)
-    images, _, attributes = cached_scenes(data_dir, "train", num_images)
-    val_images, _, val_attributes = cached_scenes(data_dir, "val", num_val)
-    tokenizer = from_pretrained(tokenizer_dir)
+    images, _, attributes = cached_scenes(data_dir, "train", num_images, workers=workers)
+    val_images, _, val_attributes = cached_scenes(data_dir, "val", num_val, workers=workers)
+    tokenizer = from_pretrained(tokenizer_dir, map_location=train.device)
     rec_path = run_dir / f"train_recon_{num_reconstructions}.npy"
     if not rec_path.exists():
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -65,15 +66,16 @@ def train_scene_judge(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: 
         x = torch.cat([to_tensor(images[real_idx]), to_tensor(recon[rec_idx])])
         y = torch.from_numpy(np.concatenate([attributes[real_idx], attributes[rec_idx]]))
         flips = torch.randint(2, (2,))
-        x, y = mirror(x, y, bool(flips[0]), bool(flips[1]))
+        x, y = mirror(x.to(train.device), y.to(train.device), bool(flips[0]), bool(flips[1]))
         logits = model(x.contiguous(memory_format=torch.channels_last))
         losses = [F.cross_entropy(logits[name].float(), y[:, i]) for i, name in enumerate(SCENE_JUDGE.names)]
         right = [(logits[name].argmax(-1) == y[:, i]).float().mean() for i, name in enumerate(SCENE_JUDGE.names)]
         return torch.stack(losses).sum(), {"acc": float(torch.stack(right).mean())}
 
     trainer.fit(index_batches(len(images), batch_size, train.seed, trainer.step), step_fn, max_minutes)
-    final = trainer.ema.model.eval()
-    save_pretrained(final, run_dir / "export")
+    save_pretrained(trainer.ema.model, run_dir / "export")
+    final = trainer.ema.model.eval().cpu()
+    tokenizer.cpu()
     figures = {"val_real": attribute_accuracy(final, val_images, val_attributes),
                "val_reconstructed": attribute_accuracy(final, reconstruct(tokenizer, val_images), val_attributes),
                "steps": trainer.step}

@@ -61,13 +61,14 @@ def warm_start(gpt: LlamaGenGPT, source: LlamaGenGPT) -> list[str]:
 
 
 def cached_scene_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: int, run_dir: str | Path,
-                       encoder: WordTextEncoder) -> tuple[np.ndarray, np.ndarray]:
-    """Codes [N, 256] of the first ``count`` training scenes and their captions' word ids [N, max_length],
-    cached in ``run_dir``."""
-    images, captions, _ = cached_scenes(data_dir, "train", count)
+                       encoder: WordTextEncoder, device: str | torch.device = "cpu",
+                       workers: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Codes [N, 256] of the first ``count`` training scenes (rendered by ``workers`` processes, tokenised on
+    ``device``) and their captions' word ids [N, max_length], cached in ``run_dir``."""
+    images, captions, _ = cached_scenes(data_dir, "train", count, workers=workers)
     path = Path(run_dir) / f"scene_codes_{count}.npy"
     if not path.exists():
-        save_array_atomic(tokenize_split(from_pretrained(tokenizer_dir), images), path)
+        save_array_atomic(tokenize_split(from_pretrained(tokenizer_dir, map_location=device), images), path)
     return np.load(path), encoder.tokenize(captions).numpy()
 
 
@@ -99,15 +100,16 @@ def train_t2i(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
               num_images: int, batch_size: int = 32, gpt_config: GPTConfig = SHAPES_T2I_GPT,
               encoder_config: WordEncoderConfig = SHAPES_WORD_ENCODER, init_from: str | Path | None = None,
               max_minutes: float | None = None, eval_every: int = 500,
-              evaluate: Callable[[CaptionedGPT], dict] | None = None) -> CaptionedGPT:
+              evaluate: Callable[[CaptionedGPT], dict] | None = None, workers: int = 2) -> CaptionedGPT:
     """Train (or resume) the text encoder and image model together; ``init_from`` (an AR model folder, e.g. the
-    shapes model's ``gpt``) seeds a new run's image model. The EMA weights are exported to
-    ``run_dir/export/{text_encoder,gpt}``."""
+    shapes model's ``gpt``) seeds a new run's image model; ``workers`` processes render the scenes. The EMA
+    weights are exported to ``run_dir/export/{text_encoder,gpt}``."""
     run_dir = Path(run_dir)
     model = CaptionedGPT(WordTextEncoder(encoder_config), LlamaGenGPT(gpt_config))
     if init_from is not None and not (run_dir / "state.json").exists():
         warm_start(model.gpt, from_pretrained(init_from))
-    codes, word_ids = cached_scene_codes(tokenizer_dir, data_dir, num_images, run_dir, model.text_encoder)
+    codes, word_ids = cached_scene_codes(tokenizer_dir, data_dir, num_images, run_dir, model.text_encoder,
+                                         train.device, workers)
     codes_t = torch.from_numpy(codes.astype(np.int64)).to(train.device)
     words_t = torch.from_numpy(word_ids).to(train.device)
     trainer = Trainer(model, train, run_dir)
