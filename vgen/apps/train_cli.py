@@ -369,6 +369,14 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
                             "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
         t.add_argument("--seed", type=int, default=0)
+        t.add_argument("--checkpoint-every-steps", type=int, default=TrainConfig.checkpoint_every_steps,
+                       help="checkpoint at every multiple of this step (0: off; default: %(default)s)")
+        t.add_argument("--checkpoint-every-minutes", type=float, default=TrainConfig.checkpoint_every_minutes,
+                       help="checkpoint when this long has passed since the last checkpoint (0: off; default: "
+                            "%(default)s)")
+        t.add_argument("--override-config", action="store_true",
+                       help="resume a run whose checkpoint records other settings (learning rate, batch size, "
+                            "steps, model...), going on with these; without it such a resume is refused")
         t.set_defaults(func=run_train)
     add_package_parser(tsub)
 
@@ -383,7 +391,9 @@ def run_train(args: argparse.Namespace) -> None:
     if args.background:
         set_data_config(args.data_dir, ShapesConfig(background=args.background))
     settings = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
-                    bf16=use_bf16(args.precision), device=args.device)
+                    bf16=use_bf16(args.precision), device=args.device,
+                    checkpoint_every_steps=args.checkpoint_every_steps,
+                    checkpoint_every_minutes=args.checkpoint_every_minutes, override_config=args.override_config)
     recipe.run(args, recipe.defaults.train_config(**settings))
     print(f"exported to {Path(args.run_dir) / 'export'}")
 
