@@ -183,6 +183,7 @@ def add_ar_args(t: argparse.ArgumentParser) -> None:
     add_tokenizer(t)
     add_init_from(t)
     add_video(t, "; a next-token video AR, with no sample probe and no --init-from")
+    add_clips(t, "in the tokenizer's codes; with --video")
     add_classifier(t)
     add_eval_every(t, ARRecipe.eval_every)
 
@@ -192,7 +193,8 @@ def run_ar(args: argparse.Namespace, train: TrainConfig) -> None:
         if args.init_from:
             raise UsageError("--init-from is for image AR runs; a video AR run starts from scratch")
         train_video_ar(args.run_dir, args.tokenizer, args.data_dir, train,
-                       ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+                       ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), clips=clips_of(args),
+                       max_minutes=args.max_minutes)
         return
     probe = sample_probe(args.tokenizer, args.classifier) if args.eval_every else None
     train_ar(args.run_dir, args.tokenizer, args.data_dir, train,
