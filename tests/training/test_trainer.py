@@ -166,6 +166,12 @@ def test_an_overridden_resume_goes_on_with_the_new_settings_and_logs_them(tmp_pa
     assert _trainer(tmp_path, replace(cfg, override_config=False), ToyRecipe(batch_size=4)).step == 10
 
 
+def test_an_overridden_resume_of_another_model_shape_names_the_mismatch(tmp_path):
+    _fit(_trainer(tmp_path), stop_at=4)
+    with pytest.raises(CheckpointError, match=r"step-00000004/model.safetensors does not match Toy"):
+        _trainer(tmp_path, replace(CFG, override_config=True), config=ToyConfig(width=16))
+
+
 def test_the_log_holds_each_step_once_after_a_crash_and_a_resume(tmp_path):
     """Crashed at step 7 with a checkpoint at 4 and a half-written record: the resume drops records 5-7 and the
     torn line, and writes steps 5-10 once."""

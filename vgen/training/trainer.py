@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from vgen.hub import CheckpointError, save_pretrained
+from vgen.hub import CheckpointError, load_weights, save_pretrained
 from vgen.interrupts import graceful_stop
 
 
@@ -257,8 +257,8 @@ class Trainer:
             raise CheckpointError(f"{self.run_dir} was trained with other settings ({', '.join(changes)}): rerun "
                                   f"with those, or override them (--override-config) to go on with these")
         device = self.cfg.device
-        self.model.load_state_dict(safetensors.torch.load_file(folder / "model.safetensors", device=device))
-        self.ema.model.load_state_dict(safetensors.torch.load_file(folder / "ema.safetensors", device=device))
+        for model, name in ((self.model, "model.safetensors"), (self.ema.model, "ema.safetensors")):
+            load_weights(model, safetensors.torch.load_file(folder / name, device=device), source=str(folder / name))
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=device, weights_only=True))
         self.step = self._saved_step = int(state["step"])
         self._truncate_log()
