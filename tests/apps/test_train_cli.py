@@ -63,12 +63,12 @@ def inputs(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(autouse=True)
 def tiny_models(monkeypatch) -> None:
-    """Each recipe's model is a tiny one of its kind; the classifiers evaluate on 4 held-out images or clips."""
+    """Each recipe's model is a tiny one of its kind; the classifiers evaluate on a few held-out images or clips."""
     patches = {
         "train_tokenizer": partial(train_cli.train_tokenizer, vq_config=TINY_VQ),
         "SHAPES_FRAME_VQ": replace(TINY_VQ, encoder="patch"),
         "ClassifierRecipe": partial(train_cli.ClassifierRecipe, num_val=4),
-        "VideoClassifierRecipe": partial(train_cli.VideoClassifierRecipe, num_val=4),
+        "VideoClassifierRecipe": partial(train_cli.VideoClassifierRecipe, num_val=2),
         "train_video_classifier": partial(train_cli.train_video_classifier,
                                           config=VideoClassifierConfig(stages=((8,), (16,)))),
         "train_ar": partial(train_cli.train_ar, gpt_config=TINY_GPT),
@@ -89,9 +89,10 @@ def tiny_models(monkeypatch) -> None:
 # recipe flags ({name} is a folder of ``inputs``; {tmp} the test's own folder) and the class of the export
 RECIPES = {
     "tokenizer": (["tokenizer", "--data-dir", "{images}"], VQModel),
-    "frame-tokenizer": (["frame-tokenizer", "--data-dir", "{tmp}/clips32"], VQModel),
+    "frame-tokenizer": (["frame-tokenizer", "--data-dir", "{tmp}/clips32", "--num-images", "1"], VQModel),
     "classifier": (["classifier", "--tokenizer", "{vq}", "--data-dir", "{images}"], ShapesClassifier),
-    "video-classifier": (["video-classifier", "--data-dir", "{tmp}/clips32"], ShapesVideoClassifier),
+    "video-classifier": (["video-classifier", "--data-dir", "{tmp}/clips32", "--num-images", "2"],
+                         ShapesVideoClassifier),
     "ar": (["ar", "--tokenizer", "{vq}", "--data-dir", "{images}", "--eval-every", "1", "--classifier", "{tmp}/none"],
            LlamaGenGPT),
     "ar --video": (["ar", "--video", "--tokenizer", "{vq}", "--data-dir", "{clips}"], LlamaGenGPT),
@@ -116,7 +117,7 @@ RECIPES = {
 
 def _train(flags: list[str], inputs: dict[str, str], tmp_path, *extra: str) -> int:
     args = [flag.format(tmp=tmp_path, **inputs) for flag in flags]
-    return main(["train", *args, "--run-dir", str(tmp_path / "run"), *FAST, *extra])
+    return main(["train", args[0], *FAST, *args[1:], "--run-dir", str(tmp_path / "run"), *extra])
 
 
 def _state(run_dir) -> dict:
@@ -140,13 +141,13 @@ def test_each_recipe_trains_checkpoints_and_exports_through_the_command(case, in
 
 
 def test_a_rerun_with_other_settings_is_refused_in_one_line_unless_overridden(inputs, tmp_path, capsys):
-    flags = RECIPES["kl"][0]
+    flags = RECIPES["blockdiff"][0]
     assert _train(flags, inputs, tmp_path) == 0
     capsys.readouterr()
     assert _train(flags, inputs, tmp_path, "--lr", "0.5", "--batch-size", "4", "--steps", "3") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"vgen: error: {tmp_path / 'run'} was trained with other settings")
-    assert "steps 2 -> 3, lr 0.001 -> 0.5, batch_size 2 -> 4" in err and "--override-config" in err
+    assert "steps 2 -> 3, lr 0.0006 -> 0.5, batch_size 2 -> 4" in err and "--override-config" in err
     assert _state(tmp_path / "run")["step"] == 2
 
     assert _train(flags, inputs, tmp_path, "--lr", "0.5", "--batch-size", "4", "--steps", "3",
@@ -158,18 +159,18 @@ def test_a_rerun_with_other_settings_is_refused_in_one_line_unless_overridden(in
 
 
 def test_the_checkpoint_interval_flags_default_to_the_train_config_and_reach_the_run(inputs, tmp_path):
-    args = build_parser().parse_args(["train", "kl"])
+    args = build_parser().parse_args(["train", "blockdiff"])
     assert args.checkpoint_every_steps == TrainConfig.checkpoint_every_steps
     assert args.checkpoint_every_minutes == TrainConfig.checkpoint_every_minutes
     assert not args.override_config
-    assert _train(RECIPES["kl"][0], inputs, tmp_path, "--checkpoint-every-steps", "1",
+    assert _train(RECIPES["blockdiff"][0], inputs, tmp_path, "--checkpoint-every-steps", "1",
                   "--checkpoint-every-minutes", "0.5") == 0
     recorded = _state(tmp_path / "run")["train_config"]
     assert (recorded["checkpoint_every_steps"], recorded["checkpoint_every_minutes"]) == (1, 0.5)
 
 
 def test_a_negative_checkpoint_interval_is_refused_in_one_line(inputs, tmp_path, capsys):
-    assert _train(RECIPES["kl"][0], inputs, tmp_path, "--checkpoint-every-steps", "-1") == 2
+    assert _train(RECIPES["blockdiff"][0], inputs, tmp_path, "--checkpoint-every-steps", "-1") == 2
     assert capsys.readouterr().err.strip() == ("vgen: error: the checkpoint interval must be >= 0 steps (0: off), "
                                                "got -1")
     assert not (tmp_path / "run").exists()
