@@ -16,6 +16,7 @@ import pytest
 
 from vgen import pipelines
 from vgen.data.clips import SHAPES_CLIPS_64
+from vgen.training.trainer import latest_checkpoint
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_train_video_nar.sh"
 
@@ -41,7 +42,7 @@ def test_dry_run_trains_packages_splits_and_measures(tmp_path) -> None:
     carry(tmp_path)
     out = run(tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    state = json.loads((latest_checkpoint(tmp_path / "run") / "state.json").read_text())
     assert state["step"] == 1 and state["train_config"]["device"] == "cpu"
     out_dir = tmp_path / "out"
     assert sorted(f.name for f in out_dir.iterdir()) == [  # the device returns at most 8 files of 16 MiB

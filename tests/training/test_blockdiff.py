@@ -28,7 +28,7 @@ from vgen.training.blockdiff import (
     start_from,
     train_blockdiff,
 )
-from vgen.training.trainer import TrainConfig
+from vgen.training.trainer import TrainConfig, latest_checkpoint
 
 TOY = BlockDiffConfig(frame_size=16, patch_size=4, frames_per_block=2, train_frames=4, dim=32, n_layer=1, n_head=2)
 
@@ -111,7 +111,8 @@ def test_a_latent_run_learns_the_tokenizers_latent_frames_and_the_video_run_star
     assert all(torch.equal(a, b) for a, b in zip(started.state_dict().values(), image.state_dict().values()))
     video = train_blockdiff(tmp_path / "video", data, replace(train, steps=2), recipe, LATENT, clips,
                             tokenizer_dir=kl_dir, init_from=tmp_path / "image" / "export")
-    assert video.config == LATENT and json.loads((tmp_path / "video" / "state.json").read_text())["step"] == 2
+    assert video.config == LATENT
+    assert json.loads((latest_checkpoint(tmp_path / "video") / "state.json").read_text())["step"] == 2
     with pytest.raises(CheckpointError, match="does not match"):
         start_from(BlockDiffusionTransformer(replace(LATENT, dim=48, n_head=4)), tmp_path / "image" / "export")
     with pytest.raises(CheckpointError, match="not a block-diffusion model"):
@@ -140,9 +141,9 @@ def test_a_tiny_run_lowers_the_loss_resumes_and_exports(tmp_path) -> None:
     assert log[-1]["loss"] < 0.8 * log[0]["loss"]
     model = from_pretrained(run / "export")
     assert isinstance(model, BlockDiffusionTransformer) and model.config == TOY
-    longer = TrainConfig(steps=125, lr=3e-3, warmup_steps=5, log_every=10, bf16=False)
+    longer = replace(train, steps=125, override_config=True)  # extended by 5 steps
     train_blockdiff(run, data, longer, recipe, TOY, clips)
-    assert json.loads((run / "state.json").read_text())["step"] == 125
+    assert json.loads((latest_checkpoint(run) / "state.json").read_text())["step"] == 125
     with pytest.raises(ValueError, match="do not fit"):
         train_blockdiff(tmp_path / "r2", data, train, recipe, TOY, ClipsConfig(num_frames=4, frame_size=32))
 

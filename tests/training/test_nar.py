@@ -28,7 +28,7 @@ from vgen.training.nar import (
     warm_start,
 )
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import TrainConfig, token_grid_loss
+from vgen.training.trainer import TrainConfig, latest_checkpoint, token_grid_loss
 
 TOY = dict(vocab_size=16, dim=32, n_layer=2, n_head=4, multiple_of=16, num_classes=4, class_dropout_prob=0.0,
            token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
@@ -226,7 +226,7 @@ def test_an_image_run_starts_from_an_ar_export_and_trains(tiny_vq_dir, tmp_path)
     model = train_nar(tmp_path / "run", tiny_vq_dir, data, train, NARRecipe(num_items=8, batch_size=4), TOY_NAR,
                       init_from=ar_dir)
     assert isinstance(from_pretrained(tmp_path / "run" / "export"), NARTransformer) and model.grid == (4, 4)
-    assert json.loads((tmp_path / "run" / "state.json").read_text())["step"] == 6
+    assert json.loads((latest_checkpoint(tmp_path / "run") / "state.json").read_text())["step"] == 6
 
 
 def test_a_video_run_takes_its_grid_from_the_frame_tokenizer_and_its_loss_falls(tiny_vq_dir, tmp_path) -> None:

@@ -27,7 +27,7 @@ from vgen.training.clip_codes import (
 )
 from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import TrainConfig, token_grid_loss
+from vgen.training.trainer import TrainConfig, latest_checkpoint, token_grid_loss
 
 TOY = dict(dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=8, class_dropout_prob=0.1, token_dropout_p=0.0,
            resid_dropout_p=0.0, ffn_dropout_p=0.0)
@@ -64,11 +64,12 @@ def test_a_few_steps_reduce_the_loss_and_the_run_resumes_and_exports(tiny_vq_dir
     assert losses[0] > 2.5 and losses[-1] < losses[0] - 0.5, losses  # from about ln 32 = 3.47
     model = from_pretrained(run / "export")
     assert isinstance(model, NBPTransformer) and model.grid == (4, 4, 4) and model.vocab_size == 32
-    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=45, **train), ClipRecipe(num_clips=16, batch_size=8), cfg,
-              CLIPS)
-    assert json.loads((run / "state.json").read_text())["step"] == 45
-    steps = [r["step"] for r in (json.loads(line) for line in (run / "log.jsonl").read_text().splitlines())]
-    assert steps[-1] == 45 and steps.count(40) == 1  # resumed at 40, not restarted
+    train_nbp(run, tiny_vq_dir, data, TrainConfig(steps=45, override_config=True, **train),  # extended by 5 steps
+              ClipRecipe(num_clips=16, batch_size=8), cfg, CLIPS)
+    assert json.loads((latest_checkpoint(run) / "state.json").read_text())["step"] == 45
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == list(range(5, 50, 5))  # resumed at 40, not restarted
+    assert {"step": 40, "settings_changed": ["steps 40 -> 45"]} in records
 
 
 def test_once_the_codes_are_cached_a_run_needs_no_clips(tiny_vq_dir, tmp_path) -> None:

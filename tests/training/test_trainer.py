@@ -1,44 +1,230 @@
-"""The shared training loop: a run stopped and resumed ends exactly where an uninterrupted run ends."""
+"""The shared training loop: a run stopped and resumed ends exactly where an uninterrupted run ends; a checkpoint is
+one unit, a resume takes only the settings it was made with, and the log holds each step once."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, replace
 
 import pytest
 import torch
 from torch import nn
 
-from vgen.training.trainer import TrainConfig, Trainer, every, index_batches
+from vgen.hub import CheckpointError
+from vgen.training import trainer as trainer_module
+from vgen.training.trainer import TrainConfig, Trainer, every, index_batches, latest_checkpoint
+
+DATA_X = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+DATA_Y = DATA_X @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+CFG = TrainConfig(steps=10, lr=0.05, warmup_steps=2, ema_decay=0.9, bf16=False, log_every=2)
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    width: int = 8
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Toy(nn.Sequential):
+    """A regression MLP with a config, as the recipes' models have."""
+
+    def __init__(self, config: ToyConfig = ToyConfig()) -> None:
+        super().__init__(nn.Linear(4, config.width), nn.Dropout(0.2), nn.Linear(config.width, 1))
+        self.config = config
+
+
+@dataclass(frozen=True)
+class ToyRecipe:
+    batch_size: int = 8
+    eval_every: int = 5
+
+
+def _trainer(run_dir, cfg: TrainConfig = CFG, recipe: ToyRecipe = ToyRecipe(),
+             config: ToyConfig = ToyConfig()) -> Trainer:
+    """A Trainer as a fresh process builds it: the model's initialisation is overwritten by a resume."""
+    torch.manual_seed(123)
+    return Trainer(Toy(config), cfg, run_dir, recipe)
+
+
+def _fit(trainer: Trainer, stop_at: int | None = None) -> Trainer:
+    def step_fn(idx):
+        pred = trainer.model(DATA_X[idx]).squeeze(-1)
+        return nn.functional.mse_loss(pred, DATA_Y[idx]), {}
+
+    batch_size = trainer.settings["recipe"]["batch_size"]
+    trainer.fit(index_batches(64, batch_size, trainer.cfg.seed, trainer.step), step_fn, stop_at=stop_at)
+    return trainer
 
 
 def _run(run_dir, steps_per_call: list[int], total: int, log_every: int = 2) -> Trainer:
-    data_x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
-    data_y = data_x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
-    cfg = TrainConfig(steps=total, lr=0.05, warmup_steps=2, ema_decay=0.9, bf16=False, log_every=log_every)
+    cfg = replace(CFG, steps=total, log_every=log_every)
     trainer = None
     for stop_at in steps_per_call:
-        torch.manual_seed(123)  # a fresh process: model init is overwritten by the resume
-        model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 1))
-        trainer = Trainer(model, cfg, run_dir)
-
-        def step_fn(idx, model=model):
-            pred = model(data_x[idx]).squeeze(-1)
-            return nn.functional.mse_loss(pred, data_y[idx]), {}
-
-        trainer.fit(index_batches(64, 8, cfg.seed, trainer.step), step_fn, stop_at=stop_at)
+        trainer = _fit(_trainer(run_dir, cfg), stop_at)
     return trainer
+
+
+def _log_steps(run_dir) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+def _assert_same_state(a: Trainer, b: Trainer) -> None:
+    """Weights, EMA weights and optimizer moments equal bit for bit."""
+    for x, y in zip([*a.model.state_dict().values(), *a.ema.model.state_dict().values()],
+                    [*b.model.state_dict().values(), *b.ema.model.state_dict().values()]):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    for x, y in zip(a.optimizer.state_dict()["state"].values(), b.optimizer.state_dict()["state"].values()):
+        for key in x:
+            torch.testing.assert_close(x[key], y[key], rtol=0, atol=0)
 
 
 def test_resumed_run_equals_uninterrupted_run(tmp_path):
     straight = _run(tmp_path / "a", [10], 10)
     resumed = _run(tmp_path / "b", [4, 7, 10], 10)
     assert resumed.step == straight.step == 10
-    for a, b in zip(straight.model.state_dict().values(), resumed.model.state_dict().values()):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    for a, b in zip(straight.ema.model.state_dict().values(), resumed.ema.model.state_dict().values()):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    log = [json.loads(line) for line in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in log] == [2, 4, 6, 8, 10]
+    _assert_same_state(straight, resumed)
+    assert _log_steps(tmp_path / "b") == [2, 4, 6, 8, 10]
+
+
+def test_a_checkpoint_is_one_step_folder_that_latest_names(tmp_path):
+    _run(tmp_path, [4, 10], 10)
+    folder = tmp_path / "checkpoints" / "step-00000010"
+    assert (tmp_path / "latest").read_text() == "step-00000010\n"
+    assert latest_checkpoint(tmp_path) == folder
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == [folder.name]  # step 4 removed
+    assert sorted(p.name for p in folder.iterdir()) == ["ema.safetensors", "model.safetensors", "optimizer.pt",
+                                                        "state.json"]
+    state = json.loads((folder / "state.json").read_text())
+    assert state["step"] == 10 and state["train_config"]["lr"] == 0.05
+    assert state["recipe"] == {"batch_size": 8, "eval_every": 5} and state["model_config"] == {"width": 8}
+    assert not list(tmp_path.glob("*.safetensors")) and not (tmp_path / "state.json").exists()
+    assert latest_checkpoint(tmp_path / "new") is None
+
+
+@pytest.mark.parametrize("crash_in", ["model.safetensors", "ema.safetensors", "optimizer.pt", "state.json",
+                                      "latest.tmp"])
+def test_a_crash_while_checkpointing_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch, crash_in):
+    """Killed while writing any file of the step-8 checkpoint, the run resumes at step 4 with the weights, EMA and
+    optimizer of step 4 (not step 8's weights beside step 4's optimizer), and ends as an uninterrupted run."""
+    cfg = replace(CFG, checkpoint_every_steps=4)
+    trainer = _trainer(tmp_path / "run", cfg)
+    write = trainer_module._write_synced
+
+    def crash(path, data):
+        if trainer.step == 8 and path.name == crash_in:
+            raise OSError("killed")
+        write(path, data)
+
+    monkeypatch.setattr(trainer_module, "_write_synced", crash)
+    with pytest.raises(OSError, match="killed"):
+        _fit(trainer)
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path / "run").name == "step-00000004"
+
+    resumed = _trainer(tmp_path / "run", cfg)
+    assert resumed.step == 4
+    _assert_same_state(resumed, _fit(_trainer(tmp_path / "ref", cfg), stop_at=4))
+    _fit(resumed)
+    _assert_same_state(resumed, _fit(_trainer(tmp_path / "straight", cfg)))
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000010"]  # no .partial left
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(cfg=replace(CFG, lr=0.1)), "lr 0.05 -> 0.1"),
+    (dict(cfg=replace(CFG, steps=20)), "steps 10 -> 20"),
+    (dict(recipe=ToyRecipe(batch_size=4)), "batch_size 8 -> 4"),
+    (dict(config=ToyConfig(width=16)), "model.width 8 -> 16"),
+])
+def test_a_resume_refuses_other_settings_naming_each_difference(tmp_path, change, message):
+    _fit(_trainer(tmp_path), stop_at=4)
+    with pytest.raises(CheckpointError) as error:
+        _trainer(tmp_path, **change)
+    text = str(error.value)
+    assert "\n" not in text and message in text and "--override-config" in text
+    assert text.count("->") == 1  # only what differs
+
+
+def test_a_resume_takes_other_runtime_settings(tmp_path):
+    """Where and how often it logs, checkpoints and evaluates, and the precision, may change on a resume."""
+    _fit(_trainer(tmp_path), stop_at=4)
+    cfg = replace(CFG, log_every=1, checkpoint_every_steps=2, checkpoint_every_minutes=0.5, bf16=True)
+    assert _trainer(tmp_path, cfg, ToyRecipe(eval_every=1)).step == 4
+
+
+def test_an_overridden_resume_goes_on_with_the_new_settings_and_logs_them(tmp_path):
+    _fit(_trainer(tmp_path), stop_at=4)
+    cfg = replace(CFG, lr=0.1, override_config=True)
+    resumed = _trainer(tmp_path, cfg, ToyRecipe(batch_size=4))
+    assert resumed.step == 4
+    _fit(resumed)
+    state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
+    assert state["step"] == 10 and state["train_config"]["lr"] == 0.1 and state["recipe"]["batch_size"] == 4
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert {"step": 4, "settings_changed": ["lr 0.05 -> 0.1", "batch_size 8 -> 4"]} in records
+    assert _trainer(tmp_path, replace(cfg, override_config=False), ToyRecipe(batch_size=4)).step == 10
+
+
+def test_an_overridden_resume_of_another_model_shape_names_the_mismatch(tmp_path):
+    _fit(_trainer(tmp_path), stop_at=4)
+    with pytest.raises(CheckpointError, match=r"step-00000004/model.safetensors does not match Toy"):
+        _trainer(tmp_path, replace(CFG, override_config=True), config=ToyConfig(width=16))
+
+
+def test_the_log_holds_each_step_once_after_a_crash_and_a_resume(tmp_path):
+    """Crashed at step 7 with a checkpoint at 4 and a half-written record: the resume drops records 5-7 and the
+    torn line, and writes steps 5-10 once."""
+    cfg = replace(CFG, log_every=1, checkpoint_every_steps=4)
+    trainer = _trainer(tmp_path, cfg)
+
+    def step_fn(idx):
+        if trainer.step == 7:
+            raise RuntimeError("crash")
+        return nn.functional.mse_loss(trainer.model(DATA_X[idx]).squeeze(-1), DATA_Y[idx]), {}
+
+    with pytest.raises(RuntimeError, match="crash"):
+        trainer.fit(index_batches(64, 8, 0), step_fn)
+    with open(tmp_path / "log.jsonl", "a") as f:
+        f.write('{"step": 8, "lo')
+    resumed = _trainer(tmp_path, cfg)
+    assert _log_steps(tmp_path) == [1, 2, 3, 4]
+    _fit(resumed)
+    assert _log_steps(tmp_path) == list(range(1, 11))
+
+
+def test_a_new_run_in_a_folder_without_a_checkpoint_starts_a_new_log(tmp_path):
+    (tmp_path / "log.jsonl").write_text('{"step": 3, "loss": 1.0}\n')  # a run killed before its first checkpoint
+    _fit(_trainer(tmp_path, replace(CFG, steps=2)))
+    assert _log_steps(tmp_path) == [2]
+
+
+@pytest.mark.parametrize("every_steps, every_minutes, saved", [
+    (3, 0.0, [3, 6, 7]),  # every multiple of 3, and at the end
+    (0, 1.0, [2, 4, 6, 7]),  # a clock at 40 s a step: a minute has passed every second step, and at the end
+    (0, 0.0, [7]),  # only at the end
+    (3, 1.0, [2, 3, 5, 6, 7]),  # whichever comes first: the clock restarts at each checkpoint
+])
+def test_checkpoints_come_every_n_steps_and_every_m_minutes(tmp_path, monkeypatch, every_steps, every_minutes,
+                                                            saved):
+    cfg = replace(CFG, steps=7, checkpoint_every_steps=every_steps, checkpoint_every_minutes=every_minutes)
+    trainer = _trainer(tmp_path, cfg)
+    monkeypatch.setattr(trainer_module.time, "time", lambda: 40.0 * trainer.step)
+    steps = []
+    save = trainer.save
+    monkeypatch.setattr(trainer, "save", lambda: (steps.append(trainer.step), save()))
+    _fit(trainer)
+    assert steps == saved
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("checkpoint_every_steps", -1, "must be >= 0 steps"),
+    ("checkpoint_every_minutes", -0.5, "must be >= 0 minutes"),
+    ("checkpoint_every_minutes", float("nan"), "must be >= 0 minutes"),
+])
+def test_a_negative_checkpoint_interval_is_refused(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(steps=1, **{field: value})
 
 
 def test_learning_rate_warms_up_then_decays_to_the_floor(tmp_path):
@@ -79,7 +265,7 @@ def test_sigint_stops_after_the_current_step_and_saves(tmp_path):
 
     trainer.fit(index_batches(8, 2, 0), step_fn)
     assert trainer.step == 4
-    assert json.loads((tmp_path / "state.json").read_text())["step"] == 4
+    assert json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())["step"] == 4
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handlers restored
 
 

@@ -19,7 +19,7 @@ from vgen.tokenizers.vq import VQModel
 from vgen.training.clip_codes import ClipRecipe
 from vgen.training.nbp import SHAPES_VIDEO_NBP
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import TrainConfig
+from vgen.training.trainer import TrainConfig, latest_checkpoint
 from vgen.training.video_ar import SHAPES_VIDEO_AR, train_video_ar, video_ar_config
 
 TOY = GPTConfig(vocab_size=2, dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=8, block_size=4,
@@ -45,8 +45,9 @@ def test_a_few_steps_reduce_the_loss_and_the_run_resumes_exports_and_samples(tin
     assert losses[0] > 2.5 and losses[-1] < losses[0] - 0.5, losses  # from about ln 32 = 3.47
     model = from_pretrained(run / "export")
     assert isinstance(model, LlamaGenGPT) and model.grid == (4, 4, 4) and model.vocab_size == 32
-    train_video_ar(run, tiny_vq_dir, data, TrainConfig(steps=45, **train), recipe, TOY, CLIPS)
-    assert json.loads((run / "state.json").read_text())["step"] == 45
+    train_video_ar(run, tiny_vq_dir, data, TrainConfig(steps=45, override_config=True, **train), recipe, TOY,
+                   CLIPS)  # extended by 5 steps
+    assert json.loads((latest_checkpoint(run) / "state.json").read_text())["step"] == 45
 
     pipe_dir = tmp_path / "pipe"
     assert main(["train", "package", "--gpt", str(run / "export"), "--vq", str(tiny_vq_dir), "--out", str(pipe_dir),

@@ -10,7 +10,7 @@ import torch
 from vgen.data.clips import ClipsConfig
 from vgen.hub import from_pretrained
 from vgen.models.classifier import ShapesVideoClassifier, VideoClassifierConfig
-from vgen.training.trainer import TrainConfig
+from vgen.training.trainer import TrainConfig, latest_checkpoint
 from vgen.training.video_classifier import CORRUPTIONS, VideoClassifierRecipe, corrupt, train_video_classifier
 
 TOY = VideoClassifierConfig(stages=((8,), (16,)), image_size=16, num_frames=4)
@@ -48,7 +48,7 @@ def test_toy_run_lowers_its_loss_resumes_exactly_and_reports_figures(tmp_path) -
     train_video_classifier(tmp_path / "a", tmp_path / "clips", short, RECIPE, TOY, CLIPS)
     torch.manual_seed(1)  # the same initial weights
     train_video_classifier(tmp_path / "b", tmp_path / "clips", short, RECIPE, TOY, CLIPS, max_minutes=0)  # 1 step
-    assert json.loads((tmp_path / "b" / "state.json").read_text())["step"] == 1
+    assert json.loads((latest_checkpoint(tmp_path / "b") / "state.json").read_text())["step"] == 1
     train_video_classifier(tmp_path / "b", tmp_path / "clips", short, RECIPE, TOY, CLIPS)  # resumes to step 6
     a, b = from_pretrained(tmp_path / "a" / "export"), from_pretrained(tmp_path / "b" / "export")
     assert isinstance(a, ShapesVideoClassifier) and a.config == TOY

@@ -187,6 +187,7 @@ def add_ar_args(t: argparse.ArgumentParser) -> None:
     add_tokenizer(t)
     add_init_from(t)
     add_video(t, "; a next-token video AR, with no sample probe and no --init-from")
+    add_clips(t, "in the tokenizer's codes; with --video")
     add_classifier(t)
     add_eval_every(t, ARRecipe.eval_every)
 
@@ -196,7 +197,8 @@ def run_ar(args: argparse.Namespace, train: TrainConfig) -> None:
         if args.init_from:
             raise UsageError("--init-from is for image AR runs; a video AR run starts from scratch")
         train_video_ar(args.run_dir, args.tokenizer, args.data_dir, train,
-                       ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes)
+                       ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), clips=clips_of(args),
+                       max_minutes=args.max_minutes)
         return
     probe = sample_probe(args.tokenizer, args.classifier) if args.eval_every else None
     train_ar(args.run_dir, args.tokenizer, args.data_dir, train,
@@ -406,6 +408,14 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
                             "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
         t.add_argument("--seed", type=int, default=0)
+        t.add_argument("--checkpoint-every-steps", type=int, default=TrainConfig.checkpoint_every_steps,
+                       help="checkpoint at every multiple of this step (0: off; default: %(default)s)")
+        t.add_argument("--checkpoint-every-minutes", type=float, default=TrainConfig.checkpoint_every_minutes,
+                       help="checkpoint when this long has passed since the last checkpoint (0: off; default: "
+                            "%(default)s)")
+        t.add_argument("--override-config", action="store_true",
+                       help="resume a run whose checkpoint records other settings (learning rate, batch size, "
+                            "steps, model...), going on with these; without it such a resume is refused")
         t.set_defaults(func=run_train)
     add_package_parser(tsub)
 
@@ -420,7 +430,9 @@ def run_train(args: argparse.Namespace) -> None:
     if args.background:
         set_data_config(args.data_dir, ShapesConfig(background=args.background))
     settings = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
-                    bf16=use_bf16(args.precision), device=args.device)
+                    bf16=use_bf16(args.precision), device=args.device,
+                    checkpoint_every_steps=args.checkpoint_every_steps,
+                    checkpoint_every_minutes=args.checkpoint_every_minutes, override_config=args.override_config)
     recipe.run(args, recipe.defaults.train_config(**settings))
     print(f"exported to {Path(args.run_dir) / 'export'}")
 

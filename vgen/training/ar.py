@@ -24,7 +24,7 @@ from vgen.hub import from_pretrained, load_weights
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.samplers import ARSampler, SamplingParams
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import RunDefaults, TrainConfig, every, fit_on_codes, save_array_atomic
+from vgen.training.trainer import RunDefaults, TrainConfig, every, fit_on_codes, latest_checkpoint, save_array_atomic
 
 SHAPES_GPT = GPTConfig(vocab_size=4096, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        block_size=256, class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0,
@@ -109,9 +109,9 @@ def train_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pat
     run_dir = Path(run_dir)
     codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_images, run_dir)
     model = LlamaGenGPT(gpt_config)
-    if init_from is not None and not (run_dir / "state.json").exists():
+    if init_from is not None and latest_checkpoint(run_dir) is None:
         load_weights(model, from_pretrained(init_from).state_dict(), source=str(init_from))
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, next_token_loss,
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe, max_minutes, next_token_loss,
                         every(evaluate, recipe.eval_every))
 
 

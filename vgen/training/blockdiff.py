@@ -37,7 +37,7 @@ from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretra
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.samplers.logits import cfg_merge
 from vgen.tokenizers.kl import KLTokenizer
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches, save_array_atomic
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches, latest_checkpoint, save_array_atomic
 
 SHAPES_BLOCKDIFF = BlockDiffConfig()  # 2-frame blocks of 8 x 8 patches, 16 training frames, dim 192, 4 layers
 # 8 latent frames of 16 x 16 x 4 (64-px clips through shapes-c2i-continuous's KL), 2 x 2 patches: 64 tokens a frame
@@ -201,9 +201,9 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
         videos, labels = cached_clip_latents(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
     labels_t = torch.from_numpy(np.asarray(labels))
     model = BlockDiffusionTransformer(config)
-    if init_from is not None and not (run_dir / "state.json").exists():
+    if init_from is not None and latest_checkpoint(run_dir) is None:
         start_from(model, init_from)
-    trainer = Trainer(model, train, run_dir)
+    trainer = Trainer(model, train, run_dir, recipe)
     batches = index_batches(len(labels_t), recipe.batch_size, train.seed, trainer.step)
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:

@@ -69,7 +69,7 @@ def train_classifier(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: s
         np.save(rec_path, reconstruct(tokenizer, images[:recipe.num_reconstructions]))
     recon = np.load(rec_path)
     model = ShapesClassifier(ClassifierConfig()).to(memory_format=torch.channels_last)  # faster CPU convs
-    trainer = Trainer(model, train, run_dir)
+    trainer = Trainer(model, train, run_dir, recipe)
     half = recipe.batch_size // 2
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:

@@ -65,7 +65,7 @@ def fit_on_clips(run_dir: str | Path, model: torch.nn.Module, tokenizer_dir: str
     codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
     if recipe.time_reversed:
         codes, labels = with_time_reversed(codes, labels, clips.num_frames)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes, loss_fn, on_step)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe, max_minutes, loss_fn, on_step)
 
 
 def with_first_frames(first_frames: int) -> TokenLoss:

@@ -21,7 +21,7 @@ from vgen.hub import from_pretrained, load_weights, save_pretrained
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.training.ar import cached_codes
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches, latest_checkpoint
 
 DRAFTER_RUN = RunDefaults(steps=1500, lr=1e-3, batch_size=32, warmup_steps=100, num_items=16000, ema_decay=0.99)
 
@@ -62,9 +62,9 @@ def train_drafter(run_dir: str | Path, target_dir: str | Path, tokenizer_dir: st
     codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_images, codes_dir)
     codes_t, labels_t = torch.from_numpy(codes.astype(np.int64)), torch.from_numpy(labels).long()
     head = DraftHead(DraftHeadConfig.for_target(target.config))
-    if init_from is not None and not (run_dir / "state.json").exists():
+    if init_from is not None and latest_checkpoint(run_dir) is None:
         load_weights(head, from_pretrained(init_from).state_dict(), source=str(init_from))
-    trainer = Trainer(head, train, run_dir)
+    trainer = Trainer(head, train, run_dir, recipe)
     null = target.config.num_classes
     drop_generator = torch.Generator().manual_seed(train.seed)
 

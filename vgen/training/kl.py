@@ -49,7 +49,7 @@ def train_kl(run_dir: str | Path, data_dir: str | Path, train: TrainConfig, reci
              config: KLConfig = SHAPES_KL, max_minutes: float | None = None) -> KLTokenizer:
     images, _ = cached_split(data_dir, "train", recipe.num_images)
     model = KLTokenizer(config)
-    trainer = Trainer(model, train, run_dir)
+    trainer = Trainer(model, train, run_dir, recipe)
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         x = to_tensor(images[np.sort(idx.numpy())])

@@ -33,7 +33,15 @@ from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.samplers import ContinuousARSampler, SamplingParams
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.training.ar import cached_codes
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, every, index_batches, save_array_atomic
+from vgen.training.trainer import (
+    RunDefaults,
+    TrainConfig,
+    Trainer,
+    every,
+    index_batches,
+    latest_checkpoint,
+    save_array_atomic,
+)
 
 SHAPES_MAR = MARConfig(token_channels=4, grid_size=16, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        dropout_p=0.0, head_width=256, head_depth=3, diffusion_batch_mul=2,
@@ -185,9 +193,9 @@ def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     tokens_t, labels_t = torch.from_numpy(tokens), torch.from_numpy(labels)
     model = ContinuousAR(config)
     started = None
-    if init_from is not None and not (run_dir / "state.json").exists():
+    if init_from is not None and latest_checkpoint(run_dir) is None:
         started = start_from(model, init_from, data_dir, tokens, run_dir, recipe)
-    trainer = Trainer(model, train, run_dir)
+    trainer = Trainer(model, train, run_dir, recipe)
     if started:
         trainer.log({"step": 0, **started})
 

@@ -46,7 +46,7 @@ from vgen.models.nar import NARConfig, NARTransformer
 from vgen.training.ar import SHAPES_GPT, cached_codes
 from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import RunDefaults, TrainConfig, fit_on_codes
+from vgen.training.trainer import RunDefaults, TrainConfig, fit_on_codes, latest_checkpoint
 
 _GPT_SIZE = dict(dim=SHAPES_GPT.dim, n_head=SHAPES_GPT.n_head, multiple_of=SHAPES_GPT.multiple_of,
                  num_classes=SHAPES_GPT.num_classes, class_dropout_prob=SHAPES_GPT.class_dropout_prob,
@@ -109,7 +109,7 @@ def from_image_nar(model: NARTransformer, state: dict[str, torch.Tensor], source
 def _initialise(model: NARTransformer, run_dir: Path, init_from: str | Path | None) -> None:
     """A new run starts from ``init_from`` (a NAR export, an image NAR export for a video model, or an AR or NBP
     export to warm-start from); resumes ignore it."""
-    if init_from is None or (run_dir / "state.json").exists():
+    if init_from is None or latest_checkpoint(run_dir) is not None:
         return
     source = from_pretrained(init_from)
     if isinstance(source, NARTransformer) and source.config.rank < model.config.rank:
@@ -128,7 +128,7 @@ def train_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_items, run_dir)
     model = NARTransformer(config)
     _initialise(model, run_dir, init_from)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe.batch_size, max_minutes)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe, max_minutes)
 
 
 def train_video_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,

@@ -24,7 +24,7 @@ from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.training.ar import SHAPES_GPT
 from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import RunDefaults, TrainConfig
+from vgen.training.trainer import RunDefaults, TrainConfig, latest_checkpoint
 
 # the 32-px recipe: the shapes AR model's width and depth over 16 frames of 8 x 8 tokens in row blocks, NBP's own
 # layout (one latent row a step); grid and vocabulary follow the tokenizer and clips a run is given. Hybrid start
@@ -97,7 +97,7 @@ def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     (:func:`warm_start`); resumes ignore it."""
     loss_fn = with_first_frames(first_frames)  # a bad count fails before anything loads
     model = NBPTransformer(video_config(from_pretrained(tokenizer_dir), clips, config))
-    if init_from is not None and not (Path(run_dir) / "state.json").exists():
+    if init_from is not None and latest_checkpoint(run_dir) is None:
         source = from_pretrained(init_from)
         if not isinstance(source, NBPTransformer | LlamaGenGPT) or getattr(source.config, "frames", 1) != 1:
             raise CheckpointError(f"{init_from} holds a {type(source).__name__}, not an NBP model or a next-token "

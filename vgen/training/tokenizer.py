@@ -73,7 +73,7 @@ def fit_tokenizer(run_dir: str | Path, images: np.ndarray, train: TrainConfig, r
                   vq_config: VQConfig, max_minutes: float | None = None) -> VQModel:
     """The training loop over uint8 images [N, H, W, 3]; the raw model is exported to ``run_dir/export``."""
     model = VQModel(vq_config)
-    trainer = Trainer(model, train, run_dir)
+    trainer = Trainer(model, train, run_dir, recipe)
     usage = torch.zeros(vq_config.codebook_size)
     last: dict[str, torch.Tensor] = {}
 

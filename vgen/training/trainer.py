@@ -4,31 +4,40 @@ It owns what all recipes need and nothing model-specific: AdamW with warmup, an 
 (faster for large matmuls on a CPU with native bf16 matmuls, AMX or AVX512-BF16; the small video, NAR and
 frame-tokenizer models measured slower under it even there, and a CPU without them emulates bf16 at a fraction of
 fp32's speed, so ``vgen train --precision auto`` picks fp32 in those cases), gradient clipping, a tqdm bar, a
-JSON-lines loss log, and checkpoints written atomically to a run directory so that a killed run resumes where it
-stopped. Model weights are saved with safetensors; the optimizer state with ``torch.save`` and read back with
-``weights_only=True``.
+JSON-lines loss log (``log.jsonl``), and checkpoints in a run directory from which a killed run resumes.
+
+A checkpoint is one unit: ``checkpoints/step-<step>/`` holds ``model.safetensors``, ``ema.safetensors``,
+``optimizer.pt`` (``torch.save``, read back with ``weights_only=True``) and ``state.json`` (the step and the
+run's settings). The folder is written under a temporary name, every file synced to disk, then renamed; only
+after that does the small file ``latest`` switch to it (``os.replace``) and older step folders go. A resume reads
+the folder ``latest`` names, so a crash at any point leaves the previous checkpoint whole. A resume refuses
+settings other than the recorded ones (:data:`RUNTIME_SETTINGS` aside) unless ``TrainConfig.override_config``,
+and drops the log's records past the checkpoint's step, which the resumed run writes again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import math
 import os
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import safetensors.torch
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
-from vgen.hub import save_pretrained
+from vgen.hub import CheckpointError, load_weights, save_pretrained
 from vgen.interrupts import graceful_stop
 
 
@@ -45,11 +54,19 @@ class TrainConfig:
     grad_clip: float = 1.0
     ema_decay: float = 0.999
     bf16: bool = True
-    checkpoint_every_s: float = 600.0
+    checkpoint_every_steps: int = 1000  # a checkpoint at every multiple of this step (0: none by steps)
+    checkpoint_every_minutes: float = 2.0  # and once this long has passed since the last one (0: none by time)
     log_every: int = 25
     seed: int = 0
     device: str = "cpu"
+    override_config: bool = False  # resume a checkpoint recorded with other settings, going on with these
 
+    def __post_init__(self) -> None:
+        if self.checkpoint_every_steps < 0:
+            raise ValueError(f"the checkpoint interval must be >= 0 steps (0: off), got {self.checkpoint_every_steps}")
+        if not self.checkpoint_every_minutes >= 0:
+            raise ValueError(f"the checkpoint interval must be >= 0 minutes (0: off), got "
+                             f"{self.checkpoint_every_minutes}")
 
 
 @dataclass(frozen=True)
@@ -104,10 +121,82 @@ class EMA:
                 ema_t.copy_(t)
 
 
-def _atomic_save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
+CHECKPOINTS = "checkpoints"  # run_dir/checkpoints/step-<step>/: one complete checkpoint
+LATEST = "latest"  # run_dir/latest: the name of the step folder a resume reads
+STATE = "state.json"
+LOG = "log.jsonl"
+# settings a resumed run may change: where and how fast it runs, what it logs and when it checkpoints or evaluates
+# (TrainConfig and recipe fields; bf16 too, as --precision auto picks it per machine)
+RUNTIME_SETTINGS = frozenset({"device", "bf16", "log_every", "checkpoint_every_steps", "checkpoint_every_minutes",
+                              "override_config", "eval_every", "num_val"})
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The step folder that ``run_dir/latest`` names, the checkpoint a resume reads (None: no checkpoint yet)."""
+    pointer = Path(run_dir) / LATEST
+    if not pointer.exists():
+        return None
+    name = pointer.read_text().strip()
+    folder = Path(run_dir) / CHECKPOINTS / name
+    if not re.fullmatch(r"step-\d+", name) or not (folder / STATE).is_file():
+        raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint in {folder.parent}; remove "
+                              f"{pointer} to start the run afresh")
+    return folder
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` and wait until it is on disk."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace_synced(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file synced to disk, then rename it over ``path``."""
+    tmp = path.with_name(path.name + ".tmp")
+    _write_synced(tmp, data)
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _safetensors_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    return safetensors.torch.save({k: v.detach().contiguous() for k, v in tensors.items()})
+
+
+def _torch_bytes(obj: object) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def run_settings(cfg: TrainConfig, model: nn.Module, recipe: object | None = None) -> dict:
+    """What defines a run, as its checkpoints record it (JSON types): the optimisation settings, the recipe (a
+    dataclass: batch size, number of images...) and the model's config."""
+    config = getattr(model, "config", None)
+    settings = {"train_config": asdict(cfg), "recipe": asdict(recipe) if recipe is not None else None,
+                "model_config": config.to_dict() if config is not None else None}
+    return json.loads(json.dumps(settings))
+
+
+def changed_settings(recorded: dict, current: dict) -> list[str]:
+    """``"name old -> new"`` for each setting of :func:`run_settings` that differs, :data:`RUNTIME_SETTINGS` aside
+    (model config fields are named ``model.<field>``)."""
+    changes = []
+    for section, prefix in (("train_config", ""), ("recipe", ""), ("model_config", "model.")):
+        old, new = recorded.get(section) or {}, current.get(section) or {}
+        for key in [*new, *(k for k in old if k not in new)]:
+            if (prefix or key not in RUNTIME_SETTINGS) and old.get(key) != new.get(key):
+                changes.append(f"{prefix}{key} {old.get(key, 'unset')} -> {new.get(key, 'unset')}")
+    return changes
 
 
 def save_array_atomic(array: np.ndarray, path: str | Path) -> None:
@@ -122,16 +211,18 @@ def save_array_atomic(array: np.ndarray, path: str | Path) -> None:
 
 class Trainer:
     """Runs ``step_fn`` for ``cfg.steps`` steps with checkpoints in ``run_dir``; resumes if one is there. The model
-    is moved to ``cfg.device`` first, so its optimizer state and EMA copy live there too."""
+    is moved to ``cfg.device`` first, so its optimizer state and EMA copy live there too. ``recipe`` (a dataclass:
+    batch size, number of images...) is recorded with ``cfg`` and the model's config, and a resume checks all three
+    (:func:`changed_settings`)."""
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, run_dir: str | Path,
-                 param_groups: list[dict] | None = None) -> None:
+    def __init__(self, model: nn.Module, cfg: TrainConfig, run_dir: str | Path, recipe: object | None = None) -> None:
         self.model, self.cfg, self.run_dir = model.to(cfg.device), cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        params = param_groups or self._decay_groups(model, cfg.weight_decay)
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas)
+        self.optimizer = torch.optim.AdamW(self._decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
         self.ema = EMA(model, cfg.ema_decay)
+        self.settings = run_settings(cfg, model, recipe)
         self.step = 0
+        self._saved_step: int | None = None  # the step of the checkpoint on disk
         self._resume()
 
     @staticmethod
@@ -155,26 +246,68 @@ class Trainer:
 
     # -- checkpoints -------------------------------------------------------------------------------------------
     def _resume(self) -> None:
-        state_path = self.run_dir / "state.json"
-        if not state_path.exists():
+        """Load the checkpoint ``latest`` names, if any, after checking its settings; cut the log back to it."""
+        folder = latest_checkpoint(self.run_dir)
+        if folder is None:
+            (self.run_dir / LOG).unlink(missing_ok=True)  # records of a run that never checkpointed
             return
-        state = json.loads(state_path.read_text())
-        self.model.load_state_dict(load_file(str(self.run_dir / "model.safetensors")))
-        self.ema.model.load_state_dict(load_file(str(self.run_dir / "ema.safetensors")))
-        self.optimizer.load_state_dict(torch.load(self.run_dir / "optimizer.pt", weights_only=True))
-        self.step = int(state["step"])
+        state = json.loads((folder / STATE).read_text())
+        changes = changed_settings(state, self.settings)
+        if changes and not self.cfg.override_config:
+            raise CheckpointError(f"{self.run_dir} was trained with other settings ({', '.join(changes)}): rerun "
+                                  f"with those, or override them (--override-config) to go on with these")
+        device = self.cfg.device
+        for model, name in ((self.model, "model.safetensors"), (self.ema.model, "ema.safetensors")):
+            load_weights(model, safetensors.torch.load_file(folder / name, device=device), source=str(folder / name))
+        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=device, weights_only=True))
+        self.step = self._saved_step = int(state["step"])
+        self._truncate_log()
+        if changes:
+            self.log({"step": self.step, "settings_changed": changes})
+
+    def _truncate_log(self) -> None:
+        """Drop the log's records past the checkpoint's step (and a line a crash left half-written)."""
+        path = self.run_dir / LOG
+        if not path.exists():
+            return
+        lines = path.read_text().splitlines(keepends=True)
+        kept = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("step", self.step) <= self.step and line.endswith("\n"):
+                kept.append(line)
+        if len(kept) < len(lines):
+            _replace_synced(path, "".join(kept).encode())
 
     def save(self) -> None:
-        _atomic_save_file(self.model.state_dict(), self.run_dir / "model.safetensors")
-        _atomic_save_file(self.ema.model.state_dict(), self.run_dir / "ema.safetensors")
-        tmp = self.run_dir / "optimizer.pt.tmp"
-        torch.save(self.optimizer.state_dict(), tmp)
-        os.replace(tmp, self.run_dir / "optimizer.pt")
-        state = {"step": self.step, "train_config": asdict(self.cfg)}
-        (self.run_dir / "state.json").write_text(json.dumps(state, indent=1))
+        """Checkpoint this step as one unit: write ``checkpoints/step-<step>.partial/`` with every file synced,
+        rename it to ``step-<step>``, switch ``latest`` to it, then remove the other step folders."""
+        if self._saved_step == self.step:
+            return
+        checkpoints = self.run_dir / CHECKPOINTS
+        name = f"step-{self.step:08d}"
+        folder, partial = checkpoints / name, checkpoints / f"{name}.partial"
+        shutil.rmtree(partial, ignore_errors=True)  # a write a crash interrupted
+        partial.mkdir(parents=True)
+        _write_synced(partial / "model.safetensors", _safetensors_bytes(self.model.state_dict()))
+        _write_synced(partial / "ema.safetensors", _safetensors_bytes(self.ema.model.state_dict()))
+        _write_synced(partial / "optimizer.pt", _torch_bytes(self.optimizer.state_dict()))
+        _write_synced(partial / STATE, json.dumps({"step": self.step, **self.settings}, indent=1).encode())
+        _fsync_dir(partial)
+        shutil.rmtree(folder, ignore_errors=True)  # this step written before, by a run that crashed before the switch
+        os.replace(partial, folder)
+        _fsync_dir(checkpoints)
+        _replace_synced(self.run_dir / LATEST, f"{name}\n".encode())
+        for old in checkpoints.glob("step-*"):
+            if old != folder:
+                shutil.rmtree(old)
+        self._saved_step = self.step
 
     def log(self, record: dict) -> None:
-        with open(self.run_dir / "log.jsonl", "a") as f:
+        with open(self.run_dir / LOG, "a") as f:
             f.write(json.dumps(record) + "\n")
 
     # -- loop --------------------------------------------------------------------------------------------------
@@ -186,7 +319,7 @@ class Trainer:
         ``on_step(trainer)`` runs after every step (restarting dead codes, periodic evaluation); a dict it returns
         is added to the log.
         """
-        start = last_ckpt = time.time()
+        start = last_checkpoint = time.time()
         bar = tqdm(total=self.cfg.steps, initial=self.step, desc=self.run_dir.name, dynamic_ncols=True)
         running: dict[str, float] = {}
         counted = 0  # steps in ``running``: fewer than log_every in the first window after a resume
@@ -209,13 +342,19 @@ class Trainer:
                     counted = 0
                 bar.update(1)
                 now = time.time()
-                if now - last_ckpt > self.cfg.checkpoint_every_s:
+                if self._checkpoint_due(now - last_checkpoint):
                     self.save()
-                    last_ckpt = now
+                    last_checkpoint = now
                 if max_minutes is not None and now - start > 60 * max_minutes:
                     break
         bar.close()
         self.save()
+
+    def _checkpoint_due(self, elapsed_s: float) -> bool:
+        """At a multiple of ``checkpoint_every_steps``, or ``checkpoint_every_minutes`` after the last checkpoint."""
+        c = self.cfg
+        by_steps = c.checkpoint_every_steps > 0 and self.step % c.checkpoint_every_steps == 0
+        return by_steps or 0 < 60 * c.checkpoint_every_minutes <= elapsed_s
 
     def _step(self, batch: object, step_fn: Callable[[object], tuple[torch.Tensor, dict]]) -> dict[str, float]:
         """One optimisation step at ``self.step`` (seeded by it, so resumed runs repeat it exactly)."""
@@ -272,15 +411,16 @@ def every(evaluate: Callable[[nn.Module], dict] | None, steps: int) -> Callable[
 
 
 def fit_on_codes(run_dir: str | Path, model: nn.Module, codes: np.ndarray, labels: np.ndarray, train: TrainConfig,
-                 batch_size: int, max_minutes: float | None = None,
+                 recipe: object, max_minutes: float | None = None,
                  loss_fn: TokenLoss = token_grid_loss,
                  on_step: Callable[[Trainer], dict | None] | None = None) -> nn.Module:
-    """Train (or resume) ``model`` on token ``codes`` [N, L] with class ``labels`` [N] in ``run_dir``; the EMA
-    model is exported to ``run_dir/export`` and returned."""
+    """Train (or resume) ``model`` on token ``codes`` [N, L] with class ``labels`` [N] in ``run_dir``, in batches of
+    ``recipe.batch_size`` (the recipe dataclass is recorded with the checkpoints); the EMA model is exported to
+    ``run_dir/export`` and returned."""
     codes_t = torch.from_numpy(codes.astype(np.int64)).to(train.device)
     labels_t = torch.from_numpy(np.asarray(labels)).to(train.device)
-    trainer = Trainer(model, train, run_dir)
-    batches = index_batches(len(codes_t), batch_size, train.seed, trainer.step)
+    trainer = Trainer(model, train, run_dir, recipe)
+    batches = index_batches(len(codes_t), recipe.batch_size, train.seed, trainer.step)
     trainer.fit(batches, lambda idx: loss_fn(model, labels_t[idx], codes_t[idx]), max_minutes, on_step)
     save_pretrained(trainer.ema.model, Path(run_dir) / "export")
     return trainer.ema.model

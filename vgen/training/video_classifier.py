@@ -118,7 +118,7 @@ def train_video_classifier(run_dir: str | Path, data_dir: str | Path, train: Tra
     val_videos, val_labels = cached_clips(data_dir, "val", recipe.num_val, clips)
     labels_t = torch.from_numpy(np.asarray(labels))
     model = ShapesVideoClassifier(config)
-    trainer = Trainer(model, train, run_dir)
+    trainer = Trainer(model, train, run_dir, recipe)
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         order = idx.sort().values.numpy()  # sorted reads from the memory map
