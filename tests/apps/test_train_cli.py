@@ -19,15 +19,22 @@ import torch
 from vgen.apps import train_cli
 from vgen.apps.cli import build_parser, main
 from vgen.data.clips import ClipsConfig, cached_clips
+from vgen.data.scenes import caption_vocabulary
 from vgen.data.shapes import ShapesConfig, set_data_config
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
-from vgen.models.classifier import ShapesClassifier, ShapesVideoClassifier, VideoClassifierConfig
+from vgen.models.classifier import (
+    AttributeClassifier,
+    ShapesClassifier,
+    ShapesVideoClassifier,
+    VideoClassifierConfig,
+)
 from vgen.models.draft_head import DraftHead
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.models.nar import NARTransformer
 from vgen.models.nbp import NBPTransformer
+from vgen.models.word_encoder import WordEncoderConfig
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 from vgen.tokenizers.vq import VQConfig, VQModel
 from vgen.training import nbp
@@ -44,6 +51,9 @@ TINY_MAR = MARConfig(token_channels=2, grid_size=4, num_classes=8, head_width=16
 TINY_PIXEL_DIFF = BlockDiffConfig(frame_size=16, patch_size=4, frames_per_block=2, train_frames=4, dim=32, n_layer=1,
                                   n_head=2)
 TINY_LATENT_DIFF = replace(TINY_PIXEL_DIFF, frame_size=4, channels=2, patch_size=2)
+# captioned scenes are 64 px: 16 x 16 codes of the tiny downsample-4 VQ
+TINY_T2I = replace(TINY_GPT, block_size=256, model_type="t2i", caption_dim=16, cls_token_num=24)
+TINY_WORDS = WordEncoderConfig.for_words(caption_vocabulary(), dim=16, n_layer=1, n_head=2, max_length=24)
 CLIPS = ClipsConfig(num_frames=4, frame_size=16, supersample=1)
 FAST = ["--steps", "2", "--warmup-steps", "1", "--batch-size", "2", "--num-images", "4", "--precision", "fp32"]
 
@@ -80,6 +90,8 @@ def tiny_models(monkeypatch) -> None:
         "SHAPES_BLOCKDIFF": TINY_PIXEL_DIFF,
         "SHAPES_LATENT_BLOCKDIFF": TINY_LATENT_DIFF,
         "SHAPES_LATENT_IMAGE_DIFF": replace(TINY_LATENT_DIFF, frames_per_block=1, train_frames=1),
+        "train_t2i": partial(train_cli.train_t2i, gpt_config=TINY_T2I, encoder_config=TINY_WORDS),
+        "SceneJudgeRecipe": partial(train_cli.SceneJudgeRecipe, num_reconstructions=4, num_val=4),
     }
     for name, value in patches.items():
         monkeypatch.setattr(train_cli, name, value)
@@ -112,7 +124,10 @@ RECIPES = {
                           BlockDiffusionTransformer),
     "blockdiff --distill-from": (["blockdiff", "--distill-from", "{teacher}", "--data-dir", "{clips}"],
                                  BlockDiffusionTransformer),
+    "t2i": (["t2i", "--tokenizer", "{vq}", "--init-from", "{gpt}", "--data-dir", "{tmp}/scenes"], LlamaGenGPT),
+    "scene-judge": (["scene-judge", "--tokenizer", "{vq}", "--data-dir", "{tmp}/scenes"], AttributeClassifier),
 }
+EXPORTS = {"t2i": "export/gpt"}  # a run that exports two models: the folder of the one checked
 
 
 def _train(flags: list[str], inputs: dict[str, str], tmp_path, *extra: str) -> int:
@@ -135,7 +150,7 @@ def test_each_recipe_trains_checkpoints_and_exports_through_the_command(case, in
     out, err = capsys.readouterr()
     assert code == 0, err[-2000:]
     assert f"exported to {tmp_path / 'run' / 'export'}" in out
-    assert type(from_pretrained(tmp_path / "run" / "export")) is model_class
+    assert type(from_pretrained(tmp_path / "run" / EXPORTS.get(case, "export"))) is model_class
     state = _state(tmp_path / "run")
     assert state["step"] == 2 and state["recipe"]["batch_size"] == 2 and state["train_config"]["lr"] > 0
 

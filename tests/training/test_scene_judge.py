@@ -8,7 +8,7 @@ from vgen.data.scenes import POSITIONS, Scene, render_scene
 from vgen.data.shapes import image_rng, to_tensor
 from vgen.hub import from_pretrained
 from vgen.models.classifier import AttributeClassifier
-from vgen.training.scene_judge import mirror, train_scene_judge
+from vgen.training.scene_judge import SceneJudgeRecipe, mirror, train_scene_judge
 from vgen.training.trainer import TrainConfig
 
 
@@ -37,8 +37,8 @@ def test_a_mirrored_scene_is_the_scene_with_the_mirrored_place():
 
 def test_recipe_trains_and_exports_a_judge_with_held_out_figures(tmp_path, tiny_vq_dir):
     cfg = TrainConfig(steps=2, lr=1e-3, warmup_steps=1, bf16=False)
-    figures = train_scene_judge(tmp_path / "judge", tiny_vq_dir, tmp_path / "data", cfg, num_images=16,
-                                num_reconstructions=8, num_val=8, batch_size=8)
+    recipe = SceneJudgeRecipe(num_images=16, num_reconstructions=8, num_val=8, batch_size=8)
+    figures = train_scene_judge(tmp_path / "judge", tiny_vq_dir, tmp_path / "data", cfg, recipe)
     assert figures["steps"] == 2
     assert set(figures["val_real"]) == {"shape", "colour", "size", "position", "background", "joint"}
     assert isinstance(from_pretrained(tmp_path / "judge/export"), AttributeClassifier)

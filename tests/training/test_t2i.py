@@ -10,7 +10,7 @@ from vgen.data.scenes import caption_vocabulary
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.word_encoder import WordEncoderConfig
-from vgen.training.t2i import train_t2i, warm_start
+from vgen.training.t2i import T2IRecipe, train_t2i, warm_start
 from vgen.training.trainer import TrainConfig
 
 TOY_C2I = GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, num_classes=8, block_size=256)
@@ -32,7 +32,7 @@ def test_recipe_trains_from_a_class_model_and_exports_a_loadable_encoder_and_gpt
     torch.manual_seed(0)
     init = save_pretrained(LlamaGenGPT(TOY_C2I), tmp_path / "c2i")
     cfg = TrainConfig(steps=2, lr=1e-3, warmup_steps=1, bf16=False)
-    model = train_t2i(tmp_path / "run", tiny_vq_dir, tmp_path / "data", cfg, num_images=16, batch_size=4,
+    model = train_t2i(tmp_path / "run", tiny_vq_dir, tmp_path / "data", cfg, T2IRecipe(num_images=16, batch_size=4),
                       gpt_config=TOY_T2I, encoder_config=TOY_WORDS, init_from=init)
     encoder, gpt = from_pretrained(tmp_path / "run/export/text_encoder"), from_pretrained(tmp_path / "run/export/gpt")
     assert encoder.config == TOY_WORDS and gpt.config == TOY_T2I

@@ -54,8 +54,8 @@ from vgen.training.nar import (
     train_video_nar,
 )
 from vgen.training.nbp import FIRST_FRAMES, NBP_RUN, train_nbp, video_nbp_config
-from vgen.training.scene_judge import SCENE_JUDGE_RUN, train_scene_judge
-from vgen.training.t2i import T2I_CFG_SCALE, T2I_RUN, prompt_probe, train_t2i
+from vgen.training.scene_judge import SCENE_JUDGE_RUN, SceneJudgeRecipe, train_scene_judge
+from vgen.training.t2i import T2I_CFG_SCALE, T2I_RUN, T2IRecipe, prompt_probe, train_t2i
 from vgen.training.tokenizer import (
     FRAME_TOKENIZER_RUN,
     SHAPES_FRAME_VQ,
@@ -342,10 +342,10 @@ def add_t2i_args(t: argparse.ArgumentParser) -> None:
 
 def run_t2i(args: argparse.Namespace, train: TrainConfig) -> None:
     probe = prompt_probe(args.tokenizer, cfg_scale=T2I_CFG_SCALE) if args.eval_every else None
-    train_t2i(args.run_dir, args.tokenizer, args.data_dir, train, num_images=args.num_images,
-              batch_size=args.batch_size, init_from=None if args.init_from == "none" else args.init_from,
-              max_minutes=args.max_minutes, eval_every=args.eval_every or 1, evaluate=probe,
-              workers=os.cpu_count() or 2)
+    recipe = T2IRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1)
+    train_t2i(args.run_dir, args.tokenizer, args.data_dir, train, recipe,
+              init_from=None if args.init_from == "none" else args.init_from, max_minutes=args.max_minutes,
+              evaluate=probe, workers=os.cpu_count() or 2)
 
 
 def add_scene_judge_args(t: argparse.ArgumentParser) -> None:
@@ -354,9 +354,9 @@ def add_scene_judge_args(t: argparse.ArgumentParser) -> None:
 
 
 def run_scene_judge(args: argparse.Namespace, train: TrainConfig) -> None:
-    print(json.dumps(train_scene_judge(args.run_dir, args.tokenizer, args.data_dir, train, args.num_images,
-                                       batch_size=args.batch_size, max_minutes=args.max_minutes,
-                                       workers=os.cpu_count() or 2)))
+    recipe = SceneJudgeRecipe(num_images=args.num_images, batch_size=args.batch_size)
+    print(json.dumps(train_scene_judge(args.run_dir, args.tokenizer, args.data_dir, train, recipe,
+                                       max_minutes=args.max_minutes, workers=os.cpu_count() or 2)))
 
 
 def no_arguments(t: argparse.ArgumentParser) -> None:

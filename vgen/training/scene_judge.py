@@ -8,6 +8,7 @@ augmentation, with the place label mirrored to match.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,24 +42,32 @@ def mirror(images: torch.Tensor, attributes: torch.Tensor, horizontal: bool,
     return images, attributes
 
 
+@dataclass(frozen=True)
+class SceneJudgeRecipe:
+    num_images: int = 64000
+    num_reconstructions: int = 8000
+    num_val: int = 2048
+    batch_size: int = 64
+
+
 def train_scene_judge(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
-                      num_images: int = 64000, num_reconstructions: int = 8000, num_val: int = 2048,
-                      batch_size: int = 64, max_minutes: float | None = None, workers: int = 2) -> dict:
+                      recipe: SceneJudgeRecipe = SceneJudgeRecipe(), max_minutes: float | None = None,
+                      workers: int = 2) -> dict:
     """Train (or resume) the judge on ``train.device``; returns its held-out accuracy per attribute on real and
     reconstructed scenes. ``workers`` processes render the scenes; the EMA weights are exported to
     ``run_dir/export``."""
     run_dir = Path(run_dir)
-    images, _, attributes = cached_scenes(data_dir, "train", num_images, workers=workers)
-    val_images, _, val_attributes = cached_scenes(data_dir, "val", num_val, workers=workers)
+    images, _, attributes = cached_scenes(data_dir, "train", recipe.num_images, workers=workers)
+    val_images, _, val_attributes = cached_scenes(data_dir, "val", recipe.num_val, workers=workers)
     tokenizer = from_pretrained(tokenizer_dir, map_location=train.device)
-    rec_path = run_dir / f"train_recon_{num_reconstructions}.npy"
+    rec_path = run_dir / f"train_recon_{recipe.num_reconstructions}.npy"
     if not rec_path.exists():
         run_dir.mkdir(parents=True, exist_ok=True)
-        np.save(rec_path, reconstruct(tokenizer, images[:num_reconstructions]))
+        np.save(rec_path, reconstruct(tokenizer, images[:recipe.num_reconstructions]))
     recon = np.load(rec_path)
     model = AttributeClassifier(SCENE_JUDGE).to(memory_format=torch.channels_last)
-    trainer = Trainer(model, train, run_dir)
-    half = batch_size // 2
+    trainer = Trainer(model, train, run_dir, recipe)
+    half = recipe.batch_size // 2
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         real_idx = np.sort(idx[:half].numpy())
@@ -72,7 +81,7 @@ def train_scene_judge(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: 
         right = [(logits[name].argmax(-1) == y[:, i]).float().mean() for i, name in enumerate(SCENE_JUDGE.names)]
         return torch.stack(losses).sum(), {"acc": float(torch.stack(right).mean())}
 
-    trainer.fit(index_batches(len(images), batch_size, train.seed, trainer.step), step_fn, max_minutes)
+    trainer.fit(index_batches(len(images), recipe.batch_size, train.seed, trainer.step), step_fn, max_minutes)
     save_pretrained(trainer.ema.model, run_dir / "export")
     final = trainer.ema.model.eval().cpu()
     tokenizer.cpu()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,15 @@ from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
 from vgen.samplers import ARSampler, SamplingParams
 from vgen.training.ar import SHAPES_GPT, tokenize_split
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, every, index_batches, save_array_atomic
+from vgen.training.trainer import (
+    RunDefaults,
+    TrainConfig,
+    Trainer,
+    every,
+    index_batches,
+    latest_checkpoint,
+    save_array_atomic,
+)
 
 CAPTION_LENGTH = 24
 SHAPES_T2I_GPT = dataclasses.replace(SHAPES_GPT, model_type="t2i", caption_dim=256, cls_token_num=CAPTION_LENGTH)
@@ -40,12 +49,31 @@ PROBE_PROMPTS = ("a large red circle in the centre on a white background",
                  "a tiny green triangle on the left against a grey background")
 
 
+@dataclass(frozen=True)
+class T2IRecipe:
+    num_images: int = 96000
+    batch_size: int = 32
+    eval_every: int = 500
+
+
+@dataclass(frozen=True)
+class CaptionedConfig:
+    """The two configs of a :class:`CaptionedGPT`, recorded with its checkpoints."""
+
+    text_encoder: WordEncoderConfig
+    gpt: GPTConfig
+
+    def to_dict(self) -> dict:
+        return {"text_encoder": self.text_encoder.to_dict(), "gpt": self.gpt.to_dict()}
+
+
 class CaptionedGPT(nn.Module):
     """The text encoder and the image model as one module, for training: word ids and codes -> logits."""
 
     def __init__(self, text_encoder: WordTextEncoder, gpt: LlamaGenGPT) -> None:
         super().__init__()
         self.text_encoder, self.gpt = text_encoder, gpt
+        self.config = CaptionedConfig(text_encoder.config, gpt.config)
 
     def forward(self, word_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         return self.gpt(self.text_encoder(word_ids), tokens[:, :-1])
@@ -97,25 +125,25 @@ def t2i_loss(model: CaptionedGPT, word_ids: torch.Tensor, tokens: torch.Tensor) 
 
 
 def train_t2i(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,
-              num_images: int, batch_size: int = 32, gpt_config: GPTConfig = SHAPES_T2I_GPT,
+              recipe: T2IRecipe = T2IRecipe(), gpt_config: GPTConfig = SHAPES_T2I_GPT,
               encoder_config: WordEncoderConfig = SHAPES_WORD_ENCODER, init_from: str | Path | None = None,
-              max_minutes: float | None = None, eval_every: int = 500,
-              evaluate: Callable[[CaptionedGPT], dict] | None = None, workers: int = 2) -> CaptionedGPT:
+              max_minutes: float | None = None, evaluate: Callable[[CaptionedGPT], dict] | None = None,
+              workers: int = 2) -> CaptionedGPT:
     """Train (or resume) the text encoder and image model together; ``init_from`` (an AR model folder, e.g. the
     shapes model's ``gpt``) seeds a new run's image model; ``workers`` processes render the scenes. The EMA
     weights are exported to ``run_dir/export/{text_encoder,gpt}``."""
     run_dir = Path(run_dir)
     model = CaptionedGPT(WordTextEncoder(encoder_config), LlamaGenGPT(gpt_config))
-    if init_from is not None and not (run_dir / "state.json").exists():
+    if init_from is not None and latest_checkpoint(run_dir) is None:
         warm_start(model.gpt, from_pretrained(init_from))
-    codes, word_ids = cached_scene_codes(tokenizer_dir, data_dir, num_images, run_dir, model.text_encoder,
+    codes, word_ids = cached_scene_codes(tokenizer_dir, data_dir, recipe.num_images, run_dir, model.text_encoder,
                                          train.device, workers)
     codes_t = torch.from_numpy(codes.astype(np.int64)).to(train.device)
     words_t = torch.from_numpy(word_ids).to(train.device)
-    trainer = Trainer(model, train, run_dir)
-    batches = index_batches(len(codes_t), batch_size, train.seed, trainer.step)
+    trainer = Trainer(model, train, run_dir, recipe)
+    batches = index_batches(len(codes_t), recipe.batch_size, train.seed, trainer.step)
     trainer.fit(batches, lambda idx: t2i_loss(model, words_t[idx], codes_t[idx]), max_minutes,
-                every(evaluate, eval_every))
+                every(evaluate, recipe.eval_every))
     export(trainer.ema.model, run_dir / "export")
     return trainer.ema.model
 
