@@ -24,7 +24,9 @@ from vgen.samplers import (
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(temperature=-0.5), "temperature must be >= 0 (0 = greedy), got -0.5"),
-    (dict(temperature=float("nan")), "temperature must be >= 0 (0 = greedy), got nan"),
+    (dict(temperature=float("nan")), "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (dict(cfg_scale=float("inf")), "cfg_scale must be a finite number >= 0 (guidance only above 1), got inf"),
+    (dict(top_k=float("inf")), "top_k must be an integer >= 0 (0 = off), got inf"),
     (dict(top_k=-1), "top_k must be an integer >= 0 (0 = off), got -1"),
     (dict(top_k=1.5), "top_k must be an integer >= 0 (0 = off), got 1.5"),
     (dict(top_p=0.0), "top_p must be in (0, 1] (1 = off), got 0.0"),

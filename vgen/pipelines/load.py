@@ -4,6 +4,7 @@ picks the image, video or streaming pipeline), or LlamaGen's released checkpoint
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -55,6 +56,9 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
     :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
     frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a Janus-Pro folder in ``transformers``'
     layout (:func:`load_janus_pipeline`)."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise ValueError(f"load takes an embedded model's name or a pipeline folder, got {name_or_path!r:.60}; "
+                         f"embedded models: {available_models()}")
     if is_janus_folder(name_or_path):
         return load_janus_pipeline(name_or_path, device, dtype)
     path = pipeline_folder(name_or_path)
