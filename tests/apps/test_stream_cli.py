@@ -41,10 +41,22 @@ def test_gif_output_and_a_class_switch(tiny_stream_pipeline_dir, tmp_path, capsy
     assert code == 0 and read_video(out).shape == (8, 16, 16, 3)
 
 
+def test_classes_go_by_name_as_well_as_by_id(tiny_stream_pipeline_dir, tmp_path, capsys) -> None:
+    out, profile = tmp_path / "s.gif", tmp_path / "p.json"
+    code, printed, err = run(["--model", str(tiny_stream_pipeline_dir), "--frames", "5", "--class-id", "c",
+                              "--switch", "3:a", "--out", str(out), "--profile", str(profile)], capsys)
+    assert code == 0, err
+    report = json.loads(profile.read_text())
+    assert report["class_id"] == 2 and report["switches"] == [[3, 0]]
+    assert printed.startswith("wrote 5 frames to ") and "per block of 2 frames" in printed
+
+
 @pytest.mark.parametrize("args, message", [
     (["--frames", "0"], "--frames must be > 0"),
     (["--class-id", "3"], "class id 3 is out of range"),
     (["--switch", "4:7"], "class id 7 is out of range"),
+    (["--class-id", "star"], "unknown class 'star' for tiny-stream; classes: a, b, c (or ids 0..2)"),
+    (["--switch", "4:star"], "unknown class 'star' for tiny-stream; classes: a, b, c"),
     (["--window-frames", "1"], "not a whole number of 2-frame blocks"),
     (["--window-frames", "0"], "smaller than a block"),
     (["--window-frames", "8"], "exceed the 8 frames the model was trained on"),

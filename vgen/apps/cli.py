@@ -12,19 +12,15 @@ import sys
 
 from vgen.apps.bench_cli import add_bench_parser
 from vgen.apps.eval_cli import add_eval_parser
-from vgen.apps.options import UsageError
+from vgen.apps.models_cli import add_models_parser
+from vgen.apps.options import Parser, UsageError
 from vgen.apps.quality_cli import add_quality_parser
 from vgen.apps.sample_cli import add_sample_parser
 from vgen.apps.sample_many_cli import add_sample_many_parser
 from vgen.apps.stream_cli import add_stream_parser
 from vgen.apps.train_cli import add_train_parser
 from vgen.hub import CheckpointError
-from vgen.pipelines import available_models
 from vgen.samplers import available_samplers
-
-
-def list_models(args: argparse.Namespace) -> None:
-    print("\n".join(available_models()))
 
 
 def list_samplers(args: argparse.Namespace) -> None:
@@ -32,7 +28,7 @@ def list_samplers(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vgen", description="Visual autoregressive generation with fast samplers.")
+    parser = Parser(prog="vgen", description="Visual autoregressive generation with fast samplers.")
     sub = parser.add_subparsers(dest="command")
     add_sample_parser(sub)
     add_train_parser(sub)
@@ -42,17 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_sample_many_parser(sub)
     add_bench_parser(sub)
     add_stream_parser(sub)
-    sub.add_parser("models", help="list the embedded models").set_defaults(func=list_models)
+    add_models_parser(sub)
     sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
     return parser
 
 
 def add_app_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("app", help="the Gradio web demo (needs the app extra: pip install -e '.[app]')")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0: every network interface)")
+    p.add_argument("--port", type=int, default=7860, help="port to serve on")
     p.add_argument("--share", action=argparse.BooleanOptionalAction, default=False,
-                   help="a public gradio.live link (off by default)")
+                   help="a public gradio.live link (default: off)")
     p.add_argument("--max-concurrency", type=int, default=2, help="generations that run at once")
     p.add_argument("--model", default="shapes-c2i", help="the model selected when the page opens")
     p.set_defaults(func=run_app)
