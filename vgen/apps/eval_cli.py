@@ -24,25 +24,25 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     _add_sides(fid, "shapes or inception (default: what a stats side records, else shapes)")
     fvd = esub.add_parser("fvd", help="FVD and KVD between two video sets (folders of mp4/gif, .npz, .npy or stats)")
     _add_sides(fvd, "shapes (per-frame, averaged over time) or i3d (default: what a stats side records, else shapes)")
-    fvd.add_argument("--num-frames", type=int, default=16, help="frames per clip (the first ones; default 16)")
+    fvd.add_argument("--num-frames", type=int, default=16, help="frames per clip (the first ones)")
     stats = esub.add_parser("stats", help="precompute a set's feature statistics (mu, sigma, provenance) as .npz")
     src = stats.add_mutually_exclusive_group(required=True)
     src.add_argument("--images", help="image set: folder, .npz (arr_0) or .npy")
     src.add_argument("--videos", help="video set: folder of mp4/gif, .npz (arr_0) or .npy")
     stats.add_argument("--out", required=True, help=".npz to write")
     _add_features(stats, "shapes, inception (images) or i3d (videos); default shapes")
-    stats.add_argument("--num-frames", type=int, default=16, help="frames per clip for --videos (default 16)")
+    stats.add_argument("--num-frames", type=int, default=16, help="frames per clip for --videos")
     for parser, func in ((fid, run_eval_fid), (fvd, run_eval_fvd), (stats, run_eval_stats)):
         parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help=JSON_HELP)
         parser.set_defaults(func=func)
 
 
 def _add_sides(p: argparse.ArgumentParser, features_help: str) -> None:
-    p.add_argument("--real", required=True)
-    p.add_argument("--fake", required=True)
+    p.add_argument("--real", required=True, help="the reference set: folder, .npz (arr_0), .npy or stats file")
+    p.add_argument("--fake", required=True, help="the generated set: folder, .npz (arr_0), .npy or stats file")
     _add_features(p, features_help)
-    p.add_argument("--kid-subsets", type=int, default=100)
-    p.add_argument("--kid-subset-size", type=int, default=1000)
+    p.add_argument("--kid-subsets", type=int, default=100, help="random subsets KID averages over")
+    p.add_argument("--kid-subset-size", type=int, default=1000, help="samples per KID subset")
 
 
 def _add_features(p: argparse.ArgumentParser, features_help: str) -> None:
@@ -51,8 +51,8 @@ def _add_features(p: argparse.ArgumentParser, features_help: str) -> None:
                                                    "$VGEN_WEIGHTS_DIR, then ~/.cache/vgen)")
     p.add_argument("--no-verify-weights", action="store_true",
                    help="accept a weights file whose SHA-256 differs from the reference (its hash is recorded)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="cpu", help="where the feature extractor runs")
+    p.add_argument("--batch-size", type=int, default=64, help="images (clips) per feature batch")
 
 
 def _settings(args: argparse.Namespace, media: str):

@@ -35,10 +35,10 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
                                    "from (discrete-token models), and the domain classifier's class accuracy on "
                                    "them (on every frame of a clip, with a motion check against real clips). A "
                                    "streaming (block-diffusion) model is measured on --num-frames-long streams.")
-    p.add_argument("--model", default="shapes-c2i")
-    p.add_argument("--num-images", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="shapes-c2i", help="embedded model name or pipeline folder")
+    p.add_argument("--num-images", type=int, default=512, help="images (clips) to sample, the classes in turn")
+    p.add_argument("--batch-size", type=int, default=64, help="images (clips) sampled at once")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the samples")
     add_sampling_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
     p.add_argument("--num-frames", type=int, default=None,
                    help="streaming models: frames per clip (default: the length the model was trained on)")

@@ -34,7 +34,7 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                                    "not on the number of processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
-    gen.add_argument("--num-samples", type=int, required=True)
+    gen.add_argument("--num-samples", type=int, required=True, help="images (clips) to draw in all")
     gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
                      help="draw labels only from these classes (repeatable; default: every class)")
     gen.add_argument("--balanced", action="store_true",
