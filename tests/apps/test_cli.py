@@ -287,6 +287,19 @@ def test_quality_of_a_continuous_model_reports_class_accuracy_without_token_stat
     assert "mean_entropy_nats" not in figures  # entropy and top-1 describe discrete distributions only
 
 
+def test_quality_prints_a_short_summary_with_classes_by_name(tiny_pipeline_dir, tmp_path, capsys):
+    report = tmp_path / "q.json"
+    code, printed, err = run(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "3", "--batch-size", "3",
+                              "--json", str(report)], capsys)
+    assert code == 0, err
+    lines = printed.splitlines()
+    assert lines[0] == "tiny: 3 images, seed 0 (temperature 1.0, top_k 0, top_p 1.0, cfg_scale 2.0, cfg_interval -1)"
+    assert lines[1].startswith("class_accuracy ") and "mean_entropy_nats" in printed and "confusion" not in printed
+    assert lines[-2].split() == ["class", "a", "b", "c"] and lines[-1].split()[0] == "accuracy" and len(lines) <= 6
+    figures = json.loads(report.read_text())
+    assert list(figures["per_class"]) == ["a", "b", "c"] and len(figures["confusion"]) == 8
+
+
 @pytest.mark.parametrize("args, message", [
     (["--sampler", "cspd"], "sampler 'cspd' does not fit LlamaGenGPT (raster tokens); samplers that do: ar, "),
     (["--sampler", "cspd", "--prefill-ratio", "1.0"], "prefill_ratio must be in [0, 1)"),

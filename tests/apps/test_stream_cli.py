@@ -170,11 +170,15 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
     report, grid = tmp_path / "q.json", tmp_path / "grid.png"
     code = main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "5", "--batch-size", "2",
                  "--num-frames", "6", "--cfg-scale", "2", "--json", str(report), "--grid", str(grid)])
-    assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
     figures = json.loads(report.read_text())
     assert figures["num_clips"] == 5 and figures["num_frames"] == 6 and figures["sampling"]["cfg_scale"] == 2.0
     assert figures["sampling"]["window_frames"] == 4  # the pipeline's own defaults
-    assert 0.0 <= figures["class_accuracy"] <= 1.0 and set(figures["per_class"]) == {"0", "1", "2"}
+    assert 0.0 <= figures["class_accuracy"] <= 1.0 and set(figures["per_class"]) == {"a", "b", "c"}
+    lines = printed.out.splitlines()
+    assert lines[0].startswith("tiny-stream: 5 clips, seed 0 (steps 2, ") and "real_clips: class_accuracy" in printed.out
+    assert lines[-2].split() == ["class", "a", "b", "c"] and lines[-1].split()[0] == "accuracy" and len(lines) < 10
     assert figures["num_real_clips"] == 5 and figures["frame_change"] > 0
     from PIL import Image
 
