@@ -186,9 +186,10 @@ class ImagePipeline(ClassConditional):
                  prefix: torch.Tensor | None = None, prompt: str | Sequence[str] | None = None,
                  prompt_embeds: torch.Tensor | None = None, prompt_attention_mask: torch.Tensor | None = None,
                  **sampler_options) -> PipelineOutput:
-        """Generate one image per entry of ``class_ids`` (class ids or the pipeline's class names), or for a text-to-image model per ``prompt`` (through the
-        pipeline's prompt encoder) or per row of ``prompt_embeds`` [B, L, D] (text-encoder features, padded as
-        ``prompt_attention_mask`` [B, L] says), repeated in turn to ``num_images`` if given.
+        """Generate one image per entry of ``class_ids`` (class ids or the pipeline's class names), or for a
+        text-to-image model per ``prompt`` (through the pipeline's prompt encoder) or per row of ``prompt_embeds``
+        [B, L, D] (text-encoder features, padded as ``prompt_attention_mask`` [B, L] says), repeated in turn to
+        ``num_images`` if given. Every argument is checked before sampling starts (:mod:`vgen.pipelines.inputs`).
 
         ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
         Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh

@@ -65,8 +65,8 @@ class VideoPipeline(ImagePipeline):
 
     def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *, num_videos: int | None = None,
                  context: np.ndarray | None = None, **kwargs) -> VideoOutput:
-        """One clip per entry of ``class_ids`` (class ids or names; repeated in turn to ``num_videos`` if given); the other arguments are
-        :meth:`ImagePipeline.__call__`'s (sampler, seed, generator, sampling settings, progress).
+        """One clip per entry of ``class_ids`` (class ids or names; repeated in turn to ``num_videos`` if given); the
+        other arguments are :meth:`ImagePipeline.__call__`'s (sampler, seed, generator, sampling settings, progress).
 
         ``context``: given first frames, uint8 [k, H, W, 3] for every clip or [B, k, H, W, 3] one set per clip
         (0 < k < the model's frames). They are tokenised frame by frame and the model continues them (NBP's frame
