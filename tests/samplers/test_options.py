@@ -141,3 +141,11 @@ def test_the_metadata_key_holds_the_declaration() -> None:
 def test_a_range_up_to_a_large_power_of_two_reads_as_one() -> None:
     assert Option("seed", at_least=0, below=2**64).range_text() == "in [0, 2**64)"
     assert Option("n", at_most=1024).range_text() == "<= 1024"
+
+
+def test_a_message_never_echoes_a_long_value_whole() -> None:
+    with pytest.raises(ValueError) as caught:
+        Knobs(mode="x" * 1_000_000)
+    assert len(str(caught.value)) < 120 and str(caught.value).endswith("... (1000002 characters)")
+    with pytest.raises(ValueError, match="^share must be a finite number in \\(0, 1\\), got 1000"):
+        Knobs(share=10**400)  # an integer no float holds

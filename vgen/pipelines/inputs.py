@@ -8,7 +8,7 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from vgen.samplers.options import Option
+from vgen.samplers.options import Option, short_repr
 
 ClassLabel = int | str  # a class id, or one of the pipeline's class names
 SEED = Option("seed of the random generator", at_least=0, below=2**64)
@@ -49,7 +49,7 @@ class ClassConditional:
             names = self.info.class_names or []
             if label not in names:
                 listed = f"classes: {', '.join(names)}" if names else "it records no class names: give class ids"
-                raise ValueError(f"unknown class {label!r} for {self.info.name}; {listed} "
+                raise ValueError(f"unknown class {short_repr(label)} for {self.info.name}; {listed} "
                                  f"(or ids 0..{self.num_classes - 1})")
             class_id = names.index(label)
         else:
@@ -58,7 +58,7 @@ class ClassConditional:
                     raise TypeError  # True is not class 1
                 class_id = operator.index(label)
             except TypeError:
-                raise ValueError(f"a class must be an integer id or a class name, got {label!r} "
+                raise ValueError(f"a class must be an integer id or a class name, got {short_repr(label)} "
                                  f"({type(label).__name__})") from None
         self.check_class_ids([class_id])
         return class_id

@@ -30,8 +30,20 @@ def _is_int(x: Any) -> bool:
 
 
 def _is_number(x: Any) -> bool:
-    """A finite real number (numpy's included), and not a bool: inf and nan are no setting's value."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite real number (numpy's included), and not a bool: inf, nan and an integer too large for a float are
+    no setting's value."""
+    if not isinstance(x, numbers.Real) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (a message never echoes a long input whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _bound_text(x: float) -> str:
@@ -85,10 +97,10 @@ class Option:
             if isinstance(value, str) and value in choices:
                 return
             if self.unknown:
-                raise ValueError(f"unknown {self.unknown} {value!r}; available: {', '.join(choices)}")
-            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+                raise ValueError(f"unknown {self.unknown} {short_repr(value)}; available: {', '.join(choices)}")
+            raise ValueError(f"{name} must be one of {choices}, got {short_repr(value)}")
         if kind is bool and not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
+            raise ValueError(f"{name} must be true or false, got {short_repr(value)}")
         valid_number = _is_int(value) if kind is int else _is_number(value)
         if kind in (int, float) and not (valid_number and self.in_range(value)):
             what = ("an integer" if kind is int else "" if valid_number
@@ -96,7 +108,7 @@ class Option:
                     else "a number")
             bounds = " ".join(filter(None, [what, self.range_text()]))
             note = f" ({self.note})" if self.note else ""
-            raise ValueError(f"{name} must be {bounds}{note}, got {value!r}")
+            raise ValueError(f"{name} must be {bounds}{note}, got {short_repr(value)}")
 
     def describe(self, default: str | None = None) -> str:
         """The help text with the valid values and what a special value means (``0 = off``), as the command line
