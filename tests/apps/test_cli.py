@@ -24,7 +24,8 @@ def test_sample_writes_grid_and_stats(tiny_pipeline_dir, tmp_path, capsys):
     out, stats = tmp_path / "grid.png", tmp_path / "stats.json"
     code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--class-id", "1", "--class-id", "2",
                            "--num-images", "4", "--out", str(out), "--stats", str(stats), "--cols", "2"], capsys)
-    assert code == 0 and "wrote 4 images" in stdout and "16 forward passes where next-token AR takes 16" in stdout
+    assert code == 0 and "wrote 4 images" in stdout and "(16 forward passes, one per token, " in stdout
+    assert "next-token AR takes" not in stdout
     assert Image.open(out).size == (32, 32)  # 2 x 2 grid of 16 px images
     s = json.loads(stats.read_text())
     assert s["sampler"] == "ar" and s["forward_passes"] == 16 and s["tokens"] == 4 * 16
@@ -50,7 +51,11 @@ def test_same_seed_same_grid_other_seed_differs(tiny_pipeline_dir, tmp_path, cap
     (["--top-p", "1.5"], "top_p"),
     (["--temperature", "-0.5"], "temperature"),
     (["--cfg-scale", "-1"], "cfg_scale"),
-    (["--num-images", "0"], "num_images must be >= 1"),
+    (["--num-images", "0"], "num_images must be an integer >= 1"),
+    (["--class-id", "star"], "unknown class 'star' for tiny; classes: a, b, c (or ids 0..2)"),
+    (["--cfg-scale", "inf"], "cfg_scale must be a finite number in [0, 100.0]"),
+    (["--temperature", "nan"], "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (["--seed", "-1"], "seed must be an integer in [0, 2**64), got -1"),
     (["--out", "/no/such/dir/x.png"], "directory /no/such/dir does not exist"),
     (["--out", "grid.txt"], "unsupported file type .txt"),
     (["--dtype", "int8"], "unknown dtype"),
@@ -151,9 +156,21 @@ def test_speculative_sampling_writes_an_acceptance_map(tiny_pipeline_dir, tmp_pa
     assert s["forward_passes"] < 16 and len(s["accept_step"]) == 3
 
 
-def test_models_and_samplers_are_listed(capsys):
-    assert main(["models"]) == 0
-    assert "shapes-c2i" in capsys.readouterr().out.split()
+def test_classes_go_by_name_as_well_as_by_id(tiny_pipeline_dir, tmp_path, capsys):
+    stats = tmp_path / "s.json"
+    code, stdout, err = run(["sample", "--model", str(tiny_pipeline_dir), "--class-id", "c", "--class-id", "0",
+                             "--out", str(tmp_path / "g.png"), "--stats", str(stats)], capsys)
+    assert code == 0, err
+    assert json.loads(stats.read_text())["class_ids"] == [2, 0] and stdout.startswith("wrote 2 images to ")
+
+
+def test_one_image_is_one_image(tiny_pipeline_dir, tmp_path, capsys):
+    code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--num-images", "1",
+                           "--out", str(tmp_path / "g.png")], capsys)
+    assert code == 0 and stdout.startswith("wrote 1 image to ")
+
+
+def test_samplers_are_listed(capsys):
     assert main(["samplers"]) == 0
     assert "ar" in capsys.readouterr().out.split()
 
@@ -174,8 +191,9 @@ def test_train_refuses_to_rerender_a_data_folder_with_another_background(tmp_pat
 def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path, capsys):
     code, _, err = run(["train", "kl", "--device", "cuda", "--data-dir", str(tmp_path / "data"),
                         "--run-dir", str(tmp_path / "run")], capsys)
-    assert code == 2 and err.strip() == ("vgen: error: --device cuda: only the video recipes (nbp, nar, ar --video, "
-                                         "blockdiff) train off the CPU; train kl on the CPU")
+    assert code == 2 and err.strip() == ("vgen: error: --device cuda: only the video and text-to-image recipes (nbp, "
+                                         "nar, ar --video, blockdiff, t2i, scene-judge) train off the CPU; train kl "
+                                         "on the CPU")
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 
@@ -270,6 +288,19 @@ def test_quality_of_a_continuous_model_reports_class_accuracy_without_token_stat
     assert "mean_entropy_nats" not in figures  # entropy and top-1 describe discrete distributions only
 
 
+def test_quality_prints_a_short_summary_with_classes_by_name(tiny_pipeline_dir, tmp_path, capsys):
+    report = tmp_path / "q.json"
+    code, printed, err = run(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "3", "--batch-size", "3",
+                              "--json", str(report)], capsys)
+    assert code == 0, err
+    lines = printed.splitlines()
+    assert lines[0] == "tiny: 3 images, seed 0 (temperature 1.0, top_k 0, top_p 1.0, cfg_scale 2.0, cfg_interval -1)"
+    assert lines[1].startswith("class_accuracy ") and "mean_entropy_nats" in printed and "confusion" not in printed
+    assert lines[-2].split() == ["class", "a", "b", "c"] and lines[-1].split()[0] == "accuracy" and len(lines) <= 6
+    figures = json.loads(report.read_text())
+    assert list(figures["per_class"]) == ["a", "b", "c"] and len(figures["confusion"]) == 8
+
+
 @pytest.mark.parametrize("args, message", [
     (["--sampler", "cspd"], "sampler 'cspd' does not fit LlamaGenGPT (raster tokens); samplers that do: ar, "),
     (["--sampler", "cspd", "--prefill-ratio", "1.0"], "prefill_ratio must be in [0, 1)"),
@@ -299,7 +330,7 @@ def test_a_nar_model_samples_with_nar_by_default_in_h_plus_w_minus_1_passes(tiny
     code, stdout, err = run(["sample", "--model", str(folder), "--num-images", "2", "--out", str(out), "--stats",
                              str(stats)], capsys)
     assert code == 0, err
-    assert "7 forward passes where next-token AR takes 16" in stdout
+    assert "7 forward passes where next-token AR takes 16, 2.29 tokens per pass" in stdout
     assert json.loads(stats.read_text())["sampler"] == "nar"
 
 

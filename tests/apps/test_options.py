@@ -9,7 +9,16 @@ import argparse
 import pytest
 
 from vgen.apps.cli import build_parser, main
-from vgen.apps.options import sampler_classes, sampler_options, sampling_options, sampling_overrides
+from vgen.apps.options import (
+    HelpFormatter,
+    class_label,
+    plural,
+    sampler_classes,
+    sampler_options,
+    sampling_options,
+    sampling_overrides,
+    shows_default,
+)
 from vgen.apps.train_cli import RECIPES
 from vgen.samplers.options import declarations, declared_options
 from vgen.samplers.streaming import StreamConfig
@@ -42,7 +51,68 @@ def test_each_declared_option_is_a_flag_with_its_help_and_no_default(command, op
     available = flags(subcommand(command))
     for o in options:
         action = available[o.flag]
-        assert (action.dest, action.default, action.help) == (o.name, None, o.help)
+        assert (action.dest, action.default) == (o.name, None) and action.help.startswith(o.help.rstrip(")"))
+
+
+def help_of(parser: argparse.ArgumentParser, flag: str) -> str:
+    """The help text ``--help`` shows for ``flag``."""
+    return parser._get_formatter()._expand_help(flags(parser)[flag])
+
+
+def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every (sub)command's parser, with its path of names."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from subcommands(child, (*path, name))
+
+
+def test_every_option_of_every_subcommand_has_help_and_shows_its_default() -> None:
+    seen = 0
+    for path, parser in subcommands(build_parser()):
+        assert parser.formatter_class is HelpFormatter, path
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS or isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help and action.help.strip(), f"vgen {' '.join(path)} {action.option_strings} has no help"
+            if shows_default(action):
+                assert "(default: %(default)s)" in formatter._get_help_string(action)
+            seen += 1
+    assert seen > 300
+
+
+@pytest.mark.parametrize("command, flag, shown", [
+    ("sample", "--cfg-scale", "default: the model's recommended value, else 1.0)"),
+    ("sample", "--top-k", "(>= 0; 0 = off; default: the model's recommended value, else 0)"),
+    ("sample", "--temperature", "(>= 0; 0 = greedy; default: the model's recommended value, else 1.0)"),
+    ("sample", "--seed", "(default: 0)"),
+    ("sample", "--device", "(default: cpu)"),
+    ("sample", "--num-images", "(default: one per class or prompt given)"),
+    ("sample", "--window", "(>= 1; default: 16)"),
+    ("sample", "--accept", "default: gsd for gsd, lantern for lantern, exact for"),
+    ("stream", "--steps", "(in [1, 1000]; default: the model's recommended value, else 4)"),
+    ("app", "--host", "(default: 127.0.0.1)"),
+    ("app", "--port", "(default: 7860)"),
+    ("app", "--max-concurrency", "(default: 2)"),
+    ("train", "--lr", None),
+])
+def test_help_states_defaults_and_what_zero_means(command, flag, shown) -> None:
+    parser = subcommand(*([command, "ar"] if command == "train" else [command]))
+    assert (shown or "(default: 0.001)") in help_of(parser, flag)
+
+
+def test_a_class_flag_reads_an_id_as_a_number_and_anything_else_as_a_name() -> None:
+    assert (class_label("3"), class_label("-1"), class_label("star"), class_label("12a")) == (3, -1, "star", "12a")
+    args = build_parser().parse_args(["sample", "--class-id", "star", "--class-id", "2"])
+    assert args.class_ids == ["star", 2]
+
+
+def test_counts_take_the_singular_for_one() -> None:
+    assert (plural(1, "image"), plural(2, "image"), plural(0, "clip")) == ("1 image", "2 images", "0 clips")
+    assert plural(1, "forward pass", "forward passes") == "1 forward pass"
+    assert plural(3, "forward pass", "forward passes") == "3 forward passes"
 
 
 def test_flags_set_on_the_command_line_become_settings_of_their_types() -> None:
@@ -82,14 +152,16 @@ def test_train_flags_default_to_the_recipes_own_settings(what) -> None:
     assert (train.ema_decay, train.weight_decay) == (d.ema_decay, d.weight_decay)
 
 
-def test_only_the_video_recipes_train_off_the_cpu(capsys) -> None:
-    assert {what for what, r in RECIPES.items() if r.off_cpu} == {"nbp", "nar", "blockdiff"}
+def test_only_the_video_and_text_to_image_recipes_train_off_the_cpu(capsys) -> None:
+    assert {what for what, r in RECIPES.items() if r.off_cpu} == {"nbp", "nar", "blockdiff", "t2i", "scene-judge"}
     assert main(["train", "classifier", "--device", "cuda"]) == 2
-    assert "only the video recipes (nbp, nar, ar --video, blockdiff) train off the CPU" in capsys.readouterr().err
+    assert ("only the video and text-to-image recipes (nbp, nar, ar --video, blockdiff, t2i, scene-judge) train off "
+            "the CPU") in capsys.readouterr().err
 
 
 def test_package_takes_the_declared_sampling_settings_as_the_recommended_ones() -> None:
     available = flags(subcommand("train", "package"))
     assert all(available[o.flag].help == o.help for o in sampling_options())
+    assert help_of(subcommand("train", "package"), "--cfg-scale").endswith(f"(default: {AR_CFG_SCALE})")
     args = build_parser().parse_args(["train", "package", "--gpt", "g", "--out", "o", "--top-k", "5"])
     assert (args.cfg_scale, args.top_k, args.temperature) == (AR_CFG_SCALE, 5, None)

@@ -41,10 +41,22 @@ def test_gif_output_and_a_class_switch(tiny_stream_pipeline_dir, tmp_path, capsy
     assert code == 0 and read_video(out).shape == (8, 16, 16, 3)
 
 
+def test_classes_go_by_name_as_well_as_by_id(tiny_stream_pipeline_dir, tmp_path, capsys) -> None:
+    out, profile = tmp_path / "s.gif", tmp_path / "p.json"
+    code, printed, err = run(["--model", str(tiny_stream_pipeline_dir), "--frames", "5", "--class-id", "c",
+                              "--switch", "3:a", "--out", str(out), "--profile", str(profile)], capsys)
+    assert code == 0, err
+    report = json.loads(profile.read_text())
+    assert report["class_id"] == 2 and report["switches"] == [[3, 0]]
+    assert printed.startswith("wrote 5 frames to ") and "per block of 2 frames" in printed
+
+
 @pytest.mark.parametrize("args, message", [
     (["--frames", "0"], "--frames must be > 0"),
     (["--class-id", "3"], "class id 3 is out of range"),
     (["--switch", "4:7"], "class id 7 is out of range"),
+    (["--class-id", "star"], "unknown class 'star' for tiny-stream; classes: a, b, c (or ids 0..2)"),
+    (["--switch", "4:star"], "unknown class 'star' for tiny-stream; classes: a, b, c"),
     (["--window-frames", "1"], "not a whole number of 2-frame blocks"),
     (["--window-frames", "0"], "smaller than a block"),
     (["--window-frames", "8"], "exceed the 8 frames the model was trained on"),
@@ -159,11 +171,16 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
     report, grid = tmp_path / "q.json", tmp_path / "grid.png"
     code = main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "5", "--batch-size", "2",
                  "--num-frames", "6", "--cfg-scale", "2", "--json", str(report), "--grid", str(grid)])
-    assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
     figures = json.loads(report.read_text())
     assert figures["num_clips"] == 5 and figures["num_frames"] == 6 and figures["sampling"]["cfg_scale"] == 2.0
     assert figures["sampling"]["window_frames"] == 4  # the pipeline's own defaults
-    assert 0.0 <= figures["class_accuracy"] <= 1.0 and set(figures["per_class"]) == {"0", "1", "2"}
+    assert 0.0 <= figures["class_accuracy"] <= 1.0 and set(figures["per_class"]) == {"a", "b", "c"}
+    lines = printed.out.splitlines()
+    assert lines[0].startswith("tiny-stream: 5 clips, seed 0 (steps 2, ")
+    assert "real_clips: class_accuracy" in printed.out
+    assert lines[-2].split() == ["class", "a", "b", "c"] and lines[-1].split()[0] == "accuracy" and len(lines) < 10
     assert figures["num_real_clips"] == 5 and figures["frame_change"] > 0
     from PIL import Image
 

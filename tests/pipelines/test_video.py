@@ -120,7 +120,7 @@ def test_vgen_sample_writes_a_clip_that_reads_back(video_dir, tmp_path, capsys, 
     code, stdout, err = run(["sample", "--model", str(video_dir), "--class-id", "2", "--out", str(out),
                              "--stats", str(stats)], capsys)
     assert code == 0, err
-    assert "wrote 1 clips of 3 frames" in stdout
+    assert "wrote 1 clip of 3 frames" in stdout
     frames = read_video(out)
     assert frames.shape == (3, 16, 16, 3)
     expected = load(video_dir)(2, seed=0).videos[0]

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from vgen.samplers import SamplingParams, available_samplers, get_sampler
 from vgen.samplers.options import (
     OPTION,
+    Option,
     check_options,
     declarations,
     declared_options,
@@ -51,7 +53,10 @@ def test_every_setting_is_a_declared_field_with_help(config) -> None:
     (dict(count=0), "count must be an integer >= 1 (1 = one), got 0"),
     (dict(count=1.5), "count must be an integer >= 1 (1 = one), got 1.5"),
     (dict(share=1.0), "share must be in (0, 1), got 1.0"),
-    (dict(share="half"), "share must be in (0, 1), got 'half'"),
+    (dict(share="half"), "share must be a number in (0, 1), got 'half'"),
+    (dict(share=float("nan")), "share must be a finite number in (0, 1), got nan"),
+    (dict(count=float("inf")), "count must be an integer >= 1 (1 = one), got inf"),
+    (dict(count=True), "count must be an integer >= 1 (1 = one), got True"),
     (dict(mode="medium"), "mode must be one of ['fast', 'slow'], got 'medium'"),
     (dict(rule="c"), "unknown rule 'c'; available: a, b"),
     (dict(flag=1), "flag must be true or false, got 1"),
@@ -71,9 +76,18 @@ def test_a_preset_keeps_the_declaration_with_its_own_default() -> None:
     assert lantern["accept"].default == "lantern" and lantern["accept"].spec.unknown == "acceptance rule"
 
 
-def test_the_help_shows_the_valid_values() -> None:
+def test_numpy_numbers_are_stored_as_the_declared_type() -> None:
+    knobs = Knobs(count=np.int64(3), share=np.float32(0.25))
+    assert (type(knobs.count), type(knobs.share), knobs.count, knobs.share) == (int, float, 3, 0.25)
+    assert type(SamplingParams(cfg_scale=4).cfg_scale) is float
+
+
+def test_the_help_shows_the_valid_values_what_a_special_value_means_and_a_default() -> None:
     d = declarations(Knobs)
-    assert d["count"].help == "how many (>= 1)" and d["share"].help == "a share (in (0, 1))"
+    assert d["count"].help == "how many (>= 1; 1 = one)" and d["share"].help == "a share (in (0, 1))"
+    assert d["count"].spec.describe(default="2") == "how many (>= 1; 1 = one; default: 2)"
+    assert declarations(SamplingParams)["top_k"].help == "keep the k most likely tokens (>= 0; 0 = off)"
+    assert declarations(SamplingParams)["temperature"].help == "sampling temperature (>= 0; 0 = greedy)"
     assert d["rule"].help == "which rule (one of: a, b)" and d["flag"].help == "on or off"
     assert d["count"].flag == "--count" and declarations(StreamConfig)["window_frames"].flag == "--window-frames"
 
@@ -124,3 +138,16 @@ def test_what_a_user_set_overrides_the_recommended_settings_and_none_means_not_s
 def test_the_metadata_key_holds_the_declaration() -> None:
     field = next(f for f in dataclasses.fields(SamplingParams) if f.name == "top_p")
     assert field.metadata[OPTION].range_text() == "in (0, 1]"
+
+
+def test_a_range_up_to_a_large_power_of_two_reads_as_one() -> None:
+    assert Option("seed", at_least=0, below=2**64).range_text() == "in [0, 2**64)"
+    assert Option("n", at_most=1024).range_text() == "<= 1024"
+
+
+def test_a_message_never_echoes_a_long_value_whole() -> None:
+    with pytest.raises(ValueError) as caught:
+        Knobs(mode="x" * 1_000_000)
+    assert len(str(caught.value)) < 120 and str(caught.value).endswith("... (1000002 characters)")
+    with pytest.raises(ValueError, match="^share must be a finite number in \\(0, 1\\), got 1000"):
+        Knobs(share=10**400)  # an integer no float holds

@@ -24,7 +24,9 @@ from vgen.samplers import (
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(temperature=-0.5), "temperature must be >= 0 (0 = greedy), got -0.5"),
-    (dict(temperature=float("nan")), "temperature must be >= 0 (0 = greedy), got nan"),
+    (dict(temperature=float("nan")), "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (dict(cfg_scale=float("inf")), "cfg_scale must be a finite number in [0, 100.0] (guidance only above 1), got inf"),
+    (dict(top_k=float("inf")), "top_k must be an integer >= 0 (0 = off), got inf"),
     (dict(top_k=-1), "top_k must be an integer >= 0 (0 = off), got -1"),
     (dict(top_k=1.5), "top_k must be an integer >= 0 (0 = off), got 1.5"),
     (dict(top_p=0.0), "top_p must be in (0, 1] (1 = off), got 0.0"),
@@ -125,15 +127,27 @@ def test_stats_derive_rates_and_serialise_to_json() -> None:
     stats = SamplerStats(sampler="ar", forward_passes=16, tokens=64, wall_time_s=0.5, batch_size=4,
                          accept_step=torch.arange(1, 17).repeat(4, 1))
     assert stats.tokens_per_forward == 1.0 and stats.tokens_per_second == 128.0
-    d = json.loads(json.dumps(stats.to_dict()))
+    d = json.loads(json.dumps(stats.to_dict(per_token=True)))
     assert {"sampler", "forward_passes", "tokens", "wall_time_s", "tokens_per_forward"} <= set(d)
     assert d["accept_step"] == stats.accept_step.tolist() and d["accepted_lengths"] == []
     n = base.MAX_JSON_ELEMENTS + 1
     spec = SamplerStats(sampler="sjd", forward_passes=4, tokens=n, wall_time_s=0.1, accepted_lengths=[6, 4, 3, 3],
                         accept_step=torch.arange(n)[None] * 4 // n + 1)
     assert spec.tokens_per_forward == n / 4
-    d = json.loads(json.dumps(spec.to_dict()))
+    d = json.loads(json.dumps(spec.to_dict(per_token=True)))
     assert "accept_step" not in d and d["accepted_lengths"] == [6, 4, 3, 3]
+
+
+def test_stats_summarise_without_their_per_token_arrays() -> None:
+    """256 tokens of one image: the summary and the printed stats hold figures, not 256 steps; the steps stay on
+    the object for the acceptance map."""
+    stats = SamplerStats(sampler="sjd", forward_passes=64, tokens=256, wall_time_s=0.5, accepted_lengths=[4] * 64,
+                         accept_step=torch.arange(256)[None] // 4 + 1)
+    summary = stats.to_dict()
+    assert "accept_step" not in summary and "accepted_lengths" not in summary
+    assert summary["accepted_length_histogram"] == [0, 0, 0, 0, 64] and summary["tokens_per_forward"] == 4.0
+    assert len(repr(stats)) < 400 and "accept_step" not in repr(stats) and "forward_passes=64" in repr(stats)
+    assert stats.accept_step.shape == (1, 256)
 
 
 def test_tokens_per_forward_averages_rows_and_the_batch_figure_counts_the_batch() -> None:

@@ -41,8 +41,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                         "default sampler, e.g. --model shapes-nar --reference-model shapes-c2i: NAR against "
                         "next-token AR of the same size on the same data")
     b.add_argument("--num-samples", type=int, default=64, help="images (clips) per sampler")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--batch-size", type=int, default=8)
+    b.add_argument("--seed", type=int, default=0, help="random seed of the first batch (the others follow from it)")
+    b.add_argument("--batch-size", type=int, default=8, help="images (clips) sampled at once")
     b.add_argument("--real", default=None, help="real images (folder, .npz, .npy; clips for a video model) or a stats "
                                                 "file in the same features (default: render the validation split of "
                                                 "the model's vgen.data set)")

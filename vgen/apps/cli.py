@@ -13,7 +13,8 @@ from pathlib import Path
 
 from vgen.apps.bench_cli import add_bench_parser
 from vgen.apps.eval_cli import add_eval_parser
-from vgen.apps.options import UsageError
+from vgen.apps.models_cli import add_models_parser
+from vgen.apps.options import Parser, UsageError
 from vgen.apps.quality_cli import add_quality_parser
 from vgen.apps.sample_cli import add_sample_parser
 from vgen.apps.sample_many_cli import add_sample_many_parser
@@ -21,12 +22,7 @@ from vgen.apps.stream_cli import add_stream_parser
 from vgen.apps.t2i_config_cli import add_t2i_config_parser
 from vgen.apps.train_cli import add_train_parser
 from vgen.hub import PIPELINE_CONFIG, CheckpointError
-from vgen.pipelines import available_models
 from vgen.samplers import available_samplers
-
-
-def list_models(args: argparse.Namespace) -> None:
-    print("\n".join(available_models()))
 
 
 def list_samplers(args: argparse.Namespace) -> None:
@@ -34,7 +30,7 @@ def list_samplers(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vgen", description="Visual autoregressive generation with fast samplers.")
+    parser = Parser(prog="vgen", description="Visual autoregressive generation with fast samplers.")
     sub = parser.add_subparsers(dest="command")
     add_sample_parser(sub)
     add_train_parser(sub)
@@ -45,17 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_stream_parser(sub)
     add_t2i_config_parser(sub)
-    sub.add_parser("models", help="list the embedded models").set_defaults(func=list_models)
+    add_models_parser(sub)
     sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
     return parser
 
 
 def add_app_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("app", help="the Gradio web demo (needs the app extra: pip install -e '.[app]')",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser("app", help="the Gradio web demo (needs the app extra: pip install -e '.[app]')")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to serve on: 127.0.0.1 is this machine only, 0.0.0.0 every network interface")
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--port", type=int, default=7860, help="port to serve on")
     p.add_argument("--share", action=argparse.BooleanOptionalAction, default=False,
                    help="a public gradio.live link that anyone who has it can use")
     p.add_argument("--max-concurrency", type=int, default=2,

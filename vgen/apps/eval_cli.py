@@ -1,7 +1,8 @@
 """``vgen eval fid|fvd|stats``: FID / FVD (and KID / KVD) between two sets, and reference statistics.
 
-With ``--json`` every command prints exactly one JSON object on one line of stdout (``--json PATH`` also writes it
-to PATH); warnings go to stderr as ``vgen: warning: ...`` and into the object's ``warnings`` list.
+Every command prints its result as one line of text; with ``--json`` it prints exactly one JSON object on one line
+of stdout instead (``--json PATH`` also writes it to PATH). Warnings go to stderr as ``vgen: warning: ...`` and into
+the object's ``warnings`` list.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from vgen.apps.options import UsageError, check_writable
+from vgen.apps.options import UsageError, check_writable, plural
 from vgen.eval.evaluate import EvalSettings, compute_stats, frechet_report
 
 JSON_HELP = "print the result as one JSON object on one line (and write it to PATH if given)"
@@ -24,7 +25,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     _add_sides(fid, "shapes or inception (default: what a stats side records, else shapes)")
     fvd = esub.add_parser("fvd", help="FVD and KVD between two video sets (folders of mp4/gif, .npz, .npy or stats)")
     _add_sides(fvd, "shapes (per-frame, averaged over time) or i3d (default: what a stats side records, else shapes)")
-    fvd.add_argument("--num-frames", type=int, default=16, help="frames per clip (the first ones; default 16)")
+    fvd.add_argument("--num-frames", type=int, default=16, help="frames per clip (the first ones)")
     _add_trust(fvd)
     stats = esub.add_parser("stats", help="precompute a set's feature statistics (mu, sigma, provenance) as .npz")
     src = stats.add_mutually_exclusive_group(required=True)
@@ -32,7 +33,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--videos", help="video set: folder of mp4/gif, .npz (arr_0) or .npy")
     stats.add_argument("--out", required=True, help=".npz to write")
     _add_features(stats, "shapes, inception (images) or i3d (videos); default shapes")
-    stats.add_argument("--num-frames", type=int, default=16, help="frames per clip for --videos (default 16)")
+    stats.add_argument("--num-frames", type=int, default=16, help="frames per clip for --videos")
     _add_trust(stats)
     for parser, func in ((fid, run_eval_fid), (fvd, run_eval_fvd), (stats, run_eval_stats)):
         parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help=JSON_HELP)
@@ -40,10 +41,10 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_sides(p: argparse.ArgumentParser, features_help: str) -> None:
-    p.add_argument("--real", required=True)
-    p.add_argument("--fake", required=True)
+    p.add_argument("--real", required=True, help="the reference set: folder, .npz (arr_0), .npy or stats file")
+    p.add_argument("--fake", required=True, help="the generated set: folder, .npz (arr_0), .npy or stats file")
     _add_features(p, features_help)
-    p.add_argument("--kid-subsets", type=int, default=100)
+    p.add_argument("--kid-subsets", type=int, default=100, help="random subsets KID averages over")
     p.add_argument("--kid-subset-size", type=int, default=None,
                    help="samples per KID subset; a smaller set is an error (default: 1000, or the smaller set's size "
                         "with a warning)")
@@ -61,8 +62,8 @@ def _add_features(p: argparse.ArgumentParser, features_help: str) -> None:
                                                    "$VGEN_WEIGHTS_DIR, then ~/.cache/vgen)")
     p.add_argument("--no-verify-weights", action="store_true",
                    help="accept a weights file whose SHA-256 differs from the reference (its hash is recorded)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="cpu", help="where the feature extractor runs")
+    p.add_argument("--batch-size", type=int, default=64, help="images (clips) per feature batch")
 
 
 def _settings(args: argparse.Namespace, media: str):
@@ -75,23 +76,32 @@ def _settings(args: argparse.Namespace, media: str):
                         num_frames, progress=True, trust_torchscript=getattr(args, "trust_torchscript", False))
 
 
-def _emit(result: dict, args: argparse.Namespace, text: str | None = None) -> None:
+def _emit(result: dict, args: argparse.Namespace, text: str) -> None:
+    """The warnings to stderr, then ``text`` or, with ``--json``, the result as one JSON line."""
     for warning in result.get("warnings", []):
         print(f"vgen: warning: {warning}", file=sys.stderr)
     line = json.dumps(result)
     if args.json not in (None, "-"):
         Path(args.json).write_text(line + "\n")
-    if args.json is not None:
-        print(line)
-    else:
-        print(text if text is not None else json.dumps(result, indent=1))
+    print(line if args.json is not None else text)
+
+
+def frechet_line(result: dict, media: str) -> str:
+    """``vgen eval fid|fvd``'s result in one line: the distance, KID / KVD, the features and the set sizes."""
+    metric, kernel = ("fid", "kid") if media == "images" else ("fvd", "kvd")
+    mean, std = result[f"{kernel}_mean"], result[f"{kernel}_std"]
+    kid = f"{mean:.4g} ± {std:.2g}" if mean is not None else "n/a (a side is a stats file)"
+    frames = f" of {plural(result['num_frames'], 'frame')}" if "num_frames" in result else ""
+    return (f"{metric.upper()} {result[metric]:.3f}, {kernel.upper()} {kid} ({result['features']} features; "
+            f"{result['n_real']} real and {plural(result['n_fake'], 'fake ' + media[:-1])}{frames})")
 
 
 def _run_frechet(args: argparse.Namespace, media: str) -> None:
     check_writable(None if args.json in (None, "-") else args.json, {".json"})
     if args.kid_subsets < 1 or (args.kid_subset_size is not None and args.kid_subset_size < 2):
         raise UsageError("--kid-subsets must be >= 1 and --kid-subset-size >= 2")
-    _emit(frechet_report(args.real, args.fake, _settings(args, media), args.kid_subsets, args.kid_subset_size), args)
+    result = frechet_report(args.real, args.fake, _settings(args, media), args.kid_subsets, args.kid_subset_size)
+    _emit(result, args, frechet_line(result, media))
 
 
 def run_eval_fid(args: argparse.Namespace) -> None:
@@ -107,5 +117,5 @@ def run_eval_stats(args: argparse.Namespace) -> None:
     check_writable(None if args.json in (None, "-") else args.json, {".json"})
     media = "images" if args.images else "videos"
     result = compute_stats(args.images or args.videos, args.out, _settings(args, media))
-    _emit(result, args, f"wrote statistics of {result['count']} {media} ({result['features']} features) to "
-                        f"{args.out}")
+    _emit(result, args, f"wrote statistics of {plural(result['count'], media[:-1])} ({result['features']} "
+                        f"features) to {args.out}")

@@ -1,12 +1,13 @@
-"""What the ``vgen`` subcommands share: the model, device and sampling arguments (the sampling and sampler flags
-built from the options' declarations, :mod:`vgen.samplers.options`), loading the pipeline they name, and the
-usage errors that end in one ``vgen: error: ...`` line."""
+"""What the ``vgen`` subcommands share: the parser class whose help shows every option's default, the model, device
+and sampling arguments (the sampling and sampler flags built from the options' declarations,
+:mod:`vgen.samplers.options`), class ids or names, loading the pipeline they name, and the usage errors that end in
+one ``vgen: error: ...`` line."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,44 @@ RUNS = Path(os.environ.get("VGEN_RUNS", Path.home() / ".cache" / "vgen" / "runs"
 
 class UsageError(Exception):
     """A problem with the command line itself, reported without a traceback."""
+
+
+def shows_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` states the default of ``action``: an option with a default that says something (not
+    None, False or empty) whose help does not state it already."""
+    default = action.default
+    unset = default is None or default is False or default is argparse.SUPPRESS or default == []
+    return bool(action.option_strings) and not unset and "default" not in (action.help or "")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help with each option's default appended where :func:`shows_default` says so."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        return f"{text} (default: %(default)s)" if shows_default(action) else text
+
+
+class Parser(argparse.ArgumentParser):
+    """The ``vgen`` parser: its subcommands' parsers are of this class too (argparse makes them of the parent's
+    class), so every ``--help`` shows the defaults (:class:`HelpFormatter`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 image``, ``2 images``: a count and its noun (``words``: the plural, when it is not ``word`` + s)."""
+    return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def class_label(text: str) -> int | str:
+    """A ``--class-id`` value: an integer is a class id, any other text a class name (checked by the pipeline)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
 
 
 def check_writable(path: str | None, suffixes: set[str] | None = None) -> None:
@@ -55,14 +94,23 @@ def torch_dtype(name: str) -> torch.dtype:
 # -- flags built from declared options ------------------------------------------------------------------------
 
 
-def add_option_flags(group: argparse._ArgumentGroup, options: Iterable[DeclaredOption]) -> None:
-    """One flag per declared option (``--kebab-name``, its type and help), unset (None) by default. Values are
-    checked where the config is built, so a bad one gets the config's own message."""
+def add_option_flags(group: argparse._ArgumentGroup, options: Iterable[DeclaredOption],
+                     defaults: Mapping[str, str] | None = None) -> None:
+    """One flag per declared option (``--kebab-name``, its type and help), unset (None) by default; ``defaults``
+    says, by option name, what an unset one stands for, which the help shows. Values are checked where the config
+    is built, so a bad one gets the config's own message."""
     for o in options:
+        text = o.spec.describe((defaults or {}).get(o.name))
         if o.kind is bool or bool in getattr(o.kind, "__args__", ()):
-            group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help)
+            group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=text)
         else:
-            group.add_argument(o.flag, dest=o.name, type=o.kind, default=None, help=o.help)
+            group.add_argument(o.flag, dest=o.name, type=o.kind, default=None, help=text)
+
+
+def recommended_defaults(options: Iterable[DeclaredOption]) -> dict[str, str]:
+    """What unset settings stand for: the model's recommended value (``vgen models`` lists them), else the
+    declared default."""
+    return {o.name: f"the model's recommended value, else {o.default}" for o in options}
 
 
 def sampling_options() -> list[DeclaredOption]:
@@ -85,13 +133,29 @@ def sampler_option_groups() -> dict[tuple[str, ...], list[DeclaredOption]]:
     return groups
 
 
+def sampler_defaults() -> dict[str, str]:
+    """Each sampler option's own default as text, by the samplers that have it where they differ (a preset such as
+    ``lantern`` changes its rule's default); none for a switch."""
+    texts = {}
+    for o in declared_options(sampler_classes()):
+        if o.kind is bool or bool in getattr(o.kind, "__args__", ()):
+            continue
+        by_default: dict[str, list[str]] = {}
+        for cls in sampler_classes():
+            if o.name in declarations(cls):
+                by_default.setdefault(str(declarations(cls)[o.name].default), []).append(cls.name)
+        texts[o.name] = next(iter(by_default)) if len(by_default) == 1 else ", ".join(
+            f"{value} for {' and '.join(names)}" for value, names in by_default.items())
+    return texts
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """--model, or LlamaGen checkpoints and their architecture (read by :func:`load_pipeline`)."""
     src = p.add_argument_group("model (an embedded default / pipeline folder, or LlamaGen checkpoints)")
     src.add_argument("--model", default=None, help="embedded model name, pipeline folder, LlamaGen-T2I folder "
                                                    "(`vgen t2i-config`) or Janus folder (default: shapes-c2i)")
     add_llamagen_args(src)
-    src.add_argument("--num-classes", type=int, default=1000)
+    src.add_argument("--num-classes", type=int, default=1000, help="classes of --gpt-ckpt (ImageNet: 1000)")
 
 
 def add_llamagen_args(group: argparse._ArgumentGroup) -> None:
@@ -107,15 +171,15 @@ def add_llamagen_args(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--t5-path", default=None,
                        help="local FLAN-T5-XL folder: --gpt-ckpt is then a LlamaGen text-to-image checkpoint "
                             "(t2i_XL_stage1_256.pt, t2i_XL_stage2_512.pt) that takes --prompt")
-    group.add_argument("--codebook-size", type=int, default=16384)
-    group.add_argument("--codebook-embed-dim", type=int, default=8)
+    group.add_argument("--codebook-size", type=int, default=16384, help="codebook entries of --vq-ckpt")
+    group.add_argument("--codebook-embed-dim", type=int, default=8, help="codebook vector size of --vq-ckpt")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The settings every sampler shares, unset = the model's recommended value; read by
     :func:`sampling_overrides`."""
-    gen = p.add_argument_group("generation (unset = the model's recommended value)")
-    add_option_flags(gen, sampling_options())
+    gen = p.add_argument_group("generation (unset = the model's recommended value; `vgen models` lists them)")
+    add_option_flags(gen, sampling_options(), recommended_defaults(sampling_options()))
     return gen
 
 
@@ -124,17 +188,19 @@ def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     :func:`add_sampling_args`."""
     gen = add_sampling_args(p)
     gen.add_argument("--sampler", default=None,
-                     help="sampler name (see `vgen samplers`; default: ar, or continuous-ar for a continuous model)")
+                     help="sampler name (see `vgen samplers`; default: the model's plain sampler: ar, or "
+                          "continuous-ar, nar, nbp for those models)")
+    defaults = sampler_defaults()
     for takers, options in sampler_option_groups().items():
         add_option_flags(p.add_argument_group(f"options of {', '.join(takers)} (unset = the sampler's own value)"),
-                         options)
+                         options, defaults)
     return gen
 
 
 def add_device_args(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--device", default="cpu")
+    group.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, mps ...")
     group.add_argument("--dtype", default="fp32", help="backbone dtype: fp32, bf16 or fp16")
-    group.add_argument("--no-progress", action="store_true")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def set_options(args: argparse.Namespace, options: Iterable[DeclaredOption]) -> dict[str, Any]:

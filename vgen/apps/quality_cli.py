@@ -1,11 +1,13 @@
 """``vgen quality``: token statistics and the domain classifier's class accuracy of a model's samples (images,
-clips, or a streaming model's streams)."""
+clips, or a streaming model's streams), printed as a short summary with a per-class table; ``--json`` writes every
+figure (the confusion matrix too), per-class figures keyed by class name."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from vgen.apps.options import (
     UsageError,
     add_sampling_args,
     check_writable,
+    plural,
     sampling_overrides,
     sampling_params,
 )
@@ -35,15 +38,15 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
                                    "from (discrete-token models), and the domain classifier's class accuracy on "
                                    "them (on every frame of a clip, with a motion check against real clips). A "
                                    "streaming (block-diffusion) model is measured on --num-frames-long streams.")
-    p.add_argument("--model", default="shapes-c2i")
-    p.add_argument("--num-images", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="shapes-c2i", help="embedded model name or pipeline folder")
+    p.add_argument("--num-images", type=int, default=512, help="images (clips) to sample, the classes in turn")
+    p.add_argument("--batch-size", type=int, default=64, help="images (clips) sampled at once")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the samples")
     add_sampling_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
     p.add_argument("--num-frames", type=int, default=None,
                    help="streaming models: frames per clip (default: the length the model was trained on)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
-    p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--json", default=None, help="write every figure here (JSON), the confusion matrix included")
     p.add_argument("--device", default="cpu", help="where the model samples (the judges run on the CPU)")
     p.set_defaults(func=run_quality)
 
@@ -55,7 +58,7 @@ def run_quality(args: argparse.Namespace) -> None:
         raise UsageError("--num-images and --batch-size must be >= 1")
     pipe = pipelines.load(args.model, device=args.device)
     if isinstance(pipe, StreamPipeline):
-        return write_quality(stream_quality(pipe, args), args.json)
+        return write_quality(pipe, stream_quality(pipe, args), args.json)
     if not isinstance(pipe, pipelines.ImagePipeline):
         raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
     if args.num_frames is not None:
@@ -84,14 +87,37 @@ def run_quality(args: argparse.Namespace) -> None:
             rows = [images[c + n_cls * j] for c in range(n_cls) for j in range(per_class)
                     if c + n_cls * j < len(images)]
             image_grid(rows, per_class).save(args.grid)
-    write_quality(figures, args.json)
+    write_quality(pipe, figures, args.json)
 
 
-def write_quality(figures: dict, path: str | None) -> None:
-    text = json.dumps(figures, indent=1)
+def write_quality(pipe, figures: dict, path: str | None) -> None:
+    """Key the per-class figures by class name, write every figure to ``path`` (JSON) and print the summary."""
+    figures["per_class"] = {pipe.class_name(int(c)): v for c, v in figures["per_class"].items()}
     if path:
-        Path(path).write_text(text)
-    print(text)
+        Path(path).write_text(json.dumps(figures, indent=1))
+    print(quality_summary(figures))
+
+
+def quality_summary(figures: dict) -> str:
+    """A few lines: what was sampled and how, the figures, and a table of the per-class accuracy."""
+    count = plural(figures["num_clips"], "clip") if "num_clips" in figures else plural(figures["num_images"], "image")
+    settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
+    skip = ("model", "sampling", "seed", "per_class", "confusion", "num_images", "num_clips")
+    shown = {k: figures[k] for k in sorted(figures, key=lambda k: k != "class_accuracy") if k not in skip}
+    lines = [f"{figures['model']}: {count}, seed {figures['seed']} ({settings})",
+             "; ".join(f"{k} {_figure(v)}" for k, v in shown.items() if not isinstance(v, dict))]
+    lines += [f"{k}: " + "; ".join(f"{name} {_figure(x)}" for name, x in v.items())
+              for k, v in shown.items() if isinstance(v, dict)]
+    text = "\n".join(textwrap.fill(line, 110, subsequent_indent="  ") for line in lines)
+    names = list(figures["per_class"])
+    widths = [max(len(name), 4) for name in names]
+    header = "class     " + "  ".join(name.rjust(w) for name, w in zip(names, widths))
+    row = "accuracy  " + "  ".join(f"{x:.2f}".rjust(w) for x, w in zip(figures["per_class"].values(), widths))
+    return f"{text}\n{header}\n{row}"
+
+
+def _figure(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def stream_quality(pipe, args: argparse.Namespace) -> dict:

@@ -16,7 +16,9 @@ from vgen.apps.options import (
     add_model_args,
     add_sampler_args,
     check_writable,
+    class_label,
     load_pipeline,
+    plural,
     sampler_options,
     sampling_overrides,
 )
@@ -34,24 +36,28 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                                    "arguments: a grid of every class from the embedded default model.")
     add_model_args(p)
     gen = add_sampler_args(p)
-    gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
-                     help="class to generate (repeatable; default: every class in turn)")
+    gen.add_argument("--class-id", type=class_label, action="append", dest="class_ids", metavar="CLASS",
+                     help="class to generate, by id or name (repeatable; `vgen models` lists the names; default: "
+                          "every class in turn)")
     gen.add_argument("--prompt", action="append", dest="prompts",
                      help="text-to-image model: what to draw (repeatable)")
     gen.add_argument("--prompt-file", default=None,
                      help="text-to-image model: a text file of prompts, one a line (blank lines skipped)")
-    gen.add_argument("--num-images", type=int, default=None, help="images in all (class ids or prompts cycle)")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--num-images", type=int, default=None,
+                     help="images (clips) in all, the classes or prompts repeated in turn (default: one per class "
+                          "or prompt given)")
+    gen.add_argument("--seed", type=int, default=0, help="random seed: the same seed draws the same images")
     gen.add_argument("--context", default=None,
                      help="video model: a clip (.mp4, .gif) whose first --context-frames frames every clip continues")
-    gen.add_argument("--context-frames", type=int, default=1, help="frames of --context given (default: 1)")
+    gen.add_argument("--context-frames", type=int, default=1, help="frames of --context given")
     out = p.add_argument_group("output")
     out.add_argument("--out", default="samples.png",
                      help="image grid to write (default: samples.png); for a video model an .mp4, .gif or "
                           "frame-grid .png")
     out.add_argument("--fps", type=int, default=8, help="frames per second of a video output")
     out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
-    out.add_argument("--stats", default=None, help="write sampler stats as JSON here")
+    out.add_argument("--stats", default=None,
+                     help="write the sampler's stats as JSON here, with the per-token data of the acceptance map")
     out.add_argument("--acceptance-map", default=None,
                      help="write each image beside the map of the forward pass that produced each token (for a "
                           "video model: each clip's frames above their maps)")
@@ -89,12 +95,12 @@ def run_sample(args: argparse.Namespace) -> None:
     image_grid(out.images, cols).save(args.out)
     if args.acceptance_map:
         acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
-    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids, "prompts": out.prompts,
-             "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed}
+    stats = {**out.stats.to_dict(per_token=True), "model": pipe.info.name, "class_ids": out.class_ids,
+             "prompts": out.prompts, "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
-    print(f"wrote {len(out.images)} images to {args.out} ({passes_summary(stats)}, {out.stats.wall_time_s:.2f} s "
-          f"sampling)")
+    print(f"wrote {plural(len(out.images), 'image')} to {args.out} ({passes_summary(stats)}, "
+          f"{out.stats.wall_time_s:.2f} s sampling)")
 
 
 def read_prompts(args: argparse.Namespace) -> list[str] | None:
@@ -113,9 +119,13 @@ def read_prompts(args: argparse.Namespace) -> list[str] | None:
 
 
 def passes_summary(stats: dict) -> str:
-    """Forward passes against next-token AR's one per token, and tokens per pass, for the closing line."""
-    return (f"{stats['forward_passes']} forward passes where next-token AR takes "
-            f"{stats['next_token_forward_passes']}, {stats['tokens_per_forward']:.2f} tokens per pass")
+    """The forward passes, for the closing line: against next-token AR's one per token, with the tokens per pass,
+    for a sampler that takes another number of them."""
+    passes, next_token = stats["forward_passes"], stats["next_token_forward_passes"]
+    counted = plural(passes, "forward pass", "forward passes")
+    if passes == next_token:
+        return f"{counted}, one per token"
+    return f"{counted} where next-token AR takes {next_token}, {stats['tokens_per_forward']:.2f} tokens per pass"
 
 
 def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
@@ -138,10 +148,10 @@ def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
     write_video(clip, args.out, fps=args.fps)
     if args.acceptance_map:
         clip_acceptance_figure(out.videos, out.stats.accept_step, pipe.model.grid).save(args.acceptance_map)
-    stats = {**out.stats.to_dict(), "model": pipe.info.name, "class_ids": out.class_ids,
+    stats = {**out.stats.to_dict(per_token=True), "model": pipe.info.name, "class_ids": out.class_ids,
              "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed,
              "frames_per_second": out.videos.shape[0] * out.videos.shape[1] / out.stats.wall_time_s}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
-    print(f"wrote {len(out.videos)} clips of {pipe.num_frames} frames to {args.out} ({passes_summary(stats)}, "
-          f"{out.stats.wall_time_s:.2f} s sampling)")
+    print(f"wrote {plural(len(out.videos), 'clip')} of {plural(pipe.num_frames, 'frame')} to {args.out} "
+          f"({passes_summary(stats)}, {out.stats.wall_time_s:.2f} s sampling)")

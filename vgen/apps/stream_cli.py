@@ -13,7 +13,17 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from vgen.apps.options import UsageError, add_device_args, add_option_flags, check_writable, load_pipeline, set_options
+from vgen.apps.options import (
+    UsageError,
+    add_device_args,
+    add_option_flags,
+    check_writable,
+    class_label,
+    load_pipeline,
+    plural,
+    recommended_defaults,
+    set_options,
+)
 from vgen.interrupts import graceful_stop
 from vgen.pipelines import StreamPipeline
 from vgen.samplers.options import declared_options
@@ -23,13 +33,14 @@ from vgen.video_io import StreamingVideoWriter
 STREAM_SETTINGS = declared_options([StreamConfig])
 
 
-def parse_switch(text: str) -> tuple[int, int]:
-    """``FRAME:CLASS`` -> (frame, class)."""
+def parse_switch(text: str) -> tuple[int, int | str]:
+    """``FRAME:CLASS`` -> (frame, class id or name)."""
     try:
-        frame, class_id = (int(x) for x in text.split(":"))
+        frame, label = text.split(":")
+        return int(frame), class_label(label)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected FRAME:CLASS (two integers), got {text!r}") from None
-    return frame, class_id
+        raise argparse.ArgumentTypeError(f"expected FRAME:CLASS (a frame number and a class id or name), "
+                                         f"got {text!r}") from None
 
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,16 +48,17 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
                        description="Generate a class-conditional video of any length block by block with a bounded "
                                    "(rolling) key/value cache, writing each block as soon as it is denoised.")
     p.add_argument("--model", default="shapes-blockdiff", help="embedded model name or pipeline folder")
-    p.add_argument("--class-id", type=int, default=0, help="class of the video")
+    p.add_argument("--class-id", type=class_label, default=0, metavar="CLASS",
+                   help="class of the video, by id or name (`vgen models` lists the names)")
     p.add_argument("--switch", type=parse_switch, action="append", default=[], metavar="FRAME:CLASS",
                    help="change the class from the block holding this frame on (repeatable)")
     p.add_argument("--frames", type=int, default=160, help="frames to generate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed: the same seed draws the same video")
     add_option_flags(p.add_argument_group("schedule and context (unset = the model's recommended value)"),
-                     STREAM_SETTINGS)
+                     STREAM_SETTINGS, recommended_defaults(STREAM_SETTINGS))
     o = p.add_argument_group("output")
     o.add_argument("--out", default="stream.mp4", help=".mp4 (crash-safe, fragmented) or .gif")
-    o.add_argument("--fps", type=int, default=8)
+    o.add_argument("--fps", type=int, default=8, help="frames per second of the video file")
     o.add_argument("--profile", default=None, help="write the profiling report (JSON) here")
     add_device_args(o)
     p.set_defaults(func=run_stream)
@@ -62,17 +74,15 @@ def run_stream(args: argparse.Namespace) -> None:
     pipe = load_pipeline(args, streaming=True)
     if not isinstance(pipe, StreamPipeline):
         raise UsageError(f"{pipe.info.name} is not a streaming (block-diffusion) model; try --model shapes-blockdiff")
-    for frame, class_id in [(0, args.class_id), *args.switch]:
-        if not 0 <= class_id < pipe.num_classes:
-            raise UsageError(f"class id {class_id} is out of range for {pipe.info.name} with {pipe.num_classes} "
-                             f"classes (valid: 0..{pipe.num_classes - 1})")
+    class_id = pipe.class_id(args.class_id)
+    for frame, _ in args.switch:
         if frame < 0:
             raise UsageError(f"--switch frame must be >= 0, got {frame}")
+    switch_ids = sorted((frame, pipe.class_id(label)) for frame, label in args.switch)
     options = set_options(args, STREAM_SETTINGS)
     pipe.stream_config(**options).policy(pipe.frames_per_block, pipe.model.config.train_frames)  # fail early
     control = StreamControl()
-    switches = sorted(args.switch)
-    first_class = args.class_id
+    first_class, switches = class_id, list(switch_ids)
     while switches and switches[0][0] < pipe.frames_per_block:  # a switch inside the first block starts it
         first_class = switches.pop(0)[1]
     profile = StreamProfile(pipe.frames_per_block)
@@ -89,14 +99,14 @@ def run_stream(args: argparse.Namespace) -> None:
             while switches and switches[0][0] <= next_start:
                 control.set_class(switches.pop(0)[1])
         interrupted = stop_requested()
-    report = {**profile.report(), "model": pipe.info.name, "class_id": args.class_id, "switches": args.switch,
+    report = {**profile.report(), "model": pipe.info.name, "class_id": class_id, "switches": switch_ids,
               "seed": args.seed, "config": asdict(pipe.stream_config(**options)), "out": args.out,
               "interrupted": interrupted}
     if args.profile:
         Path(args.profile).write_text(json.dumps(report, indent=1))
     fps = report["fps"] or 0.0
-    print(f"{'interrupted: ' if interrupted else ''}wrote {writer.frames_written} frames to {args.out} "
+    print(f"{'interrupted: ' if interrupted else ''}wrote {plural(writer.frames_written, 'frame')} to {args.out} "
           f"({fps:.1f} frames/s generated, {report['block_latency_s']['mean'] * 1000:.0f} ms per block of "
-          f"{pipe.frames_per_block} frames)", file=sys.stderr if interrupted else sys.stdout)
+          f"{plural(pipe.frames_per_block, 'frame')})", file=sys.stderr if interrupted else sys.stdout)
     if interrupted:
         raise KeyboardInterrupt

@@ -392,10 +392,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="render the data folder with this background (recorded in it; default: what the "
                             "folder records, else textured)")
         recipe.add_arguments(t)
-        t.add_argument("--steps", type=int, default=d.steps)
-        t.add_argument("--lr", type=float, default=d.lr)
-        t.add_argument("--batch-size", type=int, default=d.batch_size)
-        t.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+        t.add_argument("--steps", type=int, default=d.steps, help="optimizer steps in all")
+        t.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
+        t.add_argument("--batch-size", type=int, default=d.batch_size, help="training examples per step")
+        t.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="steps of linear learning-rate warmup")
         t.add_argument("--num-images", type=int, default=d.num_items,
                        help="training images (clips for frame-tokenizer, nbp, nar --video, blockdiff and "
                             "video-classifier; captioned scenes for t2i and scene-judge)")
@@ -407,12 +407,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d.precision,
                        help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
                             "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
-        t.add_argument("--seed", type=int, default=0)
+        t.add_argument("--seed", type=int, default=0, help="random seed of the initialisation and the batches")
         t.add_argument("--checkpoint-every-steps", type=int, default=TrainConfig.checkpoint_every_steps,
-                       help="checkpoint at every multiple of this step (0: off; default: %(default)s)")
+                       help="checkpoint at every multiple of this step (0: off)")
         t.add_argument("--checkpoint-every-minutes", type=float, default=TrainConfig.checkpoint_every_minutes,
-                       help="checkpoint when this long has passed since the last checkpoint (0: off; default: "
-                            "%(default)s)")
+                       help="checkpoint when this long has passed since the last checkpoint (0: off)")
         t.add_argument("--override-config", action="store_true",
                        help="resume a run whose checkpoint records other settings (learning rate, batch size, "
                             "steps, model...), going on with these; without it such a resume is refused")
@@ -454,7 +453,7 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
                                                      "config is recorded in the pipeline)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
-    t.add_argument("--name", default="shapes-c2i")
+    t.add_argument("--name", default="shapes-c2i", help="the pipeline's name, recorded in its pipeline.json")
     recommended = t.add_argument_group(f"recommended sampling settings of a token model, stored as the pipeline's "
                                        f"defaults (unset = the sampler's own; --cfg-scale: {AR_CFG_SCALE})")
     add_option_flags(recommended, sampling_options())

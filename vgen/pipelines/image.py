@@ -8,7 +8,7 @@ checkpoint files. The CLI and the web app are thin layers over this class: no ge
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.images import tensor_to_pil
 from vgen.models.conditioning import Condition, PrefixCondition
 from vgen.models.text_encoder import check_caption_dim
+from vgen.pipelines.inputs import ClassConditional, ClassLabel, check_count, check_seed
 from vgen.samplers import (
     ContinuousARSampler,
     Sampler,
@@ -80,7 +81,7 @@ def default_sampler(model: torch.nn.Module) -> str:
     return "ar" if order == "raster" else available_samplers(order)[0]
 
 
-class ImagePipeline:
+class ImagePipeline(ClassConditional):
     """Class-conditional or text-to-image generation with a token backbone, its tokenizer and, optionally, a
     drafter. A text-to-image backbone (``text_conditional``, e.g. LlamaGen-T2I) takes precomputed prompt
     embeddings (``prompt_embeds`` with ``prompt_attention_mask``, diffusers' names) instead of class ids.
@@ -138,16 +139,6 @@ class ImagePipeline:
             self.text_encoder.to(device=device)
         return self
 
-    def class_name(self, class_id: int) -> str:
-        names = self.info.class_names
-        return names[class_id] if names and 0 <= class_id < len(names) else str(class_id)
-
-    def check_class_ids(self, class_ids: Sequence[int]) -> None:
-        for c in class_ids:
-            if not 0 <= int(c) < self.num_classes:
-                raise ValueError(f"class id {c} is out of range for {self.info.name} with {self.num_classes} "
-                                 f"classes (valid: 0..{self.num_classes - 1})")
-
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor) -> list[Image.Image]:
         """Token grids [B, h*w] (codes) or [B, h*w, C] (continuous tokens) -> PIL images."""
@@ -156,29 +147,12 @@ class ImagePipeline:
             return tensor_to_pil(self.tokenizer.decode(tokens))
         return tensor_to_pil(self.tokenizer.decode_code(tokens, self.model.grid))
 
-    def class_list(self, class_ids: Sequence[int] | int | None, num_images: int | None = None) -> list[int]:
-        """The class id of every sample asked for: all classes when ``class_ids`` is None, repeated in turn to
-        ``num_images`` when given; checked against the model's classes."""
-        if class_ids is None:
-            class_ids = list(range(self.num_classes))
-        elif isinstance(class_ids, int):
-            class_ids = [class_ids]
-        class_ids = [int(c) for c in class_ids]
-        if num_images is not None:
-            if num_images < 1:
-                raise ValueError(f"num_images must be >= 1, got {num_images}")
-            class_ids = [class_ids[i % len(class_ids)] for i in range(num_images)]
-        if not class_ids:
-            raise ValueError("class_ids is empty: ask for at least one image")
-        self.check_class_ids(class_ids)
-        return class_ids
-
     @property
     def text_conditional(self) -> bool:
         """Whether the backbone is conditioned on a prompt rather than a class."""
         return bool(getattr(self.model, "text_conditional", False))
 
-    def condition(self, class_ids: Sequence[int] | int | None, prompt: str | Sequence[str] | None,
+    def condition(self, class_ids: Sequence[ClassLabel] | ClassLabel | None, prompt: str | Sequence[str] | None,
                   prompt_embeds: torch.Tensor | None, prompt_attention_mask: torch.Tensor | None,
                   num_images: int | None) -> tuple[Condition, list[int], list[str]]:
         """The sampler's condition for one call, and the class ids and prompts it stands for: class ids for a class
@@ -200,7 +174,10 @@ class ImagePipeline:
             raise ValueError("give prompt or prompt_embeds, not both")
         prompts: list[str] = []
         if prompt is not None:
-            prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+            prompts = list(prompt) if isinstance(prompt, Iterable) and not isinstance(prompt, str) else [prompt]
+            bad = [type(p).__name__ for p in prompts if not isinstance(p, str)]
+            if bad:
+                raise ValueError(f"prompt must be a string or a list of strings, got {bad[0]}")
             if not prompts:
                 raise ValueError("the prompt list is empty: give at least one prompt")
             if self.prompt_encoder is None:
@@ -210,30 +187,31 @@ class ImagePipeline:
         else:
             cond = PrefixCondition.from_padded(prompt_embeds, prompt_attention_mask, self.model.prefix_len)
         if num_images is not None:
-            if num_images < 1:
-                raise ValueError(f"num_images must be >= 1, got {num_images}")
+            check_count("num_images", num_images)
             rows = torch.arange(num_images, device=cond.device) % len(cond)
             cond = PrefixCondition(cond.values[rows], cond.mask[rows])
             prompts = [prompts[int(r)] for r in rows] if prompts else []
         return cond.to(self.device), [], prompts
 
     @torch.no_grad()
-    def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_images: int | None = None,
+    def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *, num_images: int | None = None,
                  sampler: str | Sampler | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
                  cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, progress: bool = False,
                  prefix: torch.Tensor | None = None, prompt: str | Sequence[str] | None = None,
                  prompt_embeds: torch.Tensor | None = None, prompt_attention_mask: torch.Tensor | None = None,
                  **sampler_options) -> PipelineOutput:
-        """Generate one image per entry of ``class_ids``, or for a text-to-image model per ``prompt`` (through the
-        pipeline's prompt encoder) or per row of ``prompt_embeds`` [B, L, D] (text-encoder features, padded as
-        ``prompt_attention_mask`` [B, L] says), repeated in turn to ``num_images`` if given.
+        """Generate one image per entry of ``class_ids`` (class ids or the pipeline's class names), or for a
+        text-to-image model per ``prompt`` (through the pipeline's prompt encoder) or per row of ``prompt_embeds``
+        [B, L, D] (text-encoder features, padded as ``prompt_attention_mask`` [B, L] says), repeated in turn to
+        ``num_images`` if given. Every argument is checked before sampling starts (:mod:`vgen.pipelines.inputs`).
 
         ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
         Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
         ``torch.Generator`` (ignored when ``generator`` is given): the same seed gives the same images.
         ``prefix`` [B, n] holds given leading tokens of every sample, for a sampler that continues them.
         """
+        check_seed(seed)
         cond, class_ids, prompts = self.condition(class_ids, prompt, prompt_embeds, prompt_attention_mask,
                                                   num_images)
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
@@ -248,7 +226,7 @@ class ImagePipeline:
             continuation = {"prefix": prefix.to(self.device)}
         if generator is None:
             generator = torch.Generator(device=self.device)
-            generator.manual_seed(0 if seed is None else seed)
+            generator.manual_seed(0 if seed is None else int(seed))
         out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
                                  tokenizer=self.tokenizer, draft_head=self.draft_head, **continuation)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats, prompts)

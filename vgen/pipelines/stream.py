@@ -17,6 +17,7 @@ import torch
 from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.models.blockdiff import BlockDiffusionTransformer
 from vgen.pipelines.image import PipelineInfo
+from vgen.pipelines.inputs import ClassConditional, ClassLabel, check_count, check_seed
 from vgen.samplers.options import merge_settings
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, StreamControl, StreamProfile
 from vgen.tokenizers.kl import KLTokenizer
@@ -36,7 +37,7 @@ class StreamOutput:
     profile: dict
 
 
-class StreamPipeline:
+class StreamPipeline(ClassConditional):
     """Class-conditional video streaming of unbounded length from a block-diffusion model."""
 
     def __init__(self, model: BlockDiffusionTransformer, info: PipelineInfo,
@@ -73,10 +74,6 @@ class StreamPipeline:
             self.tokenizer.to(device=device, dtype=dtype)
         return self
 
-    def class_name(self, class_id: int) -> str:
-        names = self.info.class_names
-        return names[class_id] if names and 0 <= class_id < len(names) else str(class_id)
-
     def stream_config(self, **options) -> StreamConfig:
         """The pipeline's defaults overridden by the options given (None means: keep the default)."""
         unknown = set(options) - set(STREAM_OPTIONS)
@@ -84,27 +81,30 @@ class StreamPipeline:
             raise ValueError(f"unknown stream options {sorted(unknown)}; known: {list(STREAM_OPTIONS)}")
         return StreamConfig(**merge_settings(self.info.defaults, options))
 
-    def stream_blocks(self, class_ids: Sequence[int] | int = 0, num_frames: int = 16, *, seed: int | None = 0,
-                      control: StreamControl | None = None, progress: bool = False,
+    def stream_blocks(self, class_ids: Sequence[ClassLabel] | ClassLabel = 0, num_frames: int = 16, *,
+                      seed: int | None = 0, control: StreamControl | None = None, progress: bool = False,
                       **options) -> Iterator[StreamBlock]:
-        """Every block of ``len(class_ids)`` streams with their timing (see :class:`StreamBlock`)."""
-        ids = [class_ids] if isinstance(class_ids, int) else list(class_ids)
+        """Every block of ``len(class_ids)`` streams (class ids or names) with their timing (see
+        :class:`StreamBlock`). The arguments are checked here, before the first block is asked for."""
+        ids = self.class_list(class_ids)
+        check_count("num_frames", num_frames)
+        check_seed(seed)
         streamer = BlockStreamer(self.model, self.stream_config(**options),
                                  None if self.tokenizer is None else self.tokenizer.decode_frames)
-        return streamer.stream(ids, num_frames, seed=seed, control=control, progress=progress)
+        return streamer.stream(ids, int(num_frames), seed=None if seed is None else int(seed), control=control,
+                               progress=progress)
 
-    def stream(self, class_id: int = 0, num_frames: int = 16, *, seed: int | None = 0,
+    def stream(self, class_id: ClassLabel = 0, num_frames: int = 16, *, seed: int | None = 0,
                control: StreamControl | None = None, progress: bool = False, **options) -> Iterator[np.ndarray]:
         """Yield one video's frames block by block, uint8 [F, S, S, 3], as soon as each block is denoised."""
         for block in self.stream_blocks([class_id], num_frames, seed=seed, control=control, progress=progress,
                                         **options):
             yield block.frames[0]
 
-    def __call__(self, class_ids: Sequence[int] | int | None = None, num_frames: int = 16, *,
+    def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, num_frames: int = 16, *,
                  seed: int | None = 0, progress: bool = False, **options) -> StreamOutput:
-        """Whole clips, one per class id (every class when None), with the profiling report."""
-        ids = list(range(self.num_classes)) if class_ids is None else class_ids
-        ids = [ids] if isinstance(ids, int) else [int(c) for c in ids]
+        """Whole clips, one per class id or name (every class when None), with the profiling report."""
+        ids = self.class_list(class_ids)
         profile = StreamProfile(self.frames_per_block)
         blocks = []
         for block in self.stream_blocks(ids, num_frames, seed=seed, progress=progress, **options):

@@ -18,6 +18,7 @@ from PIL import Image
 from vgen.data.shapes import to_tensor
 from vgen.images import image_grid, tensor_to_pil
 from vgen.pipelines.image import ImagePipeline, PipelineInfo
+from vgen.pipelines.inputs import ClassLabel
 from vgen.samplers import SamplerStats
 
 
@@ -49,6 +50,7 @@ class VideoPipeline(ImagePipeline):
             raise ValueError(f"model vocabulary {model.vocab_size} != tokenizer codebook "
                              f"{getattr(tokenizer, 'codebook_size', None)}")
         self.model, self.tokenizer, self.info, self.draft_head = model.eval(), tokenizer.eval(), info, None
+        self.prompt_encoder = self.text_encoder = None  # video models are class-conditional
 
     @property
     def num_frames(self) -> int:
@@ -62,16 +64,16 @@ class VideoPipeline(ImagePipeline):
         frames = np.stack([np.asarray(im) for im in tensor_to_pil(self.tokenizer.decode_code(codes, (h, w)))])
         return list(frames.reshape(len(tokens), t, *frames.shape[1:]))
 
-    def __call__(self, class_ids: Sequence[int] | int | None = None, *, num_videos: int | None = None,
+    def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *, num_videos: int | None = None,
                  context: np.ndarray | None = None, **kwargs) -> VideoOutput:
-        """One clip per entry of ``class_ids`` (repeated ``num_videos`` times if given); the other arguments are
-        :meth:`ImagePipeline.__call__`'s (sampler, seed, generator, sampling settings, progress).
+        """One clip per entry of ``class_ids`` (class ids or names; repeated in turn to ``num_videos`` if given); the
+        other arguments are :meth:`ImagePipeline.__call__`'s (sampler, seed, generator, sampling settings, progress).
 
         ``context``: given first frames, uint8 [k, H, W, 3] for every clip or [B, k, H, W, 3] one set per clip
         (0 < k < the model's frames). They are tokenised frame by frame and the model continues them (NBP's frame
         prediction); the clips returned start with their reconstruction.
         """
-        classes = self.class_list(class_ids, num_videos)
+        classes = self.class_list(class_ids, num_videos, "num_videos")
         prefix = None
         if context is not None:
             prefix = self.context_tokens(context)

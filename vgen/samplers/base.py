@@ -91,7 +91,7 @@ class SamplingParams:
         return _from_fields(cls, d, "SamplingParams")
 
 
-@dataclass
+@dataclass(repr=False)
 class SamplerStats:
     """What one ``sample`` call cost and, for speculative samplers, how the tokens were accepted.
 
@@ -140,16 +140,24 @@ class SamplerStats:
     def tokens_per_second(self) -> float:
         return self.tokens / self.wall_time_s if self.wall_time_s > 0 else math.inf
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: plain numbers and lists; ``accept_step`` as nested lists unless it is large."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "accept_step"}
-        d["accepted_lengths"] = [int(n) for n in self.accepted_lengths]
+    def to_dict(self, per_token: bool = False) -> dict[str, Any]:
+        """JSON-ready figures: plain numbers, the accepted-length histogram and the sampler's details. With
+        ``per_token`` also each verification's accepted length and ``accept_step`` as nested lists (the data of an
+        acceptance map; left out above ``MAX_JSON_ELEMENTS`` entries)."""
+        per_token_fields = ("accepted_lengths", "accept_step")
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in per_token_fields}
         d["tokens_per_forward"] = self.tokens_per_forward
         d["batch_tokens_per_forward"] = self.batch_tokens_per_forward
         d["accepted_length_histogram"] = self.accepted_length_histogram
-        if self.accept_step is not None and self.accept_step.numel() <= MAX_JSON_ELEMENTS:
-            d["accept_step"] = self.accept_step.tolist()
+        if per_token:
+            d["accepted_lengths"] = [int(n) for n in self.accepted_lengths]
+            if self.accept_step is not None and self.accept_step.numel() <= MAX_JSON_ELEMENTS:
+                d["accept_step"] = self.accept_step.tolist()
         return d
+
+    def __repr__(self) -> str:
+        """The figures of :meth:`to_dict`, without the per-token arrays (``accept_step`` holds them)."""
+        return f"SamplerStats({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
 
 @dataclass

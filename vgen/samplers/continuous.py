@@ -153,8 +153,8 @@ class CSpD(Sampler):
     draft_length: int = option(4, "tokens the draft model proposes per pass", at_least=1)
     prefill_ratio: float = option(0.05, "share of the tokens the target generates alone first", at_least=0,
                                   below=1)
-    inner_temperature: float = option(1.0, "1 = exact; > 1 widens both Gaussians in the acceptance test (lossy; "
-                                           "the reference uses 42)", at_least=1, note="1 = exact")
+    inner_temperature: float = option(1.0, "above 1 widens both Gaussians in the acceptance test, lossily; the "
+                                           "reference uses 42", at_least=1, note="1 = exact")
     max_residual_tries: int = option(4096, "draws of the residual sampler before it falls back", at_least=1)
 
     def __post_init__(self) -> None:

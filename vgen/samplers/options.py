@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,11 +25,32 @@ TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on"), ("false", "no", "off")
 
 
 def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer (numpy's included), and not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A finite real number (numpy's included), and not a bool: inf, nan and an integer too large for a float are
+    no setting's value."""
+    if not isinstance(x, numbers.Real) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (a message never echoes a long input whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _bound_text(x: float) -> str:
+    """A bound as text; a large power of two (a seed's range) as ``2**n``."""
+    if _is_int(x) and x >= 2**32 and x & (x - 1) == 0:
+        return f"2**{x.bit_length() - 1}"
+    return str(x)
 
 
 @dataclass(frozen=True)
@@ -54,11 +76,11 @@ class Option:
         return list(self.choices() if callable(self.choices) else self.choices)
 
     def range_text(self) -> str:
-        """The bounds as text: ``>= 0``, ``in (0, 1]``, or empty when there are none."""
-        lower = (("[", ">=", self.at_least) if self.at_least is not None
-                 else ("(", ">", self.above) if self.above is not None else None)
-        upper = (("]", "<=", self.at_most) if self.at_most is not None
-                 else (")", "<", self.below) if self.below is not None else None)
+        """The bounds as text: ``>= 0``, ``in (0, 1]``, ``in [0, 2**64)``, or empty when there are none."""
+        lower = (("[", ">=", _bound_text(self.at_least)) if self.at_least is not None
+                 else ("(", ">", _bound_text(self.above)) if self.above is not None else None)
+        upper = (("]", "<=", _bound_text(self.at_most)) if self.at_most is not None
+                 else (")", "<", _bound_text(self.below)) if self.below is not None else None)
         if lower and upper:
             return f"in {lower[0]}{lower[2]}, {upper[2]}{upper[0]}"
         bound = lower or upper
@@ -75,23 +97,27 @@ class Option:
             if isinstance(value, str) and value in choices:
                 return
             if self.unknown:
-                raise ValueError(f"unknown {self.unknown} {value!r}; available: {', '.join(choices)}")
-            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+                raise ValueError(f"unknown {self.unknown} {short_repr(value)}; available: {', '.join(choices)}")
+            raise ValueError(f"{name} must be one of {choices}, got {short_repr(value)}")
         if kind is bool and not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
+            raise ValueError(f"{name} must be true or false, got {short_repr(value)}")
         valid_number = _is_int(value) if kind is int else _is_number(value)
         if kind in (int, float) and not (valid_number and self.in_range(value)):
-            what = "an integer" if kind is int else "" if self.range_text() else "a number"
+            what = ("an integer" if kind is int else "" if valid_number
+                    else "a finite number" if isinstance(value, numbers.Real) and not isinstance(value, bool)
+                    else "a number")
             bounds = " ".join(filter(None, [what, self.range_text()]))
             note = f" ({self.note})" if self.note else ""
-            raise ValueError(f"{name} must be {bounds}{note}, got {value!r}")
+            raise ValueError(f"{name} must be {bounds}{note}, got {short_repr(value)}")
 
-    def describe(self) -> str:
-        """The help text with the valid values, as the command line and the web demo show it."""
+    def describe(self, default: str | None = None) -> str:
+        """The help text with the valid values and what a special value means (``0 = off``), as the command line
+        and the web demo show it; ``default`` adds what an unset option stands for."""
         extra = [self.range_text()] if self.range_text() else []
         choices = self.allowed()
         if choices is not None:
             extra.append(f"one of: {', '.join(choices)}")
+        extra += [text for text in (self.note, default and f"default: {default}") if text]
         return f"{self.help} ({'; '.join(extra)})" if extra else self.help
 
 
@@ -136,9 +162,13 @@ def declarations(cls: type) -> dict[str, DeclaredOption]:
 
 
 def check_options(obj: Any) -> None:
-    """Validate every declared field of the dataclass instance ``obj`` (a ValueError names the first bad one)."""
+    """Validate every declared field of the dataclass instance ``obj`` (a ValueError names the first bad one), and
+    store a numpy number as the plain ``int`` / ``float`` its field declares."""
     for name, declared in declarations(type(obj)).items():
-        declared.spec.check(name, getattr(obj, name), declared.kind)
+        value = getattr(obj, name)
+        declared.spec.check(name, value, declared.kind)
+        if declared.kind in (int, float) and type(value) is not declared.kind:
+            object.__setattr__(obj, name, declared.kind(value))
 
 
 def declared_options(classes: Iterable[type], exclude: Iterable[str] = ()) -> list[DeclaredOption]:

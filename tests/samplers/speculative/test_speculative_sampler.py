@@ -333,7 +333,7 @@ def test_every_sampler_samples_a_t2i_model_with_guidance(run_sampler, name, t2i_
     assert out.tokens.shape == (3, GRID_T2I.block_size)
     assert int(out.tokens.min()) >= 0 and int(out.tokens.max()) < GRID_T2I.vocab_size
     assert out.stats.tokens == 3 * GRID_T2I.block_size and out.stats.forward_passes <= GRID_T2I.block_size
-    assert json.loads(json.dumps(out.stats.to_dict()))["accept_step"] == out.stats.accept_step.tolist()
+    assert json.loads(json.dumps(out.stats.to_dict(per_token=True)))["accept_step"] == out.stats.accept_step.tolist()
 
 
 def test_rows_at_different_places_keep_their_own_caption_masked(t2i_model, ar_greedy, monkeypatch) -> None:

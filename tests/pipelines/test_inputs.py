@@ -1,0 +1,123 @@
+"""The pipelines' call boundary: class ids or class names, counts, seeds and sampling settings are checked where
+they come in, each bad value with one specific message; nothing is silently converted (a string is a class name,
+not a list of ids; 1.7 and True are not class 1)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import vgen
+from vgen.pipelines import ImagePipeline, PipelineInfo, StreamPipeline, VideoPipeline
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_pipeline_dir) -> ImagePipeline:
+    return vgen.load(tiny_pipeline_dir)
+
+
+@pytest.fixture(scope="module")
+def stream_pipe(tiny_stream_pipeline_dir) -> StreamPipeline:
+    return vgen.load(tiny_stream_pipeline_dir)
+
+
+def test_class_names_work_wherever_ids_do(pipe) -> None:
+    assert pipe.class_list(["c", 0, "a"]) == [2, 0, 0]
+    assert pipe.class_list("b", 3) == [1, 1, 1]
+    assert pipe.class_list([np.int64(2), torch.tensor(1), torch.tensor([0])[0]]) == [2, 1, 0]
+    assert pipe.class_list(None) == [0, 1, 2] and pipe.class_list(torch.tensor(1)) == [1]
+    named, numbered = pipe(["c", "a"], seed=0), pipe([2, 0], seed=0)
+    assert named.class_ids == [2, 0] and torch.equal(named.tokens, numbered.tokens)
+
+
+@pytest.mark.parametrize("class_ids, message", [
+    ("12", "unknown class '12' for tiny; classes: a, b, c (or ids 0..2)"),
+    (["a", "z"], "unknown class 'z' for tiny; classes: a, b, c (or ids 0..2)"),
+    ([1.7], "a class must be an integer id or a class name, got 1.7 (float)"),
+    (1.0, "a class must be an integer id or a class name, got 1.0 (float)"),
+    (True, "a class must be an integer id or a class name, got True (bool)"),
+    ([False], "a class must be an integer id or a class name, got False (bool)"),
+    (np.array([True]), "a class must be an integer id or a class name, got np.True_ (bool)"),
+    (torch.tensor([1.0]), "a class must be an integer id or a class name, got tensor(1.) (Tensor)"),
+    ([b"a"], "a class must be an integer id or a class name, got b'a' (bytes)"),
+    ([[1, 2]], "a class must be an integer id or a class name, got [1, 2] (list)"),
+    ([3], "class id 3 is out of range for tiny with 3 classes (valid: 0..2)"),
+    ([], "class_ids is empty: give at least one class id or name"),
+])
+def test_a_bad_class_is_refused_with_what_was_wrong(pipe, class_ids, message) -> None:
+    with pytest.raises(ValueError) as caught:
+        pipe(class_ids)
+    assert str(caught.value).startswith(message)
+
+
+def test_names_of_a_pipeline_that_records_none_are_refused_with_the_ids_to_use(pipe) -> None:
+    unnamed = ImagePipeline(pipe.model, pipe.tokenizer, PipelineInfo(name="ids-only", image_size=16))
+    with pytest.raises(ValueError, match=r"^unknown class 'a' for ids-only; it records no class names: give class "
+                                         r"ids \(or ids 0..2\)$"):
+        unnamed("a")
+    assert unnamed.class_list([1]) == [1]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"class_ids": [], "num_images": 2}, "class_ids is empty"),
+    ({"num_images": 0}, "num_images must be an integer >= 1, got 0"),
+    ({"num_images": 2.0}, "num_images must be an integer >= 1, got 2.0"),
+    ({"num_images": True}, "num_images must be an integer >= 1, got True"),
+    ({"seed": -1}, "seed must be an integer in [0, 2**64), got -1"),
+    ({"seed": "1"}, "seed must be an integer in [0, 2**64), got '1'"),
+    ({"seed": 2**64}, "seed must be an integer in [0, 2**64)"),
+    ({"cfg_scale": math.inf}, "cfg_scale must be a finite number in [0, 100.0] (guidance only above 1), got inf"),
+    ({"cfg_scale": 1e309}, "cfg_scale must be a finite number in [0, 100.0]"),
+    ({"cfg_scale": "4"}, "cfg_scale must be a number in [0, 100.0] (guidance only above 1), got '4'"),
+    ({"temperature": math.nan}, "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    ({"top_p": -math.inf}, "top_p must be a finite number in (0, 1] (1 = off), got -inf"),
+    ({"top_k": math.inf}, "top_k must be an integer >= 0 (0 = off), got inf"),
+    ({"top_k": 2.5}, "top_k must be an integer >= 0 (0 = off), got 2.5"),
+    ({"sampler": "lantern", "lantern_delta": math.nan}, "lantern_delta must be a finite number"),
+])
+def test_counts_seeds_and_sampling_settings_are_checked_before_sampling(pipe, kwargs, message) -> None:
+    with pytest.raises(ValueError) as caught:
+        pipe(**{"class_ids": [0], **kwargs})
+    assert str(caught.value).startswith(message)
+
+
+def test_numpy_numbers_are_numbers(pipe) -> None:
+    out = pipe([0], num_images=np.int64(2), seed=np.int64(3), cfg_scale=np.float32(2.0), top_k=np.int64(4))
+    assert len(out.images) == 2
+
+
+def test_prompts_must_be_text(tiny_janus_dir) -> None:
+    t2i = vgen.load(tiny_janus_dir)
+    for prompt, kind in ((["a cat", 3], "int"), (7, "int")):
+        with pytest.raises(ValueError, match=f"^prompt must be a string or a list of strings, got {kind}$"):
+            t2i(prompt=prompt)
+
+
+def test_a_video_pipeline_names_its_own_count(tiny_video_pipeline_dir) -> None:
+    video = vgen.load(tiny_video_pipeline_dir)
+    assert isinstance(video, VideoPipeline)
+    with pytest.raises(ValueError, match="^num_videos must be an integer >= 1, got 0$"):
+        video(["a"], num_videos=0)
+    with pytest.raises(ValueError, match="^unknown class 'star' for tiny-video; classes: a, b, c"):
+        video("star")
+
+
+def test_a_stream_takes_class_names_and_checks_its_arguments_before_the_first_block(stream_pipe) -> None:
+    by_name, by_id = stream_pipe(["c", "a"], num_frames=2, seed=0), stream_pipe([2, 0], num_frames=2, seed=0)
+    assert by_name.class_ids == [2, 0] and np.array_equal(by_name.videos, by_id.videos)
+    assert len(next(iter(stream_pipe.stream("b", num_frames=2)))) == 2
+    for call, message in [
+        (lambda: stream_pipe.stream_blocks("12"), "unknown class '12' for tiny-stream"),
+        (lambda: stream_pipe.stream_blocks([True]), "a class must be an integer id or a class name, got True"),
+        (lambda: stream_pipe.stream_blocks([0], num_frames=0), "num_frames must be an integer >= 1, got 0"),
+        (lambda: stream_pipe.stream_blocks([0], num_frames=2.5), "num_frames must be an integer >= 1, got 2.5"),
+        (lambda: stream_pipe.stream_blocks([0], seed=1.5), "seed must be an integer in [0, 2**64), got 1.5"),
+        (lambda: stream_pipe.stream_blocks([0], cfg_scale=math.inf), "cfg_scale must be a finite number in [0, 100.0]"),
+        (lambda: stream_pipe([], num_frames=2), "class_ids is empty"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            call()
+        assert str(caught.value).startswith(message)

@@ -1,0 +1,86 @@
+"""What a pipeline call takes, checked where it comes in: class ids or the class names a pipeline folder records
+(``pipeline.json``'s ``class_names``), counts and seeds. Each bad value gets one specific ValueError, through the
+same :class:`~vgen.samplers.options.Option` check the sampling settings use."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from vgen.samplers.options import Option, short_repr
+
+ClassLabel = int | str  # a class id, or one of the pipeline's class names
+SEED = Option("seed of the random generator", at_least=0, below=2**64)
+COUNT = Option("how many to generate", at_least=1)
+
+
+def check_seed(seed: Any) -> None:
+    """Raise a ValueError unless ``seed`` is an integer a ``torch.Generator`` takes (None: the pipelines' 0)."""
+    if seed is not None:
+        SEED.check("seed", seed, int)
+
+
+def check_count(name: str, value: Any) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is an integer >= 1."""
+    COUNT.check(name, value, int)
+
+
+class ClassConditional:
+    """Class ids and class names of a class-conditional pipeline, which has ``info`` (a
+    :class:`~vgen.pipelines.PipelineInfo`) and ``num_classes``."""
+
+    def class_name(self, class_id: int) -> str:
+        """The name of ``class_id``, or the id as text when the pipeline records no names."""
+        names = self.info.class_names
+        return names[class_id] if names and 0 <= class_id < len(names) else str(class_id)
+
+    def check_class_ids(self, class_ids: Iterable[int]) -> None:
+        """Raise a ValueError unless every id is one of the model's classes."""
+        for c in class_ids:
+            if not 0 <= int(c) < self.num_classes:
+                raise ValueError(f"class id {c} is out of range for {self.info.name} with {self.num_classes} "
+                                 f"classes (valid: 0..{self.num_classes - 1})")
+
+    def class_id(self, label: Any) -> int:
+        """The class id of ``label``: a class id (an integer, numpy's or a 0-d tensor's included), or one of the
+        pipeline's class names."""
+        if isinstance(label, str):
+            names = self.info.class_names or []
+            if label not in names:
+                listed = f"classes: {', '.join(names)}" if names else "it records no class names: give class ids"
+                raise ValueError(f"unknown class {short_repr(label)} for {self.info.name}; {listed} "
+                                 f"(or ids 0..{self.num_classes - 1})")
+            class_id = names.index(label)
+        else:
+            try:
+                if isinstance(label, bool) or str(getattr(label, "dtype", "")) in ("bool", "torch.bool"):
+                    raise TypeError  # True is not class 1
+                class_id = operator.index(label)
+            except TypeError:
+                raise ValueError(f"a class must be an integer id or a class name, got {short_repr(label)} "
+                                 f"({type(label).__name__})") from None
+        self.check_class_ids([class_id])
+        return class_id
+
+    def class_list(self, class_ids: Sequence[ClassLabel] | ClassLabel | None, count: int | None = None,
+                   count_name: str = "num_images") -> list[int]:
+        """The class id of every sample asked for: every class in turn when ``class_ids`` is None, the given ids or
+        names (one, or a list) otherwise, repeated in turn to ``count`` (named ``count_name`` in messages) when
+        given. A string is one class name, never a list of ids."""
+        if count is not None:
+            check_count(count_name, count)
+        if class_ids is None:
+            ids = list(range(self.num_classes))
+        elif isinstance(class_ids, (str, bytes)) or not isinstance(class_ids, Iterable) or _scalar(class_ids):
+            ids = [self.class_id(class_ids)]
+        else:
+            ids = [self.class_id(c) for c in class_ids]
+        if not ids:
+            raise ValueError("class_ids is empty: give at least one class id or name (None: every class)")
+        return ids if count is None else [ids[i % len(ids)] for i in range(count)]
+
+
+def _scalar(x: Any) -> bool:
+    """Whether ``x`` is a 0-d array or tensor (one class id, though it has ``__iter__``)."""
+    return getattr(x, "ndim", None) == 0
