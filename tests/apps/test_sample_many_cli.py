@@ -1,10 +1,12 @@
 """``vgen sample-many``: two gloo processes under torchrun pack the same .npz as one process, resume after lost
-files or a stop; the label options hold in the packed file; every embedded model kind samples; the README's command
-works in a fresh folder; damaged files and a full disk get one line naming the file."""
+files or a stop; the label options (class ids or names) hold in the packed file; every embedded model kind samples,
+a streaming model clips of --num-frames; the README's command works in a fresh folder; damaged files and a full disk
+get one line naming the file."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -101,18 +103,59 @@ def test_balanced_labels_and_class_restriction_hold_in_the_npz(tiny_pipeline_dir
     assert code == 0 and packed(tmp_path / "bal2.npz")[1].tolist() == [1, 2, 1, 2, 1, 2]
 
 
+def test_classes_go_by_name_as_well_as_by_id(tiny_pipeline_dir, tmp_path, capsys):
+    code, _, err = run(["--model", tiny_pipeline_dir, "--num-samples", 4, "--class-id", "c", "--class-id", 0,
+                        "--balanced", "--out", tmp_path / "run"], capsys)
+    assert code == 0, err
+    assert packed(tmp_path / "run.npz")[1].tolist() == [2, 0, 2, 0]
+
+
+def test_a_streaming_model_draws_clips_of_num_frames_with_its_cfg_scale(tiny_stream_pipeline_dir, tmp_path,
+                                                                         capsys):
+    args = ["--model", tiny_stream_pipeline_dir, "--num-samples", 3, "--batch-size", 2, "--class-id", "b",
+            "--class-id", "c", "--balanced", "--num-frames", 3, "--cfg-scale", 2, "--out", tmp_path / "run"]
+    code, out, err = run(args, capsys)
+    assert code == 0 and "wrote 3 samples" in out, err
+    clips, labels = packed(tmp_path / "run.npz")
+    assert clips.shape == (3, 3, 16, 16, 3) and labels.tolist() == [1, 2, 1]
+    settings = json.loads((tmp_path / "run" / "sample_many.json").read_text())["settings"]
+    assert settings["frames"] == 3 and settings["stream"]["cfg_scale"] == 2.0 and settings["stream"]["steps"] == 2
+    assert "drew 0 in this run on 1 process, kept 3" in run(args, capsys)[1]
+    code, _, err = run(["--model", tiny_stream_pipeline_dir, "--num-samples", 1, "--out", tmp_path / "default"],
+                       capsys)
+    assert code == 0 and packed(tmp_path / "default.npz")[0].shape == (1, 8, 16, 16, 3), err  # trained length
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-frames", "0"], "--num-frames must be >= 1, got 0"),
+    (["--top-k", "5", "--sampler", "sjd"], "--top-k, --sampler sample tokens; a streaming model denoises frames"),
+    (["--window", "4"], "--window sample tokens"),
+    (["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
+    (["--class-id", "star"], "unknown class 'star' for tiny-stream; classes: a, b, c (or ids 0..2)"),
+])
+def test_bad_streaming_input_gets_one_specific_line_and_leaves_no_files(tiny_stream_pipeline_dir, tmp_path, args,
+                                                                        message, capsys):
+    full = ["--model", tiny_stream_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "new" / "run", *args]
+    code, _, err = run(full, capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--num-samples", "0"], "--num-samples must be >= 1"),
     (["--class-id", "3"], "class id 3 is out of range"),
+    (["--class-id", "star"], "unknown class 'star' for tiny; classes: a, b, c (or ids 0..2)"),
+    (["--num-frames", "4"], "--num-frames is for streaming models"),
     (["--batch-size", "0"], "batch size must be >= 1"),
     (["--seed", "-1"], "seed must be in"),
     (["--sampler", "nope"], "unknown sampler 'nope'"),
     (["--npz", "x.txt"], "unsupported file type .txt"),
 ])
 def test_bad_input_gets_one_specific_line_and_exit_2(tiny_pipeline_dir, tmp_path, args, message, capsys):
-    full = ["--model", tiny_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "run", *args]
+    full = ["--model", tiny_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "new" / "run", *args]
     code, _, err = run(full, capsys)
     assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.iterdir())  # no folder made for a refused command
 
 
 def test_the_readmes_command_draws_exactly_the_samples_asked_for_into_new_folders(tiny_pipeline_dir, tmp_path,
@@ -169,3 +212,12 @@ def test_every_embedded_model_kind_samples_into_a_fresh_folder(model, tmp_path, 
     images, labels = packed(tmp_path / "run.npz")
     frames = (8,) if "video" in model else ()
     assert images.shape == (2, *frames, 64, 64, 3) and len(labels) == 2
+
+
+@pytest.mark.slow
+def test_an_embedded_streaming_model_samples_into_a_fresh_folder(tmp_path, capsys):
+    code, out, err = run(["--model", "shapes-blockdiff", "--num-samples", 1, "--num-frames", 2, "--class-id", "star",
+                          "--out", tmp_path / "run"], capsys)
+    assert code == 0 and "wrote 1 sample to" in out, err
+    clips, labels = packed(tmp_path / "run.npz")
+    assert clips.shape == (1, 2, 64, 64, 3) and labels.tolist() == [3]

@@ -1,14 +1,17 @@
-"""Many samples from every kind of model: next-token AR, NAR and continuous-token images, and NBP, NAR and AR video
-clips. The packed file holds exactly the pipeline's own samples, batch by batch with a short last batch (images
-[N, H, W, 3], clips [N, T, H, W, 3]), one PNG per sample (a clip's frames top to bottom), and a rerun keeps them."""
+"""Many samples from every kind of model: next-token AR, NAR and continuous-token images, NBP, NAR and AR video
+clips, and a streaming (block-diffusion) model's clips of a chosen length. The packed file holds exactly the
+pipeline's own samples, batch by batch with a short last batch (images [N, H, W, 3], clips [N, T, H, W, 3]), one PNG
+per sample (a clip's frames top to bottom), and a rerun keeps them."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from vgen.eval.sample_many import SamplePlan, sample_many
+from vgen.eval.sample_many import SamplePlan, StreamClips, sample_many
 from vgen.pipelines import ImagePipeline, PipelineInfo, VideoPipeline, default_sampler, load
 from vgen.samplers import SamplingParams, get_sampler
 from vgen.tokenizers.vq import VQConfig, VQModel
@@ -58,3 +61,45 @@ def test_every_kind_packs_the_pipelines_own_samples_and_resumes(pipe, tmp_path):
     assert (again.generated, again.reused) == (0, 3)
     with np.load(again.npz) as f:
         assert np.array_equal(f["arr_0"], packed)
+
+
+@pytest.fixture(scope="module")
+def stream_pipe(tiny_stream_pipeline_dir):
+    return load(tiny_stream_pipeline_dir)
+
+
+def test_a_streaming_model_packs_its_own_clips_of_the_chosen_length_and_resumes(stream_pipe, tmp_path):
+    plan, clips = SamplePlan(1, 2, (0, 1, 2)), StreamClips(stream_pipe.stream_config(cfg_scale=2.0), 5)
+    result = sample_many(stream_pipe, tmp_path / "run", 3, plan, None, clips, progress=False)
+    with np.load(result.npz) as f:
+        packed, labels = f["arr_0"], f["arr_1"]
+    assert packed.shape == (3, 5, 16, 16, 3) and packed.dtype == np.uint8 and labels.tolist() == plan.labels(range(3))
+    expected = np.concatenate([stream_pipe(plan.labels(plan.batch_indices(k, 3)), 5, seed=plan.batch_seed(k),
+                                           **asdict(clips.config)).videos for k in range(2)])
+    assert np.array_equal(packed, expected)
+    (tmp_path / "run" / "000001.png").unlink()
+    again = sample_many(stream_pipe, tmp_path / "run", 3, plan, None, clips, progress=False)
+    assert (again.generated, again.reused) == (2, 1)
+    with np.load(again.npz) as f:
+        assert np.array_equal(f["arr_0"], packed)
+    with pytest.raises(ValueError, match=r"other settings \(stream: .*\"cfg_scale\": 2.0.* -> .*\"cfg_scale\": 1.0"):
+        sample_many(stream_pipe, tmp_path / "run", 3, plan, None, StreamClips(stream_pipe.stream_config(), 5),
+                    progress=False)
+    with pytest.raises(ValueError, match=r"other settings \(frames: 5 -> 4\)"):
+        sample_many(stream_pipe, tmp_path / "run", 3, plan, None, StreamClips(clips.config, 4), progress=False)
+
+
+def test_a_streaming_drawing_must_fit_the_pipeline_before_anything_is_written(stream_pipe, tiny_pipeline_dir,
+                                                                             tmp_path):
+    plan = SamplePlan(0, 2, (0,))
+    with pytest.raises(ValueError, match="window_frames=3 is not a whole number of 2-frame blocks"):
+        sample_many(stream_pipe, tmp_path / "run", 2, plan, None,
+                    StreamClips(stream_pipe.stream_config(window_frames=3), 4), progress=False)
+    with pytest.raises(TypeError, match="streams clips: give StreamClips and no sampler"):
+        sample_many(stream_pipe, tmp_path / "run", 2, plan, get_sampler("ar"), SamplingParams(), progress=False)
+    with pytest.raises(TypeError, match="samples tokens: give a sampler and SamplingParams"):
+        sample_many(load(tiny_pipeline_dir), tmp_path / "run", 2, plan, None,
+                    StreamClips(stream_pipe.stream_config(), 4), progress=False)
+    with pytest.raises(ValueError, match="num_frames must be an integer >= 1, got 0"):
+        StreamClips(stream_pipe.stream_config(), 0)
+    assert not (tmp_path / "run").exists()

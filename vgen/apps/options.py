@@ -67,14 +67,21 @@ def class_label(text: str) -> int | str:
         return text.strip()
 
 
+def check_suffix(path: str, suffixes: set[str]) -> None:
+    """Fail unless ``path`` names a file of one of the types ``suffixes`` (lower case, with the dot)."""
+    p = Path(path)
+    if p.suffix.lower() not in suffixes:
+        raise UsageError(f"cannot write {path}: unsupported file type {p.suffix or '(none)'}; "
+                         f"use one of {sorted(suffixes)}")
+
+
 def check_writable(path: str | None, suffixes: set[str] | None = None) -> None:
     """Fail before any work if ``path`` cannot be written (so that nothing computed is lost)."""
     if path is None:
         return
     p = Path(path)
-    if suffixes is not None and p.suffix.lower() not in suffixes:
-        raise UsageError(f"cannot write {path}: unsupported file type {p.suffix or '(none)'}; "
-                         f"use one of {sorted(suffixes)}")
+    if suffixes is not None:
+        check_suffix(path, suffixes)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise UsageError(f"cannot write {path}: it is a directory")
@@ -216,6 +223,18 @@ def sampler_options(args: argparse.Namespace) -> dict[str, Any]:
 def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The shared sampling settings set on the command line (:func:`add_sampling_args`)."""
     return set_options(args, sampling_options())
+
+
+def stream_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """A streaming model's settings from a token command's flags: ``--cfg-scale`` is the stream's guidance scale
+    (unset: the pipeline's default); the other sampling and sampler flags sample tokens and are refused."""
+    token = sorted((set(sampling_overrides(args)) - {"cfg_scale"}) | set(sampler_options(args)))
+    flags = ["--" + name.replace("_", "-") for name in token]
+    flags += ["--sampler"] if getattr(args, "sampler", None) else []
+    if flags:
+        raise UsageError(f"{', '.join(flags)} sample tokens; a streaming model denoises frames (its guidance is "
+                         f"--cfg-scale)")
+    return {"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}
 
 
 def sampling_params(pipe: pipelines.ImagePipeline, args: argparse.Namespace) -> SamplingParams:

@@ -21,8 +21,8 @@ from vgen.apps.options import (
     add_sampling_args,
     check_writable,
     plural,
-    sampling_overrides,
     sampling_params,
+    stream_overrides,
 )
 from vgen.data.clips import ClipsConfig
 from vgen.eval.classifier import load_shapes_classifier
@@ -126,11 +126,7 @@ def stream_quality(pipe, args: argparse.Namespace) -> dict:
     frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
     if frames < 2:
         raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {frames}")
-    token_settings = sorted(set(sampling_overrides(args)) - {"cfg_scale"})
-    if token_settings:
-        raise UsageError(f"{', '.join('--' + name.replace('_', '-') for name in token_settings)} sample tokens; "
-                         f"a streaming model denoises frames")
-    options = {"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}
+    options = stream_overrides(args)
     try:
         config = pipe.stream_config(**options)
     except ValueError as e:

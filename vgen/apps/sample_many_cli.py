@@ -1,6 +1,7 @@
 """``vgen sample-many``: thousands of samples for evaluation, across processes with ``torchrun``, packed as ``.npz``.
 
     torchrun --nproc_per_node 8 -m vgen sample-many --num-samples 50000 --out samples/run --device cuda
+    vgen sample-many --model shapes-blockdiff --num-samples 2048 --num-frames 16 --out samples/stream
 
 The logic (seeds, labels, sharding, resuming, packing) is :mod:`vgen.eval.sample_many`.
 """
@@ -16,13 +17,17 @@ from vgen.apps.options import (
     add_device_args,
     add_model_args,
     add_sampler_args,
+    check_suffix,
     check_writable,
+    class_label,
     load_pipeline,
+    plural,
     sampler_options,
     sampling_params,
+    stream_overrides,
 )
-from vgen.eval.sample_many import SamplePlan, init_distributed, sample_many
-from vgen.pipelines import default_sampler
+from vgen.eval.sample_many import SamplePlan, StreamClips, init_distributed, sample_many
+from vgen.pipelines import StreamPipeline, default_sampler
 from vgen.samplers import get_sampler
 
 
@@ -38,13 +43,17 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
     gen = add_sampler_args(p)
     gen.add_argument("--num-samples", type=int, required=True,
                      help="images (clips) to draw and pack, exactly: the last batch is cut short")
-    gen.add_argument("--class-id", type=int, action="append", dest="class_ids",
-                     help="draw labels only from these classes (repeatable; default: every class)")
+    gen.add_argument("--class-id", type=class_label, action="append", dest="class_ids", metavar="CLASS",
+                     help="draw labels only from these classes, by id or name (repeatable; `vgen models` lists the "
+                          "names; default: every class)")
     gen.add_argument("--balanced", action="store_true",
                      help="classes in turn (every class equally often) instead of uniformly random labels")
     gen.add_argument("--seed", type=int, default=0, help="global seed")
     gen.add_argument("--batch-size", type=int, default=32,
                      help="samples per forward batch on each process (default: 32)")
+    gen.add_argument("--num-frames", type=int, default=None,
+                     help="a streaming (block-diffusion) model's frames per clip, streamed with its recommended "
+                          "settings and --cfg-scale as its guidance (default: the length it was trained on)")
     out = p.add_argument_group("output")
     out.add_argument("--out", required=True, help="folder of PNGs (created with its parents; rerun to resume)")
     out.add_argument("--npz", default=None, help="packed file to write (default: the --out folder's name + .npz)")
@@ -59,26 +68,41 @@ def run_sample_many(args: argparse.Namespace) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out} exists and is not a folder")
     npz = args.npz or str(out.with_name(out.name + ".npz"))
-    for path in (out, Path(npz)):
-        make_parents(path)
-    check_writable(npz, {".npz"})
+    check_suffix(npz, {".npz"})
     if args.sampler is not None:
         get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
     ctx = init_distributed(args.device)
     try:
         args.device = ctx.device
-        pipe = load_pipeline(args)
-        sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
-        params = sampling_params(pipe, args)
-        plan = SamplePlan(args.seed, args.batch_size, tuple(args.class_ids or range(pipe.num_classes)), args.balanced)
+        pipe = load_pipeline(args, streaming=True)
+        if isinstance(pipe, StreamPipeline):
+            sampler, params = None, stream_clips(pipe, args)
+        elif args.num_frames is not None:
+            raise UsageError("--num-frames is for streaming models; a token model's clips have a fixed length")
+        else:
+            sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
+            params = sampling_params(pipe, args)
+        plan = SamplePlan(args.seed, args.batch_size, tuple(pipe.class_list(args.class_ids)), args.balanced)
+        for path in (out, Path(npz)):  # once every setting is checked: a refused command leaves no folders
+            make_parents(path)
+        check_writable(npz)
         result = sample_many(pipe, out, args.num_samples, plan, sampler, params, npz, ctx, not args.no_progress)
     finally:
         ctx.close()
     for damage in result.damaged:
         print(f"vgen: warning: {damage}; drew it again", file=sys.stderr)
     if result.npz is not None:
-        print(f"wrote {result.num_samples} samples to {result.npz} (drew {result.generated} in this run on "
+        print(f"wrote {plural(result.num_samples, 'sample')} to {result.npz} (drew {result.generated} in this run on "
               f"{ctx.world_size} process{'es' if ctx.world_size > 1 else ''}, kept {result.reused} from before)")
+
+
+def stream_clips(pipe: StreamPipeline, args: argparse.Namespace) -> StreamClips:
+    """A streaming model's clips: --num-frames long (default: its trained length), streamed with its recommended
+    settings and --cfg-scale."""
+    frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
+    if frames < 1:
+        raise UsageError(f"--num-frames must be >= 1, got {frames}")
+    return StreamClips(pipe.stream_config(**stream_overrides(args)), frames)
 
 
 def make_parents(path: Path) -> None:

@@ -1,7 +1,8 @@
 """Many samples for evaluation: sharded over processes (``torchrun``), resumable, packed as an ADM-style ``.npz``.
 
-Every embedded model kind is drawn this way: class-conditional images (next-token AR, NAR, continuous tokens) and
-clips of a video model.
+Every embedded model kind is drawn this way: class-conditional images (next-token AR, NAR, continuous tokens),
+clips of a video model, and clips of a fixed length streamed by a block-diffusion model (:class:`StreamClips`: its
+stream settings stand where a token model's sampler and sampling settings do).
 
 **What each sample is.** Sample ``i`` of a run of ``N`` is a pure function of ``i`` and the run's settings, whatever
 the number of processes. Samples are made in batches of ``batch_size`` consecutive indices, the last one cut short
@@ -48,8 +49,9 @@ from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
-from vgen.pipelines import ImagePipeline, PipelineOutput, VideoOutput
+from vgen.pipelines import ImagePipeline, PipelineOutput, StreamOutput, StreamPipeline, VideoOutput
 from vgen.samplers import Sampler, SamplingParams
+from vgen.samplers.streaming import StreamConfig
 
 MAX_SEED = 2**31
 MANIFEST = "sample_many.json"
@@ -97,6 +99,19 @@ class SamplePlan:
 
 
 @dataclass(frozen=True)
+class StreamClips:
+    """How a streaming (block-diffusion) pipeline draws a run's samples: clips of ``num_frames`` frames, streamed
+    with ``config`` (denoising steps, guidance, context)."""
+
+    config: StreamConfig
+    num_frames: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_frames, bool) or not isinstance(self.num_frames, int) or self.num_frames < 1:
+            raise ValueError(f"num_frames must be an integer >= 1, got {self.num_frames!r}")
+
+
+@dataclass(frozen=True)
 class Distributed:
     """This process's place in a ``torchrun`` job (rank 0 of 1 when run directly) and the device it samples on."""
 
@@ -140,10 +155,11 @@ def init_distributed(device: str = "cpu") -> Distributed:
     return Distributed(rank, world, device)
 
 
-def weights_fingerprint(pipe: ImagePipeline) -> str:
+def weights_fingerprint(pipe: ImagePipeline | StreamPipeline) -> str:
     """SHA-256 over every tensor of the backbone, tokenizer and draft head (names, dtypes and bytes)."""
     digest = hashlib.sha256()
-    for prefix, module in (("gpt", pipe.model), ("vq", pipe.tokenizer), ("drafter", pipe.draft_head)):
+    drafter = getattr(pipe, "draft_head", None)  # a streaming pipeline has none
+    for prefix, module in (("gpt", pipe.model), ("vq", pipe.tokenizer), ("drafter", drafter)):
         if module is None:
             continue
         for name, tensor in module.state_dict().items():
@@ -152,12 +168,15 @@ def weights_fingerprint(pipe: ImagePipeline) -> str:
     return digest.hexdigest()
 
 
-def run_settings(pipe: ImagePipeline, plan: SamplePlan, sampler: Sampler, params: SamplingParams) -> dict:
+def run_settings(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan, sampler: Sampler | None,
+                 params: SamplingParams | StreamClips) -> dict:
     """Everything that decides the images (and so must not change when a run is resumed)."""
-    return {"model": pipe.info.name, "image_size": pipe.info.image_size, "frames": num_frames(pipe),
+    drawing = ({"stream": asdict(params.config)} if isinstance(params, StreamClips) else
+               {"sampler": sampler.to_dict(), "sampling": params.to_dict()})
+    return {"model": pipe.info.name, "image_size": pipe.info.image_size, "frames": num_frames(pipe, params),
             "weights_sha256": weights_fingerprint(pipe),
             "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."), "plan": plan.to_dict(),
-            "sampler": sampler.to_dict(), "sampling": params.to_dict()}
+            **drawing}
 
 
 def run_id(settings: dict) -> str:
@@ -165,14 +184,37 @@ def run_id(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
-def num_frames(pipe: ImagePipeline) -> int | None:
-    """Frames per sample of a video pipeline; None for an image pipeline."""
+def num_frames(pipe: ImagePipeline | StreamPipeline, params: SamplingParams | StreamClips) -> int | None:
+    """Frames per sample of a video pipeline or of streamed clips; None for an image pipeline."""
+    if isinstance(params, StreamClips):
+        return params.num_frames
     return getattr(pipe, "num_frames", None)
 
 
-def samples_of(out: PipelineOutput | VideoOutput) -> list[np.ndarray]:
+def check_drawing(pipe: ImagePipeline | StreamPipeline, sampler: Sampler | None,
+                  params: SamplingParams | StreamClips) -> None:
+    """Refuse a drawing that does not fit the pipeline: a streaming pipeline streams :class:`StreamClips` (with no
+    sampler) whose settings fit the model; a token pipeline takes a sampler and :class:`SamplingParams`."""
+    if isinstance(pipe, StreamPipeline):
+        if sampler is not None or not isinstance(params, StreamClips):
+            raise TypeError(f"{pipe.info.name} streams clips: give StreamClips and no sampler")
+        params.config.policy(pipe.frames_per_block, pipe.model.config.train_frames)
+    elif sampler is None or not isinstance(params, SamplingParams):
+        raise TypeError(f"{pipe.info.name} samples tokens: give a sampler and SamplingParams")
+
+
+def draw_batch(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan, k: int, indices: range,
+               sampler: Sampler | None, params: SamplingParams | StreamClips) -> PipelineOutput | StreamOutput:
+    """Batch ``k`` (its ``indices``): its labels, drawn with its seed."""
+    labels, seed = plan.labels(indices), plan.batch_seed(k)
+    if isinstance(params, StreamClips):
+        return pipe(labels, params.num_frames, seed=seed, **asdict(params.config))
+    return pipe(labels, sampler=sampler, seed=seed, **params.to_dict())
+
+
+def samples_of(out: PipelineOutput | VideoOutput | StreamOutput) -> list[np.ndarray]:
     """A pipeline call's samples as arrays: images uint8 [H, W, 3] or clips uint8 [T, H, W, 3]."""
-    if isinstance(out, VideoOutput):
+    if isinstance(out, (VideoOutput, StreamOutput)):
         return list(out.videos)
     return [np.asarray(image) for image in out.images]
 
@@ -299,14 +341,16 @@ class SampleManyResult:
     damaged: tuple[str, ...] = ()
 
 
-def sample_many(pipe: ImagePipeline, out_dir: str | Path, num_samples: int, plan: SamplePlan, sampler: Sampler,
-                params: SamplingParams, npz_path: str | Path | None = None, ctx: Distributed = Distributed(),
-                progress: bool = True) -> SampleManyResult:
+def sample_many(pipe: ImagePipeline | StreamPipeline, out_dir: str | Path, num_samples: int, plan: SamplePlan,
+                sampler: Sampler | None, params: SamplingParams | StreamClips, npz_path: str | Path | None = None,
+                ctx: Distributed = Distributed(), progress: bool = True) -> SampleManyResult:
     """Draw this rank's missing batches into ``out_dir`` (created with its parents); rank 0 then packs the
-    ``num_samples`` samples into ``npz_path`` (default: ``out_dir`` + ``.npz``, LlamaGen's place). Every rank must
-    call it with the same arguments."""
+    ``num_samples`` samples into ``npz_path`` (default: ``out_dir`` + ``.npz``, LlamaGen's place). A token pipeline
+    draws with ``sampler`` and ``params``, a streaming one streams ``params`` (:class:`StreamClips`, no sampler).
+    Every rank must call it with the same arguments."""
     if num_samples < 1:
         raise ValueError(f"number of samples must be >= 1, got {num_samples}")
+    check_drawing(pipe, sampler, params)
     pipe.check_class_ids(plan.class_ids)
     out_dir = Path(out_dir)
     npz_path = Path(npz_path) if npz_path is not None else out_dir.with_name(out_dir.name + ".npz")
@@ -328,14 +372,14 @@ def sample_many(pipe: ImagePipeline, out_dir: str | Path, num_samples: int, plan
                disable=not progress or ctx.rank != 0)
     for k in todo:
         indices = plan.batch_indices(k, num_samples)
-        out = pipe(plan.labels(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
+        out = draw_batch(pipe, plan, k, indices, sampler, params)
         for i, sample in zip(indices, samples_of(out)):
             write_sample(sample, png_path(out_dir, i), batch_record(run, indices))
         bar.update(len(indices))
     bar.close()
     generated, reused = ctx.sum([drawn, total - drawn])
     ctx.barrier()  # every rank's PNGs are on disk
-    packed = pack_npz(out_dir, npz_path, num_samples, plan, num_frames(pipe)) if ctx.rank == 0 else None
+    packed = pack_npz(out_dir, npz_path, num_samples, plan, num_frames(pipe, params)) if ctx.rank == 0 else None
     return SampleManyResult(packed, num_samples, generated, reused, tuple(damaged))
 
 
