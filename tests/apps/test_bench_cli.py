@@ -48,7 +48,7 @@ def test_default_samplers_are_every_registered_one_for_the_model(tiny_shapes_pip
     (["--samplers", "ar,nope"], "sampler 'nope': unknown sampler 'nope'; available: "),
     (["--samplers", "sjd:window=0"], "window must be an integer >= 1"),
     (["--samplers", "sjd,sjd"], "labels must be unique; repeated: sjd"),
-    (["--num-samples", "1"], "--num-samples and --num-real must be >= 2"),
+    (["--num-samples", "1"], "--num-samples must be in [2, 10000000], got 1"),
     (["--real", "/no/such/images"], "--real /no/such/images does not exist"),
 ])
 def test_bad_input_gets_one_specific_line_and_exit_2(tiny_shapes_pipeline_dir, tmp_path, args, message, capsys):

@@ -127,7 +127,7 @@ def test_a_streaming_model_draws_clips_of_num_frames_with_its_cfg_scale(tiny_str
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--num-frames", "0"], "--num-frames must be >= 1, got 0"),
+    (["--num-frames", "0"], "--num-frames must be in [1, 10000000], got 0"),
     (["--top-k", "5", "--sampler", "sjd"], "--top-k, --sampler sample tokens; a streaming model denoises frames"),
     (["--window", "4"], "--window sample tokens"),
     (["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
@@ -142,7 +142,8 @@ def test_bad_streaming_input_gets_one_specific_line_and_leaves_no_files(tiny_str
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--num-samples", "0"], "--num-samples must be >= 1"),
+    (["--num-samples", "0"], "--num-samples must be in [1, 10000000], got 0"),
+    (["--num-samples", str(10**30)], "--num-samples must be in [1, 10000000], got 1" + "0" * 30),
     (["--class-id", "3"], "class id 3 is out of range"),
     (["--class-id", "star"], "unknown class 'star' for tiny; classes: a, b, c (or ids 0..2)"),
     (["--num-frames", "4"], "--num-frames is for streaming models"),

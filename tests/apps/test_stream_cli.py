@@ -52,7 +52,8 @@ def test_classes_go_by_name_as_well_as_by_id(tiny_stream_pipeline_dir, tmp_path,
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--frames", "0"], "--frames must be > 0"),
+    (["--frames", "0"], "--frames must be in [1, 10000000], got 0"),
+    (["--seed", "-1"], "seed must be an integer in [0, 2**64), got -1"),
     (["--class-id", "3"], "class id 3 is out of range"),
     (["--switch", "4:7"], "class id 7 is out of range"),
     (["--class-id", "star"], "unknown class 'star' for tiny-stream; classes: a, b, c (or ids 0..2)"),
@@ -75,6 +76,7 @@ def test_bad_input_gets_one_specific_line_and_exit_2(tiny_stream_pipeline_dir, t
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vgen: error: ") and message in lines[0]
+    assert not (tmp_path / "x.mp4").exists()  # refused before the file is opened
 
 
 def _start_long_stream(pipeline_dir, out):

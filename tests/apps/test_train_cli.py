@@ -186,6 +186,6 @@ def test_the_checkpoint_interval_flags_default_to_the_train_config_and_reach_the
 
 def test_a_negative_checkpoint_interval_is_refused_in_one_line(inputs, tmp_path, capsys):
     assert _train(RECIPES["blockdiff"][0], inputs, tmp_path, "--checkpoint-every-steps", "-1") == 2
-    assert capsys.readouterr().err.strip() == ("vgen: error: the checkpoint interval must be >= 0 steps (0: off), "
-                                               "got -1")
+    assert capsys.readouterr().err.strip() == ("vgen: error: checkpoint_every_steps must be an integer >= 0 (0 = "
+                                               "none by steps), got -1")
     assert not (tmp_path / "run").exists()

@@ -218,13 +218,25 @@ def test_checkpoints_come_every_n_steps_and_every_m_minutes(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("checkpoint_every_steps", -1, "must be >= 0 steps"),
-    ("checkpoint_every_minutes", -0.5, "must be >= 0 minutes"),
-    ("checkpoint_every_minutes", float("nan"), "must be >= 0 minutes"),
+    ("checkpoint_every_steps", -1, "checkpoint_every_steps must be an integer >= 0 (0 = none by steps), got -1"),
+    ("checkpoint_every_minutes", -0.5, "checkpoint_every_minutes must be >= 0 (0 = none by time), got -0.5"),
+    ("checkpoint_every_minutes", float("nan"),
+     "checkpoint_every_minutes must be a finite number >= 0 (0 = none by time), got nan"),
+    ("checkpoint_every_minutes", float("inf"),
+     "checkpoint_every_minutes must be a finite number >= 0 (0 = none by time), got inf"),
+    ("steps", -5, "steps must be an integer >= 0 (0 = export the starting weights), got -5"),
+    ("lr", 0.0, "lr must be > 0, got 0.0"),
+    ("lr", float("nan"), "lr must be a finite number > 0, got nan"),
+    ("warmup_steps", -1, "warmup_steps must be an integer >= 0, got -1"),
+    ("ema_decay", 1.5, "ema_decay must be in [0, 1], got 1.5"),
+    ("log_every", 0, "log_every must be an integer >= 1, got 0"),
+    ("seed", 2**32, "seed must be an integer in [0, 2**32), got 4294967296"),
+    ("seed", 1.5, "seed must be an integer in [0, 2**32), got 1.5"),
 ])
-def test_a_negative_checkpoint_interval_is_refused(field, value, message):
-    with pytest.raises(ValueError, match=message):
-        TrainConfig(steps=1, **{field: value})
+def test_settings_out_of_range_are_refused_by_name(field, value, message):
+    with pytest.raises(ValueError) as e:
+        TrainConfig(**{"steps": 1, field: value})
+    assert str(e.value) == message
 
 
 def test_learning_rate_warms_up_then_decays_to_the_floor(tmp_path):

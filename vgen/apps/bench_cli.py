@@ -15,6 +15,7 @@ from vgen.apps.options import (
     add_device_args,
     add_model_args,
     add_sampling_args,
+    check_count,
     load_pipeline,
     sampling_params,
 )
@@ -56,8 +57,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_bench_command(args: argparse.Namespace) -> None:
-    if args.num_samples < 2 or args.batch_size < 1 or args.num_real < 2:
-        raise UsageError("--num-samples and --num-real must be >= 2 and --batch-size >= 1")
+    check_count("--num-samples", args.num_samples, at_least=2)
+    check_count("--num-real", args.num_real, at_least=2)
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     specs = parse_sampler_list(args.samplers) if args.samplers else None  # bad specs fail before the model loads
     out = Path(args.out)
     if out.exists() and not out.is_dir():

@@ -2,7 +2,8 @@
 the pipeline API.
 
 Every user error (unknown model or sampler, out-of-range parameters or class ids, missing / corrupt / mismatched
-checkpoints, unwritable outputs) ends with one ``vgen: error: ...`` line and exit status 2, never a traceback.
+checkpoints, unwritable outputs, a flag argparse cannot read) ends with one ``vgen: error: ...`` line and exit status
+2, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from vgen.apps.bench_cli import add_bench_parser
 from vgen.apps.eval_cli import add_eval_parser
 from vgen.apps.models_cli import add_models_parser
-from vgen.apps.options import Parser, UsageError
+from vgen.apps.options import Parser, UsageError, one_line
 from vgen.apps.quality_cli import add_quality_parser
 from vgen.apps.sample_cli import add_sample_parser
 from vgen.apps.sample_many_cli import add_sample_many_parser
@@ -66,6 +67,8 @@ def add_app_parser(sub: argparse._SubParsersAction) -> None:
 def run_app(args: argparse.Namespace) -> None:
     if args.max_concurrency < 1:
         raise UsageError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be a TCP port in [1, 65535], got {args.port}")
     for folder in args.model_dir:
         if not (Path(folder) / PIPELINE_CONFIG).is_file():
             raise UsageError(f"--model-dir {folder} is not a pipeline folder (it has no {PIPELINE_CONFIG})")
@@ -88,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except (UsageError, CheckpointError, ValueError) as e:
-        print(f"vgen: error: {e}", file=sys.stderr)
+        print(f"vgen: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"vgen: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        text = f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")
+        print(f"vgen: error: {one_line(text)}", file=sys.stderr)
         return 2
     except ImportError as e:  # an optional dependency (the t2i extra's transformers) that is not installed
-        print(f"vgen: error: {e}", file=sys.stderr)
+        print(f"vgen: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vgen: interrupted", file=sys.stderr)

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from vgen.apps.options import UsageError, check_writable, plural
+from vgen.apps.options import UsageError, check_writable, device_name, plural
 from vgen.eval.evaluate import EvalSettings, compute_stats, frechet_report
 
 JSON_HELP = "print the result as one JSON object on one line (and write it to PATH if given)"
@@ -62,7 +62,7 @@ def _add_features(p: argparse.ArgumentParser, features_help: str) -> None:
                                                    "$VGEN_WEIGHTS_DIR, then ~/.cache/vgen)")
     p.add_argument("--no-verify-weights", action="store_true",
                    help="accept a weights file whose SHA-256 differs from the reference (its hash is recorded)")
-    p.add_argument("--device", default="cpu", help="where the feature extractor runs")
+    p.add_argument("--device", type=device_name, default="cpu", help="where the feature extractor runs")
     p.add_argument("--batch-size", type=int, default=64, help="images (clips) per feature batch")
 
 

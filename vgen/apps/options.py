@@ -7,26 +7,37 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
 from vgen import pipelines
 from vgen.models.llamagen import LLAMAGEN_T2I_CHECKPOINTS
 from vgen.pipelines import StreamPipeline
+from vgen.pipelines.inputs import MAX_SAMPLES, check_device
 from vgen.samplers import SamplingParams, available_samplers, get_sampler
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16"}
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
+MAX_MESSAGE = 1000  # characters of an error line; a longer one is cut
+MAX_QUOTED = 60  # characters of a value argparse quotes in its message; a longer one is cut
 RUNS = Path(os.environ.get("VGEN_RUNS", Path.home() / ".cache" / "vgen" / "runs"))
 
 
 class UsageError(Exception):
     """A problem with the command line itself, reported without a traceback."""
+
+
+def one_line(text: str) -> str:
+    """A message as one line of at most :data:`MAX_MESSAGE` characters: line breaks shown as ``\\n``, a longer
+    message cut (a message never echoes a long input whole)."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    return text if len(text) <= MAX_MESSAGE else f"{text[:MAX_MESSAGE]}... ({len(text)} characters)"
 
 
 def shows_default(action: argparse.Action) -> bool:
@@ -47,11 +58,29 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """The ``vgen`` parser: its subcommands' parsers are of this class too (argparse makes them of the parent's
-    class), so every ``--help`` shows the defaults (:class:`HelpFormatter`)."""
+    class), so every ``--help`` shows the defaults (:class:`HelpFormatter`) and every mistake argparse finds ends
+    as the others do (:meth:`error`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: list[str] | None = None, namespace: argparse.Namespace | None = None):
+        """argparse's, but ``--flag=--`` is refused (argparse would give the flag an empty list)."""
+        for word in args or []:
+            if word.startswith("-") and word.endswith("=--"):
+                self.error(f"argument {word[:-3]}: expected one argument")
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        """One ``vgen: error: ...`` line that points at ``--help`` (instead of the usage, which runs to dozens of
+        lines), a long quoted value cut, and exit status 2."""
+        def cut(match: re.Match) -> str:
+            quoted = match.group()
+            return f"{quoted[:MAX_QUOTED]}... ({len(quoted) - 2} characters)"
+
+        message = re.sub(rf"'[^']{{{MAX_QUOTED},}}'|\"[^\"]{{{MAX_QUOTED},}}\"", cut, message)
+        self.exit(2, f"vgen: error: {one_line(message)} (see: {self.prog} --help)\n")
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
@@ -65,6 +94,12 @@ def class_label(text: str) -> int | str:
         return int(text)
     except ValueError:
         return text.strip()
+
+
+def check_count(flag: str, value: int, at_least: int = 1) -> None:
+    """Refuse a count of samples (images, clips, frames) outside [``at_least``, :data:`MAX_SAMPLES`]."""
+    if not at_least <= value <= MAX_SAMPLES:
+        raise UsageError(f"{flag} must be in [{at_least}, {MAX_SAMPLES}], got {value}")
 
 
 def check_suffix(path: str, suffixes: set[str]) -> None:
@@ -89,6 +124,16 @@ def check_writable(path: str | None, suffixes: set[str] | None = None) -> None:
         raise UsageError(f"cannot write {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"cannot write {path}: permission denied")
+
+
+def device_name(text: str) -> str:
+    """A ``--device`` value: a device torch knows and this machine has (:func:`~vgen.pipelines.inputs.check_device`),
+    refused by argparse otherwise."""
+    try:
+        check_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -205,7 +250,8 @@ def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 
 
 def add_device_args(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, mps ...")
+    group.add_argument("--device", type=device_name, default="cpu",
+                       help="where the model runs: cpu, cuda, cuda:1, mps ...")
     group.add_argument("--dtype", default="fp32", help="backbone dtype: fp32, bf16 or fp16")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
 

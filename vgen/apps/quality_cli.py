@@ -19,7 +19,9 @@ from vgen.apps.options import (
     IMAGE_SUFFIXES,
     UsageError,
     add_sampling_args,
+    check_count,
     check_writable,
+    device_name,
     plural,
     sampling_params,
     stream_overrides,
@@ -47,15 +49,17 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
                    help="streaming models: frames per clip (default: the length the model was trained on)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
     p.add_argument("--json", default=None, help="write every figure here (JSON), the confusion matrix included")
-    p.add_argument("--device", default="cpu", help="where the model samples (the judges run on the CPU)")
+    p.add_argument("--device", type=device_name, default="cpu",
+                   help="where the model samples (the judges run on the CPU)")
     p.set_defaults(func=run_quality)
 
 
 def run_quality(args: argparse.Namespace) -> None:
     check_writable(args.grid, IMAGE_SUFFIXES)
     check_writable(args.json, {".json"})
-    if args.num_images < 1 or args.batch_size < 1:
-        raise UsageError("--num-images and --batch-size must be >= 1")
+    check_count("--num-images", args.num_images)
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     pipe = pipelines.load(args.model, device=args.device)
     if isinstance(pipe, StreamPipeline):
         return write_quality(pipe, stream_quality(pipe, args), args.json)

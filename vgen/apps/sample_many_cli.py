@@ -17,6 +17,7 @@ from vgen.apps.options import (
     add_device_args,
     add_model_args,
     add_sampler_args,
+    check_count,
     check_suffix,
     check_writable,
     class_label,
@@ -62,8 +63,7 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_sample_many(args: argparse.Namespace) -> None:
-    if args.num_samples < 1:
-        raise UsageError(f"--num-samples must be >= 1, got {args.num_samples}")
+    check_count("--num-samples", args.num_samples)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out} exists and is not a folder")
@@ -100,8 +100,7 @@ def stream_clips(pipe: StreamPipeline, args: argparse.Namespace) -> StreamClips:
     """A streaming model's clips: --num-frames long (default: its trained length), streamed with its recommended
     settings and --cfg-scale."""
     frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
-    if frames < 1:
-        raise UsageError(f"--num-frames must be >= 1, got {frames}")
+    check_count("--num-frames", frames)
     return StreamClips(pipe.stream_config(**stream_overrides(args)), frames)
 
 

@@ -17,6 +17,7 @@ from vgen.apps.options import (
     UsageError,
     add_device_args,
     add_option_flags,
+    check_count,
     check_writable,
     class_label,
     load_pipeline,
@@ -67,8 +68,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
 def run_stream(args: argparse.Namespace) -> None:
     check_writable(args.out, {".mp4", ".gif"})
     check_writable(args.profile, {".json"})
-    if args.frames <= 0:
-        raise UsageError(f"--frames must be > 0, got {args.frames}")
+    check_count("--frames", args.frames)
     if args.fps <= 0:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
     pipe = load_pipeline(args, streaming=True)
@@ -80,16 +80,16 @@ def run_stream(args: argparse.Namespace) -> None:
             raise UsageError(f"--switch frame must be >= 0, got {frame}")
     switch_ids = sorted((frame, pipe.class_id(label)) for frame, label in args.switch)
     options = set_options(args, STREAM_SETTINGS)
-    pipe.stream_config(**options).policy(pipe.frames_per_block, pipe.model.config.train_frames)  # fail early
     control = StreamControl()
     first_class, switches = class_id, list(switch_ids)
     while switches and switches[0][0] < pipe.frames_per_block:  # a switch inside the first block starts it
         first_class = switches.pop(0)[1]
     profile = StreamProfile(pipe.frames_per_block)
+    # every argument is checked here, before the file is opened; the blocks come as they are iterated
+    blocks = pipe.stream_blocks([first_class], args.frames, seed=args.seed, control=control,
+                                progress=not args.no_progress, **options)
     with graceful_stop() as stop_requested, StreamingVideoWriter(
             args.out, fps=args.fps, keyframe_every=max(args.fps, pipe.frames_per_block)) as writer:
-        blocks = pipe.stream_blocks([first_class], args.frames, seed=args.seed, control=control,
-                                    progress=not args.no_progress, **options)
         for block in blocks:
             writer.write(block.frames[0])
             profile.add(block)

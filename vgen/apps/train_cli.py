@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -18,7 +19,15 @@ from typing import Any
 
 import torch
 
-from vgen.apps.options import RUNS, UsageError, add_option_flags, sampling_options, set_options, torch_dtype
+from vgen.apps.options import (
+    RUNS,
+    UsageError,
+    add_option_flags,
+    device_name,
+    sampling_options,
+    set_options,
+    torch_dtype,
+)
 from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
 from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
@@ -27,6 +36,8 @@ from vgen.models.backbone import ROPE_KINDS
 from vgen.models.nbp import BLOCK_KINDS
 from vgen.pipelines import ImagePipeline, PipelineInfo, StreamPipeline, VideoPipeline
 from vgen.samplers import SamplingParams
+from vgen.samplers.options import declarations
+from vgen.samplers.streaming import StreamConfig
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.tokenizers.vq import ENCODER_KINDS
 from vgen.training.ar import AR_CFG_SCALE, AR_RUN, ARRecipe, sample_probe, train_ar
@@ -74,13 +85,15 @@ CLASSIFIER_DIR = RUNS / "shapes-classifier" / "export"
 @dataclass(frozen=True)
 class TrainCommand:
     """One recipe of ``vgen train``: its defaults, a function adding its own flags, the function that trains with
-    the parsed arguments and the run's :class:`TrainConfig`, and whether it may train off the CPU (the video
-    recipes)."""
+    the parsed arguments and the run's :class:`TrainConfig`, whether it may train off the CPU (the video
+    recipes), and a function refusing combinations of its flags that do not go together (called before anything
+    is written)."""
 
     defaults: RunDefaults
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, TrainConfig], Any]
     off_cpu: bool = False
+    check: Callable[[argparse.Namespace], None] | None = None
 
 
 # -- flags that several recipes share ------------------------------------------------------------------------
@@ -192,10 +205,13 @@ def add_ar_args(t: argparse.ArgumentParser) -> None:
     add_eval_every(t, ARRecipe.eval_every)
 
 
+def check_ar(args: argparse.Namespace) -> None:
+    if args.video and args.init_from:
+        raise UsageError("--init-from is for image AR runs; a video AR run starts from scratch")
+
+
 def run_ar(args: argparse.Namespace, train: TrainConfig) -> None:
     if args.video:
-        if args.init_from:
-            raise UsageError("--init-from is for image AR runs; a video AR run starts from scratch")
         train_video_ar(args.run_dir, args.tokenizer, args.data_dir, train,
                        ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), clips=clips_of(args),
                        max_minutes=args.max_minutes)
@@ -252,11 +268,14 @@ def add_nar_args(t: argparse.ArgumentParser) -> None:
     add_eval_every(t, ClipRecipe.eval_every, CLIP_PROBE_HELP + "; with --video")
 
 
-def run_nar(args: argparse.Namespace, train: TrainConfig) -> None:
+def check_nar(args: argparse.Namespace) -> None:
     if (args.image_first or args.first_frames is not None) and not args.video:
         raise UsageError("--image-first and --first-frames train a video model: add --video")
     if args.first_frames and not args.image_first:
         raise UsageError("--first-frames trains frame 0 alone, which needs --image-first")
+
+
+def run_nar(args: argparse.Namespace, train: TrainConfig) -> None:
     if not args.video:
         train_nar(args.run_dir, args.tokenizer, args.data_dir, train,
                   NARRecipe(num_items=args.num_images, batch_size=args.batch_size), max_minutes=args.max_minutes,
@@ -289,11 +308,15 @@ def add_blockdiff_args(t: argparse.ArgumentParser) -> None:
     add_clips(t, "in the KL tokenizer's latents")
 
 
-def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
+def check_blockdiff(args: argparse.Namespace) -> None:
     if args.image and args.tokenizer is None:
         raise UsageError("--image trains the latent recipe on single frames: give the KL --tokenizer")
     if args.distill_from and (args.image or args.init_from):
         raise UsageError("--distill-from starts the student from the teacher: drop --image and --init-from")
+    declarations(StreamConfig)["cfg_scale"].spec.check("--teacher-cfg", args.teacher_cfg, float)
+
+
+def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
     model = (SHAPES_BLOCKDIFF if args.tokenizer is None
              else SHAPES_LATENT_IMAGE_DIFF if args.image else SHAPES_LATENT_BLOCKDIFF)
     train_blockdiff(args.run_dir, args.data_dir, train,
@@ -366,14 +389,14 @@ def no_arguments(t: argparse.ArgumentParser) -> None:
 RECIPES: dict[str, TrainCommand] = {
     "tokenizer": TrainCommand(TOKENIZER_RUN, no_arguments, run_tokenizer),
     "frame-tokenizer": TrainCommand(FRAME_TOKENIZER_RUN, add_frame_tokenizer_args, run_frame_tokenizer),
-    "ar": TrainCommand(AR_RUN, add_ar_args, run_ar),
+    "ar": TrainCommand(AR_RUN, add_ar_args, run_ar, check=check_ar),
     "classifier": TrainCommand(CLASSIFIER_RUN, add_tokenizer, run_classifier),
     "drafter": TrainCommand(DRAFTER_RUN, add_drafter_args, run_drafter),
     "kl": TrainCommand(KL_RUN, no_arguments, run_kl),
     "mar": TrainCommand(MAR_RUN, add_mar_args, run_mar),
     "nbp": TrainCommand(NBP_RUN, add_nbp_args, run_nbp, off_cpu=True),
-    "nar": TrainCommand(NAR_RUN, add_nar_args, run_nar, off_cpu=True),
-    "blockdiff": TrainCommand(BLOCKDIFF_RUN, add_blockdiff_args, run_blockdiff, off_cpu=True),
+    "nar": TrainCommand(NAR_RUN, add_nar_args, run_nar, off_cpu=True, check=check_nar),
+    "blockdiff": TrainCommand(BLOCKDIFF_RUN, add_blockdiff_args, run_blockdiff, off_cpu=True, check=check_blockdiff),
     "video-classifier": TrainCommand(VIDEO_CLASSIFIER_RUN, no_arguments, run_video_classifier),
     "t2i": TrainCommand(T2I_RUN, add_t2i_args, run_t2i, off_cpu=True),
     "scene-judge": TrainCommand(SCENE_JUDGE_RUN, add_scene_judge_args, run_scene_judge, off_cpu=True),
@@ -401,9 +424,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                             "video-classifier; captioned scenes for t2i and scene-judge)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-        t.add_argument("--device", default="cpu", help="where the model trains (cuda for a GPU; the video and "
-                                                        "text-to-image recipes: nbp, nar, ar --video, blockdiff, "
-                                                        "t2i, scene-judge)")
+        t.add_argument("--device", type=device_name, default="cpu",
+                       help="where the model trains (cuda for a GPU; the video and text-to-image recipes: nbp, nar, "
+                            "ar --video, blockdiff, t2i, scene-judge)")
         t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d.precision,
                        help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
                             "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
@@ -419,20 +442,39 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     add_package_parser(tsub)
 
 
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Refuse the counts and limits every recipe takes when out of range (the optimiser's settings are checked by
+    :class:`TrainConfig`)."""
+    for flag, value in (("--num-images", args.num_images), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    if args.threads is not None and not 1 <= args.threads <= (os.cpu_count() or 1):
+        raise UsageError(f"--threads must be between 1 and this machine's {os.cpu_count()} cores, got {args.threads}")
+    if args.max_minutes is not None and not 0 < args.max_minutes < math.inf:
+        raise UsageError(f"--max-minutes must be a finite number > 0, got {args.max_minutes}")
+    for flag in ("eval_every", "first_frames", "hybrid_blocks"):
+        if getattr(args, flag, None) is not None and getattr(args, flag) < 0:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+
+
 def run_train(args: argparse.Namespace) -> None:
     recipe = RECIPES[args.what]
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    check_run_flags(args)
     if args.device != "cpu" and not (recipe.off_cpu or getattr(args, "video", False)):
         raise UsageError(f"--device {args.device}: only the video and text-to-image recipes (nbp, nar, ar --video, "
                          f"blockdiff, t2i, scene-judge) train off the CPU; train {args.what} on the CPU")
-    if args.background:
-        set_data_config(args.data_dir, ShapesConfig(background=args.background))
+    if recipe.check is not None:
+        recipe.check(args)
     settings = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
                     bf16=use_bf16(args.precision), device=args.device,
                     checkpoint_every_steps=args.checkpoint_every_steps,
                     checkpoint_every_minutes=args.checkpoint_every_minutes, override_config=args.override_config)
-    recipe.run(args, recipe.defaults.train_config(**settings))
+    train = recipe.defaults.train_config(**settings)
+    if args.threads:  # every setting is checked: from here on the run changes things
+        torch.set_num_threads(args.threads)
+    if args.background:
+        set_data_config(args.data_dir, ShapesConfig(background=args.background))
+    recipe.run(args, train)
     print(f"exported to {Path(args.run_dir) / 'export'}")
 
 

@@ -1,6 +1,6 @@
 """What a pipeline call takes, checked where it comes in: class ids or the class names a pipeline folder records
-(``pipeline.json``'s ``class_names``), counts and seeds. Each bad value gets one specific ValueError, through the
-same :class:`~vgen.samplers.options.Option` check the sampling settings use."""
+(``pipeline.json``'s ``class_names``), counts, seeds and devices. Each bad value gets one specific ValueError,
+through the same :class:`~vgen.samplers.options.Option` check the sampling settings use."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import torch
+
 from vgen.samplers.options import Option, short_repr
 
 ClassLabel = int | str  # a class id, or one of the pipeline's class names
+MAX_SAMPLES = 10**7  # the most images, clips or frames a call or command asks for: far beyond an evaluation's
+# count, yet a bound that keeps an absurd one (1e30) from building a list of that length before any work
 SEED = Option("seed of the random generator", at_least=0, below=2**64)
-COUNT = Option("how many to generate", at_least=1)
+COUNT = Option("how many to generate", at_least=1, at_most=MAX_SAMPLES)
 
 
 def check_seed(seed: Any) -> None:
@@ -21,8 +25,27 @@ def check_seed(seed: Any) -> None:
         SEED.check("seed", seed, int)
 
 
+def check_device(device: Any) -> torch.device:
+    """``device`` (a name such as ``cpu``, ``cuda:1``, ``mps``, or a ``torch.device``) as a ``torch.device``; a
+    ValueError naming it when torch does not know it or this machine does not have it (no CUDA, too few GPUs)."""
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device must be a name such as cpu, cuda, cuda:1 or mps, got {short_repr(device)} "
+                         f"({type(device).__name__})")
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {short_repr(device)}: use cpu, cuda, cuda:1, mps ...") from None
+    backend = torch.backends.mps if parsed.type == "mps" else getattr(torch, parsed.type, None)
+    if parsed.type != "cpu" and not getattr(backend, "is_available", lambda: False)():
+        raise ValueError(f"device {parsed}: this machine has no {parsed.type} device (torch sees none)")
+    if parsed.index is not None and hasattr(backend, "device_count") and parsed.index >= backend.device_count():
+        raise ValueError(f"device {parsed}: this machine has {backend.device_count()} {parsed.type} devices "
+                         f"(0..{backend.device_count() - 1})")
+    return parsed
+
+
 def check_count(name: str, value: Any) -> None:
-    """Raise a ValueError naming ``name`` unless ``value`` is an integer >= 1."""
+    """Raise a ValueError naming ``name`` unless ``value`` is an integer in [1, :data:`MAX_SAMPLES`]."""
     COUNT.check(name, value, int)
 
 

@@ -32,6 +32,7 @@ from vgen.models.llamagen import (
 )
 from vgen.models.text_encoder import T5TextEncoder, check_caption_dim, resolve_t5_folder
 from vgen.pipelines.image import TEXT_ENCODER_FOLDER, ImagePipeline, PipelineInfo
+from vgen.pipelines.inputs import check_device
 from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
 from vgen.samplers import SamplingParams
@@ -73,6 +74,7 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
     (:func:`load_llamagen_t2i`). Each model folder may hold at most ``max_params`` values
     (:func:`~vgen.hub.from_pretrained`)."""
     local_path(name_or_path, "vgen.load's name_or_path")
+    check_device(device)
     if is_janus_folder(name_or_path):
         return load_janus_pipeline(name_or_path, device, dtype)
     if (Path(name_or_path) / LLAMAGEN_T2I_CONFIG).is_file():
@@ -107,6 +109,7 @@ def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "G
 
     Defaults follow LlamaGen's ``sample_c2i.py`` (CFG 4.0, top-k 2000) for the sampling settings.
     """
+    check_device(device)
     vq_cfg = _llamagen_vq_config(vq_model, codebook_size, codebook_embed_dim)
     gpt_cfg = llamagen_config_for(gpt_model, image_size, vq_cfg.downsample_factor, codebook_size, num_classes)
     tokenizer = _llamagen_vq(vq_ckpt, vq_cfg)
@@ -128,6 +131,7 @@ def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int
     ``image_size`` defaults to the released checkpoint's (by its file name). ``defaults``, the recommended sampling
     settings, default to LlamaGen's ``sample_t2i.py`` (CFG 7.5, top-k 1000: :data:`LLAMAGEN_T2I_DEFAULTS`).
     """
+    check_device(device)
     image_size = _llamagen_t2i_image_size(gpt_ckpt, image_size)
     vq_cfg = _llamagen_vq_config(vq_model, codebook_size, codebook_embed_dim)
     gpt_cfg = llamagen_t2i_config_for(image_size, gpt_model, vq_cfg.downsample_factor, codebook_size, caption_dim)
@@ -258,6 +262,7 @@ def load_janus_pipeline(folder: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype | None = None) -> ImagePipeline:
     """A Janus-Pro checkpoint in ``transformers``' layout (model and processor saved in one folder) as a
     text-to-image pipeline: ``pipe(prompt=[...])``, CFG 5 as ``generate(generation_mode="image")`` uses."""
+    check_device(device)
     loaded = load_janus(folder, device=device)
     model, tokenizer = loaded.model, loaded.tokenizer
     info = PipelineInfo(name=Path(folder).name, image_size=model.grid[0] * tokenizer.downsample_factor,

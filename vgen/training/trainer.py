@@ -27,7 +27,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,34 +39,34 @@ from tqdm.auto import tqdm
 
 from vgen.hub import CheckpointError, load_weights, save_pretrained
 from vgen.interrupts import graceful_stop
+from vgen.samplers.options import check_options, option
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings common to every recipe."""
+    """Optimisation settings common to every recipe, each checked against its declaration on construction (a
+    ValueError names the first bad one)."""
 
-    steps: int
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 200
-    weight_decay: float = 0.05
+    steps: int = option(MISSING, "optimizer steps in all", at_least=0, note="0 = export the starting weights")
+    lr: float = option(1e-3, "peak learning rate", above=0)
+    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak", at_least=0, at_most=1)
+    warmup_steps: int = option(200, "steps of linear learning-rate warmup", at_least=0)
+    weight_decay: float = option(0.05, "AdamW weight decay", at_least=0)
     betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    ema_decay: float = 0.999
+    grad_clip: float = option(1.0, "gradient norm clip", above=0)
+    ema_decay: float = option(0.999, "decay of the EMA copy", at_least=0, at_most=1)
     bf16: bool = True
-    checkpoint_every_steps: int = 1000  # a checkpoint at every multiple of this step (0: none by steps)
-    checkpoint_every_minutes: float = 2.0  # and once this long has passed since the last one (0: none by time)
-    log_every: int = 25
-    seed: int = 0
+    checkpoint_every_steps: int = option(1000, "checkpoint at every multiple of this step", at_least=0,
+                                         note="0 = none by steps")
+    checkpoint_every_minutes: float = option(2.0, "checkpoint once this long has passed since the last one",
+                                             at_least=0, note="0 = none by time")
+    log_every: int = option(25, "steps between log records", at_least=1)
+    seed: int = option(0, "random seed of the initialisation and the batches", at_least=0, below=2**32)
     device: str = "cpu"
     override_config: bool = False  # resume a checkpoint recorded with other settings, going on with these
 
     def __post_init__(self) -> None:
-        if self.checkpoint_every_steps < 0:
-            raise ValueError(f"the checkpoint interval must be >= 0 steps (0: off), got {self.checkpoint_every_steps}")
-        if not self.checkpoint_every_minutes >= 0:
-            raise ValueError(f"the checkpoint interval must be >= 0 minutes (0: off), got "
-                             f"{self.checkpoint_every_minutes}")
+        check_options(self)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,264 @@
+"""Fuzzing the command line: every flag of every ``vgen`` subcommand (read from the parser itself) gets a value from a
+seeded list of nasty ones (negative, zero and huge integers, 1e309, nan, inf, empty and 1 MB strings, unicode, a
+NUL byte, line breaks, paths that do not exist, a folder where a file is expected and a file where a folder is,
+unknown class names and ids), alone and in random pairs. Every run ends in one of two ways:
+
+- refused: exit status 2, exactly one ``vgen: error:`` line on stderr (short, no traceback), and no file or folder
+  made or changed anywhere;
+- accepted: the command gets as far as its work (sampling, streaming, rendering data, measuring features,
+  training, serving), where the fuzz stops it (:class:`Reached`), or exits 0. A value that is no number (nan, inf,
+  text) for a numeric flag is never accepted.
+
+The commands run in this process (``vgen.apps.cli.main``) on the tiny test pipelines, and no model work runs, so the
+whole file takes seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vgen.apps import gradio_app, train_cli
+from vgen.apps.cli import build_parser, main
+from vgen.apps.options import sampler_classes
+from vgen.eval import bench, evaluate
+from vgen.samplers.streaming import BlockStreamer
+
+SEED = 45
+NOT_NUMBERS = ["nan", "inf", "-inf", "1e309", "-1e309", "", " ", "ünïcødé ✨", "a" * 1_000_000, "1\n2", "\x00",
+               "0x10"]
+NUMBERS = ["1", "2", "2147483648", "9223372036854775808", "1" + "0" * 30, "1.5", "1e-320", "-7"]
+TEXTS = ["", " ", "ünïcødé ✨", "a" * 1_000_000, "line\nbreak", "\x00", "-", "--", "--x", "none", "shapes-c2i",
+         "circle", "star", "zebra", "99", "-1", "b", "2:b", "-1:a", "4:zebra", ":", "1e309", "nan"]
+NOT_POSITIVE = ["-1", "0", "-0", "-2147483649"]
+# flags whose value must be >= 1 (a count, a size, a limit), so that a value above is refused
+POSITIVE = {"num_images", "batch_size", "num_samples", "num_real", "frames", "fps", "num_frames", "max_concurrency",
+            "kid_subsets", "threads", "cols", "max_minutes", "port"}
+PATHS = ["missing", "missing/deeper/file.png", "folder", "file.txt", "bad.npz", "folder/", ".", "/", "/dev/null"]
+
+
+class Reached(Exception):
+    """The command accepted its input and was about to do its work: the fuzz stops it there."""
+
+
+def reached(*args, **kwargs):
+    raise Reached
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Every place where a command's work starts raises :class:`Reached`: sampling (every sampler), streaming,
+    rendering or measuring a benchmark's real images, computing features, training, serving the web demo."""
+    for cls in sampler_classes():
+        monkeypatch.setattr(cls, "sample", reached)
+    monkeypatch.setattr(BlockStreamer, "stream", reached)
+    for name in ("render_batch", "render_clips", "features_of"):
+        monkeypatch.setattr(bench, name, reached)
+    monkeypatch.setattr(evaluate, "side_stats", reached)
+    for name in [n for n in vars(train_cli) if n.startswith("train_") and callable(getattr(train_cli, n))]:
+        monkeypatch.setattr(train_cli, name, reached)
+    monkeypatch.setattr(gradio_app, "build_app", reached)
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)  # vgen train --threads sets it for the process
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """What the base commands read: small image and clip sets, and stand-ins for LlamaGen checkpoint files."""
+    folder = tmp_path_factory.mktemp("inputs")
+    rng = np.random.default_rng(0)
+    np.savez(folder / "images.npz", arr_0=rng.integers(0, 256, (4, 16, 16, 3), dtype=np.uint8))
+    np.savez(folder / "clips.npz", arr_0=rng.integers(0, 256, (4, 4, 16, 16, 3), dtype=np.uint8))
+    for name in ("gpt.pt", "vq.pt"):
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuous: Path) -> dict[str, list[str]]:
+    """A valid command line of every subcommand (outputs in the current folder): the fuzz adds flags to it."""
+    vq, kl = str(tiny / "vq"), str(continuous / "kl")
+    tokenizer = {"ar": vq, "nbp": vq, "nar": vq, "classifier": vq, "drafter": vq, "t2i": vq, "scene-judge": vq,
+                 "mar": kl}
+    commands = {
+        "sample": ["sample", "--model", str(tiny), "--out", "s.png", "--no-progress"],
+        "sample video": ["sample", "--model", str(video), "--out", "s.gif", "--no-progress"],
+        "stream": ["stream", "--model", str(stream), "--frames", "4", "--out", "s.mp4", "--no-progress"],
+        "quality": ["quality", "--model", str(tiny), "--num-images", "3"],
+        "quality stream": ["quality", "--model", str(stream), "--num-images", "3"],
+        "sample-many": ["sample-many", "--model", str(tiny), "--num-samples", "2", "--out", "run", "--no-progress"],
+        "sample-many stream": ["sample-many", "--model", str(stream), "--num-samples", "2", "--out", "run",
+                               "--no-progress"],
+        "bench": ["bench", "--model", str(tiny), "--real", str(inputs / "images.npz"), "--num-samples", "2",
+                  "--out", "bench", "--no-progress"],
+        "eval fid": ["eval", "fid", "--real", str(inputs / "images.npz"), "--fake", str(inputs / "images.npz")],
+        "eval fvd": ["eval", "fvd", "--real", str(inputs / "clips.npz"), "--fake", str(inputs / "clips.npz"),
+                     "--num-frames", "4"],
+        "eval stats": ["eval", "stats", "--images", str(inputs / "images.npz"), "--out", "stats.npz"],
+        "train package": ["train", "package", "--gpt", str(tiny / "gpt"), "--vq", vq, "--out", "pkg"],
+        "t2i-config": ["t2i-config", "t2i", "--gpt-ckpt", str(inputs / "gpt.pt"), "--vq-ckpt",
+                       str(inputs / "vq.pt"), "--image-size", "256"],
+        "models": ["models", str(tiny)],
+        "app": ["app", "--model", "shapes-c2i"],
+        "samplers": ["samplers"],
+    }
+    for recipe in train_cli.RECIPES:
+        extra = ["--tokenizer", tokenizer[recipe]] if recipe in tokenizer else []
+        commands[f"train {recipe}"] = ["train", recipe, "--data-dir", "data", "--run-dir", "runs", *extra]
+    return commands
+
+
+def command_words(argv: list[str]) -> int:
+    """How many words of ``argv`` name the subcommand (``train ar``: 2)."""
+    parser, count = build_parser(), 0
+    for word in argv:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or word not in sub.choices:
+            break
+        parser, count = sub.choices[word], count + 1
+    return count
+
+
+def subparser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``argv`` starts with."""
+    parser = build_parser()
+    for word in argv[:command_words(argv)]:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+    return parser
+
+
+def value_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The parser's flags and positionals that take a value."""
+    return [a for a in parser._actions if a.nargs != 0 and not isinstance(a, argparse._SubParsersAction)]
+
+
+def numeric(action: argparse.Action) -> bool:
+    return action.type in (int, float)
+
+
+def nasty_value(action: argparse.Action, rng: random.Random) -> str:
+    """A value for ``action``: mostly of its own kind (numbers for a numeric flag, paths and text otherwise),
+    sometimes of any kind."""
+    pool = NUMBERS + NOT_NUMBERS + NOT_POSITIVE if numeric(action) else PATHS + TEXTS
+    if action.choices:
+        pool += [str(c) for c in action.choices]
+    return rng.choice(pool if rng.random() < 0.8 else NUMBERS + NOT_NUMBERS + NOT_POSITIVE + PATHS + TEXTS)
+
+
+def with_value(argv: list[str], action: argparse.Action, value: str) -> list[str]:
+    """``argv`` with ``action`` given ``value``: a flag added at the end (so that it wins), a positional (the
+    command's only one) in place of the command's."""
+    if action.option_strings:
+        return [*argv, f"{action.option_strings[-1]}={value}"]
+    at = command_words(argv)
+    return [*argv[:at], value, *argv[at + 1:]]
+
+
+def tree(root: Path) -> dict[str, int]:
+    """Every file and folder under ``root`` with its modification time."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+def make_workdir(root: Path) -> None:
+    """The folder the commands run in, as each starts: a folder, a text file and a text file named .npz."""
+    for p in root.iterdir():
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    (root / "folder").mkdir()
+    (root / "file.txt").write_text("not an image\n")
+    (root / "bad.npz").write_text("not a zip file\n")
+
+
+def run(argv: list[str], capsys, root: Path) -> tuple[str, str | None]:
+    """Run one command line in ``root``: "refused" or "accepted" and what was wrong with how it ended, if anything
+    (see the module docstring). After an accepted one ``root`` is made afresh for the next command."""
+    before = tree(root)
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusals
+        code = e.code
+    except Reached:
+        code = "reached"
+    except Exception as e:  # noqa: BLE001 - any other exception is what the fuzz looks for
+        code = f"{type(e).__name__}: {str(e)[:300]}"
+    captured = capsys.readouterr()
+    shown = " ".join(w if len(w) < 80 else f"{w[:40]}...({len(w)} characters)" for w in argv)
+    if code == 2:
+        lines = captured.err.splitlines()
+        problem = None
+        if len(lines) != 1 or not lines[0].startswith("vgen: error: "):
+            problem = f"not one error line: {captured.err[-500:]!r}"
+        elif len(lines[0]) > 1200:
+            problem = f"an error line of {len(lines[0])} characters: {lines[0][:200]!r}"
+        elif tree(root) != before:
+            problem = f"a refused command changed files: {sorted(set(tree(root)) ^ set(before))}"
+        return "refused", problem and f"{shown!r}: {problem}"
+    if tree(root) != before:
+        make_workdir(root)
+    if code not in (0, "reached"):
+        return "accepted", f"{shown!r}: ended with {code!r}: {captured.err[-500:]!r}"
+    return "accepted", None
+
+
+def cases(commands: dict[str, list[str]], rng: random.Random, each: int,
+          pairs: int) -> list[tuple[str, list[str], list]]:
+    """(command, argv, [(action, value)]): every value-taking flag ``each`` times (a flag that several of the
+    commands share, such as every recipe's --lr, with the first that has it), then ``pairs`` random pairs of the
+    command's flags per command."""
+    out, seen = [], set()
+    for name, argv in commands.items():
+        actions = value_actions(subparser(argv))
+        new = [a for a in actions if (a.dest, a.type) not in seen]
+        seen.update((a.dest, a.type) for a in actions)
+        picks = [[a] for a in new for _ in range(each)]
+        picks += [rng.sample(actions, 2) for _ in range(pairs if len(actions) > 1 else 0)]
+        for pick in picks:
+            given = [(a, nasty_value(a, rng)) for a in pick]
+            line = argv
+            for action, value in given:
+                line = with_value(line, action, value)
+            out.append((name, line, given))
+    return out
+
+
+@pytest.fixture
+def world(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
+          tiny_continuous_pipeline_dir, tmp_path, monkeypatch, no_work):
+    """The base command lines, run from a fresh folder (:func:`make_workdir`)."""
+    make_workdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return base_commands(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
+                         tiny_continuous_pipeline_dir)
+
+
+def test_every_base_command_is_accepted(world, capsys, tmp_path):
+    for name, argv in world.items():
+        assert run(argv, capsys, tmp_path) == ("accepted", None), name
+
+
+EACH, PAIRS = int(os.environ.get("VGEN_FUZZ_EACH", 1)), int(os.environ.get("VGEN_FUZZ_PAIRS", 6))
+GROUPS = ["sample", "stream", "quality", "sample-many", "bench", "eval", "train", "t2i-config models app samplers"]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_nasty_values_are_refused_in_one_line_or_accepted(group, world, capsys, tmp_path, inputs):
+    commands = {name: argv for name, argv in world.items() if name.split()[0] in group.split()}
+    rng = random.Random(f"{SEED}-{group}")
+    inputs_before = tree(inputs)
+    outcomes, problems = [], []
+    for name, argv, given in cases(commands, rng, EACH, PAIRS):
+        outcome, problem = run(argv, capsys, tmp_path)
+        if outcome == "accepted" and any(numeric(a) and v in NOT_NUMBERS or a.dest in POSITIVE and v in NOT_POSITIVE
+                                         for a, v in given):
+            problem = f"{name}: {[(a.dest, v[:40]) for a, v in given]} accepted"
+        outcomes.append(outcome)
+        problems += [problem] if problem else []
+    assert not problems, "\n".join(problems)
+    assert tree(inputs) == inputs_before
+    assert "refused" in outcomes and "accepted" in outcomes  # the values reach both ends
