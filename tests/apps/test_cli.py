@@ -51,7 +51,7 @@ def test_same_seed_same_grid_other_seed_differs(tiny_pipeline_dir, tmp_path, cap
     (["--top-p", "1.5"], "top_p"),
     (["--temperature", "-0.5"], "temperature"),
     (["--cfg-scale", "-1"], "cfg_scale"),
-    (["--num-images", "0"], "num_images must be an integer >= 1"),
+    (["--num-images", "0"], "num_images must be an integer in [1, 10000000]"),
     (["--class-id", "star"], "unknown class 'star' for tiny; classes: a, b, c (or ids 0..2)"),
     (["--cfg-scale", "inf"], "cfg_scale must be a finite number in [0, 100.0]"),
     (["--temperature", "nan"], "temperature must be a finite number >= 0 (0 = greedy), got nan"),
@@ -188,13 +188,38 @@ def test_train_refuses_to_rerender_a_data_folder_with_another_background(tmp_pat
     assert not (tmp_path / "run").exists()
 
 
-def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path, capsys):
+def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda is a device this machine has
     code, _, err = run(["train", "kl", "--device", "cuda", "--data-dir", str(tmp_path / "data"),
                         "--run-dir", str(tmp_path / "run")], capsys)
     assert code == 2 and err.strip() == ("vgen: error: --device cuda: only the video and text-to-image recipes (nbp, "
                                          "nar, ar --video, blockdiff, t2i, scene-judge) train off the CPU; train kl "
                                          "on the CPU")
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(("recipe", "extra", "message"), [
+    ("kl", ["--threads", "-1"], "--threads must be between 1 and this machine's"),
+    ("kl", ["--max-minutes", "nan"], "--max-minutes must be a finite number > 0, got nan"),
+    ("kl", ["--num-images", "0"], "--num-images must be >= 1, got 0"),
+    ("kl", ["--lr", "inf"], "lr must be a finite number > 0, got inf"),
+    ("kl", ["--steps", "-5"], "steps must be an integer >= 0 (0 = export the starting weights), got -5"),
+    ("nar", ["--background", "smooth", "--first-frames", "2"], "--image-first and --first-frames train a video"),
+    ("nar", ["--background", "smooth", "--eval-every", "-1"], "--eval-every must be >= 0, got -1"),
+    ("blockdiff", ["--background", "smooth", "--teacher-cfg", "nan"], "--teacher-cfg must be a finite number"),
+])
+def test_train_refuses_bad_settings_before_writing_anything(tmp_path, capsys, recipe, extra, message):
+    threads = torch.get_num_threads()
+    code, _, err = run(["train", recipe, "--data-dir", str(tmp_path / "data"), "--run-dir", str(tmp_path / "run"),
+                        *extra], capsys)
+    assert code == 2 and err.startswith(f"vgen: error: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+    assert torch.get_num_threads() == threads
+
+
+def test_app_refuses_a_port_outside_the_tcp_range(capsys):
+    code, _, err = run(["app", "--port", "70000"], capsys)
+    assert code == 2 and err.strip() == "vgen: error: --port must be a TCP port in [1, 65535], got 70000"
 
 
 def test_train_nbp_and_nar_each_take_their_own_layout_options():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+import torch
 
 from vgen.apps.cli import build_parser, main
 from vgen.apps.options import (
@@ -152,8 +153,9 @@ def test_train_flags_default_to_the_recipes_own_settings(what) -> None:
     assert (train.ema_decay, train.weight_decay) == (d.ema_decay, d.weight_decay)
 
 
-def test_only_the_video_and_text_to_image_recipes_train_off_the_cpu(capsys) -> None:
+def test_only_the_video_and_text_to_image_recipes_train_off_the_cpu(capsys, monkeypatch) -> None:
     assert {what for what, r in RECIPES.items() if r.off_cpu} == {"nbp", "nar", "blockdiff", "t2i", "scene-judge"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda is a device this machine has
     assert main(["train", "classifier", "--device", "cuda"]) == 2
     assert ("only the video and text-to-image recipes (nbp, nar, ar --video, blockdiff, t2i, scene-judge) train off "
             "the CPU") in capsys.readouterr().err
@@ -165,3 +167,38 @@ def test_package_takes_the_declared_sampling_settings_as_the_recommended_ones() 
     assert help_of(subcommand("train", "package"), "--cfg-scale").endswith(f"(default: {AR_CFG_SCALE})")
     args = build_parser().parse_args(["train", "package", "--gpt", "g", "--out", "o", "--top-k", "5"])
     assert (args.cfg_scale, args.top_k, args.temperature) == (AR_CFG_SCALE, 5, None)
+
+
+def test_a_mistake_argparse_finds_is_one_line_that_cuts_a_long_value(capsys) -> None:
+    for argv, message in [(["sample", "--num-images", "x" * 10_000], "argument --num-images: invalid int value: 'xxx"),
+                          (["sample-many", "--out", "x"], "the following arguments are required: --num-samples"),
+                          (["sample", "--stats=--"], "argument --stats: expected one argument"),
+                          (["sample", "--nope"], "unrecognized arguments: --nope")]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and err.startswith(f"vgen: error: {message}"), err
+        assert len(err) < 200 and err.rstrip().endswith("--help)")
+
+
+@pytest.mark.parametrize("device, message", [
+    ("nope", "unknown device 'nope': use cpu, cuda, cuda:1, mps"),
+    ("", "unknown device ''"),
+    ("meta", "device meta: this machine has no meta device"),
+    ("cpu:3", "device cpu:3: this machine has 1 cpu devices"),
+])
+@pytest.mark.parametrize("command", [["sample"], ["quality"], ["eval", "fid", "--real", "r", "--fake", "f"],
+                                     ["train", "kl"]])
+def test_the_device_flag_takes_only_a_device_this_machine_has(command, device, message, capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--device", device])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"vgen: error: argument --device: {message}") and err.count("\n") == 1
+
+
+def test_an_error_message_is_one_line_of_bounded_length(tmp_path, capsys) -> None:
+    assert main(["sample", "--context", "a\nb"]) == 2
+    assert capsys.readouterr().err == "vgen: error: --context a\\nb is not a file\n"
+    assert main(["sample", "--context", "x" * 100_000]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 1100 and err.rstrip().endswith("0 characters)")

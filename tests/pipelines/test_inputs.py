@@ -63,9 +63,10 @@ def test_names_of_a_pipeline_that_records_none_are_refused_with_the_ids_to_use(p
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"class_ids": [], "num_images": 2}, "class_ids is empty"),
-    ({"num_images": 0}, "num_images must be an integer >= 1, got 0"),
-    ({"num_images": 2.0}, "num_images must be an integer >= 1, got 2.0"),
-    ({"num_images": True}, "num_images must be an integer >= 1, got True"),
+    ({"num_images": 0}, "num_images must be an integer in [1, 10000000], got 0"),
+    ({"num_images": 2.0}, "num_images must be an integer in [1, 10000000], got 2.0"),
+    ({"num_images": True}, "num_images must be an integer in [1, 10000000], got True"),
+    ({"num_images": 10**30}, "num_images must be an integer in [1, 10000000], got 1" + "0" * 30),
     ({"seed": -1}, "seed must be an integer in [0, 2**64), got -1"),
     ({"seed": "1"}, "seed must be an integer in [0, 2**64), got '1'"),
     ({"seed": 2**64}, "seed must be an integer in [0, 2**64)"),
@@ -99,7 +100,7 @@ def test_prompts_must_be_text(tiny_janus_dir) -> None:
 def test_a_video_pipeline_names_its_own_count(tiny_video_pipeline_dir) -> None:
     video = vgen.load(tiny_video_pipeline_dir)
     assert isinstance(video, VideoPipeline)
-    with pytest.raises(ValueError, match="^num_videos must be an integer >= 1, got 0$"):
+    with pytest.raises(ValueError, match="^num_videos must be an integer in \\[1, 10000000\\], got 0$"):
         video(["a"], num_videos=0)
     with pytest.raises(ValueError, match="^unknown class 'star' for tiny-video; classes: a, b, c"):
         video("star")
@@ -112,8 +113,9 @@ def test_a_stream_takes_class_names_and_checks_its_arguments_before_the_first_bl
     for call, message in [
         (lambda: stream_pipe.stream_blocks("12"), "unknown class '12' for tiny-stream"),
         (lambda: stream_pipe.stream_blocks([True]), "a class must be an integer id or a class name, got True"),
-        (lambda: stream_pipe.stream_blocks([0], num_frames=0), "num_frames must be an integer >= 1, got 0"),
-        (lambda: stream_pipe.stream_blocks([0], num_frames=2.5), "num_frames must be an integer >= 1, got 2.5"),
+        (lambda: stream_pipe.stream_blocks([0], num_frames=0), "num_frames must be an integer in [1, 10000000], got 0"),
+        (lambda: stream_pipe.stream_blocks([0], num_frames=2.5),
+         "num_frames must be an integer in [1, 10000000], got 2.5"),
         (lambda: stream_pipe.stream_blocks([0], seed=1.5), "seed must be an integer in [0, 2**64), got 1.5"),
         (lambda: stream_pipe.stream_blocks([0], cfg_scale=math.inf), "cfg_scale must be a finite number in [0, 100.0]"),
         (lambda: stream_pipe([], num_frames=2), "class_ids is empty"),
@@ -121,3 +123,14 @@ def test_a_stream_takes_class_names_and_checks_its_arguments_before_the_first_bl
         with pytest.raises(ValueError) as caught:
             call()
         assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize("device, message", [
+    ("nope", "unknown device 'nope': use cpu, cuda, cuda:1, mps ..."),
+    (3, "device must be a name such as cpu, cuda, cuda:1 or mps, got 3 (int)"),
+    ("cuda" if not torch.cuda.is_available() else "cuda:999", "device cuda"),
+])
+def test_load_refuses_a_device_torch_does_not_know_or_this_machine_lacks(tiny_pipeline_dir, device, message) -> None:
+    with pytest.raises(ValueError) as e:
+        vgen.load(tiny_pipeline_dir, device=device)
+    assert str(e.value).startswith(message)
