@@ -13,6 +13,7 @@ under :data:`ASSETS`, where evaluation and training find them without a pipeline
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import threading
@@ -97,11 +98,18 @@ def save_pretrained(model: nn.Module, path: str | Path, dtype: torch.dtype | Non
 
 def local_path(value: object, what: str) -> Path:
     """``value`` as a Path, or a TypeError / ValueError naming the argument ``what`` when it is not a non-empty
-    str or Path."""
+    str or Path that the file system can look up (no NUL character, not too long)."""
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{what} must be a str or Path, got {type(value).__name__}")
     if str(value) == "":
         raise ValueError(f"{what} is an empty string")
+    if "\x00" in str(value):
+        raise ValueError(f"{what} holds a NUL character")
+    try:
+        os.stat(value)
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise ValueError(f"{what} is too long for a path ({len(str(value))} characters)") from None
     return Path(value)
 
 

@@ -78,6 +78,10 @@ def test_names_of_a_pipeline_that_records_none_are_refused_with_the_ids_to_use(p
     ({"top_k": math.inf}, "top_k must be an integer >= 0 (0 = off), got inf"),
     ({"top_k": 2.5}, "top_k must be an integer >= 0 (0 = off), got 2.5"),
     ({"sampler": "lantern", "lantern_delta": math.nan}, "lantern_delta must be a finite number"),
+    ({"sampler": ["ar"]}, "sampler must be a registered name, a to_dict mapping or a Sampler, got ['ar'] (list)"),
+    ({"sampler": "s" * 1000}, "unknown sampler 'sssss"),
+    ({"generator": "x"}, "generator must be a torch.Generator (or None: a fresh one seeded with seed), got 'x'"),
+    ({"class_ids": torch.tensor([[1]])}, "a class must be an integer id or a class name, got tensor([1])"),
 ])
 def test_counts_seeds_and_sampling_settings_are_checked_before_sampling(pipe, kwargs, message) -> None:
     with pytest.raises(ValueError) as caught:
@@ -119,6 +123,7 @@ def test_a_stream_takes_class_names_and_checks_its_arguments_before_the_first_bl
         (lambda: stream_pipe.stream_blocks([0], seed=1.5), "seed must be an integer in [0, 2**64), got 1.5"),
         (lambda: stream_pipe.stream_blocks([0], cfg_scale=math.inf), "cfg_scale must be a finite number in [0, 100.0]"),
         (lambda: stream_pipe([], num_frames=2), "class_ids is empty"),
+        (lambda: stream_pipe.stream_blocks([0], control="stop"), "control must be a StreamControl (or None), got str"),
     ]:
         with pytest.raises(ValueError) as caught:
             call()

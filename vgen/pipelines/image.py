@@ -19,7 +19,7 @@ from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.images import tensor_to_pil
 from vgen.models.conditioning import Condition, PrefixCondition
 from vgen.models.text_encoder import check_caption_dim
-from vgen.pipelines.inputs import ClassConditional, ClassLabel, check_count, check_seed
+from vgen.pipelines.inputs import ClassConditional, ClassLabel, check_count, check_generator, check_seed
 from vgen.samplers import (
     ContinuousARSampler,
     Sampler,
@@ -212,6 +212,7 @@ class ImagePipeline(ClassConditional):
         ``prefix`` [B, n] holds given leading tokens of every sample, for a sampler that continues them.
         """
         check_seed(seed)
+        check_generator(generator, self.device)
         cond, class_ids, prompts = self.condition(class_ids, prompt, prompt_embeds, prompt_attention_mask,
                                                   num_images)
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,

@@ -1,6 +1,6 @@
 """What a pipeline call takes, checked where it comes in: class ids or the class names a pipeline folder records
-(``pipeline.json``'s ``class_names``), counts, seeds and devices. Each bad value gets one specific ValueError,
-through the same :class:`~vgen.samplers.options.Option` check the sampling settings use."""
+(``pipeline.json``'s ``class_names``), counts, seeds, generators, devices and dtypes. Each bad value gets one
+specific ValueError, through the same :class:`~vgen.samplers.options.Option` check the sampling settings use."""
 
 from __future__ import annotations
 
@@ -44,6 +44,25 @@ def check_device(device: Any) -> torch.device:
     return parsed
 
 
+def check_dtype(dtype: Any) -> None:
+    """Raise a ValueError unless ``dtype`` is None (keep the weights' own) or a floating-point ``torch.dtype``."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a torch floating-point dtype such as torch.bfloat16 (or None), got "
+                         f"{short_repr(dtype)}")
+
+
+def check_generator(generator: Any, device: torch.device) -> None:
+    """Raise a ValueError unless ``generator`` is None or a ``torch.Generator`` on the pipeline's ``device``."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator (or None: a fresh one seeded with seed), got "
+                         f"{short_repr(generator)} ({type(generator).__name__})")
+    if generator.device.type != device.type:
+        raise ValueError(f"generator is on {generator.device}, the pipeline on {device}: make it with "
+                         f"torch.Generator({str(device)!r})")
+
+
 def check_count(name: str, value: Any) -> None:
     """Raise a ValueError naming ``name`` unless ``value`` is an integer in [1, :data:`MAX_SAMPLES`]."""
     COUNT.check(name, value, int)
@@ -79,6 +98,8 @@ class ClassConditional:
             try:
                 if isinstance(label, bool) or str(getattr(label, "dtype", "")) in ("bool", "torch.bool"):
                     raise TypeError  # True is not class 1
+                if getattr(label, "ndim", 0) != 0:
+                    raise TypeError  # an array of one id is not an id
                 class_id = operator.index(label)
             except TypeError:
                 raise ValueError(f"a class must be an integer id or a class name, got {short_repr(label)} "

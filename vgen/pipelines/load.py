@@ -32,10 +32,11 @@ from vgen.models.llamagen import (
 )
 from vgen.models.text_encoder import T5TextEncoder, check_caption_dim, resolve_t5_folder
 from vgen.pipelines.image import TEXT_ENCODER_FOLDER, ImagePipeline, PipelineInfo
-from vgen.pipelines.inputs import check_device
+from vgen.pipelines.inputs import check_device, check_dtype
 from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
 from vgen.samplers import SamplingParams
+from vgen.samplers.options import Option, short_repr
 from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
 
 LLAMAGEN_T2I_CONFIG = "llamagen_t2i.json"
@@ -43,6 +44,9 @@ LLAMAGEN_T2I_CONFIG = "llamagen_t2i.json"
 loads and how (:class:`LlamaGenT2IConfig`)."""
 LLAMAGEN_T2I_DEFAULTS = {"cfg_scale": 7.5, "top_k": 1000}
 """LlamaGen's ``sample_t2i.py`` sampling settings: a LlamaGen-T2I pipeline's recommended defaults."""
+
+
+MAX_PARAMS_OPTION = Option("the most values a model folder may hold", at_least=1)
 
 
 def available_models() -> list[str]:
@@ -60,7 +64,7 @@ def pipeline_folder(name_or_path: str | Path) -> Path:
     if path.exists():
         raise CheckpointError(f"{path} is not a vgen pipeline folder (no {PIPELINE_CONFIG}), nor a LlamaGen-T2I "
                               f"one (no {LLAMAGEN_T2I_CONFIG}) or a Janus one")
-    raise ValueError(f"unknown model {str(name_or_path)!r}; embedded models: {available_models()}, "
+    raise ValueError(f"unknown model {short_repr(str(name_or_path))}; embedded models: {available_models()}, "
                      f"or pass a folder written by save_pretrained")
 
 
@@ -75,6 +79,8 @@ def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "
     (:func:`~vgen.hub.from_pretrained`)."""
     local_path(name_or_path, "vgen.load's name_or_path")
     check_device(device)
+    check_dtype(dtype)
+    MAX_PARAMS_OPTION.check("max_params", max_params, int)
     if is_janus_folder(name_or_path):
         return load_janus_pipeline(name_or_path, device, dtype)
     if (Path(name_or_path) / LLAMAGEN_T2I_CONFIG).is_file():

@@ -89,6 +89,8 @@ class StreamPipeline(ClassConditional):
         ids = self.class_list(class_ids)
         check_count("num_frames", num_frames)
         check_seed(seed)
+        if control is not None and not isinstance(control, StreamControl):
+            raise ValueError(f"control must be a StreamControl (or None), got {type(control).__name__}")
         streamer = BlockStreamer(self.model, self.stream_config(**options),
                                  None if self.tokenizer is None else self.tokenizer.decode_frames)
         return streamer.stream(ids, int(num_frames), seed=None if seed is None else int(seed), control=control,

@@ -19,7 +19,7 @@ from torch import nn
 
 from vgen.kernels.spec import SamplingSpec
 from vgen.models.conditioning import Condition, cat_conditions
-from vgen.samplers.options import check_options, option
+from vgen.samplers.options import check_options, option, short_repr
 
 # accept_step goes into the stats JSON only up to this many entries (a 16x16 grid for a batch of 256)
 MAX_JSON_ELEMENTS = 1 << 16
@@ -235,8 +235,11 @@ def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -
         return _from_fields(cls, {**asdict(name_or_obj), **kwargs}, f"sampler {cls.name!r}")
     if isinstance(name_or_obj, Mapping):
         return Sampler.from_dict({**name_or_obj, **kwargs})
+    if not isinstance(name_or_obj, str):
+        raise ValueError(f"sampler must be a registered name, a to_dict mapping or a Sampler, got "
+                         f"{short_repr(name_or_obj)} ({type(name_or_obj).__name__})")
     if name_or_obj not in _REGISTRY:
-        raise ValueError(f"unknown sampler {name_or_obj!r}; available: {', '.join(available_samplers())}")
+        raise ValueError(f"unknown sampler {short_repr(name_or_obj)}; available: {', '.join(available_samplers())}")
     cls = _REGISTRY[name_or_obj]
     return _from_fields(cls, kwargs, f"sampler {cls.name!r}")
 
