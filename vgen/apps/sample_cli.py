@@ -87,7 +87,9 @@ def run_sample(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     prompts = read_prompts(args)
     if prompts is None and getattr(pipe, "text_conditional", False):
-        raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")
+        if not pipe.info.example_prompts:
+            raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")
+        prompts = list(pipe.info.example_prompts)
     out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
                progress=not args.no_progress, prompt=prompts, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
