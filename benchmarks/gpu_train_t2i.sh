@@ -18,8 +18,8 @@
 # Environment (defaults): OUT (gpu_t2i_out), DEVICE (cuda), DATA (runs/data-scenes), RUN (runs/gpu-t2i), JUDGE_RUN
 # (runs/gpu-scene-judge), NUM_IMAGES (96000), JUDGE_IMAGES (64000), JUDGE_VAL (2048), JUDGE_STEPS (3000),
 # JUDGE_BATCH (256), JUDGE_MIN (1.5), STEPS (6000), BATCH (128), LR (5e-4), WARMUP (100), TRAIN_MIN (6), EVAL_EVERY
-# (1000), NUM_EVAL (512), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16). DEVICE=cpu with small counts is the dry run this script is
-# tested by.
+# (1000), NUM_EVAL (512), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16). DEVICE=cpu with small counts is the
+# dry run this script is tested by.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
