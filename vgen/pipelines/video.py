@@ -49,6 +49,7 @@ class VideoPipeline(ImagePipeline):
             raise ValueError(f"model vocabulary {model.vocab_size} != tokenizer codebook "
                              f"{getattr(tokenizer, 'codebook_size', None)}")
         self.model, self.tokenizer, self.info, self.draft_head = model.eval(), tokenizer.eval(), info, None
+        self.prompt_encoder = self.text_encoder = None  # class-conditional: no prompts
 
     @property
     def num_frames(self) -> int:
