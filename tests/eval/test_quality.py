@@ -1,6 +1,7 @@
 """Token statistics score every generated token with the distribution its sampler drew it from, for next-token
-(LlamaGen, class or text-conditioned) and whole-grid (NAR) models alike. Clip quality: real moving-shapes clips pass the per-frame class
-check and the motion check, relabelled, morphing, frozen and flickering clips fail the part they break."""
+(LlamaGen, class or text-conditioned) and whole-grid (NAR) models alike. Clip quality: real moving-shapes clips
+pass the per-frame class check and the motion check, relabelled, morphing, frozen and flickering clips fail the
+part they break."""
 
 from __future__ import annotations
 
