@@ -38,7 +38,6 @@ from vgen.apps.gradio_app import (
     iterate_in_thread,
     model_controls,
     sampler_options,
-    samplers_for,
     serve,
     stream_video,
 )
@@ -168,7 +167,7 @@ def test_server_paths_are_off_unless_the_operator_allows_them(tiny_model, tiny_s
         generate("", "ar", **SETTINGS, gpt_ckpt=tiny_model, vq_ckpt=tiny_model, folder=tmp_path, access=embedded)
     with pytest.raises(InputError, match="unknown model"):
         next(stream_video(str(tiny_stream_pipeline_dir), 0, 4, 0, "", "", folder=tmp_path, access=embedded))
-    assert samplers_for(tiny_model, embedded) == available_samplers()  # the Generate click says why
+    assert model_controls(tiny_model, embedded).samplers == available_samplers()  # the Generate click says why
     monkeypatch.setattr(gradio_app, "load", real_load)
     for allowed in (ModelAccess(folders=(tiny_model,)), ModelAccess(local_paths=True)):
         assert generate(tiny_model, "ar", **SETTINGS, folder=tmp_path, access=allowed)[0].size == (48, 16)
@@ -298,12 +297,12 @@ def test_the_sampler_list_follows_the_token_order_and_a_nar_model_has_no_ar_comp
     from vgen.pipelines import load
 
     local = ModelAccess(local_paths=True)
-    raster = samplers_for(tiny_model, local)
+    raster = model_controls(tiny_model, local).samplers
     assert "ar" in raster and "sjd" in raster and "nar" not in raster
     pipe = load(tiny_pipeline_dir)
     nar = type(pipe)(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
-    assert samplers_for(str(nar.save_pretrained(tmp_path / "nar")), local) == ["nar"]
-    assert samplers_for(str(tmp_path / "missing"), local) == available_samplers()  # the Generate click says why
+    assert model_controls(str(nar.save_pretrained(tmp_path / "nar")), local).samplers == ["nar"]
+    assert model_controls(str(tmp_path / "missing"), local).samplers == available_samplers()  # Generate says why
     with pytest.raises(InputError, match="next-neighbour order: there is no vanilla AR run of it"):
         generate(str(tmp_path / "nar"), "nar", **SETTINGS, compare=True, folder=tmp_path, access=local)
 
@@ -355,18 +354,11 @@ def test_a_class_model_ignores_the_prompt_field(gen, tiny_model) -> None:
     assert gen(tiny_model, "ar", **SETTINGS, prompt="x" * 1_000_000)[0].tobytes() == plain.tobytes()
 
 
-def test_the_controls_follow_the_model(access, tiny_model, tiny_t2i, tiny_nar_factory, tiny_pipeline_dir,
-                                       tmp_path) -> None:
-    from vgen.pipelines import load
-
+def test_the_controls_follow_the_model(access, tiny_model, tiny_t2i) -> None:
     raster = available_samplers("raster")
     assert model_controls(tiny_model, access) == ModelControls(raster)
     assert model_controls(tiny_t2i, access) == ModelControls(raster, True, EXAMPLE_PROMPTS[:3])
     assert model_controls("/etc", access) == ModelControls(available_samplers())  # Generate says why
-    pipe = load(tiny_pipeline_dir)
-    nar = type(pipe)(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
-    assert model_controls(str(nar.save_pretrained(tmp_path / "nar")), ModelAccess(local_paths=True)) == \
-        ModelControls(["nar"])
 
 
 def page_fields(app) -> dict[str, dict]:

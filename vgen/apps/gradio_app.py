@@ -10,10 +10,10 @@ model and a prompt box with the model's example prompts for a text-to-image one,
 
 Every field is checked before any work: numbers against the same option declarations the command line uses
 (:class:`PageFields` for the page's own), text against a length cap (a prompt also against the words its model
-reads), models against the access rules. Bad input
-is shown in the page as one message that never echoes a long value or tells whether a server path exists; the app
-keeps serving. Generations and streams share one concurrency limit; each request's files live in a temporary
-folder that is removed once Gradio has its copy. ``gradio`` is imported lazily: it is the ``app`` extra.
+reads), models against the access rules. Bad input is shown in the page as one message that never echoes a long
+value or tells whether a server path exists; the app keeps serving. Generations and streams share one
+concurrency limit; each request's files live in a temporary folder that is removed once Gradio has its copy.
+``gradio`` is imported lazily: it is the ``app`` extra.
 """
 
 from __future__ import annotations
@@ -175,11 +175,6 @@ def model_controls(model: str, access: ModelAccess = ModelAccess()) -> ModelCont
     if not getattr(pipe, "text_conditional", False):
         return ModelControls(samplers)
     return ModelControls(samplers, True, tuple(pipe.info.example_prompts or ()))
-
-
-def samplers_for(model: str, access: ModelAccess = ModelAccess()) -> list[str]:
-    """The samplers that fit ``model``'s token order (:func:`model_controls`)."""
-    return model_controls(model, access).samplers
 
 
 def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str, Any]:
