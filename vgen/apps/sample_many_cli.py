@@ -1,6 +1,7 @@
 """``vgen sample-many``: thousands of samples for evaluation, across processes with ``torchrun``, packed as ``.npz``.
 
     torchrun --nproc_per_node 8 -m vgen sample-many --num-samples 50000 --out samples/run --device cuda
+    vgen sample-many --model shapes-t2i --prompt-file captions.txt --num-samples 30000 --out samples/t2i
 
 The logic (seeds, labels, sharding, resuming, packing) is :mod:`vgen.eval.sample_many`.
 """
@@ -23,6 +24,7 @@ from vgen.apps.options import (
 )
 from vgen.eval.sample_many import SamplePlan, init_distributed, sample_many
 from vgen.pipelines import default_sampler
+from vgen.pipelines.inputs import read_prompt_file
 from vgen.samplers import get_sampler
 
 
@@ -32,8 +34,10 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                                    "PNGs (a clip as its frames top to bottom; sharded over the processes of "
                                    "`torchrun --nproc_per_node N -m vgen sample-many ...`), then pack them as an "
                                    "ADM-style .npz (arr_0: uint8 [N, H, W, 3] or clips [N, T, H, W, 3], arr_1: "
-                                   "labels). Rerunning the same command resumes and redraws damaged PNGs; sample i "
-                                   "depends only on i and the settings, not on the number of processes.")
+                                   "labels; for a text-to-image model's --prompt-file, arr_1: prompt numbers and "
+                                   "prompts: the prompts). Rerunning the same command resumes and redraws damaged "
+                                   "PNGs; sample i depends only on i and the settings, not on the number of "
+                                   "processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
     gen.add_argument("--num-samples", type=int, required=True,
@@ -42,6 +46,9 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                      help="draw labels only from these classes (repeatable; default: every class)")
     gen.add_argument("--balanced", action="store_true",
                      help="classes in turn (every class equally often) instead of uniformly random labels")
+    gen.add_argument("--prompt-file", default=None, metavar="FILE",
+                     help="a text-to-image model's prompts, one a line (blank lines skipped), taken in turn: "
+                          "sample i gets prompt i mod the number of prompts")
     gen.add_argument("--seed", type=int, default=0, help="global seed")
     gen.add_argument("--batch-size", type=int, default=32,
                      help="samples per forward batch on each process (default: 32)")
@@ -62,6 +69,9 @@ def run_sample_many(args: argparse.Namespace) -> None:
     for path in (out, Path(npz)):
         make_parents(path)
     check_writable(npz, {".npz"})
+    if args.prompt_file is not None and (args.class_ids or args.balanced):
+        raise UsageError("--class-id and --balanced are for a class model; a --prompt-file's prompts go in turn")
+    prompts = read_prompt_file(args.prompt_file) if args.prompt_file is not None else []
     if args.sampler is not None:
         get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
     ctx = init_distributed(args.device)
@@ -70,7 +80,15 @@ def run_sample_many(args: argparse.Namespace) -> None:
         pipe = load_pipeline(args)
         sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
         params = sampling_params(pipe, args)
-        plan = SamplePlan(args.seed, args.batch_size, tuple(args.class_ids or range(pipe.num_classes)), args.balanced)
+        if prompts and not pipe.text_conditional:
+            raise UsageError(f"--prompt-file is for a text-to-image model; {pipe.info.name} is class-conditional "
+                             f"(draw its classes with --class-id, or all of them by default)")
+        if pipe.text_conditional and not prompts:
+            raise UsageError(f"{pipe.info.name} is a text-to-image model: give its prompts with --prompt-file FILE "
+                             f"(one prompt a line)")
+        plan = (SamplePlan(args.seed, args.batch_size, prompts=tuple(prompts)) if prompts else
+                SamplePlan(args.seed, args.batch_size, tuple(args.class_ids or range(pipe.num_classes)),
+                           args.balanced))
         result = sample_many(pipe, out, args.num_samples, plan, sampler, params, npz, ctx, not args.no_progress)
     finally:
         ctx.close()
