@@ -16,10 +16,10 @@
 # measured, so a failed measurement still returns the weights.
 #
 # Environment (defaults): OUT (gpu_t2i_out), DEVICE (cuda), DATA (runs/data-scenes), RUN (runs/gpu-t2i), JUDGE_RUN
-# (runs/gpu-scene-judge), NUM_IMAGES (96000), JUDGE_IMAGES (64000), JUDGE_STEPS (3000), JUDGE_BATCH (256),
-# JUDGE_MIN (1.5), STEPS (6000), BATCH (128), LR (5e-4), WARMUP (100), TRAIN_MIN (6), EVAL_EVERY (1000), NUM_EVAL
-# (512), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16). DEVICE=cpu with small counts is the dry run this script is
-# tested by.
+# (runs/gpu-scene-judge), NUM_IMAGES (96000), JUDGE_IMAGES (64000), JUDGE_VAL (2048), JUDGE_STEPS (3000),
+# JUDGE_BATCH (256), JUDGE_MIN (1.5), STEPS (6000), BATCH (128), LR (5e-4), WARMUP (100), TRAIN_MIN (6), EVAL_EVERY
+# (1000), NUM_EVAL (512), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16). DEVICE=cpu with small counts is the
+# dry run this script is tested by.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -33,6 +33,7 @@ JUDGE_IMAGES=${JUDGE_IMAGES:-64000}
 JUDGE_STEPS=${JUDGE_STEPS:-3000}
 JUDGE_BATCH=${JUDGE_BATCH:-256}
 JUDGE_MIN=${JUDGE_MIN:-1.5}
+JUDGE_VAL=${JUDGE_VAL:-2048}
 STEPS=${STEPS:-6000}
 BATCH=${BATCH:-128}
 LR=${LR:-5e-4}
@@ -49,8 +50,8 @@ VGEN=(python3 -m vgen.apps.cli)
 
 mkdir -p "$OUT" "$RUN" "$JUDGE_RUN"
 "${VGEN[@]}" train scene-judge --run-dir "$JUDGE_RUN" --data-dir "$DATA" --tokenizer "$VQ" \
-    --num-images "$JUDGE_IMAGES" --batch-size "$JUDGE_BATCH" --steps "$JUDGE_STEPS" --warmup-steps "$WARMUP" \
-    --max-minutes "$JUDGE_MIN" --device "$DEVICE" --precision "$PRECISION" 2>&1 | tee -a "$OUT/train.log"
+    --num-images "$JUDGE_IMAGES" --num-val "$JUDGE_VAL" --batch-size "$JUDGE_BATCH" --steps "$JUDGE_STEPS" \
+    --warmup-steps "$WARMUP" --max-minutes "$JUDGE_MIN" --device "$DEVICE" --precision "$PRECISION" 2>&1 | tee -a "$OUT/train.log"
 tail -n 1 "$JUDGE_RUN/log.jsonl" | sed 's/^/scene judge (held out): /' >>"$OUT/summary.txt"
 
 "${VGEN[@]}" train t2i --run-dir "$RUN" --data-dir "$DATA" --tokenizer "$VQ" --num-images "$NUM_IMAGES" \

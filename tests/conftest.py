@@ -69,6 +69,46 @@ def tiny_continuous_pipeline_dir(tmp_path_factory):
                         defaults={"cfg_scale": 2.0})
     pipe = ImagePipeline(model(0, 32), kl, info, model(1, 16))
     return pipe.save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-continuous")
+
+
+@pytest.fixture(scope="session")
+def tiny_t2i_pipeline_dir(tmp_path_factory):
+    """A saved text-to-image pipeline with 16x16-pixel images (4x4 tokens): a LlamaGen-T2I GPT, its word-level text
+    encoder over the scene captions' words, and three example prompts; weights N(0, 0.2), so that the images
+    depend on the prompt. The embedded ``shapes-t2i`` has this layout."""
+    from vgen.data.scenes import EXAMPLE_PROMPTS, caption_vocabulary
+    from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
+    from vgen.pipelines import ImagePipeline, PipelineInfo
+    from vgen.tokenizers.vq import VQConfig, VQModel
+
+    gpt = make_tiny_gpt(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, block_size=16,
+                                  model_type="t2i", caption_dim=16, cls_token_num=24))
+    torch.manual_seed(0)
+    words = WordTextEncoder(WordEncoderConfig.for_words(caption_vocabulary(), dim=16, n_layer=1, n_head=2,
+                                                        max_length=24))
+    with torch.no_grad():
+        for p in words.parameters():
+            if p.ndim > 1:
+                p.normal_(std=0.2)
+    vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
+    info = PipelineInfo(name="tiny-t2i", image_size=16, defaults={"cfg_scale": 2.0},
+                        example_prompts=list(EXAMPLE_PROMPTS[:3]))
+    pipe = ImagePipeline(gpt, vq, info, text_encoder=words.eval())
+    return pipe.save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-t2i")
+
+
+@pytest.fixture(scope="session")
+def tiny_scene_judge():
+    """A random scene judge for 16-px images (the shipped one is trained on 64-px scenes): it reads every
+    attribute of ``vgen.data.scenes.ATTRIBUTES``, wrongly, but deterministically."""
+    from vgen.data.scenes import BACKGROUND_NAMES, COLOUR_NAMES, POSITIONS, SIZES
+    from vgen.data.shapes import NUM_CLASSES
+    from vgen.models.classifier import AttributeClassifier, AttributeClassifierConfig
+
+    torch.manual_seed(0)
+    attributes = (("shape", NUM_CLASSES), ("colour", len(COLOUR_NAMES)), ("size", len(SIZES)),
+                  ("position", len(POSITIONS)), ("background", len(BACKGROUND_NAMES)))
+    return AttributeClassifier(AttributeClassifierConfig(attributes, widths=(4, 4, 4, 4), image_size=16)).eval()
 # ---- end apps ----------------------------------------------------------------------------------------------
 
 

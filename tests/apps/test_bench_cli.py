@@ -1,4 +1,5 @@
-"""``vgen bench``: one run writes consistent JSON, Markdown and plot files; bad input gets one specific line."""
+"""``vgen bench``: one run writes consistent JSON, Markdown and plot files, for a class or a text-to-image model; bad
+input gets one specific line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from PIL import Image
 
 from vgen.apps.cli import main
+from vgen.eval import bench
 from vgen.samplers import available_samplers
 
 
@@ -60,3 +62,30 @@ def test_bad_input_gets_one_specific_line_and_exit_2(tiny_shapes_pipeline_dir, t
 def test_a_model_without_a_data_set_needs_real_images(tiny_pipeline_dir, tmp_path, capsys):
     code, _, err = run(["--model", tiny_pipeline_dir, "--samplers", "ar", "--out", tmp_path / "b"], capsys)
     assert code == 2 and "records no vgen.data set to render real images from; give real images" in err
+
+
+def test_a_text_model_is_benched_on_held_out_prompts_with_accuracy_per_attribute(tiny_t2i_pipeline_dir,
+                                                                                  tiny_scene_judge, tmp_path,
+                                                                                  monkeypatch, capsys):
+    monkeypatch.setattr(bench, "load_scene_judge", lambda: tiny_scene_judge)  # the shipped one is 64-px
+    code, out, err = run(["--model", tiny_t2i_pipeline_dir, "--samplers", "ar,sjd", "--num-samples", 4,
+                          "--batch-size", 2, "--num-real", 8, "--out", tmp_path / "b"], capsys)
+    assert code == 0, err
+    result = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert result["setup"]["conditioning"] == "prompts" and result["setup"]["reference_token_statistics"]
+    assert all(set(r["attribute_accuracy"]) == {"shape", "colour", "size", "position", "background", "joint"}
+               and r["class_accuracy"] is None for r in result["results"])
+    setup, header = out.splitlines()[:2]
+    assert "(one per held-out scene prompt)" in setup and "whose next-token distributions have mean entropy" in setup
+    assert header.endswith("| FID vs AR | shape | colour | size | position | background | joint |")
+
+
+def test_a_text_model_whose_judge_is_missing_gets_one_line_before_sampling(tiny_t2i_pipeline_dir, tmp_path,
+                                                                           monkeypatch, capsys):
+    from vgen.hub import from_pretrained
+
+    monkeypatch.setattr(bench, "load_scene_judge", lambda: from_pretrained(tmp_path / "shapes-scene-judge"))
+    code, _, err = run(["--model", tiny_t2i_pipeline_dir, "--samplers", "ar", "--num-samples", 2, "--num-real", 4,
+                        "--out", tmp_path / "b"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "no config.json in " in err and "shapes-scene-judge" in err, err
+    assert not (tmp_path / "b").exists()

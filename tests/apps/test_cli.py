@@ -376,7 +376,7 @@ def test_sample_draws_the_prompts_of_a_janus_folder_with_any_sampler(tiny_janus_
 @pytest.mark.parametrize(("args", "message"), [
     (["--prompt", "a red square"], "is class-conditional: give class ids, not a prompt"),
     (["--t5-path", "t5"], "--t5-path goes with LlamaGen text-to-image checkpoints"),
-    (["--prompt-file", "nowhere.txt"], "--prompt-file nowhere.txt is not a file"),
+    (["--prompt-file", "nowhere.txt"], "--prompt-file: cannot read prompt file nowhere.txt: No such file"),
 ])
 def test_prompts_given_to_a_class_model_are_refused_in_one_line(tiny_pipeline_dir, tmp_path, capsys, args, message):
     code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), "--out", str(tmp_path / "x.png"), *args], capsys)

@@ -1,9 +1,9 @@
-"""The web demo: the page's generate and stream functions over the pipeline API (every field checked against its
-declaration, server paths only where the operator allows them, Stop inside a block, the newest stream of a
-session steered), then the live app on loopback driven with gradio_client and raw HTTP: generate, compare with
-AR, stream and stop, bad input answered with its own message while the app keeps serving, one concurrency limit
-over every endpoint, streams cancelled inside a block when their client goes away, no uploads, no temporary files
-left, and a soak of concurrent generations and streams."""
+"""The web demo: the page's generate and stream functions over the pipeline API (a class or a prompt, as the model
+takes; every field checked against its declaration, server paths only where the operator allows them, Stop inside
+a block, the newest stream of a session steered), then the live app on loopback driven with gradio_client and raw
+HTTP: generate, compare with AR, stream and stop, bad input answered with its own message while the app keeps
+serving, one concurrency limit over every endpoint, streams cancelled inside a block when their client goes away,
+no uploads, no temporary files left, and a soak of concurrent generations and streams."""
 
 from __future__ import annotations
 
@@ -31,16 +31,19 @@ from vgen.apps.gradio_app import (
     TEMP_PREFIX,
     InputError,
     ModelAccess,
+    ModelControls,
     StreamSessions,
     build_app,
     generate,
     iterate_in_thread,
+    model_controls,
     sampler_options,
-    samplers_for,
     serve,
     stream_video,
 )
+from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.eval.videos import read_video
+from vgen.images import image_grid
 from vgen.samplers import available_samplers
 from vgen.samplers.streaming import BlockStreamer
 
@@ -54,9 +57,15 @@ def tiny_model(tiny_pipeline_dir) -> str:
 
 
 @pytest.fixture(scope="module")
-def access(tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir) -> ModelAccess:
+def tiny_t2i(tiny_t2i_pipeline_dir) -> str:
+    return str(tiny_t2i_pipeline_dir)
+
+
+@pytest.fixture(scope="module")
+def access(tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir, tiny_t2i) -> ModelAccess:
     """The operator's allow-list: the tiny test pipelines beside the embedded models."""
-    return ModelAccess(folders=tuple(map(str, (tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir))))
+    return ModelAccess(folders=(*map(str, (tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir)),
+                                tiny_t2i))
 
 
 @pytest.fixture
@@ -158,7 +167,7 @@ def test_server_paths_are_off_unless_the_operator_allows_them(tiny_model, tiny_s
         generate("", "ar", **SETTINGS, gpt_ckpt=tiny_model, vq_ckpt=tiny_model, folder=tmp_path, access=embedded)
     with pytest.raises(InputError, match="unknown model"):
         next(stream_video(str(tiny_stream_pipeline_dir), 0, 4, 0, "", "", folder=tmp_path, access=embedded))
-    assert samplers_for(tiny_model, embedded) == available_samplers()  # the Generate click says why
+    assert model_controls(tiny_model, embedded).samplers == available_samplers()  # the Generate click says why
     monkeypatch.setattr(gradio_app, "load", real_load)
     for allowed in (ModelAccess(folders=(tiny_model,)), ModelAccess(local_paths=True)):
         assert generate(tiny_model, "ar", **SETTINGS, folder=tmp_path, access=allowed)[0].size == (48, 16)
@@ -288,12 +297,12 @@ def test_the_sampler_list_follows_the_token_order_and_a_nar_model_has_no_ar_comp
     from vgen.pipelines import load
 
     local = ModelAccess(local_paths=True)
-    raster = samplers_for(tiny_model, local)
+    raster = model_controls(tiny_model, local).samplers
     assert "ar" in raster and "sjd" in raster and "nar" not in raster
     pipe = load(tiny_pipeline_dir)
     nar = type(pipe)(tiny_nar_factory((4, 4), vocab_size=32, num_classes=3), pipe.tokenizer, pipe.info)
-    assert samplers_for(str(nar.save_pretrained(tmp_path / "nar")), local) == ["nar"]
-    assert samplers_for(str(tmp_path / "missing"), local) == available_samplers()  # the Generate click says why
+    assert model_controls(str(nar.save_pretrained(tmp_path / "nar")), local).samplers == ["nar"]
+    assert model_controls(str(tmp_path / "missing"), local).samplers == available_samplers()  # Generate says why
     with pytest.raises(InputError, match="next-neighbour order: there is no vanilla AR run of it"):
         generate(str(tmp_path / "nar"), "nar", **SETTINGS, compare=True, folder=tmp_path, access=local)
 
@@ -304,6 +313,68 @@ def test_the_generate_tab_refuses_a_streaming_model_and_the_stream_tab_a_token_m
         gen(str(tiny_stream_pipeline_dir), "ar", **SETTINGS)
     with pytest.raises(InputError, match="use the Generate tab"):
         next(stream(tiny_model, 0, 8, 0, 2, 1.0))
+
+
+# ---- a text-to-image model: the prompt box ----------------------------------------------------------------------
+
+PROMPT = "a large blue ring on a yellow background"
+
+
+def test_a_text_model_draws_the_prompt_and_ignores_the_class_field(gen, tiny_t2i) -> None:
+    from vgen.pipelines import load
+
+    grid, amap, stats, ar, clip = gen(tiny_t2i, "sjd", **{**SETTINGS, "class_id": None}, prompt=f"  {PROMPT}\n")
+    expected = load(tiny_t2i)(prompt=PROMPT, num_images=3, sampler="sjd", seed=0, temperature=1.0, top_k=0,
+                              top_p=1.0).images
+    assert grid.tobytes() == image_grid(expected, 3).tobytes() and amap is not None and ar is None and clip is None
+    assert gen(tiny_t2i, "sjd", **SETTINGS, prompt="a small red star")[0].tobytes() != grid.tobytes()
+
+
+def test_a_text_model_compares_with_ar_on_the_same_prompt(gen, tiny_t2i) -> None:
+    grid, _, stats, ar, _ = gen(tiny_t2i, "mcsjd", **{**SETTINGS, "temperature": 0.0}, prompt=PROMPT, compare=True)
+    assert "step compression vs AR" in stats and ar.tobytes() == grid.tobytes()
+
+
+@pytest.mark.parametrize(("prompt", "message"), [
+    ("", f"the prompt is empty: tiny-t2i draws what a prompt describes, e.g. {EXAMPLE_PROMPTS[0]!r}"),
+    (" \n ", "the prompt is empty"),
+    (None, "the prompt is empty"),
+    ("a red star " * 8, "the prompt has 24 words; tiny-t2i reads at most 23: shorten it"),
+    ("x" * 1_000_000, f"prompt is 1000000 characters long; at most {MAX_TEXT} are accepted"),
+])
+def test_a_bad_prompt_gets_its_own_message(gen, tiny_t2i, prompt, message) -> None:
+    with pytest.raises(InputError) as e:
+        gen(tiny_t2i, "ar", **SETTINGS, prompt=prompt)
+    assert str(e.value) == message or str(e.value).startswith(message)
+    assert len(str(e.value)) < 200  # never the prompt itself
+
+
+def test_a_class_model_ignores_the_prompt_field(gen, tiny_model) -> None:
+    plain = gen(tiny_model, "ar", **SETTINGS)[0]
+    assert gen(tiny_model, "ar", **SETTINGS, prompt="x" * 1_000_000)[0].tobytes() == plain.tobytes()
+
+
+def test_the_controls_follow_the_model(access, tiny_model, tiny_t2i) -> None:
+    raster = available_samplers("raster")
+    assert model_controls(tiny_model, access) == ModelControls(raster)
+    assert model_controls(tiny_t2i, access) == ModelControls(raster, True, EXAMPLE_PROMPTS[:3])
+    assert model_controls("/etc", access) == ModelControls(available_samplers())  # Generate says why
+
+
+def page_fields(app) -> dict[str, dict]:
+    """The props of the page's components, by label."""
+    return {c["props"]["label"]: c["props"] for c in app.config["components"] if c.get("props", {}).get("label")}
+
+
+def test_the_page_opens_with_the_prompt_box_for_a_text_model_and_the_class_picker_for_a_class_model(
+        access, tiny_t2i) -> None:
+    for default, text in (("shapes-c2i", False), (tiny_t2i, True)):
+        fields = page_fields(build_app(default, access=access))
+        assert fields["prompt"]["visible"] is text and fields["class id"]["visible"] is not text
+        assert fields["example prompts"]["visible"] is text
+    fields = page_fields(build_app(tiny_t2i, access=access))
+    assert fields["prompt"]["value"] == EXAMPLE_PROMPTS[0]  # ready to generate
+    assert [choice[0] for choice in fields["example prompts"]["choices"]] == list(EXAMPLE_PROMPTS[:3])
 
 
 # ---- the command ------------------------------------------------------------------------------------------------
@@ -406,6 +477,14 @@ def test_live_app_gives_a_playable_clip_and_keeps_no_temporary_folder(live, tiny
     assert read_video(Path(video)).shape == (3, 16, 32, 3)  # 3 frames of 2 clips side by side
     assert np.asarray(Image.open(first_frames)).shape == (16, 32, 3) and amap is None and ar is None
     assert not list(temp.glob(f"{TEMP_PREFIX}*"))  # the request's folder went once Gradio had its copy
+
+
+def test_live_app_draws_a_prompt(live_app, tiny_t2i) -> None:
+    images, amap, stats, _, _ = call(live_app, model=tiny_t2i, prompt=PROMPT, class_id="")
+    pixels = np.asarray(Image.open(images))
+    assert pixels.shape == (16, 32, 3) and pixels.std() > 0 and "tokens per forward" in stats
+    with pytest.raises(Exception, match="the prompt is empty: tiny-t2i draws what a prompt describes"):
+        call(live_app, model=tiny_t2i, prompt=" ")
 
 
 def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:

@@ -1,9 +1,10 @@
 """The web demo in a real browser: Playwright drives Debian's Chromium (headless) against the app on loopback,
-sets a class, clicks Generate, waits for the image, checks its pixels are not blank and saves a screenshot; on
-the Streaming tab it starts a stream, checks a live frame, stops it and waits for the video. Screenshots go to a
-temporary folder, so that running the tests leaves the checkout clean; ``VGEN_WRITE_SCREENSHOT=1 pytest
-tests/apps/test_gradio_browser.py`` refreshes docs/results/images/app_screenshot.png and app_streaming.png.
-Skipped only where Playwright or Chromium is not installed (``.ci/run`` installs both)."""
+sets a class, clicks Generate, waits for the image, checks its pixels are not blank and saves a screenshot; it
+switches to a text-to-image model, types a prompt and does the same; on the Streaming tab it starts a stream,
+checks a live frame, stops it and waits for the video. Screenshots go to a temporary folder, so that running the
+tests leaves the checkout clean; ``VGEN_WRITE_SCREENSHOT=1 pytest tests/apps/test_gradio_browser.py`` refreshes
+docs/results/images/app_screenshot.png, app_prompt.png and app_streaming.png. Skipped only where Playwright or
+Chromium is not installed (``.ci/run`` installs both)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vgen.apps.gradio_app import MAX_STREAM_FRAMES, build_app
+from vgen.apps.gradio_app import MAX_STREAM_FRAMES, ModelAccess, build_app
+from vgen.data.scenes import EXAMPLE_PROMPTS
+from vgen.pipelines import available_models
 
 sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "results" / "images" / "app_screenshot.png"
@@ -37,9 +41,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def app_page(height: int) -> Iterator:
-    """A Playwright page of headless Chromium on the app, served on a free loopback port for the block."""
-    app = build_app("shapes-c2i", max_concurrency=1)
+def app_page(height: int, access: ModelAccess | None = None) -> Iterator:
+    """A Playwright page of headless Chromium on the app (serving the models ``access`` allows), on a free loopback
+    port for the block."""
+    app = build_app("shapes-c2i", max_concurrency=1, access=access or ModelAccess())
     port = _free_port()
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
@@ -71,6 +76,31 @@ def test_generate_in_the_browser_shows_a_non_blank_image(tmp_path: Path) -> None
         page.get_by_role("button", name="Generate").click()
         page.get_by_text("tokens per forward").wait_for(timeout=120_000)  # the stats table of the run
         image = page.locator("img[src*='gradio_api/file=']").first  # the first output: the image grid
+        image.wait_for(state="visible", timeout=30_000)
+        assert_not_blank(image)
+        page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000
+
+
+def test_a_prompt_in_the_browser_shows_a_non_blank_image(tiny_t2i_pipeline_dir, tmp_path: Path) -> None:
+    """Choosing a text-to-image model swaps the class picker for the prompt box; a typed prompt is drawn. The
+    embedded shapes-t2i when it ships, else the tiny test model, offered as an operator's --model-dir."""
+    model = "shapes-t2i" if "shapes-t2i" in available_models() else str(tiny_t2i_pipeline_dir)
+    access = ModelAccess(folders=() if model in available_models() else (model,))
+    screenshot = screenshot_path("app_prompt.png", tmp_path)
+    with app_page(1100, access) as page:
+        page.get_by_label("model (one this server offers)").click()
+        page.get_by_role("option", name=model, exact=True).click()
+        prompt = page.get_by_placeholder("describe the image")
+        prompt.wait_for(state="visible", timeout=60_000)
+        assert not page.get_by_label("class id").is_visible()
+        page.get_by_label("example prompts").click()
+        page.get_by_role("option", name=EXAMPLE_PROMPTS[2], exact=True).click()
+        expect(prompt).to_have_value(EXAMPLE_PROMPTS[2])  # an example prompt fills the box
+        prompt.fill("a small red star in the top left corner on a white background")
+        page.get_by_role("button", name="Generate").click()
+        page.get_by_text("tokens per forward").wait_for(timeout=120_000)
+        image = page.locator("img[src*='gradio_api/file=']").first
         image.wait_for(state="visible", timeout=30_000)
         assert_not_blank(image)
         page.screenshot(path=str(screenshot), full_page=True)

@@ -1,7 +1,7 @@
 """``vgen sample-many``: two gloo processes under torchrun pack the same .npz as one process, resume after lost
-files or a stop; the label options (class ids or names) hold in the packed file; every embedded model kind samples,
-a streaming model clips of --num-frames; the README's command works in a fresh folder; damaged files and a full disk
-get one line naming the file."""
+files or a stop; the label options (class ids or names) hold in the packed file; a text-to-image model draws a
+prompt file's prompts in turn; every embedded model kind samples, a streaming model clips of --num-frames; the
+README's command works in a fresh folder; damaged files, a full disk and prompt-file mistakes get one line."""
 
 from __future__ import annotations
 
@@ -222,3 +222,40 @@ def test_an_embedded_streaming_model_samples_into_a_fresh_folder(tmp_path, capsy
     assert code == 0 and "wrote 1 sample to" in out, err
     clips, labels = packed(tmp_path / "run.npz")
     assert clips.shape == (1, 2, 64, 64, 3) and labels.tolist() == [3]
+
+
+def test_a_prompt_file_draws_its_prompts_in_turn_and_packs_them(tiny_t2i_pipeline_dir, tmp_path, capsys):
+    prompts = tmp_path / "captions.txt"
+    prompts.write_text("a large blue ring on a yellow background\n\n  a small red star  \n")
+    args = ["--model", tiny_t2i_pipeline_dir, "--prompt-file", prompts, "--num-samples", 5, "--batch-size", 2,
+            "--out", tmp_path / "run"]
+    code, out, err = run(args, capsys)
+    assert code == 0 and "wrote 5 samples" in out, err
+    with np.load(tmp_path / "run.npz") as f:
+        assert f["arr_0"].shape == (5, 16, 16, 3) and f["arr_1"].tolist() == [0, 1, 0, 1, 0]
+        assert f["prompts"].tolist() == ["a large blue ring on a yellow background", "a small red star"] * 2 + [
+            "a large blue ring on a yellow background"]
+    prompts.write_text("a large blue ring on a yellow background\na small green star\n")
+    code, _, err = run(args, capsys)
+    assert code == 2 and "holds samples made with other settings (plan: " in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt-file", "EMPTY"], "holds no prompts: write one prompt a line"),
+    (["--prompt-file", "MISSING"], "cannot read prompt file"),
+    ([], "tiny-t2i is a text-to-image model: give its prompts with --prompt-file FILE"),
+    (["--prompt-file", "PROMPTS", "--class-id", "0"], "--class-id and --balanced are for a class model"),
+    (["--prompt-file", "PROMPTS", "--balanced"], "--class-id and --balanced are for a class model"),
+    (["--prompt-file", "PROMPTS", "--model", "CLASS"], "--prompt-file is for a text-to-image model; tiny is "
+                                                       "class-conditional"),
+])
+def test_prompt_file_mistakes_get_one_line_and_exit_2(tiny_t2i_pipeline_dir, tiny_pipeline_dir, tmp_path, args,
+                                                      message, capsys):
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    (tmp_path / "prompts.txt").write_text("a red star\n")
+    paths = {"EMPTY": tmp_path / "empty.txt", "MISSING": tmp_path / "missing.txt",
+             "PROMPTS": tmp_path / "prompts.txt", "CLASS": tiny_pipeline_dir}
+    code, _, err = run(["--model", tiny_t2i_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "run",
+                        *(paths.get(a, a) for a in args)], capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.glob("run/*.png"))

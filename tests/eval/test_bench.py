@@ -1,5 +1,6 @@
 """``vgen bench``'s measurement: sampler specs, the AR reference, ratios that follow from the counts, quality
-figures that equal an independent computation on the same images, and a table that is the JSON."""
+figures that equal an independent computation on the same images (class accuracy, or a text-to-image model's
+accuracy per attribute on held-out prompts), and a table that is the JSON."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
+from vgen.data.scenes import evaluation_prompts, render_scenes
+from vgen.data.shapes import SPLIT_SEEDS
 from vgen.eval.bench import (
     COLUMNS,
     SamplerSpec,
@@ -25,7 +28,7 @@ from vgen.eval.bench import (
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.features import shapes_features
 from vgen.eval.fid import GaussianStats, frechet_distance
-from vgen.eval.quality import class_accuracy, token_statistics
+from vgen.eval.quality import attribute_accuracy, class_accuracy, token_statistics
 from vgen.eval.sample_many import SamplePlan, sample_many
 from vgen.pipelines import load
 from vgen.samplers import SamplingParams, get_sampler
@@ -276,3 +279,87 @@ def test_a_video_model_is_measured_on_clips_by_fvd_and_clip_class_accuracy(tiny_
     assert ar["forward_passes"] == 2 * 48 and mcsjd["forward_passes"] < ar["forward_passes"]
     table = write_outputs(result, tmp_path)["markdown"].read_text()
     assert "| FVD vs real | KVD vs real | FVD vs AR |" in table and "FVD/KVD in shapes-video features" in table
+
+
+# ---- a text-to-image model: held-out prompts, judged per attribute ------------------------------------------------
+
+ATTRIBUTE_COLUMNS = ("shape", "colour", "size", "position", "background", "joint")
+
+
+@pytest.fixture(scope="module")
+def t2i(tiny_t2i_pipeline_dir):
+    return load(tiny_t2i_pipeline_dir)
+
+
+@pytest.fixture(scope="module")
+def t2i_result(t2i, tiny_scene_judge):
+    real = real_reference(t2i, num_real=8)
+    return run_bench(t2i, [SamplerSpec("sjd", "sjd")], 4, 1, 2, real=real, judge=tiny_scene_judge), real
+
+
+def test_a_text_model_draws_the_held_out_prompts_against_their_rendered_scenes(t2i, t2i_result, tmp_path):
+    result, real = t2i_result
+    scenes, _, _ = render_scenes(SPLIT_SEEDS["test"], 0, 8, 16)
+    assert real.stats.mu == pytest.approx(GaussianStats.of(shapes_features(scenes)).mu)
+    assert "rendered held-out scenes of vgen.data.scenes (16 px" in result["setup"]["real"]
+    prompts, _ = evaluation_prompts(4)
+    npz = sample_many(t2i, tmp_path / "ar", 4, SamplePlan(1, 2, prompts=tuple(prompts)), get_sampler("ar"),
+                      SamplingParams(**t2i.info.defaults), progress=False).npz
+    with np.load(npz) as f:
+        images = f["arr_0"]
+        assert f["prompts"].tolist() == prompts
+    ar = result["results"][0]
+    assert ar["label"] == "ar" and result["setup"]["conditioning"] == "prompts"
+    assert ar["fid"] == pytest.approx(frechet_distance(real.stats, GaussianStats.of(shapes_features(images))).fid)
+
+
+def test_a_text_models_quality_is_the_scene_judges_accuracy_per_attribute(t2i, t2i_result, tiny_scene_judge):
+    result, _ = t2i_result
+    prompts, attributes = evaluation_prompts(4)
+    plan, params = SamplePlan(1, 2, prompts=tuple(prompts)), SamplingParams(**t2i.info.defaults)
+    drawn = [t2i(**plan.inputs(plan.batch_indices(k, 4)), sampler="ar", seed=plan.batch_seed(k), **params.to_dict())
+             for k in range(2)]
+    images = np.stack([np.asarray(im) for d in drawn for im in d.images])
+    ar, sjd = result["results"]
+    assert ar["attribute_accuracy"] == attribute_accuracy(tiny_scene_judge, images, attributes)
+    assert tuple(ar["attribute_accuracy"]) == ATTRIBUTE_COLUMNS and ar["class_accuracy"] is None
+    assert tuple(sjd["attribute_accuracy"]) == ATTRIBUTE_COLUMNS
+    expected = token_statistics(t2i.model, torch.cat([d.tokens for d in drawn]), t2i.prompt_encoder(prompts), params)
+    figures = result["setup"]["reference_token_statistics"]
+    assert figures["tokens_measured"] == 4 * 16
+    assert figures["mean_entropy_nats"] == pytest.approx(expected["mean_entropy_nats"])
+
+
+def test_a_text_models_table_has_one_column_per_attribute(t2i_result, tmp_path):
+    result, _ = t2i_result
+    text = write_outputs(result, tmp_path)["markdown"].read_text()
+    header = text.splitlines()[0]
+    assert "(one per held-out scene prompt)" in header and "accuracy per attribute from the scene judge" in header
+    assert "mean entropy" in header
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    columns = COLUMNS[:-1] + ATTRIBUTE_COLUMNS
+    assert lines[0] == "| " + " | ".join(columns) + " |"
+    for line, r in zip(lines[2:], result["results"]):
+        cells = dict(zip(columns, (c.strip() for c in line.strip("|").split("|"))))
+        assert cells["sampler"] == r["label"]
+        assert [cells[c] for c in ATTRIBUTE_COLUMNS] == [f"{100 * r['attribute_accuracy'][c]:.1f}%"
+                                                         for c in ATTRIBUTE_COLUMNS]
+
+
+def test_a_reference_model_must_take_the_same_conditioning(pipe, t2i, real):
+    with pytest.raises(ValueError, match="the reference model 'tiny-t2i' draws prompts at 16 px and 'tiny' 3 classes "
+                                         "at 16 px: they cannot be compared"):
+        run_bench(pipe, [SamplerSpec("ar", "ar")], 4, reference_pipe=t2i, real=real)
+
+
+def test_a_missing_scene_judge_fails_before_any_sampling(t2i, t2i_result, monkeypatch):
+    from vgen.eval import bench
+    from vgen.hub import CheckpointError
+
+    def missing():
+        raise CheckpointError("no config.json in shapes-scene-judge")
+
+    monkeypatch.setattr(bench, "load_scene_judge", missing)
+    monkeypatch.setattr(bench, "draw_interleaved", lambda *a, **k: pytest.fail("sampled without a judge"))
+    with pytest.raises(CheckpointError, match="shapes-scene-judge"):
+        run_bench(t2i, [SamplerSpec("ar", "ar")], 2, real=t2i_result[1])

@@ -1,6 +1,7 @@
 """Token statistics score every generated token with the distribution its sampler drew it from, for next-token
-(LlamaGen) and whole-grid (NAR) models alike. Clip quality: real moving-shapes clips pass the per-frame class
-check and the motion check, relabelled, morphing, frozen and flickering clips fail the part they break."""
+(LlamaGen, class or text-conditioned) and whole-grid (NAR) models alike. Clip quality: real moving-shapes clips
+pass the per-frame class check and the motion check, relabelled, morphing, frozen and flickering clips fail the
+part they break."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from vgen.eval.quality import (
     token_statistics,
 )
 from vgen.models.classifier import AttributeClassifier
+from vgen.models.conditioning import PrefixCondition
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.samplers import SamplingParams
@@ -67,6 +69,22 @@ def test_scoring_in_small_chunks_gives_the_same_figures(model) -> None:
     whole = token_statistics(model, tokens, classes, params)
     one_by_one = token_statistics(model, tokens, classes, params, max_logits=2 * 9 * 16)
     assert one_by_one == pytest.approx(whole, rel=1e-5) and one_by_one["tokens_measured"] == 45
+
+
+def test_a_text_to_image_model_is_scored_under_each_rows_prompt_in_any_chunks() -> None:
+    torch.manual_seed(0)
+    model = LlamaGenGPT(GPTConfig(block_size=9, model_type="t2i", caption_dim=8, cls_token_num=4, **SIZE)).eval()
+    torch.nn.init.normal_(model.output.weight.data)
+    mask = torch.arange(3) >= torch.tensor([[0], [1], [2], [0], [2]])  # prompts of 3, 2, 1, 3 and 1 positions
+    prompts = PrefixCondition.from_padded(torch.randn(5, 3, 8), mask, 4)
+    tokens, params = torch.randint(0, 16, (5, 9)), SamplingParams(cfg_scale=2.0, temperature=0.8)
+    whole = token_statistics(model, tokens, prompts, params)
+    one_by_one = token_statistics(model, tokens, prompts, params, max_logits=2 * 9 * 16)
+    assert one_by_one == pytest.approx(whole, rel=1e-5) and whole["tokens_measured"] == 45
+    others = PrefixCondition.from_padded(torch.randn(5, 3, 8), mask, 4)
+    assert token_statistics(model, tokens, others, params)["mean_entropy_nats"] != whole["mean_entropy_nats"]
+    greedy = token_statistics(model, tokens, prompts, SamplingParams(cfg_scale=2.0, top_k=1))
+    assert greedy["mean_entropy_nats"] == pytest.approx(0.0, abs=1e-6)
 
 
 @pytest.fixture(scope="module")

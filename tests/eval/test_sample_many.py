@@ -1,7 +1,7 @@
-"""Many samples: which seed and label each index gets, that a run is exactly the pipeline's batches, that
-interrupted, damaged or extended runs resume to the same packed file, and that a failed write or a damaged record
-leaves the folder usable (every model kind: test_sample_many_models.py; the multi-process runs:
-tests/apps/test_sample_many_cli.py)."""
+"""Many samples: which seed and label (class or prompt) each index gets, that a run is exactly the pipeline's
+batches, that interrupted, damaged or extended runs resume to the same packed file, and that a failed write or a
+damaged record leaves the folder usable; a text-to-image model's prompts go in turn and are packed beside the
+images (every model kind: test_sample_many_models.py; the multi-process runs: tests/apps/test_sample_many_cli.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ import pytest
 import torch
 from PIL import Image
 
-from vgen.eval.sample_many import MANIFEST, SamplePlan, pack_npz, sample_many, weights_fingerprint
+from vgen.eval.sample_many import (
+    MANIFEST,
+    SamplePlan,
+    pack_npz,
+    sample_many,
+    weights_fingerprint,
+)
 from vgen.pipelines import load
 from vgen.samplers import SamplingParams, get_sampler
 
@@ -263,3 +269,78 @@ def test_out_of_range_classes_and_counts_are_refused(pipe, tmp_path):
     with pytest.raises(ValueError, match="number of samples must be >= 1"):
         run(pipe, tmp_path / "run", 0, SamplePlan(0, 2, (0,)))
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+# ---- prompts: a text-to-image model's caption set ----------------------------------------------------------------
+
+PROMPTS = ("a large blue ring on a yellow background", "a small red star at the top left", "a green heart")
+
+
+@pytest.fixture(scope="module")
+def t2i(tiny_t2i_pipeline_dir):
+    return load(tiny_t2i_pipeline_dir)
+
+
+def packed_prompts(path):
+    with np.load(path) as f:
+        return f["prompts"].tolist()
+
+
+def test_prompts_go_in_turn_and_the_npz_stores_each_samples_prompt(t2i, tmp_path):
+    plan = SamplePlan(2, 3, prompts=PROMPTS)
+    result = run(t2i, tmp_path / "run", 7, plan)
+    images, labels = packed(result.npz)
+    assert images.shape == (7, 16, 16, 3) and labels.tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert packed_prompts(result.npz) == [PROMPTS[i % 3] for i in range(7)]
+    for k in range(3):
+        idx = plan.batch_indices(k, 7)
+        expected = t2i(prompt=[PROMPTS[i % 3] for i in idx], seed=plan.batch_seed(k)).images
+        for i, image in zip(idx, expected):
+            assert np.array_equal(images[i], np.asarray(image))
+
+
+def test_a_prompt_run_resumes_exactly_and_refuses_other_prompts(t2i, tmp_path):
+    plan = SamplePlan(0, 2, prompts=PROMPTS)
+    reference = packed(run(t2i, tmp_path / "run", 5, plan).npz)
+    (tmp_path / "run" / "000002.png").unlink()
+    result = run(t2i, tmp_path / "run", 5, plan)
+    assert (result.generated, result.reused) == (2, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(packed(result.npz), reference))
+    recorded = json.loads((tmp_path / "run" / MANIFEST).read_text())["settings"]["plan"]["prompts"]
+    assert recorded["count"] == 3 and len(recorded["sha256"]) == 64 and "class_ids" not in recorded
+    for other in (PROMPTS[:2], (*PROMPTS[:2], "a green square"), PROMPTS[::-1]):
+        with pytest.raises(ValueError, match=r"other settings \(plan: .*\"prompts\": \{\"count\": 3, \"sha256\""):
+            run(t2i, tmp_path / "run", 5, SamplePlan(0, 2, prompts=other))
+
+
+def test_a_class_runs_settings_record_its_plan_as_they_always_have():
+    """A class run's record keeps its keys, so that folders drawn before prompts existed still resume."""
+    assert SamplePlan(3, 2, (0, 2), balanced=True).to_dict() == {"seed": 3, "batch_size": 2, "class_ids": [0, 2],
+                                                                 "balanced": True}
+
+
+def test_prompts_for_a_class_model_and_class_ids_for_a_text_model_are_refused(pipe, t2i, tmp_path):
+    with pytest.raises(ValueError, match="tiny is class-conditional: give it class ids, not prompts"):
+        run(pipe, tmp_path / "a", 2, SamplePlan(0, 2, prompts=PROMPTS))
+    with pytest.raises(ValueError, match="tiny-t2i is a text-to-image model: give it prompts"):
+        run(t2i, tmp_path / "b", 2, SamplePlan(0, 2, (0, 1)))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(class_ids=(0,), prompts=PROMPTS), "give class ids or prompts, not both"),
+    (dict(prompts=PROMPTS, balanced=True), "balanced is for class ids: prompts always go in turn"),
+    (dict(prompts=("a red star", " ")), "every prompt must be a non-empty string"),
+    (dict(), "no class ids"),
+])
+def test_bad_prompt_plans_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplePlan(0, 2, **kwargs)
+
+
+def test_the_fingerprint_covers_the_text_encoder(tiny_t2i_pipeline_dir):
+    a, b = load(tiny_t2i_pipeline_dir), load(tiny_t2i_pipeline_dir)
+    assert weights_fingerprint(a) == weights_fingerprint(b)
+    with torch.no_grad():
+        b.text_encoder.embed.weight[0, 0] += 1e-3
+    assert weights_fingerprint(a) != weights_fingerprint(b)

@@ -129,3 +129,13 @@ def test_padded_embeddings_become_left_padded_rows_of_the_model_length() -> None
         PrefixCondition.from_padded(embeddings, right_padded, 3)
     with pytest.raises(ValueError, match="at least one token"):
         PrefixCondition.from_padded(embeddings, torch.zeros(2, 4, dtype=torch.bool), 4)
+
+
+def test_a_prefix_condition_is_indexed_by_rows_as_class_ids_are():
+    values = torch.arange(24.0).reshape(3, 2, 4)
+    mask = torch.tensor([[True, True], [False, True], [True, True]])
+    cond = PrefixCondition(values, mask)
+    part = cond[1:]
+    assert len(part) == 2 and torch.equal(part.values, values[1:]) and torch.equal(part.mask, mask[1:])
+    picked = cond[torch.tensor([2, 0])]
+    assert torch.equal(picked.values, values[[2, 0]]) and torch.equal(picked.mask, mask[[2, 0]])

@@ -12,6 +12,7 @@ import torch
 
 import vgen
 from vgen.pipelines import ImagePipeline, PipelineInfo, StreamPipeline, VideoPipeline
+from vgen.pipelines.inputs import read_prompt_file
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +140,17 @@ def test_load_refuses_a_device_torch_does_not_know_or_this_machine_lacks(tiny_pi
     with pytest.raises(ValueError) as e:
         vgen.load(tiny_pipeline_dir, device=device)
     assert str(e.value).startswith(message)
+
+
+def test_a_prompt_file_is_read_one_prompt_a_line_without_blank_lines(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("\n  a red star  \n\n\ta blue ring\r\n   \n")
+    assert read_prompt_file(path) == ["a red star", "a blue ring"]
+    path.write_text("\n \n")
+    with pytest.raises(ValueError, match=f"prompt file {path} holds no prompts: write one prompt a line"):
+        read_prompt_file(path)
+    path.write_bytes(b"a red \xff star\n")
+    with pytest.raises(ValueError, match=f"prompt file {path} is not UTF-8 text"):
+        read_prompt_file(path)
+    with pytest.raises(ValueError, match=f"cannot read prompt file {tmp_path / 'missing.txt'}: No such file"):
+        read_prompt_file(tmp_path / "missing.txt")

@@ -29,8 +29,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                                    "sampler and report forward passes, step compression and latency ratio against "
                                    "vanilla AR, tokens per forward, FID/KID in vgen's shapes features against real "
                                    "images and against AR's, and class accuracy. A video model draws clips, measured "
-                                   "by FVD/KVD in vgen's shapes-video features and clip class accuracy. Writes "
-                                   "bench.json, bench.md and bench.png into --out.")
+                                   "by FVD/KVD in vgen's shapes-video features and clip class accuracy. A "
+                                   "text-to-image model draws one image per held-out scene prompt, measured "
+                                   "against the rendered scenes and by the scene judge's accuracy per attribute "
+                                   "(shape, colour, size, position, background, joint). Writes bench.json, "
+                                   "bench.md and bench.png into --out.")
     add_model_args(p)
     b = p.add_argument_group("benchmark")
     b.add_argument("--samplers", nargs="+", default=None, metavar="SPEC",
@@ -41,12 +44,14 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="draw the reference row with this other model (embedded name or pipeline folder) and its "
                         "default sampler, e.g. --model shapes-nar --reference-model shapes-c2i: NAR against "
                         "next-token AR of the same size on the same data")
-    b.add_argument("--num-samples", type=int, default=64, help="images (clips) per sampler")
+    b.add_argument("--num-samples", type=int, default=64,
+                   help="images (clips) per sampler; for a text-to-image model, the held-out prompts drawn")
     b.add_argument("--seed", type=int, default=0, help="random seed of the first batch (the others follow from it)")
     b.add_argument("--batch-size", type=int, default=8, help="images (clips) sampled at once")
     b.add_argument("--real", default=None, help="real images (folder, .npz, .npy; clips for a video model) or a stats "
                                                 "file in the same features (default: render the validation split of "
-                                                "the model's vgen.data set)")
+                                                "the model's vgen.data set, or a text-to-image model's held-out "
+                                                "scenes)")
     b.add_argument("--num-real", type=int, default=1024,
                    help="real images (clips) to render when --real is not given")
     add_sampling_args(p)

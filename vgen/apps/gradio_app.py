@@ -3,14 +3,17 @@
 The model list comes from :func:`vgen.available_models` and the folders its operator names (:class:`ModelAccess`;
 any server path, and LlamaGen checkpoint paths, only when the operator allows local models), the sampler list
 from the sampler registry, and a sampler's parameters are passed only when its config has them and the field is
-filled in (empty = the preset's own default). Streaming models get their own tab, where frames play as each block
-completes, with Stop (at the next denoising step) and a class switch that takes effect at the next block.
+filled in (empty = the preset's own default). The Generate tab shows the class picker for a class-conditional
+model and a prompt box with the model's example prompts for a text-to-image one, switching with the model
+(:func:`model_controls`). Streaming models get their own tab, where frames play as each block completes, with Stop
+(at the next denoising step) and a class switch that takes effect at the next block.
 
 Every field is checked before any work: numbers against the same option declarations the command line uses
-(:class:`PageFields` for the page's own), text against a length cap, models against the access rules. Bad input
-is shown in the page as one message that never echoes a long value or tells whether a server path exists; the app
-keeps serving. Generations and streams share one concurrency limit; each request's files live in a temporary
-folder that is removed once Gradio has its copy. ``gradio`` is imported lazily: it is the ``app`` extra.
+(:class:`PageFields` for the page's own), text against a length cap (a prompt also against the words its model
+reads), models against the access rules. Bad input is shown in the page as one message that never echoes a long
+value or tells whether a server path exists; the app keeps serving. Generations and streams share one
+concurrency limit; each request's files live in a temporary folder that is removed once Gradio has its copy.
+``gradio`` is imported lazily: it is the ``app`` extra.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from typing import Any
 from PIL import Image
 
 from vgen.apps.options import sampler_classes, sampling_options
+from vgen.data.scenes import caption_words
 from vgen.hub import ASSETS, CheckpointError
 from vgen.images import image_grid
 from vgen.models.llamagen import GPT_SIZES
+from vgen.models.word_encoder import WordTextEncoder
 from vgen.pipelines import (
     ImagePipeline,
     StreamPipeline,
@@ -67,8 +72,8 @@ SAMPLING_FIELDS = sampling_options()
 SAMPLER_FIELDS = declared_options(sampler_classes(), exclude=("compile",))
 STREAM_FIELDS = declarations(StreamConfig)
 # the Generate tab's inputs, in the order the page (and its API, /generate) takes them
-GENERATE_INPUTS = ["model", "sampler", "class_id", "num_images", "seed", "compare", "gpt_ckpt", "vq_ckpt", "gpt_model",
-                   "image_size", *(o.name for o in SAMPLING_FIELDS), *(o.name for o in SAMPLER_FIELDS)]
+GENERATE_INPUTS = ["model", "sampler", "class_id", "prompt", "num_images", "seed", "compare", "gpt_ckpt", "vq_ckpt",
+                   "gpt_model", "image_size", *(o.name for o in SAMPLING_FIELDS), *(o.name for o in SAMPLER_FIELDS)]
 MAX_STREAM_FRAMES = int(PAGE_FIELDS["num_frames"].spec.at_most)
 MAX_TEXT = 256  # characters of a text field: names, paths and numbers are far shorter
 LLAMAGEN_IMAGE_SIZES = (256, 384, 512)
@@ -148,14 +153,45 @@ def get_pipeline(model: str, gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: s
         return _pipeline(model, gpt_ckpt, vq_ckpt, gpt_model, image_size)
 
 
-def samplers_for(model: str, access: ModelAccess = ModelAccess()) -> list[str]:
-    """The samplers that fit ``model``'s token order (``nar`` for a NAR model, the raster ones for AR); every
-    registered sampler when the name does not load, so that the page can still show why on Generate."""
+@dataclass(frozen=True)
+class ModelControls:
+    """What the Generate tab offers for a model: the samplers that fit its token order, and a prompt box with its
+    example prompts (a text-to-image model) or the class picker."""
+
+    samplers: list[str]
+    text_to_image: bool = False
+    example_prompts: tuple[str, ...] = ()
+
+
+def model_controls(model: str, access: ModelAccess = ModelAccess()) -> ModelControls:
+    """The controls for ``model``: ``nar`` for a NAR model, the raster samplers for AR, and a prompt box for a
+    text-to-image model; every registered sampler and the class picker when the name does not load, so that the
+    page can still show why on Generate."""
     try:
         pipe = get_pipeline(model, access=access)
     except (ValueError, CheckpointError, OSError):
-        return available_samplers()
-    return available_samplers(getattr(pipe.model, "token_order", "raster"))
+        return ModelControls(available_samplers())
+    samplers = available_samplers(getattr(pipe.model, "token_order", "raster"))
+    if not getattr(pipe, "text_conditional", False):
+        return ModelControls(samplers)
+    return ModelControls(samplers, True, tuple(pipe.info.example_prompts or ()))
+
+
+def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str, Any]:
+    """The pipeline's condition from the page: the prompt for a text-to-image model (checked against the length
+    cap and the words its text encoder reads), the class id otherwise; the other field is not read."""
+    if not pipe.text_conditional:
+        return {"class_ids": [page_number("class_id", class_id)]}
+    text = text_field("prompt", prompt)
+    if not text:
+        example = f", e.g. {pipe.info.example_prompts[0]!r}" if pipe.info.example_prompts else ""
+        raise InputError(f"the prompt is empty: {pipe.info.name} draws what a prompt describes{example}")
+    encoder = pipe.text_encoder
+    if isinstance(encoder, WordTextEncoder):
+        words, kept = len(caption_words(text)), encoder.max_length - 1
+        if words > kept:
+            raise InputError(f"the prompt has {words} words; {pipe.info.name} reads at most {kept}: shorten it")
+    return {"prompt": text}
 
 
 def parse_optional(option: DeclaredOption, value: Any) -> Any:
@@ -188,10 +224,10 @@ def option_box(gr, option: DeclaredOption):
     return gr.Textbox(value="", label=option.name, info=option.help, placeholder="empty: the default")
 
 
-def number_box(gr, name: str, label: str, value: int):
+def number_box(gr, name: str, label: str, value: int, visible: bool = True):
     """The number field of one of the page's own numbers; any value reaches :func:`page_number`, which says what
     is wrong with it (Gradio's own bounds check would round first and fail on infinity)."""
-    return gr.Number(value=value, label=label, info=PAGE_FIELDS[name].help, step=1)
+    return gr.Number(value=value, label=label, info=PAGE_FIELDS[name].help, step=1, visible=visible)
 
 
 def sampler_options(sampler: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -217,19 +253,19 @@ def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> s
 
 
 def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any, compare: bool = False,
-             gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: Any = 256, *,
-             folder: str | Path, access: ModelAccess = ModelAccess(),
+             gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: Any = 256, prompt: Any = "",
+             *, folder: str | Path, access: ModelAccess = ModelAccess(),
              **values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None, str | None]:
-    """Images (a grid), the acceptance map (speculative samplers), a stats table, with ``compare`` one token per
-    pass (vanilla AR, or target-only sampling for a continuous model) on the same seed, and for a video model the
-    mp4 of its clips, written in ``folder`` (the grid then shows their first frames). ``values`` holds the option
-    fields (:data:`SAMPLING_FIELDS`, :data:`SAMPLER_FIELDS`), empty = the model's or the sampler's default.
+    """Images (a grid) of ``class_id``, or of ``prompt`` for a text-to-image model, the acceptance map
+    (speculative samplers), a stats table, with ``compare`` one token per pass (vanilla AR, or target-only
+    sampling for a continuous model) on the same seed, and for a video model the mp4 of its clips, written in
+    ``folder`` (the grid then shows their first frames). ``values`` holds the option fields
+    (:data:`SAMPLING_FIELDS`, :data:`SAMPLER_FIELDS`), empty = the model's or the sampler's default.
     Raises :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
     unknown = sorted(set(values) - set(GENERATE_INPUTS))
     if unknown:
         raise TypeError(f"generate() got unknown option fields {unknown}")
-    class_id, count, seed = (page_number(n, v) for n, v in [("class_id", class_id), ("num_images", num_images),
-                                                             ("seed", seed)])
+    count, seed = (page_number(n, v) for n, v in [("num_images", num_images), ("seed", seed)])
     sampler = text_field("sampler", sampler)
     if sampler not in available_samplers():
         raise InputError(f"unknown sampler {sampler!r}; available: {', '.join(available_samplers())}")
@@ -240,22 +276,23 @@ def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any
         raise InputError(f"{pipe.info.name} generates in {pipe.model.token_order} order: there is no vanilla AR run "
                          f"of it to compare with (`vgen bench --model {pipe.info.name} --reference-model shapes-c2i` "
                          f"compares it with a next-token model)")
+    condition = page_condition(pipe, class_id, prompt)
     cols = min(4, count)
     settings = {"seed": seed, **{o.name: parse_optional(o, values.get(o.name)) for o in SAMPLING_FIELDS}}
     sampler_values = {name: value for name, value in values.items() if name not in settings}
     chosen = get_sampler(sampler, **sampler_options(sampler, sampler_values))
     if isinstance(pipe, VideoPipeline):
-        clips = pipe([class_id], num_videos=count, sampler=chosen, **settings)
+        clips = pipe(condition["class_ids"], num_videos=count, sampler=chosen, **settings)
         path = write_video(tile_clips(clips.videos, cols), Path(folder) / "clips.mp4", fps=8)
         first_frames = image_grid([Image.fromarray(video[0]) for video in clips.videos], cols)
         return first_frames, None, stats_markdown(clips.stats.to_dict(), None), None, str(path)
-    out = pipe([class_id], num_images=count, sampler=chosen, **settings)
+    out = pipe(**condition, num_images=count, sampler=chosen, **settings)
     amap = None
     if out.stats.accepted_lengths:
         amap = acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, cols=min(2, cols))
     figures, ar_grid = None, None
     if compare:
-        ar = pipe([class_id], num_images=count, sampler=default_sampler(pipe.model), **settings)
+        ar = pipe(**condition, num_images=count, sampler=default_sampler(pipe.model), **settings)
         ar_grid = image_grid(ar.images, cols)
         figures = {"ar_forward_passes": ar.stats.forward_passes,
                    "step_compression": ar.stats.forward_passes / out.stats.forward_passes,
@@ -406,7 +443,8 @@ def model_label(access: ModelAccess, kind: str) -> str:
 
 
 def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAccess, limit: dict) -> None:
-    """The Generate tab: images, the acceptance map and the stats of one sampler, optionally beside vanilla AR."""
+    """The Generate tab: images, the acceptance map and the stats of one sampler, optionally beside vanilla AR;
+    the class picker or, for a text-to-image model, a prompt box with the model's example prompts."""
     def run(*args):
         values = dict(zip(GENERATE_INPUTS, args))
         try:
@@ -422,7 +460,15 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
                 model = gr.Dropdown(models, value=default_model, allow_custom_value=True,
                                     label=model_label(access, "model"))
                 sampler = gr.Dropdown(available_samplers(), value="sjd", allow_custom_value=True, label="sampler")
-                class_id = number_box(gr, "class_id", "class id", 0)
+                shown = model_controls(default_model, access)
+                class_id = number_box(gr, "class_id", "class id", 0, visible=not shown.text_to_image)
+                prompt = gr.Textbox(value=next(iter(shown.example_prompts), ""), label="prompt",
+                                    visible=shown.text_to_image, placeholder="describe the image",
+                                    info=f"what to draw, in a sentence (at most {MAX_TEXT} characters; Enter "
+                                         f"generates)")
+                example_prompts = gr.Dropdown(list(shown.example_prompts), value=None, label="example prompts",
+                                              info="pick one to put it in the prompt box",
+                                              visible=bool(shown.example_prompts))
                 num_images = number_box(gr, "num_images", "number of images", 4)
                 seed = number_box(gr, "seed", "seed", 0)
                 sampling = [option_box(gr, o) for o in SAMPLING_FIELDS]
@@ -444,17 +490,30 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
                 stats = gr.Markdown()
                 ar_images = gr.Image(type="pil", label="vanilla AR, same seed", format="png")
                 clip = gr.Video(label="clips (video models)")
-        gr.Examples([[default_model, "ar", 0, 4, 0], [default_model, "mcsjd", 3, 4, 1],
-                     [default_model, "lantern", 7, 8, 2]], [model, sampler, class_id, num_images, seed])
-    inputs = [model, sampler, class_id, num_images, seed, compare, gpt_ckpt, vq_ckpt, gpt_model, image_size,
+        presets = [("ar", 4, 0), ("mcsjd", 4, 1), ("lantern", 8, 2)]
+        if shown.example_prompts:
+            gr.Examples([[default_model, name, text, count, seed_value] for (name, count, seed_value), text in
+                         zip(presets, shown.example_prompts)], [model, sampler, prompt, num_images, seed])
+        elif not shown.text_to_image:
+            gr.Examples([[default_model, name, class_value, count, seed_value] for (name, count, seed_value),
+                         class_value in zip(presets, (0, 3, 7))], [model, sampler, class_id, num_images, seed])
+    inputs = [model, sampler, class_id, prompt, num_images, seed, compare, gpt_ckpt, vq_ckpt, gpt_model, image_size,
               *sampling, *fields]
-    button.click(run, inputs, [images, amap, stats, ar_images, clip], api_name="generate", **limit)
+    gr.on([button.click, prompt.submit], run, inputs, [images, amap, stats, ar_images, clip], api_name="generate",
+          **limit)
 
-    def model_changed(name: str, current: str):
-        choices = samplers_for(name, access)
-        return gr.update(choices=choices, value=current if current in choices else choices[0])
+    def model_changed(name: str, current: str, text: str):
+        controls = model_controls(name, access)
+        choices = controls.samplers
+        return (gr.update(choices=choices, value=current if current in choices else choices[0]),
+                gr.update(visible=not controls.text_to_image),
+                gr.update(visible=controls.text_to_image, value=text or next(iter(controls.example_prompts), "")),
+                gr.update(visible=bool(controls.example_prompts), choices=list(controls.example_prompts),
+                          value=None))
 
-    model.change(model_changed, [model, sampler], sampler, api_name=False, **limit)
+    model.change(model_changed, [model, sampler, prompt], [sampler, class_id, prompt, example_prompts],
+                 api_name=False, **limit)
+    example_prompts.input(lambda text: text, example_prompts, prompt, api_name=False)
 
 
 def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAccess, sessions: StreamSessions,

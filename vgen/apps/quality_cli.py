@@ -27,19 +27,26 @@ from vgen.apps.options import (
     stream_overrides,
 )
 from vgen.data.clips import ClipsConfig
-from vgen.eval.classifier import load_shapes_classifier
-from vgen.eval.quality import class_accuracy, clip_quality, token_statistics
+from vgen.data.scenes import evaluation_prompts
+from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
+from vgen.eval.quality import attribute_accuracy, class_accuracy, clip_quality, token_statistics
+from vgen.hub import from_pretrained
 from vgen.images import image_grid
+from vgen.models.classifier import AttributeClassifier
+from vgen.models.conditioning import cat_conditions
 from vgen.pipelines import StreamPipeline
 
 
 def add_quality_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quality", help="token statistics and class accuracy of a model's samples",
+    p = sub.add_parser("quality", help="token statistics and class (or prompt) accuracy of a model's samples",
                        description="Sample --num-images images or clips (classes in turn), then report the mean "
                                    "entropy and median top-1 probability of the token distributions they were drawn "
                                    "from (discrete-token models), and the domain classifier's class accuracy on "
                                    "them (on every frame of a clip, with a motion check against real clips). A "
-                                   "streaming (block-diffusion) model is measured on --num-frames-long streams.")
+                                   "streaming (block-diffusion) model is measured on --num-frames-long streams. A "
+                                   "text-to-image model of the scenes domain draws held-out prompts that state "
+                                   "every attribute, and the scene judge reads each attribute back from the "
+                                   "pixels.")
     p.add_argument("--model", default="shapes-c2i", help="embedded model name or pipeline folder")
     p.add_argument("--num-images", type=int, default=512, help="images (clips) to sample, the classes in turn")
     p.add_argument("--batch-size", type=int, default=64, help="images (clips) sampled at once")
@@ -51,6 +58,8 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", default=None, help="write every figure here (JSON), the confusion matrix included")
     p.add_argument("--device", type=device_name, default="cpu",
                    help="where the model samples (the judges run on the CPU)")
+    p.add_argument("--judge", default=None,
+                   help="text-to-image models: a scene judge folder (default: the shipped shapes-scene-judge)")
     p.set_defaults(func=run_quality)
 
 
@@ -67,6 +76,10 @@ def run_quality(args: argparse.Namespace) -> None:
         raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
     if args.num_frames is not None:
         raise UsageError("--num-frames is for streaming models; a token model's clips have a fixed length")
+    if pipe.text_conditional:
+        return write_prompt_quality(prompt_quality(pipe, args), args.json)
+    if args.judge is not None:
+        raise UsageError(f"--judge reads text-to-image samples; {pipe.info.name} is class-conditional")
     params = sampling_params(pipe, args)
     n_cls = pipe.num_classes
     classes = [i % n_cls for i in range(args.num_images)]
@@ -118,6 +131,49 @@ def quality_summary(figures: dict) -> str:
     header = "class     " + "  ".join(name.rjust(w) for name, w in zip(names, widths))
     row = "accuracy  " + "  ".join(f"{x:.2f}".rjust(w) for x, w in zip(figures["per_class"].values(), widths))
     return f"{text}\n{header}\n{row}"
+
+
+def prompt_quality(pipe, args: argparse.Namespace) -> dict:
+    """``vgen quality`` for a text-to-image pipeline: ``--num-images`` held-out prompts stating every attribute
+    (:func:`~vgen.data.scenes.evaluation_prompts`), each attribute read back by the scene judge, and the token
+    statistics under the prompts' condition; ``--grid`` gets the first 64 samples."""
+    if args.judge is not None and not Path(args.judge).is_dir():
+        raise UsageError(f"--judge {args.judge} is not a folder")
+    judge = from_pretrained(args.judge) if args.judge else load_scene_judge()
+    if not isinstance(judge, AttributeClassifier):
+        raise UsageError(f"--judge {args.judge} holds a {type(judge).__name__}, not a scene judge")
+    params = sampling_params(pipe, args)
+    prompts, attributes = evaluation_prompts(args.num_images)
+    tokens, images, conds = [], [], []
+    generator = torch.Generator(pipe.device).manual_seed(args.seed)
+    for i in range(0, args.num_images, args.batch_size):
+        batch = prompts[i:i + args.batch_size]
+        out = pipe(prompt=batch, generator=generator, progress=True, **params.to_dict())
+        tokens.append(out.tokens)
+        images.extend(out.images)
+        conds.append(pipe.prompt_encoder(batch))
+    pixels = np.stack([np.array(im) for im in images])
+    figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed,
+               "num_images": args.num_images,
+               "attribute_accuracy": attribute_accuracy(judge, pixels, attributes)}
+    figures.update(token_statistics(pipe.model, torch.cat(tokens), cat_conditions(conds), params))
+    if args.grid:
+        image_grid(images[:64], 8).save(args.grid)
+    return figures
+
+
+def write_prompt_quality(figures: dict, path: str | None) -> None:
+    """Write every figure to ``path`` (JSON) and print a few lines: the setup, the token statistics, and the share
+    of samples showing each attribute their prompt stated."""
+    if path:
+        Path(path).write_text(json.dumps(figures, indent=1))
+    settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
+    accuracy = figures["attribute_accuracy"]
+    print(f"{figures['model']}: {plural(figures['num_images'], 'held-out prompt')}, seed {figures['seed']} "
+          f"({settings})\nmean_entropy_nats {_figure(figures['mean_entropy_nats'])}; median_top1_prob "
+          f"{_figure(figures['median_top1_prob'])}\n"
+          + "attribute  " + "  ".join(name.rjust(10) for name in accuracy) + "\n"
+          + "accuracy   " + "  ".join(f"{x:.2f}".rjust(10) for x in accuracy.values()))
 
 
 def _figure(value) -> str:

@@ -25,6 +25,7 @@ from vgen.apps.options import (
 from vgen.eval.videos import read_video
 from vgen.images import image_grid
 from vgen.pipelines import tile_clips
+from vgen.pipelines.inputs import read_prompt_file
 from vgen.samplers import get_sampler
 from vgen.video_io import VIDEO_FORMATS, write_video
 from vgen.visualize import acceptance_figure, clip_acceptance_figure
@@ -87,7 +88,9 @@ def run_sample(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     prompts = read_prompts(args)
     if prompts is None and getattr(pipe, "text_conditional", False):
-        raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")
+        if not pipe.info.example_prompts:
+            raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")
+        prompts = list(pipe.info.example_prompts)
     out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
                progress=not args.no_progress, prompt=prompts, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
@@ -109,12 +112,10 @@ def read_prompts(args: argparse.Namespace) -> list[str] | None:
         return None
     prompts = list(args.prompts or [])
     if args.prompt_file is not None:
-        path = Path(args.prompt_file)
-        if not path.is_file():
-            raise UsageError(f"--prompt-file {args.prompt_file} is not a file")
-        prompts += [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    if not prompts:
-        raise UsageError("no prompt given: --prompt-file holds no prompt")
+        try:
+            prompts += read_prompt_file(args.prompt_file)
+        except ValueError as e:
+            raise UsageError(f"--prompt-file: {e}") from None
     return prompts
 
 

@@ -1,6 +1,7 @@
 """``vgen sample-many``: thousands of samples for evaluation, across processes with ``torchrun``, packed as ``.npz``.
 
     torchrun --nproc_per_node 8 -m vgen sample-many --num-samples 50000 --out samples/run --device cuda
+    vgen sample-many --model shapes-t2i --prompt-file captions.txt --num-samples 30000 --out samples/t2i
     vgen sample-many --model shapes-blockdiff --num-samples 2048 --num-frames 16 --out samples/stream
 
 The logic (seeds, labels, sharding, resuming, packing) is :mod:`vgen.eval.sample_many`.
@@ -29,6 +30,7 @@ from vgen.apps.options import (
 )
 from vgen.eval.sample_many import SamplePlan, StreamClips, init_distributed, sample_many
 from vgen.pipelines import StreamPipeline, default_sampler
+from vgen.pipelines.inputs import read_prompt_file
 from vgen.samplers import get_sampler
 
 
@@ -38,8 +40,10 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                                    "PNGs (a clip as its frames top to bottom; sharded over the processes of "
                                    "`torchrun --nproc_per_node N -m vgen sample-many ...`), then pack them as an "
                                    "ADM-style .npz (arr_0: uint8 [N, H, W, 3] or clips [N, T, H, W, 3], arr_1: "
-                                   "labels). Rerunning the same command resumes and redraws damaged PNGs; sample i "
-                                   "depends only on i and the settings, not on the number of processes.")
+                                   "labels; for a text-to-image model's --prompt-file, arr_1: prompt numbers and "
+                                   "prompts: the prompts). Rerunning the same command resumes and redraws damaged "
+                                   "PNGs; sample i depends only on i and the settings, not on the number of "
+                                   "processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
     gen.add_argument("--num-samples", type=int, required=True,
@@ -49,6 +53,9 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                           "names; default: every class)")
     gen.add_argument("--balanced", action="store_true",
                      help="classes in turn (every class equally often) instead of uniformly random labels")
+    gen.add_argument("--prompt-file", default=None, metavar="FILE",
+                     help="a text-to-image model's prompts, one a line (blank lines skipped), taken in turn: "
+                          "sample i gets prompt i mod the number of prompts")
     gen.add_argument("--seed", type=int, default=0, help="global seed")
     gen.add_argument("--batch-size", type=int, default=32,
                      help="samples per forward batch on each process (default: 32)")
@@ -69,6 +76,9 @@ def run_sample_many(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.out} exists and is not a folder")
     npz = args.npz or str(out.with_name(out.name + ".npz"))
     check_suffix(npz, {".npz"})
+    if args.prompt_file is not None and (args.class_ids or args.balanced):
+        raise UsageError("--class-id and --balanced are for a class model; a --prompt-file's prompts go in turn")
+    prompts = read_prompt_file(args.prompt_file) if args.prompt_file is not None else []
     if args.sampler is not None:
         get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
     ctx = init_distributed(args.device)
@@ -82,7 +92,15 @@ def run_sample_many(args: argparse.Namespace) -> None:
         else:
             sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
             params = sampling_params(pipe, args)
-        plan = SamplePlan(args.seed, args.batch_size, tuple(pipe.class_list(args.class_ids)), args.balanced)
+        text_conditional = getattr(pipe, "text_conditional", False)  # a streaming model is class-conditional
+        if prompts and not text_conditional:
+            raise UsageError(f"--prompt-file is for a text-to-image model; {pipe.info.name} is class-conditional "
+                             f"(draw its classes with --class-id, or all of them by default)")
+        if text_conditional and not prompts:
+            raise UsageError(f"{pipe.info.name} is a text-to-image model: give its prompts with --prompt-file FILE "
+                             f"(one prompt a line)")
+        plan = (SamplePlan(args.seed, args.batch_size, prompts=tuple(prompts)) if prompts else
+                SamplePlan(args.seed, args.batch_size, tuple(pipe.class_list(args.class_ids)), args.balanced))
         for path in (out, Path(npz)):  # once every setting is checked: a refused command leaves no folders
             make_parents(path)
         check_writable(npz)

@@ -374,10 +374,12 @@ def run_t2i(args: argparse.Namespace, train: TrainConfig) -> None:
 def add_scene_judge_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--tokenizer", default=SHAPES_VQ,
                    help="the VQ tokenizer whose reconstructions the judge also learns from")
+    t.add_argument("--num-val", type=int, default=SceneJudgeRecipe.num_val,
+                   help="held-out scenes the final accuracy is measured on")
 
 
 def run_scene_judge(args: argparse.Namespace, train: TrainConfig) -> None:
-    recipe = SceneJudgeRecipe(num_images=args.num_images, batch_size=args.batch_size)
+    recipe = SceneJudgeRecipe(num_images=args.num_images, batch_size=args.batch_size, num_val=args.num_val)
     print(json.dumps(train_scene_judge(args.run_dir, args.tokenizer, args.data_dir, train, recipe,
                                        max_minutes=args.max_minutes, workers=os.cpu_count() or 2)))
 

@@ -19,6 +19,12 @@ A video pipeline draws clips instead: the Fréchet distances are then FVD in vge
 (the shipped video feature network) against rendered validation clips of the moving-shapes data, and the class
 accuracy is the per-frame classifier's clip accuracy (:func:`~vgen.eval.quality.clip_class_accuracy`).
 
+A text-to-image pipeline draws one image per held-out prompt of ``vgen.data.scenes``
+(:func:`~vgen.data.scenes.evaluation_prompts`) instead of classes in turn; the real images are the held-out scenes
+those prompts describe, rendered, and its quality is the scene judge's accuracy per attribute (shape, colour, size,
+position, background) and on all of them at once (``joint``: :func:`~vgen.eval.quality.attribute_accuracy`) in
+place of class accuracy.
+
 With fewer samples than the features' dimensions (192 for images, 128 for clips) the distances are strongly biased
 upward: compare the rows of one run.
 """
@@ -39,21 +45,24 @@ from tqdm.auto import tqdm
 
 from vgen.data.clips import SPLIT_SEEDS as CLIP_SPLIT_SEEDS
 from vgen.data.clips import ClipsConfig, render_clips
+from vgen.data.scenes import evaluation_prompts, render_scenes
 from vgen.data.shapes import SPLIT_SEEDS as SHAPE_SPLIT_SEEDS
 from vgen.data.shapes import ShapesConfig, render_batch
-from vgen.eval.classifier import load_shapes_classifier
+from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
 from vgen.eval.features import is_stats_file, load_images, shapes_features, shapes_video_features
 from vgen.eval.fid import GaussianStats, frechet_distance, kernel_inception_distance, kid_subset_size_for
-from vgen.eval.quality import class_accuracy, clip_class_accuracy, token_statistics
+from vgen.eval.quality import attribute_accuracy, class_accuracy, clip_class_accuracy, token_statistics
 from vgen.eval.sample_many import SamplePlan, samples_of
 from vgen.eval.videos import load_videos
 from vgen.images import image_grid
+from vgen.models.classifier import AttributeClassifier
 from vgen.pipelines import ImagePipeline, default_sampler
 from vgen.samplers import Sampler, SamplingParams, get_sampler
 from vgen.samplers.options import declarations, parse_option
 from vgen.visualize import scatter_plot
 
 REFERENCE = "ar"
+PROMPT_SPLIT = "test"  # the scenes split whose held-out prompts (and their images) a text-to-image model is benched on
 OUTPUTS = {"json": "bench.json", "markdown": "bench.md", "plot": "bench.png"}
 COLUMNS = ("sampler", "drafter", "forward passes", "step compression", "wall time (s)", "latency ratio",
            "tokens / forward", "FID vs real", "KID vs real", "FID vs AR", "class accuracy")
@@ -147,7 +156,7 @@ class RealReference:
 
 def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real: int = 1024) -> RealReference:
     """``real`` (image or clip set, or stats file), else ``num_real`` rendered validation images (clips) of the
-    pipeline's data."""
+    pipeline's data, or for a text-to-image model the held-out scenes its benchmark prompts describe."""
     if real is not None:
         if is_stats_file(real):
             return RealReference(GaussianStats.load(str(real)), None, str(real))
@@ -160,6 +169,10 @@ def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real
         samples, _ = render_clips(CLIP_SPLIT_SEEDS["val"], 0, num_real, clips)
         source = (f"{num_real} rendered validation clips of vgen.data.clips ({clips.num_frames} frames of "
                   f"{clips.frame_size} px)")
+    elif pipe.text_conditional:
+        samples, _, _ = render_scenes(SHAPE_SPLIT_SEEDS[PROMPT_SPLIT], 0, num_real, pipe.info.image_size)
+        source = (f"{num_real} rendered held-out scenes of vgen.data.scenes ({pipe.info.image_size} px; the first "
+                  f"ones are those the prompts describe)")
     elif pipe.info.data is None:
         raise ValueError(f"model {pipe.info.name!r} records no vgen.data set to render real images from; give real "
                          f"images or statistics (--real)")
@@ -177,18 +190,17 @@ class Draw:
 
     samples: list[np.ndarray] = field(default_factory=list)
     tokens: list[torch.Tensor] = field(default_factory=list)  # each batch's token ids (latents for a continuous model)
-    labels: list[int] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)  # class ids, or the numbers of the plan's prompts
     stats: list = field(default_factory=list)  # the SamplerStats of every batch
 
     def add(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, k: int, num_samples: int,
             params: SamplingParams) -> None:
         """Draw batch ``k`` of ``plan`` (cut short at ``num_samples``) and keep its samples and stats."""
         indices = plan.batch_indices(k, num_samples)
-        labels = plan.labels(indices)
-        out = pipe(labels, sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
+        out = pipe(**plan.inputs(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
         self.samples += samples_of(out)
         self.tokens.append(out.tokens)
-        self.labels += list(labels)
+        self.labels += plan.labels(indices)
         self.stats.append(out.stats)
 
     def row(self) -> dict:
@@ -229,50 +241,79 @@ def domain_class_accuracy(pipe: ImagePipeline, samples: np.ndarray, labels: Sequ
     return class_accuracy(load_shapes_classifier(), pixels, labels)["class_accuracy"]
 
 
-def reference_token_statistics(pipe: ImagePipeline, draw: Draw, params: SamplingParams) -> dict | None:
+def reference_token_statistics(pipe: ImagePipeline, draw: Draw, plan: SamplePlan,
+                               params: SamplingParams) -> dict | None:
     """Mean entropy (nats) and median top-1 probability of the distributions the reference row drew its tokens
-    from: how spread out the model's predictions are sets how far a speculative sampler can go, so every table
-    prints them beside its speed-ups. None for a model of continuous tokens."""
+    from (``plan`` says each sample's class or prompt): how spread out the model's predictions are sets how far a
+    speculative sampler can go, so every table prints them beside its speed-ups. None for a model of continuous
+    tokens."""
     tokens = torch.cat(draw.tokens)
     if tokens.is_floating_point():
         return None
-    figures = token_statistics(pipe.model, tokens.to(pipe.device), torch.tensor(draw.labels, device=pipe.device),
-                               params)
+    if plan.prompts:
+        cond = pipe.prompt_encoder([plan.prompts[j] for j in draw.labels])
+    else:
+        cond = torch.tensor(draw.labels, device=pipe.device)
+    figures = token_statistics(pipe.model, tokens.to(pipe.device), cond, params)
     return {key: figures[key] for key in ("mean_entropy_nats", "median_top1_prob", "tokens_measured")}
+
+
+def check_reference_model(pipe: ImagePipeline, reference_pipe: ImagePipeline) -> None:
+    """Refuse a reference model that does not draw what ``pipe`` draws: the same conditioning (prompts, or as many
+    classes) at the same image size."""
+    def draws(p: ImagePipeline) -> str:
+        return f"{'prompts' if p.text_conditional else f'{p.num_classes} classes'} at {p.info.image_size} px"
+
+    if draws(pipe) != draws(reference_pipe):
+        raise ValueError(f"the reference model {reference_pipe.info.name!r} draws {draws(reference_pipe)} and "
+                         f"{pipe.info.name!r} {draws(pipe)}: they cannot be compared")
 
 
 def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: int, seed: int = 0,
               batch_size: int = 8, params: SamplingParams | None = None, real: RealReference | None = None,
-              progress: bool = False, reference_pipe: ImagePipeline | None = None) -> dict:
+              progress: bool = False, reference_pipe: ImagePipeline | None = None,
+              judge: AttributeClassifier | None = None) -> dict:
     """Measure every sampler of ``specs`` (vanilla AR added first when missing) on the same images; returns
     ``{"setup": ..., "results": [one row per sampler]}`` ready for JSON.
 
     With ``reference_pipe`` the reference row is another model of the same classes and image size drawn with its
-    own default sampler (next-token AR for NAR, say), so the ratios compare two backbones on the same data.
+    own default sampler (next-token AR for NAR, say), so the ratios compare two backbones on the same data. A
+    text-to-image model draws the first ``num_samples`` held-out prompts, judged by ``judge`` (default: the
+    shipped scene judge).
     """
     if num_samples < 2:
         raise ValueError(f"need at least 2 samples per sampler for FID, got {num_samples}")
     if reference_pipe is None:
         specs, reference = with_reference(list(specs), default_sampler(pipe.model))
     else:
-        mine, theirs = (pipe.num_classes, pipe.info.image_size), (reference_pipe.num_classes,
-                                                                  reference_pipe.info.image_size)
-        if mine != theirs:
-            raise ValueError(f"the reference model {reference_pipe.info.name!r} draws {theirs[0]} classes at "
-                             f"{theirs[1]} px and {pipe.info.name!r} {mine[0]} at {mine[1]} px: they cannot be "
-                             f"compared")
+        check_reference_model(pipe, reference_pipe)
         name = default_sampler(reference_pipe.model)
         reference = f"{name} ({reference_pipe.info.name})"
         specs = [SamplerSpec(reference, name), *specs]
     params = params or SamplingParams(**pipe.info.defaults)
     real = real or real_reference(pipe)
-    classes = tuple(range(pipe.num_classes))
-    labels = SamplePlan(seed, batch_size, classes, balanced=True).labels(range(num_samples))
+    if pipe.text_conditional:
+        prompts, attributes = evaluation_prompts(num_samples, PROMPT_SPLIT)
+        judge = judge or load_scene_judge()  # before sampling: a missing judge fails at once
+
+        def plan_of(plan_seed: int) -> SamplePlan:
+            return SamplePlan(plan_seed, batch_size, prompts=tuple(prompts))
+
+        def quality(samples: np.ndarray) -> dict:
+            return {"class_accuracy": None, "attribute_accuracy": attribute_accuracy(judge, samples, attributes)}
+    else:
+        classes = tuple(range(pipe.num_classes))
+        labels = SamplePlan(seed, batch_size, classes, balanced=True).labels(range(num_samples))
+
+        def plan_of(plan_seed: int) -> SamplePlan:
+            return SamplePlan(plan_seed, batch_size, classes, balanced=True)
+
+        def quality(samples: np.ndarray) -> dict:
+            return {"class_accuracy": domain_class_accuracy(pipe, samples, labels), "attribute_accuracy": None}
     rows, stats_of = [], {}
     start = time.perf_counter()
     runs = [(reference_pipe if reference_pipe is not None and spec.label == reference else pipe, spec.sampler(),
-             SamplePlan(seed if spec.seed is None else spec.seed, batch_size, classes, balanced=True))
-            for spec in specs]
+             plan_of(seed if spec.seed is None else spec.seed)) for spec in specs]
     draws = draw_interleaved(runs, num_samples, params, progress)
     for spec, (_, _, plan), d in zip(specs, runs, draws):
         samples = np.stack(d.samples)
@@ -282,12 +323,13 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
                "fid": frechet_distance(real.stats, stats).fid,
                "kid": None if real.features is None else kernel_inception_distance(
                    real.features, feats, subset_size=kid_subset_size_for(min(len(real.features), len(feats))))[0],
-               "fid_vs_ar": None, "class_accuracy": domain_class_accuracy(pipe, samples, labels)}
+               "fid_vs_ar": None, **quality(samples)}
         stats_of[spec.label] = stats
         rows.append(row)
     reference_run = next(i for i, spec in enumerate(specs) if spec.label == reference)  # rows follow specs
     base = rows[reference_run]
-    token_stats = reference_token_statistics(runs[reference_run][0], draws[reference_run], params)
+    reference_pipe_used, _, reference_plan = runs[reference_run]
+    token_stats = reference_token_statistics(reference_pipe_used, draws[reference_run], reference_plan, params)
     for row in rows:
         row["step_compression"] = base["forward_passes"] / row["forward_passes"]
         row["latency_ratio"] = base["wall_time_s"] / row["wall_time_s"]
@@ -295,6 +337,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
             row["fid_vs_ar"] = frechet_distance(stats_of[reference], stats_of[row["label"]]).fid
     setup = {"model": pipe.info.name,
              "reference_model": None if reference_pipe is None else reference_pipe.info.name,
+             "conditioning": "prompts" if pipe.text_conditional else "classes",
              "num_samples": num_samples, "batch_size": batch_size, "seed": seed,
              "sampling": params.to_dict(), "reference": reference, "real": real.source, "real_count": real.stats.count,
              "features": "shapes-video" if is_video(pipe) else "shapes", "device": str(pipe.device),
@@ -315,27 +358,45 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+def quality_figures(row: dict) -> dict[str, float | None]:
+    """A row's quality columns: ``class accuracy``, or a text-to-image model's accuracy per attribute and
+    ``joint``."""
+    if row["attribute_accuracy"] is not None:
+        return dict(row["attribute_accuracy"])
+    return {"class accuracy": row["class_accuracy"]}
+
+
+def table_columns(result: dict) -> tuple[str, ...]:
+    """The table's header: :data:`COLUMNS` (FVD / KVD for clips), the class accuracy replaced by one column per
+    attribute for a text-to-image model."""
+    fd, kd = distance_names(result["setup"])
+    columns = tuple(c.replace("FID", fd).replace("KID", kd) for c in COLUMNS[:-1])
+    return columns + tuple(quality_figures(result["results"][0]))
+
+
 def bench_table(result: dict) -> str:
     """The results as a Markdown table, one row per sampler in run order."""
-    fd, kd = distance_names(result["setup"])
-    columns = tuple(c.replace("FID", fd).replace("KID", kd) for c in COLUMNS)
+    columns = table_columns(result)
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for r in result["results"]:
-        acc = None if r["class_accuracy"] is None else 100 * r["class_accuracy"]
+        quality = " | ".join(_fmt(None if v is None else 100 * v, ".1f", "%") for v in quality_figures(r).values())
         lines.append(f"| {r['label']} | {r['drafter'] or '-'} | {r['forward_passes']} | "
                      f"{r['step_compression']:.2f}x | {r['wall_time_s']:.2f} | {r['latency_ratio']:.2f}x | "
                      f"{r['tokens_per_forward']:.2f} | {r['fid']:.2f} | {_fmt(r['kid'], '.4f')} | "
-                     f"{_fmt(r['fid_vs_ar'], '.2f')} | {_fmt(acc, '.1f', '%')} |")
+                     f"{_fmt(r['fid_vs_ar'], '.2f')} | {quality} |")
     return "\n".join(lines)
 
 
 def setup_line(result: dict) -> str:
     s, p = result["setup"], result["setup"]["sampling"]
-    return (f"{s['model']}, {s['num_samples']} samples per sampler (classes in turn), batch {s['batch_size']}, "
+    prompts = s["conditioning"] == "prompts"
+    drawn = "one per held-out scene prompt" if prompts else "classes in turn"
+    judged = "; accuracy per attribute from the scene judge" if prompts else ""
+    return (f"{s['model']}, {s['num_samples']} samples per sampler ({drawn}), batch {s['batch_size']}, "
             f"seed {s['seed']}, CFG {p['cfg_scale']}, temperature {p['temperature']}, top-k {p['top_k']}, "
             f"top-p {p['top_p']}; {s['device']} {s['dtype']}, {s['threads']} thread(s); "
             f"{'/'.join(distance_names(s))} in {s['features']} features against {s['real']} ({s['real_count']} "
-            f"samples); ratios against `{s['reference']}`{token_clause(s['reference_token_statistics'])}; "
+            f"samples){judged}; ratios against `{s['reference']}`{token_clause(s['reference_token_statistics'])}; "
             f"{s['total_time_s']:.0f} s in all.")
 
 

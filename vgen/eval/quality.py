@@ -19,14 +19,16 @@ from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
 from vgen.data.shapes import to_tensor
 from vgen.eval.drift import class_probabilities
 from vgen.models.classifier import AttributeClassifier, ShapesClassifier
+from vgen.models.conditioning import Condition, cat_conditions
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.samplers import SamplingParams, apply_cfg, build_processors
 
 
 @torch.no_grad()
-def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, class_ids: torch.Tensor,
+def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, cond: Condition,
                      params: SamplingParams, max_logits: int = 1 << 27) -> dict[str, float]:
-    """Entropy and top-1 probability of the distributions a sampler with ``params`` drew ``tokens`` [B, N] from.
+    """Entropy and top-1 probability of the distributions a sampler with ``params`` drew ``tokens`` [B, N] from,
+    under their condition (class ids [B], or a text model's prompt condition).
 
     A teacher-forced pass over the finished sequences gives exactly the distributions the sampler used
     (guided, then temperature / top-k / top-p), one per token, without slowing sampling down. A next-token model
@@ -41,9 +43,9 @@ def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, class_ids: to
     entropies, top1 = [], []
     device = next(model.parameters()).device
     for i in range(0, len(tokens), batch_size):
-        t, c = tokens[i:i + batch_size].to(device), class_ids[i:i + batch_size].to(device)
+        t, c = tokens[i:i + batch_size].to(device), cond[i:i + batch_size].to(device)
         if params.guided:
-            t, c = torch.cat([t, t]), torch.cat([c, model.null_condition(c)])
+            t, c = torch.cat([t, t]), cat_conditions([c, model.null_condition(c)])
         logits = model(c, t[:, :-1] if isinstance(model, LlamaGenGPT) else t)
         logits = apply_cfg(logits, params, torch.arange(logits.shape[1], device=logits.device))
         probs = processors(logits).softmax(-1)

@@ -1,15 +1,18 @@
 """Many samples for evaluation: sharded over processes (``torchrun``), resumable, packed as an ADM-style ``.npz``.
 
 Every embedded model kind is drawn this way: class-conditional images (next-token AR, NAR, continuous tokens),
-clips of a video model, and clips of a fixed length streamed by a block-diffusion model (:class:`StreamClips`: its
-stream settings stand where a token model's sampler and sampling settings do).
+clips of a video model, the images of a text-to-image model for a list of prompts (a caption set), and clips of a
+fixed length streamed by a block-diffusion model (:class:`StreamClips`: its stream settings stand where a token
+model's sampler and sampling settings do).
 
 **What each sample is.** Sample ``i`` of a run of ``N`` is a pure function of ``i`` and the run's settings, whatever
 the number of processes. Samples are made in batches of ``batch_size`` consecutive indices, the last one cut short
 at ``N``: batch ``k`` (indices ``k*B .. min(k*B+B, N)-1``) is drawn with a ``torch.Generator`` seeded with a 32-bit
 mix of ``(seed, k)`` (:meth:`SamplePlan.batch_seed`). Its labels are, per index, ``class_ids[i % C]`` with
 ``balanced`` (classes in turn, so every prefix of the run is balanced to within one sample per class) and otherwise
-a uniform draw from ``class_ids`` seeded by ``(seed, i)``. A short last batch draws other noise than the full batch
+a uniform draw from ``class_ids`` seeded by ``(seed, i)``. A text-to-image run takes a list of prompts instead:
+sample ``i`` gets prompt ``i % P`` (the prompts in turn, so a run of ``N = P`` draws one image per prompt). A short
+last batch draws other noise than the full batch
 would, so its samples also depend on ``N``; every other sample does not. LlamaGen's ``sample_c2i_ddp.py`` seeds
 each *rank* instead (``global_seed * world_size + rank``) and draws labels and noise from that per-rank stream, so
 its samples change with the number of GPUs; vgen derives the stream from the global seed and the batch instead, so
@@ -19,15 +22,17 @@ deterministic kernels (CPU; one GPU model).
 **Sharding.** Batch ``k`` belongs to rank ``k % world_size``. Every rank writes ``{index:06d}.png`` into the output
 folder (a clip as its frames stacked top to bottom), and rank 0 packs the ``N`` samples after a barrier into an
 ``.npz`` with ``arr_0`` (uint8 [N, H, W, 3], clips [N, T, H, W, 3]) and ``arr_1`` (int64 labels [N]; the positional
-names guided-diffusion's ``image_sample.py`` writes for class-conditional samples).
+names guided-diffusion's ``image_sample.py`` writes for class-conditional samples). For prompts, ``arr_1`` holds each
+sample's prompt number (its place in the list) and ``prompts`` (a unicode array [N]) the prompt itself.
 
 **Resuming.** Every file is written under a temporary ``.part`` name and renamed (the ``.part`` is removed when the
 write fails), so a file that exists is whole unless the disk lost it. Each PNG carries a text chunk naming the run
 (a hash of its settings) and the batch that drew it. A rerun keeps every batch whose PNGs all read back whole and
 carry this run and this batch, and redraws the others (identically, by the rule above, and naming any damaged PNG),
 so an interrupted run continues without duplicated or lost samples, and a larger ``--num-samples`` extends a
-finished run to what a fresh run of that size packs. The folder's ``sample_many.json`` records the settings and a
-fingerprint of the weights; a rerun with other settings is refused. When that record is missing or damaged, the
+finished run to what a fresh run of that size packs. The folder's ``sample_many.json`` records the settings, a
+fingerprint of the weights and, for prompts, their number and hash; a rerun with other settings (another prompt
+list included) is refused. When that record is missing or damaged, the
 folder is taken up again only if every PNG in it carries this run's hash.
 """
 
@@ -50,6 +55,7 @@ from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
 from vgen.pipelines import ImagePipeline, PipelineOutput, StreamOutput, StreamPipeline, VideoOutput
+from vgen.pipelines.inputs import check_count
 from vgen.samplers import Sampler, SamplingParams
 from vgen.samplers.streaming import StreamConfig
 
@@ -60,21 +66,30 @@ PNG_RECORD = "vgen-sample-many"  # the PNG text chunk naming the run and the bat
 
 @dataclass(frozen=True)
 class SamplePlan:
-    """Which noise seed and label each sample index gets (see the module docstring)."""
+    """Which noise seed and label each sample index gets (see the module docstring): a class id from
+    ``class_ids``, or for a text-to-image model the number of its prompt in ``prompts``."""
 
     seed: int
     batch_size: int
-    class_ids: tuple[int, ...]
+    class_ids: tuple[int, ...] = ()
     balanced: bool = False
+    prompts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "class_ids", tuple(int(c) for c in self.class_ids))
+        object.__setattr__(self, "prompts", tuple(self.prompts))
         if not 0 <= self.seed < MAX_SEED:
             raise ValueError(f"seed must be in [0, 2**31), got {self.seed}")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
-        if not self.class_ids:
-            raise ValueError("no class ids to draw labels from")
+        if self.prompts and self.class_ids:
+            raise ValueError("give class ids or prompts, not both")
+        if self.prompts and self.balanced:
+            raise ValueError("balanced is for class ids: prompts always go in turn")
+        if not self.class_ids and not self.prompts:
+            raise ValueError("no class ids (or prompts) to draw labels from")
+        if not all(isinstance(p, str) and p.strip() for p in self.prompts):
+            raise ValueError("every prompt must be a non-empty string")
 
     def num_batches(self, num_samples: int) -> int:
         return math.ceil(num_samples / self.batch_size)
@@ -89,13 +104,27 @@ class SamplePlan:
         return int(np.random.SeedSequence([self.seed, k]).generate_state(1)[0])
 
     def labels(self, indices: Iterable[int]) -> list[int]:
+        """The class id of each index, or the number of its prompt."""
+        if self.prompts:
+            return [i % len(self.prompts) for i in indices]
         c = self.class_ids
         if self.balanced:
             return [c[i % len(c)] for i in indices]
         return [c[int(np.random.default_rng([self.seed, i]).integers(len(c)))] for i in indices]
 
+    def inputs(self, indices: Iterable[int]) -> dict:
+        """The pipeline's condition arguments for these indices: ``class_ids=``, or ``prompt=``."""
+        labels = self.labels(indices)
+        return {"prompt": [self.prompts[j] for j in labels]} if self.prompts else {"class_ids": labels}
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "class_ids": list(self.class_ids)}
+        """The plan as a run's settings record it: prompts by their number and hash (a caption set can be long)."""
+        if self.prompts:
+            digest = hashlib.sha256(json.dumps(self.prompts).encode()).hexdigest()
+            return {"seed": self.seed, "batch_size": self.batch_size,
+                    "prompts": {"count": len(self.prompts), "sha256": digest}}
+        return {"seed": self.seed, "batch_size": self.batch_size, "class_ids": list(self.class_ids),
+                "balanced": self.balanced}
 
 
 @dataclass(frozen=True)
@@ -107,8 +136,7 @@ class StreamClips:
     num_frames: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_frames, bool) or not isinstance(self.num_frames, int) or self.num_frames < 1:
-            raise ValueError(f"num_frames must be an integer >= 1, got {self.num_frames!r}")
+        check_count("num_frames", self.num_frames)
 
 
 @dataclass(frozen=True)
@@ -156,16 +184,29 @@ def init_distributed(device: str = "cpu") -> Distributed:
 
 
 def weights_fingerprint(pipe: ImagePipeline | StreamPipeline) -> str:
-    """SHA-256 over every tensor of the backbone, tokenizer and draft head (names, dtypes and bytes)."""
+    """SHA-256 over every tensor of the backbone, tokenizer, draft head and text encoder (names, dtypes and
+    bytes)."""
     digest = hashlib.sha256()
     drafter = getattr(pipe, "draft_head", None)  # a streaming pipeline has none
-    for prefix, module in (("gpt", pipe.model), ("vq", pipe.tokenizer), ("drafter", drafter)):
+    for prefix, module in (("gpt", pipe.model), ("vq", pipe.tokenizer), ("drafter", drafter),
+                           ("text_encoder", getattr(pipe, "text_encoder", None))):
         if module is None:
             continue
         for name, tensor in module.state_dict().items():
             digest.update(f"{prefix}.{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
             digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+def check_conditioning(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan) -> None:
+    """Refuse prompts for a class model and class ids for a text-to-image model; check the class ids."""
+    text_conditional = getattr(pipe, "text_conditional", False)  # a streaming pipeline is class-conditional
+    if text_conditional and not plan.prompts:
+        raise ValueError(f"{pipe.info.name} is a text-to-image model: give it prompts (vgen sample-many "
+                         f"--prompt-file), not class ids")
+    if plan.prompts and not text_conditional:
+        raise ValueError(f"{pipe.info.name} is class-conditional: give it class ids, not prompts")
+    pipe.check_class_ids(plan.class_ids)
 
 
 def run_settings(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan, sampler: Sampler | None,
@@ -205,11 +246,11 @@ def check_drawing(pipe: ImagePipeline | StreamPipeline, sampler: Sampler | None,
 
 def draw_batch(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan, k: int, indices: range,
                sampler: Sampler | None, params: SamplingParams | StreamClips) -> PipelineOutput | StreamOutput:
-    """Batch ``k`` (its ``indices``): its labels, drawn with its seed."""
-    labels, seed = plan.labels(indices), plan.batch_seed(k)
+    """Batch ``k`` (its ``indices``): its class ids or prompts, drawn with its seed."""
+    inputs, seed = plan.inputs(indices), plan.batch_seed(k)
     if isinstance(params, StreamClips):
-        return pipe(labels, params.num_frames, seed=seed, **asdict(params.config))
-    return pipe(labels, sampler=sampler, seed=seed, **params.to_dict())
+        return pipe(**inputs, num_frames=params.num_frames, seed=seed, **asdict(params.config))
+    return pipe(**inputs, sampler=sampler, seed=seed, **params.to_dict())
 
 
 def samples_of(out: PipelineOutput | VideoOutput | StreamOutput) -> list[np.ndarray]:
@@ -351,7 +392,7 @@ def sample_many(pipe: ImagePipeline | StreamPipeline, out_dir: str | Path, num_s
     if num_samples < 1:
         raise ValueError(f"number of samples must be >= 1, got {num_samples}")
     check_drawing(pipe, sampler, params)
-    pipe.check_class_ids(plan.class_ids)
+    check_conditioning(pipe, plan)
     out_dir = Path(out_dir)
     npz_path = Path(npz_path) if npz_path is not None else out_dir.with_name(out_dir.name + ".npz")
     settings = run_settings(pipe, plan, sampler, params)
@@ -406,7 +447,8 @@ def kept_batch(out_dir: Path, indices: range, run: str, damaged: list[str]) -> b
 
 def pack_npz(out_dir: Path, npz_path: Path, num_samples: int, plan: SamplePlan, frames: int | None = None) -> Path:
     """The first ``num_samples`` PNGs as ``arr_0`` (uint8 [N, H, W, 3], or with ``frames`` clips [N, T, H, W, 3]
-    from frame strips) and their labels as ``arr_1``; the file is flushed to the disk before it is renamed."""
+    from frame strips), their labels as ``arr_1`` and, for prompts, each sample's prompt as ``prompts``; the file
+    is flushed to the disk before it is renamed."""
     missing = [i for i in range(num_samples) if not png_path(out_dir, i).is_file()]
     if missing:
         raise ValueError(f"{len(missing)} of the first {num_samples} samples are missing in {out_dir} (first: "
@@ -419,6 +461,9 @@ def pack_npz(out_dir: Path, npz_path: Path, num_samples: int, plan: SamplePlan, 
             raise ValueError(f"{png_path(out_dir, i)} is {sample.shape}, not {first.shape} like the others")
         samples[i] = sample
     labels = np.asarray(plan.labels(range(num_samples)), np.int64)
+    arrays = {"arr_0": samples, "arr_1": labels}
+    if plan.prompts:
+        arrays["prompts"] = np.array([plan.prompts[j] for j in labels], dtype=str)
     npz_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(npz_path, lambda f: np.savez(f, arr_0=samples, arr_1=labels), sync=True)
+    write_atomic(npz_path, lambda f: np.savez(f, **arrays), sync=True)
     return npz_path

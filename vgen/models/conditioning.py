@@ -79,6 +79,10 @@ class PrefixCondition:
     def __len__(self) -> int:
         return self.values.shape[0]
 
+    def __getitem__(self, rows: slice | torch.Tensor) -> PrefixCondition:
+        """The rows ``rows`` (a slice or an index tensor), as class ids [B] are indexed."""
+        return PrefixCondition(self.values[rows], self.mask[rows])
+
     @property
     def length(self) -> int:
         """Positions per row, padding included."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -128,3 +129,18 @@ class ClassConditional:
 def _scalar(x: Any) -> bool:
     """Whether ``x`` is a 0-d array or tensor (one class id, though it has ``__iter__``)."""
     return getattr(x, "ndim", None) == 0
+
+
+def read_prompt_file(path: str | Path) -> list[str]:
+    """The prompts of a text file, one a line (surrounding spaces stripped, blank lines skipped); a ValueError
+    naming the file when it cannot be read, is not UTF-8 text, or holds no prompt."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"prompt file {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+    except OSError as e:
+        raise ValueError(f"cannot read prompt file {path}: {e.strerror or e}") from None
+    prompts = [line.strip() for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError(f"prompt file {path} holds no prompts: write one prompt a line")
+    return prompts

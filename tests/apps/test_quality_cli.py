@@ -1,0 +1,53 @@
+"""``vgen quality`` and ``vgen sample`` on a text-to-image model: held-out prompts judged attribute by attribute,
+and the model's example prompts when none is given."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vgen.apps.cli import main
+from vgen.data.scenes import ATTRIBUTES, EXAMPLE_PROMPTS
+from vgen.hub import save_pretrained
+from vgen.tokenizers.vq import VQConfig, VQModel
+
+
+@pytest.fixture(scope="module")
+def judge_dir(tmp_path_factory, tiny_scene_judge):
+    return save_pretrained(tiny_scene_judge, tmp_path_factory.mktemp("judge") / "judge")
+
+
+def test_quality_of_a_text_model_reads_every_attribute_of_held_out_prompts(tiny_t2i_pipeline_dir, judge_dir,
+                                                                            tmp_path, capsys):
+    figures, grid = tmp_path / "q.json", tmp_path / "grid.png"
+    code = main(["quality", "--model", str(tiny_t2i_pipeline_dir), "--judge", str(judge_dir), "--num-images", "4",
+                 "--batch-size", "2", "--json", str(figures), "--grid", str(grid)])
+    out = capsys.readouterr().out
+    assert code == 0
+    result = json.loads(figures.read_text())
+    assert set(result["attribute_accuracy"]) == {*ATTRIBUTES, "joint"}
+    assert all(0 <= v <= 1 for v in result["attribute_accuracy"].values())
+    assert result["tokens_measured"] == 4 * 16 and result["sampling"]["cfg_scale"] == 2.0
+    assert grid.is_file()
+    assert "4 held-out prompts" in out and "attribute" in out and "joint" in out
+
+
+def test_a_judge_is_for_text_models_only(tiny_pipeline_dir, judge_dir, capsys):
+    assert main(["quality", "--model", str(tiny_pipeline_dir), "--judge", str(judge_dir), "--num-images", "1"]) == 2
+    assert "--judge reads text-to-image samples" in capsys.readouterr().err
+
+
+def test_a_judge_folder_of_another_model_is_refused(tiny_t2i_pipeline_dir, tmp_path, capsys):
+    other = save_pretrained(VQModel(VQConfig(codebook_size=8, ch=8, ch_mult=(1, 2), num_res_blocks=1, z_channels=4,
+                                             norm_groups=4)), tmp_path / "vq")
+    assert main(["quality", "--model", str(tiny_t2i_pipeline_dir), "--judge", str(other), "--num-images", "1"]) == 2
+    assert "holds a VQModel, not a scene judge" in capsys.readouterr().err
+
+
+def test_sample_without_a_prompt_draws_the_models_example_prompts(tiny_t2i_pipeline_dir, tmp_path, capsys):
+    stats = tmp_path / "stats.json"
+    code = main(["sample", "--model", str(tiny_t2i_pipeline_dir), "--out", str(tmp_path / "grid.png"),
+                 "--stats", str(stats), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(stats.read_text())["prompts"] == list(EXAMPLE_PROMPTS[:3])
