@@ -67,6 +67,7 @@ def test_same_seed_same_grid_other_seed_differs(tiny_pipeline_dir, tmp_path, cap
     (["--sampler", "ar", "--window", "4"], "unknown sampler 'ar' field(s) ['window']"),
     (["--sampler", "gsd", "--draft-coupling", "x"], "draft_coupling must be one of"),
     (["--acceptance-map", "map.txt"], "unsupported file type .txt"),
+    (["--fps", "0"], "--fps must be >= 1, got 0"),
 ])
 def test_bad_input_gets_one_specific_line_and_exit_2(tiny_pipeline_dir, args, message, capsys):
     full = ["sample", "--model", str(tiny_pipeline_dir), *args] if "--model" not in args else ["sample", *args]
@@ -200,6 +201,7 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
 
 @pytest.mark.parametrize(("recipe", "extra", "message"), [
     ("kl", ["--threads", "-1"], "--threads must be between 1 and this machine's"),
+    ("scene-judge", ["--num-val", "0"], "--num-val must be >= 1, got 0"),
     ("kl", ["--max-minutes", "nan"], "--max-minutes must be a finite number > 0, got nan"),
     ("kl", ["--num-images", "0"], "--num-images must be >= 1, got 0"),
     ("kl", ["--lr", "inf"], "lr must be a finite number > 0, got inf"),

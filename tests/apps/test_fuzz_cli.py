@@ -40,7 +40,7 @@ TEXTS = ["", " ", "ünïcødé ✨", "a" * 1_000_000, "line\nbreak", "\x00", "-"
 NOT_POSITIVE = ["-1", "0", "-0", "-2147483649"]
 # flags whose value must be >= 1 (a count, a size, a limit), so that a value above is refused
 POSITIVE = {"num_images", "batch_size", "num_samples", "num_real", "frames", "fps", "num_frames", "max_concurrency",
-            "kid_subsets", "threads", "cols", "max_minutes", "port"}
+            "kid_subsets", "threads", "cols", "max_minutes", "port", "num_val"}
 PATHS = ["missing", "missing/deeper/file.png", "folder", "file.txt", "bad.npz", "folder/", ".", "folder/../file.txt"]
 # (relative: an accepted command may write where a path points, so none points outside the test's folder)
 
@@ -73,17 +73,20 @@ def no_work(monkeypatch):
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
-    """What the base commands read: small image and clip sets, and stand-ins for LlamaGen checkpoint files."""
+    """What the base commands read: small image and clip sets, a prompt file, and stand-ins for LlamaGen checkpoint
+    files."""
     folder = tmp_path_factory.mktemp("inputs")
     rng = np.random.default_rng(0)
     np.savez(folder / "images.npz", arr_0=rng.integers(0, 256, (4, 16, 16, 3), dtype=np.uint8))
     np.savez(folder / "clips.npz", arr_0=rng.integers(0, 256, (4, 4, 16, 16, 3), dtype=np.uint8))
     for name in ("gpt.pt", "vq.pt"):
         (folder / name).write_bytes(b"")
+    (folder / "prompts.txt").write_text("a red star\na large blue ring\n")
     return folder
 
 
-def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuous: Path) -> dict[str, list[str]]:
+def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuous: Path,
+                  t2i: Path) -> dict[str, list[str]]:
     """A valid command line of every subcommand (outputs in the current folder): the fuzz adds flags to it."""
     vq, kl = str(tiny / "vq"), str(continuous / "kl")
     tokenizer = {"ar": vq, "nbp": vq, "nar": vq, "classifier": vq, "drafter": vq, "t2i": vq, "scene-judge": vq,
@@ -91,12 +94,15 @@ def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuou
     commands = {
         "sample": ["sample", "--model", str(tiny), "--out", "s.png", "--no-progress"],
         "sample video": ["sample", "--model", str(video), "--out", "s.gif", "--no-progress"],
+        "sample t2i": ["sample", "--model", str(t2i), "--prompt", "a red star", "--out", "s.png", "--no-progress"],
         "stream": ["stream", "--model", str(stream), "--frames", "4", "--out", "s.mp4", "--no-progress"],
         "quality": ["quality", "--model", str(tiny), "--num-images", "3"],
         "quality stream": ["quality", "--model", str(stream), "--num-images", "3"],
         "sample-many": ["sample-many", "--model", str(tiny), "--num-samples", "2", "--out", "run", "--no-progress"],
         "sample-many stream": ["sample-many", "--model", str(stream), "--num-samples", "2", "--out", "run",
                                "--no-progress"],
+        "sample-many t2i": ["sample-many", "--model", str(t2i), "--prompt-file", str(inputs / "prompts.txt"),
+                            "--num-samples", "2", "--out", "run", "--no-progress"],
         "bench": ["bench", "--model", str(tiny), "--real", str(inputs / "images.npz"), "--num-samples", "2",
                   "--out", "bench", "--no-progress"],
         "eval fid": ["eval", "fid", "--real", str(inputs / "images.npz"), "--fake", str(inputs / "images.npz")],
@@ -230,12 +236,12 @@ def cases(commands: dict[str, list[str]], rng: random.Random, each: int,
 
 @pytest.fixture
 def world(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
-          tiny_continuous_pipeline_dir, tmp_path, monkeypatch, no_work):
+          tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tmp_path, monkeypatch, no_work):
     """The base command lines, run from a fresh folder (:func:`make_workdir`)."""
     make_workdir(tmp_path)
     monkeypatch.chdir(tmp_path)
     return base_commands(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
-                         tiny_continuous_pipeline_dir)
+                         tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir)
 
 
 def test_every_base_command_is_accepted(world, capsys, tmp_path):

@@ -72,6 +72,8 @@ def run_sample(args: argparse.Namespace) -> None:
     check_writable(args.acceptance_map, IMAGE_SUFFIXES)
     if args.cols is not None and args.cols < 1:
         raise UsageError(f"--cols must be >= 1, got {args.cols}")
+    if args.fps < 1:
+        raise UsageError(f"--fps must be >= 1, got {args.fps}")
     options = sampler_options(args)
     if args.sampler is not None:
         get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads

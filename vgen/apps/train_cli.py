@@ -447,7 +447,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 def check_run_flags(args: argparse.Namespace) -> None:
     """Refuse the counts and limits every recipe takes when out of range (the optimiser's settings are checked by
     :class:`TrainConfig`)."""
-    for flag, value in (("--num-images", args.num_images), ("--batch-size", args.batch_size)):
+    for flag, value in (("--num-images", args.num_images), ("--batch-size", args.batch_size),
+                        ("--num-val", getattr(args, "num_val", 1))):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if args.threads is not None and not 1 <= args.threads <= (os.cpu_count() or 1):
