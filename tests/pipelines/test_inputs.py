@@ -46,6 +46,9 @@ def test_class_names_work_wherever_ids_do(pipe) -> None:
     ([b"a"], "a class must be an integer id or a class name, got b'a' (bytes)"),
     ([[1, 2]], "a class must be an integer id or a class name, got [1, 2] (list)"),
     ([3], "class id 3 is out of range for tiny with 3 classes (valid: 0..2)"),
+    ([np.int64(5)], "class id 5 is out of range for tiny with 3 classes (valid: 0..2)"),
+    ([10**300], "class id 1000000000000000000000000000000000000000... (301 characters) is out of range for tiny"),
+    (torch.tensor([[1]]), "a class must be an integer id or a class name, got tensor([1]) (Tensor)"),
     ([], "class_ids is empty: give at least one class id or name"),
 ])
 def test_a_bad_class_is_refused_with_what_was_wrong(pipe, class_ids, message) -> None:

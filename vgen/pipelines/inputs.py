@@ -82,8 +82,8 @@ class ClassConditional:
         """Raise a ValueError unless every id is one of the model's classes."""
         for c in class_ids:
             if not 0 <= int(c) < self.num_classes:
-                raise ValueError(f"class id {c} is out of range for {self.info.name} with {self.num_classes} "
-                                 f"classes (valid: 0..{self.num_classes - 1})")
+                raise ValueError(f"class id {short_repr(int(c))} is out of range for {self.info.name} with "
+                                 f"{self.num_classes} classes (valid: 0..{self.num_classes - 1})")
 
     def class_id(self, label: Any) -> int:
         """The class id of ``label``: a class id (an integer, numpy's or a 0-d tensor's included), or one of the
