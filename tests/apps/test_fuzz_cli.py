@@ -7,10 +7,12 @@ unknown class names and ids), alone and in random pairs. Every run ends in one o
   made or changed anywhere;
 - accepted: the command gets as far as its work (sampling, streaming, rendering data, measuring features,
   training, serving), where the fuzz stops it (:class:`Reached`), or exits 0. A value that is no number (nan, inf,
-  text) for a numeric flag is never accepted.
+  text) for a numeric flag is never accepted, nor zero or a negative number for a count, size or limit
+  (:data:`POSITIVE`).
 
-The commands run in this process (``vgen.apps.cli.main``) on the tiny test pipelines, and no model work runs, so the
-whole file takes seconds.
+The commands run in this process (``vgen.apps.cli.main``) on the tiny test pipelines from a fresh folder, and no
+model work runs, so the file takes seconds. ``VGEN_FUZZ_EACH`` (values per flag, default 1) and ``VGEN_FUZZ_PAIRS``
+(random pairs of flags per command, default 6) make a deeper run.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ NUMBERS = ["1", "2", "2147483648", "9223372036854775808", "1" + "0" * 30, "1.5",
 TEXTS = ["", " ", "ünïcødé ✨", "a" * 1_000_000, "line\nbreak", "\x00", "-", "--", "--x", "none", "shapes-c2i",
          "circle", "star", "zebra", "99", "-1", "b", "2:b", "-1:a", "4:zebra", ":", "1e309", "nan"]
 NOT_POSITIVE = ["-1", "0", "-0", "-2147483649"]
-# flags whose value must be >= 1 (a count, a size, a limit), so that a value above is refused
+# flags whose value must be >= 1 (a count, a size, a limit): each of NOT_POSITIVE is refused
 POSITIVE = {"num_images", "batch_size", "num_samples", "num_real", "frames", "fps", "num_frames", "max_concurrency",
             "kid_subsets", "threads", "cols", "max_minutes", "port", "num_val"}
 PATHS = ["missing", "missing/deeper/file.png", "folder", "file.txt", "bad.npz", "folder/", ".", "folder/../file.txt"]
@@ -176,7 +178,10 @@ def tree(root: Path) -> dict[str, int]:
 def make_workdir(root: Path) -> None:
     """The folder the commands run in, as each starts: a folder, a text file and a text file named .npz."""
     for p in root.iterdir():
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
     (root / "folder").mkdir()
     (root / "file.txt").write_text("not an image\n")
     (root / "bad.npz").write_text("not a zip file\n")
