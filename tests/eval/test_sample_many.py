@@ -266,8 +266,10 @@ def test_the_manifest_fingerprints_the_weights(tiny_pipeline_dir):
 def test_out_of_range_classes_and_counts_are_refused(pipe, tmp_path):
     with pytest.raises(ValueError, match="class id 5 is out of range"):
         run(pipe, tmp_path / "run", 2, SamplePlan(0, 2, (0, 5)))
-    with pytest.raises(ValueError, match="number of samples must be >= 1"):
+    with pytest.raises(ValueError, match=r"num_samples must be an integer in \[1, 10000000\], got 0"):
         run(pipe, tmp_path / "run", 0, SamplePlan(0, 2, (0,)))
+    with pytest.raises(ValueError, match=r"num_samples must be an integer in \[1, 10000000\], got 1000"):
+        run(pipe, tmp_path / "run", 10**30, SamplePlan(0, 2, (0,)))
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 

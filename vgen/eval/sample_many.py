@@ -389,8 +389,7 @@ def sample_many(pipe: ImagePipeline | StreamPipeline, out_dir: str | Path, num_s
     ``num_samples`` samples into ``npz_path`` (default: ``out_dir`` + ``.npz``, LlamaGen's place). A token pipeline
     draws with ``sampler`` and ``params``, a streaming one streams ``params`` (:class:`StreamClips`, no sampler).
     Every rank must call it with the same arguments."""
-    if num_samples < 1:
-        raise ValueError(f"number of samples must be >= 1, got {num_samples}")
+    check_count("num_samples", num_samples)
     check_drawing(pipe, sampler, params)
     check_conditioning(pipe, plan)
     out_dir = Path(out_dir)
