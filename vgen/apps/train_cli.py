@@ -473,7 +473,7 @@ def run_train(args: argparse.Namespace) -> None:
                     checkpoint_every_steps=args.checkpoint_every_steps,
                     checkpoint_every_minutes=args.checkpoint_every_minutes, override_config=args.override_config)
     train = recipe.defaults.train_config(**settings)
-    if args.threads:  # every setting is checked: from here on the run changes things
+    if args.threads is not None:  # every setting is checked: from here on the run changes things
         torch.set_num_threads(args.threads)
     if args.background:
         set_data_config(args.data_dir, ShapesConfig(background=args.background))
