@@ -91,7 +91,6 @@ def tiny_models(monkeypatch) -> None:
         "SHAPES_LATENT_BLOCKDIFF": TINY_LATENT_DIFF,
         "SHAPES_LATENT_IMAGE_DIFF": replace(TINY_LATENT_DIFF, frames_per_block=1, train_frames=1),
         "train_t2i": partial(train_cli.train_t2i, gpt_config=TINY_T2I, encoder_config=TINY_WORDS),
-        "SceneJudgeRecipe": partial(train_cli.SceneJudgeRecipe, num_reconstructions=4, num_val=4),
     }
     for name, value in patches.items():
         monkeypatch.setattr(train_cli, name, value)
@@ -125,7 +124,8 @@ RECIPES = {
     "blockdiff --distill-from": (["blockdiff", "--distill-from", "{teacher}", "--data-dir", "{clips}"],
                                  BlockDiffusionTransformer),
     "t2i": (["t2i", "--tokenizer", "{vq}", "--init-from", "{gpt}", "--data-dir", "{tmp}/scenes"], LlamaGenGPT),
-    "scene-judge": (["scene-judge", "--tokenizer", "{vq}", "--data-dir", "{tmp}/scenes"], AttributeClassifier),
+    "scene-judge": (["scene-judge", "--tokenizer", "{vq}", "--data-dir", "{tmp}/scenes", "--num-val", "4"],
+                    AttributeClassifier),
 }
 EXPORTS = {"t2i": "export/gpt"}  # a run that exports two models: the folder of the one checked
 
