@@ -45,6 +45,26 @@ def reconstruct(tokenizer: VQModel, images: np.ndarray, batch_size: int = 128) -
     return np.concatenate(out)
 
 
+def cached_reconstructions(tokenizer: VQModel, images: np.ndarray, count: int, run_dir: Path) -> np.ndarray:
+    """The tokenizer's reconstructions of the first ``count`` images, computed once into ``run_dir``."""
+    path = run_dir / f"train_recon_{count}.npy"
+    if not path.exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        np.save(path, reconstruct(tokenizer, images[:count]))
+    return np.load(path)
+
+
+def half_reconstructed(idx: torch.Tensor, images: np.ndarray, recon: np.ndarray,
+                       labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """A judge's training batch: the first half of ``idx`` picks real images, the second half their
+    reconstructions (modulo how many there are), each with its labels."""
+    half = len(idx) // 2
+    real_idx = np.sort(idx[:half].numpy())
+    rec_idx = np.sort(idx[half:].numpy() % len(recon))
+    x = torch.cat([to_tensor(images[real_idx]), to_tensor(recon[rec_idx])])
+    return x, torch.from_numpy(np.concatenate([labels[real_idx], labels[rec_idx]]))
+
+
 def _augment(x: torch.Tensor) -> torch.Tensor:
     """A random quarter turn and flip (the trainer seeds the global RNG per step, so runs resume exactly)."""
     x = torch.rot90(x, int(torch.randint(4, (1,))), dims=(2, 3))
@@ -63,20 +83,12 @@ def train_classifier(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: s
     images, labels = cached_split(data_dir, "train", recipe.num_images)
     val_images, val_labels = cached_split(data_dir, "val", recipe.num_val)
     tokenizer = from_pretrained(tokenizer_dir)
-    rec_path = run_dir / f"train_recon_{recipe.num_reconstructions}.npy"
-    if not rec_path.exists():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        np.save(rec_path, reconstruct(tokenizer, images[:recipe.num_reconstructions]))
-    recon = np.load(rec_path)
+    recon = cached_reconstructions(tokenizer, images, recipe.num_reconstructions, run_dir)
     model = ShapesClassifier(ClassifierConfig()).to(memory_format=torch.channels_last)  # faster CPU convs
     trainer = Trainer(model, train, run_dir, recipe)
-    half = recipe.batch_size // 2
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        real_idx = np.sort(idx[:half].numpy())
-        rec_idx = np.sort(idx[half:].numpy() % len(recon))
-        x = torch.cat([to_tensor(images[real_idx]), to_tensor(recon[rec_idx])])
-        y = torch.from_numpy(np.concatenate([labels[real_idx], labels[rec_idx]]))
+        x, y = half_reconstructed(idx, images, recon, labels)
         logits = model(_augment(x).contiguous(memory_format=torch.channels_last))
         return F.cross_entropy(logits.float(), y), {"acc": float((logits.argmax(-1) == y).float().mean())}
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from vgen.data.scenes import ATTRIBUTES, BACKGROUND_NAMES, COLOUR_NAMES, POSITIONS, SIZES, cached_scenes
-from vgen.data.shapes import CLASS_NAMES, to_tensor
+from vgen.data.shapes import CLASS_NAMES
 from vgen.eval.quality import attribute_accuracy
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.classifier import AttributeClassifier, AttributeClassifierConfig
-from vgen.training.classifier import reconstruct
+from vgen.training.classifier import cached_reconstructions, half_reconstructed, reconstruct
 from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
 
 SCENE_JUDGE = AttributeClassifierConfig(attributes=tuple(zip(ATTRIBUTES, (
@@ -60,20 +59,12 @@ def train_scene_judge(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: 
     images, _, attributes = cached_scenes(data_dir, "train", recipe.num_images, workers=workers)
     val_images, _, val_attributes = cached_scenes(data_dir, "val", recipe.num_val, workers=workers)
     tokenizer = from_pretrained(tokenizer_dir, map_location=train.device)
-    rec_path = run_dir / f"train_recon_{recipe.num_reconstructions}.npy"
-    if not rec_path.exists():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        np.save(rec_path, reconstruct(tokenizer, images[:recipe.num_reconstructions]))
-    recon = np.load(rec_path)
+    recon = cached_reconstructions(tokenizer, images, recipe.num_reconstructions, run_dir)
     model = AttributeClassifier(SCENE_JUDGE).to(memory_format=torch.channels_last)
     trainer = Trainer(model, train, run_dir, recipe)
-    half = recipe.batch_size // 2
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        real_idx = np.sort(idx[:half].numpy())
-        rec_idx = np.sort(idx[half:].numpy() % len(recon))
-        x = torch.cat([to_tensor(images[real_idx]), to_tensor(recon[rec_idx])])
-        y = torch.from_numpy(np.concatenate([attributes[real_idx], attributes[rec_idx]]))
+        x, y = half_reconstructed(idx, images, recon, attributes)
         flips = torch.randint(2, (2,))
         x, y = mirror(x.to(train.device), y.to(train.device), bool(flips[0]), bool(flips[1]))
         logits = model(x.contiguous(memory_format=torch.channels_last))
