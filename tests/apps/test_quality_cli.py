@@ -1,12 +1,15 @@
 """``vgen quality`` and ``vgen sample`` on a text-to-image model: held-out prompts judged attribute by attribute,
-and the model's example prompts when none is given."""
+the model's example prompts when none is given, each prompt written under its image, and prompts going to the
+embedded text model when no model is named."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from PIL import Image
 
+import vgen.pipelines
 from vgen.apps.cli import main
 from vgen.data.scenes import ATTRIBUTES, EXAMPLE_PROMPTS
 from vgen.hub import save_pretrained
@@ -51,3 +54,31 @@ def test_sample_without_a_prompt_draws_the_models_example_prompts(tiny_t2i_pipel
                  "--stats", str(stats), "--no-progress"])
     assert code == 0, capsys.readouterr().err
     assert json.loads(stats.read_text())["prompts"] == list(EXAMPLE_PROMPTS[:3])
+
+
+def test_a_text_models_grid_writes_each_prompt_under_its_image_unless_told_not_to(tiny_t2i_pipeline_dir, tmp_path):
+    captioned, plain = tmp_path / "captioned.png", tmp_path / "plain.png"
+    assert main(["sample", "--model", str(tiny_t2i_pipeline_dir), "--out", str(captioned), "--no-progress"]) == 0
+    assert main(["sample", "--model", str(tiny_t2i_pipeline_dir), "--out", str(plain), "--no-captions",
+                 "--no-progress"]) == 0
+    assert Image.open(plain).size == (3 * 16, 16)  # three example prompts, 16-px images side by side
+    width, height = Image.open(captioned).size
+    assert width > 3 * 16 and height > width / 3  # each tile enlarged, its caption beneath
+
+
+def test_a_class_models_grid_gets_class_names_when_asked(tiny_pipeline_dir, tmp_path):
+    plain, named = tmp_path / "plain.png", tmp_path / "named.png"
+    assert main(["sample", "--model", str(tiny_pipeline_dir), "--class-id", "1", "--out", str(plain),
+                 "--no-progress"]) == 0
+    assert main(["sample", "--model", str(tiny_pipeline_dir), "--class-id", "1", "--out", str(named), "--captions",
+                 "--no-progress"]) == 0
+    assert Image.open(named).size[1] > Image.open(plain).size[1]
+
+
+def test_prompts_without_a_model_go_to_the_embedded_text_model(tiny_t2i_pipeline_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(vgen.pipelines, "DEFAULT_TEXT_MODEL", str(tiny_t2i_pipeline_dir))
+    stats = tmp_path / "stats.json"
+    assert main(["sample", "--prompt", "a small red star at the top left", "--out", str(tmp_path / "s.png"),
+                 "--stats", str(stats), "--no-progress"]) == 0
+    recorded = json.loads(stats.read_text())
+    assert recorded["model"] == "tiny-t2i" and recorded["prompts"] == ["a small red star at the top left"]

@@ -23,7 +23,7 @@ from vgen.apps.options import (
     sampling_overrides,
 )
 from vgen.eval.videos import read_video
-from vgen.images import image_grid
+from vgen.images import captioned_grid, image_grid
 from vgen.pipelines import tile_clips
 from vgen.pipelines.inputs import read_prompt_file
 from vgen.samplers import get_sampler
@@ -57,6 +57,9 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                           "frame-grid .png")
     out.add_argument("--fps", type=int, default=8, help="frames per second of a video output")
     out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
+    out.add_argument("--captions", action=argparse.BooleanOptionalAction, default=None,
+                     help="write each image's prompt (or class name) under it (default: on for a text-to-image "
+                          "model, off for a class model)")
     out.add_argument("--stats", default=None,
                      help="write the sampler's stats as JSON here, with the per-token data of the acceptance map")
     out.add_argument("--acceptance-map", default=None,
@@ -97,7 +100,7 @@ def run_sample(args: argparse.Namespace) -> None:
                progress=not args.no_progress, prompt=prompts, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     cols = args.cols or min(8, len(out.images))
-    image_grid(out.images, cols).save(args.out)
+    grid_of(out, pipe.info, cols, args.captions).save(args.out)
     if args.acceptance_map:
         acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
     stats = {**out.stats.to_dict(per_token=True), "model": pipe.info.name, "class_ids": out.class_ids,
@@ -106,6 +109,18 @@ def run_sample(args: argparse.Namespace) -> None:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
     print(f"wrote {plural(len(out.images), 'image')} to {args.out} ({passes_summary(stats)}, "
           f"{out.stats.wall_time_s:.2f} s sampling)")
+
+
+def grid_of(out, info, cols: int, captions: bool | None):
+    """The images as one grid, with each prompt or class name under its image when ``captions`` (None: when the
+    images were drawn from prompts)."""
+    if captions is None:
+        captions = bool(out.prompts)
+    if not captions:
+        return image_grid(out.images, cols)
+    names = out.prompts or [info.class_names[c] if info.class_names and c < len(info.class_names) else f"class {c}"
+                            for c in out.class_ids]
+    return captioned_grid(out.images, names, cols)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str] | None:

@@ -49,6 +49,9 @@ LLAMAGEN_T2I_DEFAULTS = {"cfg_scale": 7.5, "top_k": 1000}
 MAX_PARAMS_OPTION = Option("the most values a model folder may hold", at_least=1)
 
 
+DEFAULT_MODEL = "shapes-c2i"  # the embedded model of `vgen sample` and `vgen.load()`
+DEFAULT_TEXT_MODEL = "shapes-t2i"  # the embedded model that prompts go to when no model is named
+
 def available_models() -> list[str]:
     """Names of the embedded default pipelines shipped inside the package."""
     return sorted(p.name for p in ASSETS.iterdir() if (p / PIPELINE_CONFIG).is_file()) if ASSETS.is_dir() else []
@@ -68,7 +71,7 @@ def pipeline_folder(name_or_path: str | Path) -> Path:
                      f"or pass a folder written by save_pretrained")
 
 
-def load(name_or_path: str | Path = "shapes-c2i", device: str | torch.device = "cpu",
+def load(name_or_path: str | Path = DEFAULT_MODEL, device: str | torch.device = "cpu",
          dtype: torch.dtype | None = None,
          max_params: int = MAX_PARAMS) -> ImagePipeline | VideoPipeline | StreamPipeline:
     """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
