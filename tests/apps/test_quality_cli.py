@@ -1,6 +1,5 @@
 """``vgen quality`` and ``vgen sample`` on a text-to-image model: held-out prompts judged attribute by attribute,
-the model's example prompts when none is given, each prompt written under its image, and prompts going to the
-embedded text model when no model is named."""
+the model's example prompts when none is given, and each prompt written under its image."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import json
 import pytest
 from PIL import Image
 
-import vgen.pipelines
 from vgen.apps.cli import main
 from vgen.data.scenes import ATTRIBUTES, EXAMPLE_PROMPTS
 from vgen.hub import save_pretrained
@@ -74,11 +72,3 @@ def test_a_class_models_grid_gets_class_names_when_asked(tiny_pipeline_dir, tmp_
                  "--no-progress"]) == 0
     assert Image.open(named).size[1] > Image.open(plain).size[1]
 
-
-def test_prompts_without_a_model_go_to_the_embedded_text_model(tiny_t2i_pipeline_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(vgen.pipelines, "DEFAULT_TEXT_MODEL", str(tiny_t2i_pipeline_dir))
-    stats = tmp_path / "stats.json"
-    assert main(["sample", "--prompt", "a small red star at the top left", "--out", str(tmp_path / "s.png"),
-                 "--stats", str(stats), "--no-progress"]) == 0
-    recorded = json.loads(stats.read_text())
-    assert recorded["model"] == "tiny-t2i" and recorded["prompts"] == ["a small red star at the top left"]
