@@ -39,6 +39,8 @@ def test_captioned_grid_scales_each_image_and_writes_its_caption_beneath():
     assert (text < 128).any(), "the caption is drawn in dark pixels under the image"
     blank = captioned_grid(ims[:1], [""], cols=1, cell=40)
     assert (np.array(blank)[MARGIN + 40:] == 255).all()
+    large = captioned_grid([Image.new("RGB", (64, 64))], ["kept at its size"], cols=1, cell=40)
+    assert large.size[0] == 64 + 2 * MARGIN  # never shrunk below its own width
 
 
 def test_captioned_grid_needs_one_caption_per_image():

@@ -38,15 +38,17 @@ def image_grid(images: Sequence[Image.Image], cols: int) -> Image.Image:
 
 def captioned_grid(images: Sequence[Image.Image], captions: Sequence[str], cols: int, cell: int = 160,
                    font_size: int = 12, lines: int = 4) -> Image.Image:
-    """Tile images row-major, each scaled to ``cell`` pixels wide with its caption wrapped beneath it in up to
-    ``lines`` lines (a longer caption ends in an ellipsis), so a grid of prompts reads without a legend."""
+    """Tile images row-major, each at least ``cell`` pixels wide (smaller ones enlarged, larger ones kept) with its
+    caption wrapped beneath it in up to ``lines`` lines (a longer caption ends in an ellipsis), so a grid of prompts
+    reads without a legend."""
     if len(captions) != len(images):
         raise ValueError(f"{len(images)} images but {len(captions)} captions")
     if not images:
         raise ValueError("no images to tile")
     font = ImageFont.load_default(size=font_size)
-    chars = max(8, int(cell / (0.55 * font_size)))
     w, h = images[0].size
+    cell = max(cell, w)
+    chars = max(8, int(cell / (0.55 * font_size)))
     height = round(h * cell / w)
     line_height = font_size + 2
     text_height = lines * line_height + 6

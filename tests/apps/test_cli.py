@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from vgen.apps.cli import build_parser, main
+from vgen.images import MARGIN
 
 
 def run(args, capsys):
@@ -367,7 +368,7 @@ def test_sample_draws_the_prompts_of_a_janus_folder_with_any_sampler(tiny_janus_
     out, stats = tmp_path / "janus.png", tmp_path / "janus.json"
     code, printed, err = run(["sample", "--model", str(tiny_janus_dir), "--prompt", "a red cat", "--prompt-file",
                               str(prompts), "--sampler", "mcsjd", "--num-images", "3", "--out", str(out),
-                              "--stats", str(stats), "--no-progress"], capsys)
+                              "--stats", str(stats), "--no-captions", "--no-progress"], capsys)
     assert code == 0, err
     recorded = json.loads(stats.read_text())
     assert recorded["prompts"] == ["a red cat", "a big house under the moon", "a red cat"]
@@ -430,7 +431,8 @@ def test_sample_draws_prompts_from_a_llamagen_t2i_folder(llamagen_t2i_release, t
     assert code == 0, err
     recorded = json.loads(stats.read_text())
     assert recorded["prompts"] == ["a red square"] and recorded["tokens"] == 256
-    assert Image.open(out).size == (256, 256)
+    width, height = Image.open(out).size  # the 256-px image at its own size, the prompt beneath it
+    assert width == 256 + 2 * MARGIN and height > 256 + MARGIN
     vq_file.unlink()
     code, _, err = run(["sample", "--model", str(folder), "--prompt", "a red square"], capsys)
     assert code == 2 and "names vq_ckpt 'vq_ds16_t2i.pt', but" in err and err.count("\n") == 1
