@@ -100,7 +100,7 @@ def run_sample(args: argparse.Namespace) -> None:
                progress=not args.no_progress, prompt=prompts, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     cols = args.cols or min(8, len(out.images))
-    grid_of(out, pipe.info, cols, args.captions).save(args.out)
+    grid_of(out, pipe, cols, args.captions).save(args.out)
     if args.acceptance_map:
         acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
     stats = {**out.stats.to_dict(per_token=True), "model": pipe.info.name, "class_ids": out.class_ids,
@@ -111,15 +111,14 @@ def run_sample(args: argparse.Namespace) -> None:
           f"{out.stats.wall_time_s:.2f} s sampling)")
 
 
-def grid_of(out, info, cols: int, captions: bool | None):
+def grid_of(out, pipe, cols: int, captions: bool | None):
     """The images as one grid, with each prompt or class name under its image when ``captions`` (None: when the
     images were drawn from prompts)."""
     if captions is None:
         captions = bool(out.prompts)
     if not captions:
         return image_grid(out.images, cols)
-    names = out.prompts or [info.class_names[c] if info.class_names and c < len(info.class_names) else f"class {c}"
-                            for c in out.class_ids]
+    names = out.prompts or [pipe.class_name(c) for c in out.class_ids]
     return captioned_grid(out.images, names, cols)
 
 
