@@ -113,7 +113,7 @@ step_tests() {
 }
 
 step_kernels() {
-    run 180 "$PYTHON" benchmarks/kernels.py
+    run 180 "$PYTHON" benchmarks/kernel_speed.py
 }
 
 step_speculative() {

@@ -24,7 +24,6 @@ import argparse
 import importlib.metadata
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,10 +36,6 @@ from vgen.models.llamagen import GPTConfig, LlamaGenGPT, llamagen_t2i_config_for
 from vgen.pipelines import LLAMAGEN_T2I_DEFAULTS
 from vgen.samplers import SamplingParams, get_sampler
 from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
-
-# transformers probes for the Hugging Face `kernels` package with `import kernels`, which this folder's kernels.py
-# (first on sys.path when this file runs as a script) would answer
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MODELS = ("llamagen-t2i", "janus-pro-1b")

@@ -1,4 +1,4 @@
-"""benchmarks/kernels.py without a GPU: it runs every kernel in Triton's interpreter, prints each one's agreement
+"""benchmarks/kernel_speed.py without a GPU: it runs every kernel in Triton's interpreter, prints each one's agreement
 with its reference and says that speed needs a GPU. Runs in a subprocess, as the script is run."""
 
 import subprocess
@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("triton", reason="the kernel tests need triton (pip install -e '.[triton]')")
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "kernels.py"
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "kernel_speed.py"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script times the kernels instead")

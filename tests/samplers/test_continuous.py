@@ -9,7 +9,8 @@ from scipy import stats
 
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
-from vgen.samplers import CSpD, SamplingParams
+from vgen.samplers import ContinuousARSampler, CSpD, SamplingParams
+from vgen.samplers.continuous import chain_draws
 
 CLASS_MEANS = torch.tensor([[-1.0, 0.5], [0.0, -0.5], [1.0, 1.0]])
 
@@ -68,6 +69,24 @@ def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_ever
         assert out.stats.details["median_draft_gap_in_target_stds"] < 0.05
 
 
+def test_head_steps_shorten_the_target_s_chain_for_both_samplers(run_sampler, target):
+    """5 of the toy head's 20 steps: other tokens than the full chain's, still near the class means, and CSpD
+    with the target as its own draft reproduces them."""
+    classes = torch.arange(3).repeat(100)
+    params = SamplingParams()
+    full = run_sampler("continuous-ar", target, classes, params, 3)
+    short = run_sampler(ContinuousARSampler(head_steps=5), target, classes, params, 3)
+    assert not torch.allclose(short.tokens, full.tokens, atol=1e-2)
+    for k in range(3):
+        assert torch.allclose(short.tokens[k::3, 0].mean(0), CLASS_MEANS[k], atol=0.25)
+    out = run_sampler(CSpD(draft_length=3, prefill_ratio=0.0, head_steps=5), target, classes, params, 3,
+                      draft_head=copy.deepcopy(target))
+    assert torch.allclose(out.tokens, short.tokens, atol=1e-3)
+    assert out.stats.details["draft_steps"] == 5
+    with pytest.raises(ValueError, match="head_steps"):
+        ContinuousARSampler(head_steps=-1)
+
+
 def test_cspd_drafts_verifies_and_resamples_only_positions_inside_the_image(run_sampler, target):
     """The target as its own draft, with more drafts than the 3 tokens left after the prefill: each row keeps the
     3 drafts inside the image and is done, with no residual sample (nor a fallback) for a position past its end."""
@@ -80,6 +99,7 @@ def test_cspd_drafts_verifies_and_resamples_only_positions_inside_the_image(run_
     assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
     assert out.stats.forward_passes == 2 and out.stats.accepted_lengths == [3] * 200
     assert out.stats.draft_forward_passes == 2 + 2  # prefill and prefix, then a pass between 3 drafts
+    assert out.stats.details["draft_head_chains"] == 3
 
 
 def test_cspd_at_temperature_zero_equals_target_only_sampling(run_sampler, target, draft):
@@ -105,6 +125,29 @@ def test_cspd_output_distribution_equals_the_target_s(run_sampler, target, draft
     assert min(stats.ks_2samp(own[:, n, c], ref[:, n, c]).pvalue for n in range(4) for c in range(2)) < 1e-6
     assert out.stats.details["residual_fallbacks"] == 0
     assert out.stats.details["median_draft_gap_in_target_stds"] > 1  # a different draft: far apart
+
+
+def test_a_short_draft_chain_reads_the_first_and_last_of_the_target_s_draws():
+    assert chain_draws(20, 20).tolist() == list(range(21))
+    assert chain_draws(20, 5).tolist() == [0, 4, 8, 12, 16, 20]
+    draws = chain_draws(100, 7)
+    assert len(draws) == 8 and draws[0] == 0 and draws[-1] == 100 and bool((draws.diff() > 0).all())
+    for bad in (0, 21):
+        with pytest.raises(ValueError, match="1 to 20 steps"):
+            chain_draws(20, bad)
+
+
+def test_cspd_with_a_short_draft_chain_keeps_the_target_s_distribution(run_sampler, target, draft):
+    """The shifted draft's head chain cut to 5 of the target's 20 steps: CSpD's samples still pass the KS test
+    against target-only sampling on other seeds (the draft's own samples fail it: see the test above)."""
+    classes = torch.arange(3).repeat(300)
+    params = SamplingParams()
+    ref = run_sampler("continuous-ar", target, classes, params, 11).tokens
+    out = run_sampler(CSpD(draft_length=3, prefill_ratio=0.0, draft_steps=5), target, classes, params, 12,
+                      draft_head=draft)
+    pvalues = [stats.ks_2samp(out.tokens[:, n, c], ref[:, n, c]).pvalue for n in range(4) for c in range(2)]
+    assert min(pvalues) > 1e-3 / 8
+    assert out.stats.details["draft_steps"] == 5 and out.stats.details["residual_fallbacks"] == 0
 
 
 def test_inner_temperature_trades_fidelity_for_acceptance(run_sampler, target, draft):
@@ -138,6 +181,8 @@ def test_bad_input_is_refused(run_sampler, target, draft):
             CSpD(prefill_ratio=bad)
     with pytest.raises(ValueError, match="inner_temperature"):
         CSpD(inner_temperature=0.5)
+    with pytest.raises(ValueError, match="draft's head chain must take 1 to 20 steps"):
+        run_sampler(CSpD(draft_steps=21), target, torch.tensor([0]), params, 0, draft_head=draft)
     with pytest.raises(ValueError, match="top-k"):
         run_sampler("cspd", target, torch.tensor([0]), SamplingParams(top_k=5), 0, draft_head=draft)
     with pytest.raises(ValueError, match="out of range"):

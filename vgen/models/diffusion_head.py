@@ -41,8 +41,9 @@ class ResBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
         self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 3 * width))
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        shift, scale, gate = self.adaLN_modulation(y).chunk(3, dim=-1)
+    def forward(self, x: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
+        """``modulation``: this block's ``adaLN_modulation(y)``, shift, scale and gate side by side."""
+        shift, scale, gate = modulation.chunk(3, dim=-1)
         return x + gate * self.mlp(modulate(self.in_ln(x), shift, scale))
 
 
@@ -53,9 +54,14 @@ class FinalLayer(nn.Module):
         self.linear = nn.Linear(width, out_channels)
         self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 2 * width))
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        shift, scale = self.adaLN_modulation(y).chunk(2, dim=-1)
+    def forward(self, x: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
+        """``modulation``: this layer's ``adaLN_modulation(y)``, shift and scale side by side."""
+        shift, scale = modulation.chunk(2, dim=-1)
         return self.linear(modulate(self.norm_final(x), shift, scale))
+
+
+MODULATION_BYTES = 32 * 2**20
+"""Memory a reverse chain may spend on AdaLN modulations computed ahead for several steps at once."""
 
 
 @dataclass(frozen=True)
@@ -100,11 +106,28 @@ class DiffusionHead(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.predict(x, self.embed_time(t) + self.cond_embed(z))
+
+    def embed_time(self, t: torch.Tensor) -> torch.Tensor:
+        """Timesteps [B] -> their embeddings [B, width]."""
+        return self.time_embed(timestep_embedding(t).to(self.cond_embed.weight.dtype))
+
+    def predict(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Noise and variance outputs [B, 2C] for tokens x [B, C] given ``y``, the sum of the timestep's and the
+        condition's embeddings."""
+        return self.predict_modulated(x, self.modulations(y))
+
+    def modulations(self, y: torch.Tensor) -> list[torch.Tensor]:
+        """Every AdaLN layer's modulation of ``y`` [..., width], blocks first, then the final layer. They depend on
+        the timestep and condition only, not on the token, so a reverse chain computes many steps' at once."""
+        return [block.adaLN_modulation(y) for block in self.res_blocks] + [self.final_layer.adaLN_modulation(y)]
+
+    def predict_modulated(self, x: torch.Tensor, modulations: list[torch.Tensor]) -> torch.Tensor:
+        """:meth:`predict` with the modulations already computed."""
         h = self.input_proj(x)
-        y = self.time_embed(timestep_embedding(t).to(h.dtype)) + self.cond_embed(z)
-        for block in self.res_blocks:
-            h = block(h, y)
-        return self.final_layer(h, y)
+        for block, modulation in zip(self.res_blocks, modulations):
+            h = block(h, modulation)
+        return self.final_layer(h, modulations[-1])
 
     def sampling_schedule(self, num_steps: int | None = None) -> DiffusionSchedule:
         n = num_steps or self.cfg.num_sampling_steps
@@ -122,21 +145,38 @@ class DiffusionHead(nn.Module):
         prediction ``uncond + s * (cond - uncond)`` drives both halves; the variance is the conditional half's.
         """
         schedule = self.sampling_schedule(num_steps)
-        steps, c = len(schedule), self.cfg.token_channels
+        steps = len(schedule)
         if noise.shape[0] != steps + 1:
             raise ValueError(f"noise must hold {steps + 1} draws (initial + {steps} steps), got {noise.shape[0]}")
-        guided = cfg_scale > 1
         x = noise[0].to(z.dtype)
         mean = std = x
-        for k, i in enumerate(reversed(range(steps))):
-            t = schedule.timesteps[i].to(z.device).expand(z.shape[0])
-            out = self(torch.cat([x, x]) if guided else x, t, z).to(x.dtype)
-            if guided:
-                cond, uncond = out.chunk(2)
-                eps = uncond[:, :c] + cfg_scale * (cond[:, :c] - uncond[:, :c])
-                v = cond[:, c:]
-            else:
-                eps, v = out[:, :c], out[:, c:]
-            x, mean, std = reverse_step(eps, v.clamp(-1, 1), x, i, schedule, noise[k + 1].to(x.dtype), temperature,
-                                        self.cfg.clip_x0)
+        condition = self.cond_embed(z)
+        times = self.embed_time(schedule.timesteps.to(z.device))
+        order, per_chunk = list(reversed(range(steps))), self._steps_per_chunk(z)
+        for start in range(0, steps, per_chunk):
+            chunk = order[start:start + per_chunk]
+            modulations = self.modulations(times[chunk][:, None] + condition[None])  # each [steps, rows, *]
+            for j, i in enumerate(chunk):
+                x, mean, std = self._reverse_step(x, [m[j] for m in modulations], i, schedule,
+                                                  noise[start + j + 1].to(x.dtype), temperature, cfg_scale)
         return x, mean, std
+
+    def _steps_per_chunk(self, z: torch.Tensor) -> int:
+        """How many steps' modulations a chain computes at once: as many as fit in ``MODULATION_BYTES``."""
+        layers = [block.adaLN_modulation[-1] for block in self.res_blocks] + [self.final_layer.adaLN_modulation[-1]]
+        per_step = z.shape[0] * sum(layer.out_features for layer in layers) * z.element_size()
+        return max(1, MODULATION_BYTES // per_step)
+
+    def _reverse_step(self, x: torch.Tensor, modulations: list[torch.Tensor], i: int, schedule: DiffusionSchedule,
+                      noise: torch.Tensor, temperature: float,
+                      cfg_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One reverse step of kept step ``i`` with CFG mixing the noise predictions (see :meth:`sample`)."""
+        c, guided = self.cfg.token_channels, cfg_scale > 1
+        out = self.predict_modulated(torch.cat([x, x]) if guided else x, modulations).to(x.dtype)
+        if guided:
+            cond, uncond = out.chunk(2)
+            eps = uncond[:, :c] + cfg_scale * (cond[:, :c] - uncond[:, :c])
+            v = cond[:, c:]
+        else:
+            eps, v = out[:, :c], out[:, c:]
+        return reverse_step(eps, v.clamp(-1, 1), x, i, schedule, noise, temperature, self.cfg.clip_x0)

@@ -56,6 +56,7 @@ class DiffusionSchedule:
         # the posterior variance is 0 at the first step; improved-diffusion clips its log to the next step's
         self.posterior_log_var = torch.log(torch.cat([posterior_var[1:2], posterior_var[1:]]))
         self.log_betas = torch.log(self.betas)
+        self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = ab.sqrt(), (1.0 - ab).sqrt()
         self.coef_x0 = self.betas * ab_prev.sqrt() / (1.0 - ab)
         self.coef_xt = (1.0 - ab_prev) * (1.0 - self.betas).sqrt() / (1.0 - ab)
 
@@ -63,35 +64,42 @@ class DiffusionSchedule:
         return len(self.timesteps)
 
     @staticmethod
-    def _at(table: torch.Tensor, index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    def _at(table: torch.Tensor, index: torch.Tensor | int, like: torch.Tensor) -> torch.Tensor | float:
+        """``table`` at ``index``: per row [B, 1, ...] for a tensor of steps, or one Python float for a step shared
+        by every row (sampling), which spares a reverse step the indexing and casting of small tensors."""
+        if isinstance(index, int):
+            return float(table[index])
         return table.to(like.device)[index].to(like.dtype).reshape(-1, *([1] * (like.ndim - 1)))
 
     def q_sample(self, x0: torch.Tensor, index: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """Noise clean tokens x0 [B, C] to step ``index`` [B]."""
-        ab = self._at(self.alpha_bar, index, x0)
-        return ab.sqrt() * x0 + (1.0 - ab).sqrt() * noise
+        return (self._at(self.sqrt_alpha_bar, index, x0) * x0
+                + self._at(self.sqrt_one_minus_alpha_bar, index, x0) * noise)
+
+    def posterior_mean(self, x0: torch.Tensor, xt: torch.Tensor, index: torch.Tensor | int) -> torch.Tensor:
+        """Mean of q(x_prev | x_t, x0)."""
+        return self._at(self.coef_x0, index, x0) * x0 + self._at(self.coef_xt, index, x0) * xt
 
     def posterior(self, x0: torch.Tensor, xt: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and log-variance of q(x_prev | x_t, x0)."""
-        mean = self._at(self.coef_x0, index, x0) * x0 + self._at(self.coef_xt, index, x0) * xt
-        return mean, self._at(self.posterior_log_var, index, x0).expand_as(x0)
+        return self.posterior_mean(x0, xt, index), self._at(self.posterior_log_var, index, x0).expand_as(x0)
 
-    def p_mean_logvar(self, eps: torch.Tensor, v: torch.Tensor, xt: torch.Tensor, index: torch.Tensor,
+    def p_mean_logvar(self, eps: torch.Tensor, v: torch.Tensor, xt: torch.Tensor, index: torch.Tensor | int,
                       clip_x0: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model's reverse Gaussian from its noise prediction and variance output ``v`` (learned range).
+        """The model's reverse Gaussian from its noise prediction and variance output ``v`` (learned range), at
+        per-row steps ``index`` [B] or one step for every row.
 
         ``clip_x0`` > 0 clamps the implied clean token to [-clip_x0, clip_x0] (improved-diffusion's
         ``clip_denoised`` for a known latent range): at the noisiest steps the clean estimate divides the noise
         prediction's error by sqrt(alpha_bar) ~ 5e-5, which a small, briefly trained head cannot afford.
         """
-        ab = self._at(self.alpha_bar, index, xt)
-        x0 = (xt - (1.0 - ab).sqrt() * eps) / ab.sqrt()
+        x0 = ((xt - self._at(self.sqrt_one_minus_alpha_bar, index, xt) * eps)
+              / self._at(self.sqrt_alpha_bar, index, xt))
         if clip_x0 > 0:
             x0 = x0.clamp(-clip_x0, clip_x0)
         frac = (v + 1.0) / 2.0
         logvar = frac * self._at(self.log_betas, index, xt) + (1.0 - frac) * self._at(self.posterior_log_var, index, xt)
-        mean, _ = self.posterior(x0, xt, index)
-        return mean, logvar
+        return self.posterior_mean(x0, xt, index), logvar
 
 
 def normal_kl(mean1: torch.Tensor, logvar1: torch.Tensor, mean2: torch.Tensor, logvar2: torch.Tensor) -> torch.Tensor:
@@ -133,7 +141,6 @@ def reverse_step(eps: torch.Tensor, v: torch.Tensor, xt: torch.Tensor, i: int, s
                  noise: torch.Tensor, temperature: float,
                  clip_x0: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One reverse step from kept step ``i``: (x_prev, mean, std) with std = exp(logvar / 2) * temperature."""
-    index = torch.full((xt.shape[0],), i, dtype=torch.long, device=xt.device)
-    mean, logvar = schedule.p_mean_logvar(eps, v, xt, index, clip_x0)
+    mean, logvar = schedule.p_mean_logvar(eps, v, xt, i, clip_x0)
     std = torch.exp(0.5 * logvar) * temperature
     return mean + std * noise, mean, std

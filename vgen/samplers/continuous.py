@@ -40,6 +40,7 @@ from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
 from vgen.samplers.options import check_options, option
 
 TOKEN_ORDER = "continuous"
+HEAD_STEPS_HELP = "reverse steps of the target's diffusion head per token (MAR's sampling steps): fewer run faster"
 
 
 def check_continuous_params(params: SamplingParams) -> None:
@@ -52,11 +53,12 @@ def check_continuous_params(params: SamplingParams) -> None:
 def prepare(sampler: Sampler, model: nn.Module, cond: Condition, params: SamplingParams,
             generator: torch.Generator | None) -> tuple[Condition, Condition, torch.Tensor]:
     """The condition and the rows the model runs (:func:`~vgen.samplers.base.prepare_condition`) after refusing
-    top-k / top-p, and the noise of every token's trajectory, [B, N, steps + 1, C], drawn in one call from
-    ``generator`` (row b gets the same noise whatever the batch size)."""
+    top-k / top-p, and the noise of every token's trajectory, [B, N, steps + 1, C] for the sampler's
+    ``head_steps`` (or the head's own count), drawn in one call from ``generator`` (row b gets the same noise
+    whatever the batch size)."""
     check_continuous_params(params)
     cond, batch_cond = prepare_condition(sampler, model, cond, params)
-    steps = len(model.head.sampling_schedule())
+    steps = len(model.head.sampling_schedule(sampler.head_steps or None))
     noise = torch.randn((len(cond), model.num_tokens, steps + 1, model.token_channels), generator=generator,
                         device=cond.device)
     return cond, batch_cond, noise
@@ -69,12 +71,28 @@ def _guided(x: torch.Tensor, guided: bool) -> torch.Tensor:
 def denoise(model: nn.Module, z: torch.Tensor, noise: torch.Tensor,
             params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tokens of several positions per row at once: conditions z [B', P, dim] ([cond; uncond] halves when
-    guided) and trajectory noise [B, P, steps + 1, C] -> (x, mean, std) of the last reverse step, each [B, P, C]."""
+    guided) and trajectory noise [B, P, steps + 1, C] -> (x, mean, std) of the last step of a ``steps``-step
+    reverse chain, each [B, P, C]."""
     b, p, draws, c = noise.shape
     zz = z.reshape(-1, z.shape[-1])  # [cond rows; uncond rows] stays in that order
     x, mean, std = model.head.sample(zz, noise.reshape(b * p, draws, c).transpose(0, 1), params.temperature,
-                                     params.cfg_scale if params.guided else 1.0)
+                                     params.cfg_scale if params.guided else 1.0, draws - 1)
     return x.reshape(b, p, c), mean.reshape(b, p, c), std.reshape(b, p, c)
+
+
+def chain_draws(target_steps: int, draft_steps: int) -> torch.Tensor:
+    """Which of a target trajectory's ``target_steps + 1`` noise draws a ``draft_steps`` chain reads: the initial
+    token, then evenly spaced draws ending with the last one, so the draft's final draw is the target's.
+
+    Any fixed choice keeps CSpD exact: the draft's last Gaussian depends only on draws before the last, and its
+    token is that Gaussian's mean plus its std times the last draw, so given the earlier draws it is distributed
+    as that Gaussian, the density the acceptance test divides by.
+    """
+    if not 1 <= draft_steps <= target_steps:
+        raise ValueError(f"the draft's head chain must take 1 to {target_steps} steps (the target's), "
+                         f"got {draft_steps}")
+    steps = torch.linspace(target_steps / draft_steps, target_steps, draft_steps).round().long()
+    return torch.cat([torch.zeros(1, dtype=torch.long), steps])
 
 
 def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch.Tensor, params: SamplingParams,
@@ -100,6 +118,10 @@ class ContinuousARSampler(Sampler):
 
     name: ClassVar[str] = "continuous-ar"
     token_order: ClassVar[str] = TOKEN_ORDER
+    head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, note="0 = the model's")
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
     @torch.no_grad()
     def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
@@ -128,9 +150,6 @@ def check_draft(target: nn.Module, draft: nn.Module | None) -> nn.Module:
     theirs = (draft.grid, draft.token_channels, draft.num_classes)
     if mine != theirs:
         raise ValueError(f"draft and target latents differ: target grid/channels/classes {mine}, draft {theirs}")
-    if len(draft.head.sampling_schedule()) != len(target.head.sampling_schedule()):
-        raise ValueError("draft and target heads use different numbers of sampling steps, so their "
-                         "trajectories cannot share noise")
     if draft.training:
         raise ValueError("the draft model is in training mode; call draft.eval() first")
     return draft
@@ -143,8 +162,11 @@ class CSpD(Sampler):
 
     ``draft_length`` tokens per iteration; ``prefill_ratio`` in [0, 1) of the tokens come from the target alone
     first; ``inner_temperature`` 1 is exact, larger values loosen acceptance (the reference uses 42; lossy);
-    ``max_residual_tries`` bounds the residual sampler (see :mod:`vgen.samplers.continuous_rules`). The stats'
-    ``details`` count the residual fallbacks and give ``median_draft_gap_in_target_stds``, how far the draft's
+    ``max_residual_tries`` bounds the residual sampler (see :mod:`vgen.samplers.continuous_rules`).
+    ``head_steps`` sets the target's head chain and ``draft_steps`` the draft's, which reads a subset of the
+    target's trajectory noise (see :func:`chain_draws`). The stats' ``details`` count the residual fallbacks and
+    the draft's head chains (each over the whole batch), and give ``median_draft_gap_in_target_stds``, how far
+    the draft's
     final means sit from the target's in units of the target's final std: exact acceptance needs it well below 1.
     """
 
@@ -156,6 +178,10 @@ class CSpD(Sampler):
     inner_temperature: float = option(1.0, "above 1 widens both Gaussians in the acceptance test, lossily; the "
                                            "reference uses 42", at_least=1, note="1 = exact")
     max_residual_tries: int = option(4096, "draws of the residual sampler before it falls back", at_least=1)
+    head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, note="0 = the model's")
+    draft_steps: int = option(0, "reverse steps of the draft's head chain, reading a subset of the target's "
+                                 "trajectory noise; fewer steps draft faster and stay exact", at_least=0,
+                              note="0 = the target's")
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -168,11 +194,14 @@ class CSpD(Sampler):
         start_time = time.perf_counter()
         cond, batch_cond, noise = prepare(self, model, cond, params, generator)
         draft = check_draft(model, draft_head)
+        target_steps = noise.shape[2] - 1
+        draft_steps = self.draft_steps or target_steps
+        draws = chain_draws(target_steps, draft_steps).to(device=noise.device)
         device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
         k, rows = self.draft_length, len(batch_cond)
         tokens = torch.zeros(batch, n, model.token_channels, device=device)
         accept_step = torch.zeros(batch, n, dtype=torch.long)
-        draft_passes = fallbacks = 0
+        draft_passes = fallbacks = drafted = 0
         gaps: list[torch.Tensor] = []  # per draft: |mean_p - mean_q| in units of std_p, averaged over channels
         accepted_lengths: list[int] = []
 
@@ -206,7 +235,8 @@ class CSpD(Sampler):
             drafts, mean_q, std_q = [], [], []
             for j in range(kr):
                 idx = (pos + j).clamp(max=n - 1)[:, None]
-                x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx], params))
+                x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx][:, :, draws],
+                                                          params))
                 drafts.append(x)
                 mean_q.append(m)
                 std_q.append(sd)
@@ -214,6 +244,7 @@ class CSpD(Sampler):
                     zq = draft.decode_rows(_guided(x[:, None], guided), _guided(pos + j + 1, guided),
                                            draft_cache)[:, -1]
                     draft_passes += 1
+            drafted += kr
             drafts_t = torch.stack(drafts, 1)  # [B, kr, C]
             # 3. verification: last accepted token + drafts, written from slot pos (slot s holds token s - 1)
             window = torch.cat([tokens[ar, pos - 1][:, None], drafts_t], 1)
@@ -263,7 +294,8 @@ class CSpD(Sampler):
                              wall_time_s=time.perf_counter() - start_time, batch_size=batch,
                              draft_forward_passes=draft_passes, accepted_lengths=accepted_lengths,
                              accept_step=accept_step,
-                             details={"prefill_tokens": prefill, "draft_length": k,
+                             details={"prefill_tokens": prefill, "draft_length": k, "draft_steps": draft_steps,
+                                      "draft_head_chains": drafted,
                                       "inner_temperature": self.inner_temperature,
                                       "residual_fallbacks": fallbacks,
                                       "median_draft_gap_in_target_stds": float(torch.cat(gaps).median())})

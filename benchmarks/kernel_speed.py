@@ -8,8 +8,8 @@ agreement: speed needs a GPU. Either way it exits with status 1 if any kernel di
 Sizes default to LlamaGen's: vocabulary 16384, window 16, 8 samples doubled to 16 rows by CFG (scale 4,
 top-k 2000), LANTERN's k = 1000 latent neighbours, GSD's rank window 7 over GPT-B's 768-d embeddings.
 
-    python benchmarks/kernels.py                    # GPU: speed-ups; CPU: the interpreter check
-    python benchmarks/kernels.py --vocab 1000 --repeats 100
+    python benchmarks/kernel_speed.py                    # GPU: speed-ups; CPU: the interpreter check
+    python benchmarks/kernel_speed.py --vocab 1000 --repeats 100
 """
 
 from __future__ import annotations
