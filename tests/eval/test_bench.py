@@ -99,6 +99,9 @@ def test_vanilla_ar_is_the_reference_and_is_added_when_missing():
     assert with_reference([sjd, ar]) == ([sjd, ar], "ar")
     assert with_reference([sjd]) == ([ar, sjd], "ar")
     assert with_reference([reseeded]) == ([ar, reseeded], "ar")  # another seed cannot be the reference
+    fewer = SamplerSpec("steps10", "continuous-ar", {"head_steps": 10})
+    plain = SamplerSpec("continuous-ar", "continuous-ar")
+    assert with_reference([fewer], "continuous-ar") == ([plain, fewer], "continuous-ar")  # nor other options
     clash = SamplerSpec("ar", "sjd")
     assert with_reference([clash]) == ([SamplerSpec("ar-reference", "ar"), clash], "ar-reference")
 

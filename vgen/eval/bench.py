@@ -136,9 +136,10 @@ def parse_sampler_list(items: Sequence[str]) -> list[SamplerSpec]:
 
 def with_reference(specs: list[SamplerSpec], reference: str = REFERENCE) -> tuple[list[SamplerSpec], str]:
     """The specs, with the plain one-token-per-pass sampler ``reference`` (vanilla AR, or ``continuous-ar`` for a
-    continuous model) prepended when none is asked for, and the label of the reference row."""
+    continuous model) prepended when none is asked for, and the label of the reference row. A spec of that
+    sampler with options or another seed is a row to compare, not the reference."""
     for s in specs:
-        if s.name == reference and s.seed is None:
+        if s.name == reference and s.seed is None and not s.options:
             return specs, s.label
     label = reference if reference not in {s.label for s in specs} else f"{reference}-reference"
     return [SamplerSpec(label, reference), *specs], label
