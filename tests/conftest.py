@@ -400,3 +400,18 @@ def llamagen_t2i_release(tmp_path, monkeypatch):
 
     return write
 # ---- end text-to-image -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def benchmark_module():
+    """``benchmark_module("name")``: ``benchmarks/name.py`` imported as a module, to test its functions."""
+    import importlib.util
+    from pathlib import Path
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

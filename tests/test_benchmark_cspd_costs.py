@@ -2,8 +2,6 @@
 splits into the model's parts and the sampler's own work."""
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,15 +9,10 @@ import torch
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.samplers import ContinuousARSampler, CSpD, SamplingParams
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "cspd_costs.py"
-
 
 @pytest.fixture(scope="module")
-def costs():
-    spec = importlib.util.spec_from_file_location("cspd_costs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def costs(benchmark_module):
+    return benchmark_module("cspd_costs")
 
 
 @pytest.fixture

@@ -1,23 +1,15 @@
 """benchmarks/decode_bandwidth.py: a decode step is timed at the middle of the image with the cache cropped back
 after every step, and the bytes it reads are the weights plus the keys and values up to its position."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "decode_bandwidth.py"
-
 
 @pytest.fixture(scope="module")
-def bandwidth():
-    spec = importlib.util.spec_from_file_location("decode_bandwidth", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bandwidth(benchmark_module):
+    return benchmark_module("decode_bandwidth")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
