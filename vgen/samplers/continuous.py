@@ -166,8 +166,8 @@ class CSpD(Sampler):
     ``head_steps`` sets the target's head chain and ``draft_steps`` the draft's, which reads a subset of the
     target's trajectory noise (see :func:`chain_draws`). The stats' ``details`` count the residual fallbacks and
     the draft's head chains (each over the whole batch), and give ``median_draft_gap_in_target_stds``, how far
-    the draft's
-    final means sit from the target's in units of the target's final std: exact acceptance needs it well below 1.
+    the draft's final means sit from the target's in units of the target's final std: exact acceptance needs it
+    well below 1.
     """
 
     name: ClassVar[str] = "cspd"
