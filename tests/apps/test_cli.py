@@ -316,6 +316,14 @@ def test_quality_of_a_continuous_model_reports_class_accuracy_without_token_stat
     assert "mean_entropy_nats" not in figures  # entropy and top-1 describe discrete distributions only
 
 
+def test_quality_draws_progress_bars_unless_told_not_to(tiny_pipeline_dir, capsys):
+    args = ["quality", "--model", str(tiny_pipeline_dir), "--num-images", "2", "--batch-size", "2"]
+    code, _, err = run(args, capsys)
+    assert code == 0 and "tok/s" in err
+    code, _, err = run([*args, "--no-progress"], capsys)
+    assert code == 0 and "tok/s" not in err
+
+
 def test_quality_prints_a_short_summary_with_classes_by_name(tiny_pipeline_dir, tmp_path, capsys):
     report = tmp_path / "q.json"
     code, printed, err = run(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "3", "--batch-size", "3",

@@ -56,6 +56,7 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
                    help="streaming models: frames per clip (default: the length the model was trained on)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
     p.add_argument("--json", default=None, help="write every figure here (JSON), the confusion matrix included")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--device", type=device_name, default="cpu",
                    help="where the model samples (the judges run on the CPU)")
     p.add_argument("--judge", default=None,
@@ -86,7 +87,8 @@ def run_quality(args: argparse.Namespace) -> None:
     tokens, images = [], []
     generator = torch.Generator(pipe.device).manual_seed(args.seed)
     for i in range(0, args.num_images, args.batch_size):
-        out = pipe(classes[i:i + args.batch_size], generator=generator, progress=True, **params.to_dict())
+        out = pipe(classes[i:i + args.batch_size], generator=generator, progress=not args.no_progress,
+                   **params.to_dict())
         tokens.append(out.tokens)
         images.extend(out.videos if hasattr(pipe, "num_frames") else out.images)
     tokens_t = torch.cat(tokens)
@@ -148,7 +150,7 @@ def prompt_quality(pipe, args: argparse.Namespace) -> dict:
     generator = torch.Generator(pipe.device).manual_seed(args.seed)
     for i in range(0, args.num_images, args.batch_size):
         batch = prompts[i:i + args.batch_size]
-        out = pipe(prompt=batch, generator=generator, progress=True, **params.to_dict())
+        out = pipe(prompt=batch, generator=generator, progress=not args.no_progress, **params.to_dict())
         tokens.append(out.tokens)
         images.extend(out.images)
         conds.append(pipe.prompt_encoder(batch))
@@ -192,8 +194,8 @@ def stream_quality(pipe, args: argparse.Namespace) -> dict:
     except ValueError as e:
         raise UsageError(str(e)) from None
     classes = [i % pipe.num_classes for i in range(args.num_images)]
-    videos = [pipe(classes[i:i + args.batch_size], num_frames=frames, seed=args.seed + i, progress=True,
-                   **options).videos for i in range(0, args.num_images, args.batch_size)]
+    videos = [pipe(classes[i:i + args.batch_size], num_frames=frames, seed=args.seed + i,
+                   progress=not args.no_progress, **options).videos for i in range(0, args.num_images, args.batch_size)]
     figures = {"model": pipe.info.name, "sampling": dataclasses.asdict(config), "seed": args.seed,
                "num_frames": frames}
     return {**figures, **clip_figures(pipe, np.concatenate(videos), classes, args.grid)}
