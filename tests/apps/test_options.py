@@ -153,12 +153,13 @@ def test_train_flags_default_to_the_recipes_own_settings(what) -> None:
     assert (train.ema_decay, train.weight_decay) == (d.ema_decay, d.weight_decay)
 
 
-def test_only_the_video_and_text_to_image_recipes_train_off_the_cpu(capsys, monkeypatch) -> None:
-    assert {what for what, r in RECIPES.items() if r.off_cpu} == {"nbp", "nar", "blockdiff", "t2i", "scene-judge"}
+def test_only_the_video_text_to_image_and_continuous_recipes_train_off_the_cpu(capsys, monkeypatch) -> None:
+    assert {what for what, r in RECIPES.items() if r.off_cpu} == {"mar", "nbp", "nar", "blockdiff", "t2i",
+                                                                  "scene-judge"}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda is a device this machine has
     assert main(["train", "classifier", "--device", "cuda"]) == 2
-    assert ("only the video and text-to-image recipes (nbp, nar, ar --video, blockdiff, t2i, scene-judge) train off "
-            "the CPU") in capsys.readouterr().err
+    assert ("only the recipes mar, nbp, nar, blockdiff, t2i, scene-judge, ar --video train off the CPU"
+            in capsys.readouterr().err)
 
 
 def test_package_takes_the_declared_sampling_settings_as_the_recommended_ones() -> None:

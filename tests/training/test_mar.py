@@ -4,6 +4,8 @@ token projection is fitted to the AR embeddings."""
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ from vgen.hub import CheckpointError, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.tokenizers.vq import VQConfig
-from vgen.training.mar import MARRecipe, fit_token_projection, load_trunk, train_mar
+from vgen.training.mar import MARRecipe, fit_token_projection, load_trunk, mar_probe, train_mar
 from vgen.training.trainer import TrainConfig
 
 VOCAB = 64
@@ -111,3 +113,41 @@ def test_a_new_run_starts_from_a_discrete_pipeline_and_a_resume_ignores_it(tmp_p
     with pytest.raises(CheckpointError, match="gpt/ and vq/"):
         train_mar(tmp_path / "run3", tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0, bf16=False),
                   recipe, config, init_from=tmp_path / "pipe" / "gpt")
+
+
+SHIPPED = Path(__file__).parents[2] / "vgen" / "assets"
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_the_probe_samples_where_the_model_is_and_reads_the_classes_on_the_cpu(device):
+    """An untrained target over the shipped KL latents (16 x 16 x 4), sampled with a 4-step head chain."""
+    probe = mar_probe(SHIPPED / "shapes-c2i-continuous" / "kl", SHIPPED / "shapes-classifier", per_class=1)
+    model = ContinuousAR(MARConfig(token_channels=4, grid_size=16, dim=32, n_layer=1, n_head=2, multiple_of=16,
+                                   num_classes=8, head_width=16, head_depth=1, num_sampling_steps=4,
+                                   clip_x0=5.0)).to(device).train()
+    figures = probe(model)
+    assert set(figures) == {"probe_class_accuracy"} and 0 <= figures["probe_class_accuracy"] <= 1
+    assert model.training  # put back as it was
+    assert mar_probe(SHIPPED / "shapes-c2i-continuous" / "kl", None)(model) == {}  # no classifier, no probe
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_a_run_trains_where_it_is_told_and_exports_to_the_cpu(tmp_path, device):
+    from vgen.hub import from_pretrained
+    from vgen.tokenizers.kl import KLConfig
+    from vgen.training.kl import KLRecipe, train_kl
+
+    train_kl(tmp_path / "kl", tmp_path / "data", TrainConfig(steps=1, warmup_steps=1, bf16=False),
+             KLRecipe(num_images=16, batch_size=8, scale_images=16),
+             KLConfig(block_out_channels=(8, 8, 8), norm_num_groups=4, latent_channels=2))
+    train = TrainConfig(steps=10, lr=3e-3, warmup_steps=2, log_every=5, bf16=device == "cuda", device=device)
+    train_mar(tmp_path / "run", tmp_path / "kl" / "export", tmp_path / "data", train,
+              MARRecipe(num_images=16, batch_size=8),
+              MARConfig(token_channels=2, grid_size=16, dim=32, n_layer=1, n_head=2, multiple_of=16, num_classes=8,
+                        head_width=16, head_depth=1, dropout_p=0.0))
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
+    model = from_pretrained(tmp_path / "run" / "export")
+    assert next(model.parameters()).device.type == "cpu"

@@ -395,7 +395,7 @@ RECIPES: dict[str, TrainCommand] = {
     "classifier": TrainCommand(CLASSIFIER_RUN, add_tokenizer, run_classifier),
     "drafter": TrainCommand(DRAFTER_RUN, add_drafter_args, run_drafter),
     "kl": TrainCommand(KL_RUN, no_arguments, run_kl),
-    "mar": TrainCommand(MAR_RUN, add_mar_args, run_mar),
+    "mar": TrainCommand(MAR_RUN, add_mar_args, run_mar, off_cpu=True),
     "nbp": TrainCommand(NBP_RUN, add_nbp_args, run_nbp, off_cpu=True),
     "nar": TrainCommand(NAR_RUN, add_nar_args, run_nar, off_cpu=True, check=check_nar),
     "blockdiff": TrainCommand(BLOCKDIFF_RUN, add_blockdiff_args, run_blockdiff, off_cpu=True, check=check_blockdiff),
@@ -403,6 +403,11 @@ RECIPES: dict[str, TrainCommand] = {
     "t2i": TrainCommand(T2I_RUN, add_t2i_args, run_t2i, off_cpu=True),
     "scene-judge": TrainCommand(SCENE_JUDGE_RUN, add_scene_judge_args, run_scene_judge, off_cpu=True),
 }
+
+
+def off_cpu_recipes() -> str:
+    """The recipes that train on a GPU, as ``--device``'s help and refusal name them."""
+    return ", ".join([*(what for what, recipe in RECIPES.items() if recipe.off_cpu), "ar --video"])
 
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
@@ -427,8 +432,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         t.add_argument("--device", type=device_name, default="cpu",
-                       help="where the model trains (cuda for a GPU; the video and text-to-image recipes: nbp, nar, "
-                            "ar --video, blockdiff, t2i, scene-judge)")
+                       help=f"where the model trains (cuda for a GPU; the recipes {off_cpu_recipes()})")
         t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d.precision,
                        help="bf16 autocast or plain fp32 for the forward passes (auto: bf16 where the CPU has "
                             "native bf16 matmuls, AMX or AVX512-BF16, else fp32)")
@@ -464,8 +468,8 @@ def run_train(args: argparse.Namespace) -> None:
     recipe = RECIPES[args.what]
     check_run_flags(args)
     if args.device != "cpu" and not (recipe.off_cpu or getattr(args, "video", False)):
-        raise UsageError(f"--device {args.device}: only the video and text-to-image recipes (nbp, nar, ar --video, "
-                         f"blockdiff, t2i, scene-judge) train off the CPU; train {args.what} on the CPU")
+        raise UsageError(f"--device {args.device}: only the recipes {off_cpu_recipes()} train off the CPU; train "
+                         f"{args.what} on the CPU")
     if recipe.check is not None:
         recipe.check(args)
     settings = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,

@@ -85,7 +85,8 @@ def cached_latents(tokenizer_dir: str | Path, data_dir: str | Path, split: str, 
 
 def mar_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, per_class: int = 2,
               cfg_scale: float = 3.0, seed: int = 0) -> Callable[[ContinuousAR], dict]:
-    """An ``evaluate(model)`` hook: the class accuracy of ``per_class`` target-only samples per class."""
+    """An ``evaluate(model)`` hook: the class accuracy of ``per_class`` target-only samples per class, sampled where
+    the model is and decoded on the CPU."""
     tokenizer = from_pretrained(tokenizer_dir)
 
     def evaluate(model: ContinuousAR) -> dict:
@@ -94,9 +95,9 @@ def mar_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, per_
         was_training = model.training
         model.eval()
         classes = torch.arange(model.num_classes).repeat_interleave(per_class)
-        out = ContinuousARSampler().sample(model, classes, SamplingParams(cfg_scale=cfg_scale),
-                                           generator=torch.Generator().manual_seed(seed))
-        images = tokenizer.decode(out.tokens)
+        out = ContinuousARSampler().sample(model, classes.to(model.device), SamplingParams(cfg_scale=cfg_scale),
+                                           generator=torch.Generator(model.device).manual_seed(seed))
+        images = tokenizer.decode(out.tokens.float().cpu())
         model.train(was_training)
         acc = class_accuracy(from_pretrained(classifier_dir), images, classes.tolist())
         return {"probe_class_accuracy": acc["class_accuracy"]}
@@ -190,7 +191,7 @@ def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     if tokens.shape[1:] != (config.grid_size ** 2, config.token_channels):
         raise ValueError(f"the tokenizer gives tokens {tokens.shape[1:]}, the model expects "
                          f"{(config.grid_size ** 2, config.token_channels)}")
-    tokens_t, labels_t = torch.from_numpy(tokens), torch.from_numpy(labels)
+    tokens_t, labels_t = torch.from_numpy(tokens).to(train.device), torch.from_numpy(labels).to(train.device)
     model = ContinuousAR(config)
     started = None
     if init_from is not None and latest_checkpoint(run_dir) is None:
