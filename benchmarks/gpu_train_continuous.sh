@@ -21,6 +21,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+source benchmarks/gpu_pack.sh
 OUT=${OUT:-gpu_continuous_out}
 DEVICE=${DEVICE:-cuda}
 DATA=${DATA:-runs/data-smooth}
@@ -52,13 +53,7 @@ cp "$RUN/log.jsonl" "$result/log.jsonl"
 "${VGEN[@]}" train package --gpt "$RUN/export" --vq "$SHIPPED/kl" --drafter "$SHIPPED/drafter" --data-dir "$DATA" \
     --out "$result/pipe" --name shapes-c2i-continuous --cfg-scale "$CFG" --dtype bf16
 
-pack() {  # result/ as 15 MiB parts of one tar in $OUT, replacing any earlier parts
-    rm -f "$OUT"/result.tar.part-*
-    tar -C "$result" -cf "$RUN/result.tar" .
-    sha256sum "$RUN/result.tar" | cut -d' ' -f1 >"$OUT/result.tar.sha256"
-    split -b 15M -d "$RUN/result.tar" "$OUT/result.tar.part-"
-}
-pack
+pack "$result" "$OUT" "$RUN"
 if "${VGEN[@]}" quality --model "$result/pipe" --num-images "$NUM_EVAL" --batch-size "$QUALITY_BATCH" \
     --device "$DEVICE" --no-progress --json "$result/quality.json" --grid "$result/grid.png" \
     >"$result/quality.log" 2>&1; then
@@ -67,5 +62,5 @@ if "${VGEN[@]}" quality --model "$result/pipe" --num-images "$NUM_EVAL" --batch-
 else
     echo "quality failed: $(tail -n 3 "$result/quality.log")" | tee -a "$OUT/summary.txt"
 fi
-pack
+pack "$result" "$OUT" "$RUN"
 echo "done: $(ls "$OUT")"

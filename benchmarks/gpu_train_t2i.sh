@@ -23,6 +23,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+source benchmarks/gpu_pack.sh
 OUT=${OUT:-gpu_t2i_out}
 DEVICE=${DEVICE:-cuda}
 DATA=${DATA:-runs/data-scenes}
@@ -66,13 +67,7 @@ cp -r "$JUDGE_RUN/export" "$result/judge"
 "${VGEN[@]}" train package --gpt "$RUN/export/gpt" --text-encoder "$RUN/export/text_encoder" --vq "$VQ" \
     --out "$result/pipe" --name shapes-t2i --cfg-scale "$CFG" --dtype bf16
 
-pack() {  # result/ as 15 MiB parts of one tar in $OUT, replacing any earlier parts
-    rm -f "$OUT"/result.tar.part-*
-    tar -C "$result" -cf "$RUN/result.tar" .
-    sha256sum "$RUN/result.tar" | cut -d' ' -f1 >"$OUT/result.tar.sha256"
-    split -b 15M -d "$RUN/result.tar" "$OUT/result.tar.part-"
-}
-pack
+pack "$result" "$OUT" "$RUN"
 if "${VGEN[@]}" quality --model "$result/pipe" --judge "$result/judge" --num-images "$NUM_EVAL" \
     --batch-size "$QUALITY_BATCH" --device "$DEVICE" --json "$result/quality.json" --grid "$result/grid.png" \
     >"$result/quality.log" 2>&1; then
@@ -82,5 +77,5 @@ if "${VGEN[@]}" quality --model "$result/pipe" --judge "$result/judge" --num-ima
 else
     echo "quality failed: $(tail -n 3 "$result/quality.log")" | tee -a "$OUT/summary.txt"
 fi
-pack
+pack "$result" "$OUT" "$RUN"
 echo "done: $(ls "$OUT")"

@@ -23,6 +23,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+source benchmarks/gpu_pack.sh
 OUT=${OUT:-gpu_video_nar_out}
 CARRY=${CARRY:-runs/device}
 DEVICE=${DEVICE:-cuda}
@@ -74,13 +75,7 @@ rm -rf "$result" && mkdir -p "$result"
     --name shapes-video-nar --cfg-scale 3.0 --temperature "${samplings[0]%%:*}" --top-k "${samplings[0]##*:}" \
     --dtype bf16
 
-pack() {  # result/ as 15 MiB parts of one tar in $OUT, replacing any earlier parts
-    rm -f "$OUT"/result.tar.part-*
-    tar -C "$result" -cf "$RUN/result.tar" .
-    sha256sum "$RUN/result.tar" | cut -d' ' -f1 >"$OUT/result.tar.sha256"
-    split -b 15M -d "$RUN/result.tar" "$OUT/result.tar.part-"
-}
-pack
+pack "$result" "$OUT" "$RUN"
 for pair in "${samplings[@]}"; do
     t=${pair%%:*} k=${pair##*:}
     name="t${t}_k$k"
@@ -94,5 +89,5 @@ for pair in "${samplings[@]}"; do
         echo "quality_$name failed: $(tail -n 3 "$result/quality_$name.log")" | tee -a "$OUT/summary.txt"
     fi
 done
-pack
+pack "$result" "$OUT" "$RUN"
 echo "done: $(ls "$OUT")"

@@ -415,3 +415,23 @@ def benchmark_module():
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def unpack_device_result():
+    """``unpack_device_result(out_dir, dest)``: a one-call GPU script's ``result.tar.part-*`` in ``out_dir``, each
+    small enough to come back from a device and together matching ``result.tar.sha256``, extracted into ``dest``."""
+    import hashlib
+    import io
+    import tarfile
+
+    def unpack(out_dir, dest):
+        parts = sorted(out_dir.glob("result.tar.part-*"))
+        assert parts and all(p.stat().st_size <= 15 * 2**20 for p in parts)
+        whole = b"".join(p.read_bytes() for p in parts)
+        assert hashlib.sha256(whole).hexdigest() == (out_dir / "result.tar.sha256").read_text().strip()
+        with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+            tar.extractall(dest, filter="data")
+        return dest
+
+    return unpack

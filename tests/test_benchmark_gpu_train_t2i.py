@@ -2,12 +2,9 @@
 shapes model's weights, packages the model with the judge beside it, splits the result into parts small enough to
 come back from a device, and measures prompt faithfulness with the judge it trained."""
 
-import hashlib
-import io
 import json
 import os
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_train_t2i.sh"
 
 
 @pytest.mark.slow
-def test_dry_run_trains_the_judge_and_the_model_packages_and_measures(tmp_path) -> None:
+def test_dry_run_trains_the_judge_and_the_model_packages_and_measures(tmp_path, unpack_device_result) -> None:
     settings = dict(OUT=str(tmp_path / "out"), RUN=str(tmp_path / "run"), JUDGE_RUN=str(tmp_path / "judge"),
                     DATA=str(tmp_path / "data"), DEVICE="cpu", PRECISION="fp32", NUM_IMAGES="8", JUDGE_IMAGES="8",
                     JUDGE_VAL="8", JUDGE_STEPS="1", JUDGE_BATCH="4", STEPS="1", BATCH="4", WARMUP="1", EVAL_EVERY="1",
@@ -33,13 +30,7 @@ def test_dry_run_trains_the_judge_and_the_model_packages_and_measures(tmp_path) 
     out_dir = tmp_path / "out"
     names = sorted(f.name for f in out_dir.iterdir())
     assert names[-3:] == ["result.tar.sha256", "summary.txt", "train.log"] and len(names) <= 8
-    parts = sorted(out_dir.glob("result.tar.part-*"))
-    assert all(p.stat().st_size <= 15 * 2**20 for p in parts)
-    whole = b"".join(p.read_bytes() for p in parts)
-    assert hashlib.sha256(whole).hexdigest() == (out_dir / "result.tar.sha256").read_text().strip()
-    result = tmp_path / "result"
-    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
-        tar.extractall(result, filter="data")
+    result = unpack_device_result(out_dir, tmp_path / "result")
     pipe = pipelines.load(str(result / "pipe"))
     assert isinstance(pipe.text_encoder, WordTextEncoder) and pipe.info.example_prompts
     quality = json.loads((result / "quality.json").read_text())
