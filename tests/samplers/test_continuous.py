@@ -85,6 +85,8 @@ def test_head_steps_shorten_the_target_s_chain_for_both_samplers(run_sampler, ta
     assert out.stats.details["draft_steps"] == 5
     with pytest.raises(ValueError, match="head_steps"):
         ContinuousARSampler(head_steps=-1)
+    with pytest.raises(ValueError, match=r"head_steps must be at most 1000 \(the head.s training timesteps\)"):
+        run_sampler(ContinuousARSampler(head_steps=1001), target, classes[:1], params, 0)
 
 
 def test_cspd_drafts_verifies_and_resamples_only_positions_inside_the_image(run_sampler, target):

@@ -58,6 +58,9 @@ def prepare(sampler: Sampler, model: nn.Module, cond: Condition, params: Samplin
     whatever the batch size)."""
     check_continuous_params(params)
     cond, batch_cond = prepare_condition(sampler, model, cond, params)
+    if sampler.head_steps > model.head.cfg.num_train_steps:
+        raise ValueError(f"head_steps must be at most {model.head.cfg.num_train_steps} (the head's training "
+                         f"timesteps), got {sampler.head_steps}")
     steps = len(model.head.sampling_schedule(sampler.head_steps or None))
     noise = torch.randn((len(cond), model.num_tokens, steps + 1, model.token_channels), generator=generator,
                         device=cond.device)
