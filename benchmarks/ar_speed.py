@@ -27,7 +27,7 @@ import torch
 
 from vgen.models.llamagen import GPT_SIZES, GPTConfig, LlamaGenGPT, gpt_config
 from vgen.samplers import ARSampler, SamplingParams, apply_cfg, build_processors, sample_logits
-from vgen.samplers.ar import COMPILE_MODES
+from vgen.samplers.compiling import COMPILE_MODES
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TINY = dict(dim=128, n_layer=2, n_head=4, vocab_size=1024, num_classes=10, multiple_of=64)

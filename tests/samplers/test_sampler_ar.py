@@ -9,6 +9,7 @@ loop); one slow test compiles the default step and checks it against the eager o
 
 import json
 import re
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -16,8 +17,9 @@ import torch
 from torch._dynamo.utils import counters
 
 from vgen.models.llamagen import GPTConfig
-from vgen.samplers import ARSampler, SamplingParams, get_sampler
+from vgen.samplers import ARSampler, SamplingParams, compiling, get_sampler
 from vgen.samplers import ar as ar_module
+from vgen.samplers.compiling import static_cache
 
 CLASSES = torch.tensor([0, 4, 2])
 
@@ -189,17 +191,17 @@ def test_cuda_graph_modes_run_the_static_step_on_a_reused_cache(tiny_gpt, monkey
     """The sampler's static-step bookkeeping (slot tensor, advance, one cache kept per model and cropped for the
     next call), run eagerly: compiling is the only difference from ``compile="reduce-overhead"``."""
     monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_step)
-    monkeypatch.setattr(ar_module, "_STATIC_CACHES", ar_module.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(compiling, "_STATIC_CACHES", weakref.WeakKeyDictionary())
     sampler = ARSampler(compile="reduce-overhead")
     params = sampling_table[name]
     naive = naive_generate(tiny_gpt, CLASSES, params, reference_draw, seed=7)
     first = sampler.sample(tiny_gpt, CLASSES, params, generator=torch.Generator().manual_seed(7)).tokens
-    cache = ar_module._STATIC_CACHES[tiny_gpt]
+    cache = static_cache(tiny_gpt)
     again = sampler.sample(tiny_gpt, CLASSES, params, generator=torch.Generator().manual_seed(7)).tokens
     assert torch.equal(first, naive) and torch.equal(again, naive)
-    assert ar_module._STATIC_CACHES[tiny_gpt] is cache and cache.length == 16  # reused, not reallocated
+    assert static_cache(tiny_gpt) is cache and cache.length == 16  # reused, not reallocated
     sampler.sample(tiny_gpt, CLASSES[:1], params)  # another batch size gets its own cache
-    assert ar_module._STATIC_CACHES[tiny_gpt] is not cache
+    assert static_cache(tiny_gpt) is not cache
 
 
 @pytest.mark.slow

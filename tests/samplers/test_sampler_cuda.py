@@ -6,6 +6,8 @@ fixed seeds, then moved.
 Run them alone, ``pytest -m gpu``: a run that also selects the CPU kernel tests loads Triton's interpreter (see
 tests/kernels/conftest.py), and these skip."""
 
+import weakref
+
 import pytest
 import torch
 
@@ -14,8 +16,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 from vgen.kernels import use_backend  # noqa: E402 (imports no triton: see launched)
 from vgen.models.llamagen import GPTConfig  # noqa: E402
-from vgen.samplers import ARSampler, SamplingParams, get_sampler  # noqa: E402
-from vgen.samplers import ar as ar_module  # noqa: E402
+from vgen.samplers import (  # noqa: E402
+    ARSampler,
+    SamplingParams,
+    compiling,  # noqa: E402
+    get_sampler,
+)
+from vgen.samplers.compiling import CUDA_GRAPH_MODES, static_cache  # noqa: E402
 from vgen.samplers.speculative import sampler as sampler_module  # noqa: E402
 from vgen.samplers.speculative.drafters import Drafter  # noqa: E402
 
@@ -146,7 +153,7 @@ def test_compiled_ar_draws_the_eager_tokens_on_cuda(mode: str, tiny_gpt_factory,
     """``compile="reduce-overhead"`` (static step under CUDA graphs, one cache kept per model) and ``"default"``
     (dynamic shapes): greedy and seeded sampled tokens equal eager decoding's, on the first call (compiling) and
     the next (replaying)."""
-    monkeypatch.setattr(ar_module, "_STATIC_CACHES", ar_module.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(compiling, "_STATIC_CACHES", weakref.WeakKeyDictionary())
     model = tiny_gpt_factory(GPTConfig(vocab_size=512, dim=64, n_layer=2, n_head=4, num_classes=5,
                                        block_size=64)).to(CUDA)
     classes = torch.tensor([0, 3, 1, 4], device=CUDA)
@@ -156,7 +163,7 @@ def test_compiled_ar_draws_the_eager_tokens_on_cuda(mode: str, tiny_gpt_factory,
         for _ in range(2):
             compiled = sampler.sample(model, classes, params, generator=generator(5)).tokens
             assert torch.equal(compiled, eager), f"{int((compiled != eager).sum())} of {eager.numel()} tokens differ"
-    if mode in ar_module.CUDA_GRAPH_MODES:
-        cache = ar_module._STATIC_CACHES[model]
+    if mode in CUDA_GRAPH_MODES:
+        cache = static_cache(model)
         sampler.sample(model, classes, SamplingParams(temperature=0.0, cfg_scale=3.0))
-        assert ar_module._STATIC_CACHES[model] is cache  # reused at the same addresses, not reallocated
+        assert static_cache(model) is cache  # reused at the same addresses, not reallocated

@@ -19,7 +19,7 @@ from vgen.samplers import (
     sample_logits,
     sample_probs,
 )
-from vgen.samplers.logits import draw_rows, inverse_cdf, target_probs
+from vgen.samplers.logits import inverse_cdf, target_probs
 
 
 def reference_filter(row: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -195,20 +195,9 @@ def test_inverse_cdf_of_uniform_draws_follows_the_distribution() -> None:
     torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)  # 20000 draws: 4 standard errors
 
 
-def test_draw_rows_is_one_seeded_uniform_per_row_through_the_inverse_cdf() -> None:
-    probs = torch.randn(3, 5, 40, generator=torch.Generator().manual_seed(0)).softmax(-1)
-    tokens = draw_rows(probs, generator=torch.Generator().manual_seed(7))
-    uniforms = torch.rand(3, 5, generator=torch.Generator().manual_seed(7))
-    assert torch.equal(tokens, inverse_cdf(probs, uniforms, torch.float32))
-    g = torch.Generator().manual_seed(1)
-    state = g.get_state()
-    assert torch.equal(draw_rows(probs, greedy=True, generator=g), probs.argmax(-1))
-    assert torch.equal(g.get_state(), state)  # greedy draws nothing
-
-
-def test_draw_rows_follows_the_distribution_over_any_leading_shape() -> None:
+def test_inverse_cdf_at_uniform_draws_follows_the_distribution_over_any_leading_shape() -> None:
     probs = torch.tensor([0.1, 0.0, 0.2, 0.3, 0.4]).expand(200, 100, 5)
-    tokens = draw_rows(probs, generator=torch.Generator().manual_seed(0))
+    tokens = inverse_cdf(probs, torch.rand(200, 100, generator=torch.Generator().manual_seed(0)), torch.float32)
     assert tokens.shape == (200, 100)
     freq = torch.bincount(tokens.flatten(), minlength=5).float() / tokens.numel()
     torch.testing.assert_close(freq, probs[0, 0], atol=0.015, rtol=0)  # 20000 draws: 4 standard errors

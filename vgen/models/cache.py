@@ -4,8 +4,9 @@ One buffer per layer of shape [B, H, max_len, D] is allocated once; ``append`` w
 current length and returns views of everything cached so far, so decoding recomputes nothing and never
 reallocates. ``crop(n)`` rolls the cache back to its first ``n`` positions: a speculative sampler calls it to
 drop the keys of rejected draft tokens before the next verification. ``write`` is the static-shape variant for
-compiled single-token decoding: it takes the position as a tensor and returns the whole buffers. ``mask_keys``
-records which positions of a left-padded prefix are padding, per row, for the backbone to mask in every later pass.
+compiled single-token decoding: it takes the position as a tensor and returns the whole buffers
+(``row_slots(static=True)`` does the same for per-row windows). ``mask_keys`` records which positions of a
+left-padded prefix are padding, per row, for the backbone to mask in every later pass.
 """
 
 from __future__ import annotations
@@ -92,9 +93,16 @@ class KVCache:
             self.values[layer].scatter_(2, index, v)
         return self.keys[layer][:, :, :rows.end], self.values[layer][:, :, :rows.end]
 
-    def row_slots(self, starts: torch.Tensor, count: int) -> RowSlots:
-        """The :class:`RowSlots` of a per-row write of ``count`` positions from ``starts`` [B] (checked to fit)."""
+    def row_slots(self, starts: torch.Tensor, count: int, static: bool = False) -> RowSlots:
+        """The :class:`RowSlots` of a per-row write of ``count`` positions from ``starts`` [B] (checked to fit).
+
+        ``static``: shapes that do not depend on ``starts`` (for compiled verify passes): every write scatters and
+        attention spans the whole buffer under the mask, with no device sync; the caller sized the cache so the
+        writes fit (``new_cache(extra=)``), since checking would need one."""
         slots = starts[:, None] + torch.arange(count, device=starts.device)
+        if static:
+            keys = torch.arange(self.max_len, device=starts.device)
+            return RowSlots(slots, self.max_len, (keys[None, None, :] <= slots[:, :, None])[:, None], None)
         first, last = torch.stack([starts.min(), starts.max()]).tolist()  # one device sync
         end = last + count
         if end > self.max_len:

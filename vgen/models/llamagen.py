@@ -425,10 +425,11 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
             mask = cache.attendable(causal, start + t)
         return self._run(self.tok_embeddings(tokens), start, cache, mask=mask)
 
-    def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache,
-                    return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache, return_hidden: bool = False,
+                    static: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Image tokens [B, k], row b's the image tokens ``starts[b] - 1 ...``; logits [B, k, V] (and, with
-        ``return_hidden``, the final normed hidden states [B, k, dim]).
+        ``return_hidden``, the final normed hidden states [B, k, dim]). ``static``: attention over the whole cache
+        under a mask and no device sync (:meth:`KVCache.row_slots`), one shape for a compiled verify pass.
 
         Rows advance independently, which is what batched speculative decoding needs: row b's cache is valid up
         to its slot of image token ``starts[b] - 1`` and the caller, not ``cache.length``, keeps track of it.
@@ -438,7 +439,7 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         and only need room in the cache (``new_cache(extra=)``).
         """
         shift = self.prefix_len - 1
-        rows = cache.row_slots(starts + shift if shift else starts, tokens.shape[1])
+        rows = cache.row_slots(starts + shift if shift else starts, tokens.shape[1], static)
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import time
-import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -40,11 +39,16 @@ from vgen.samplers.base import (
     prepare_condition,
     register_sampler,
 )
+from vgen.samplers.compiling import (
+    COMPILE_HELP,
+    CUDA_GRAPH_MODES,
+    check_compile,
+    compile_mode,
+    keep_static_cache,
+    take_static_cache,
+)
 from vgen.samplers.logits import draw, target_probs
 from vgen.samplers.options import option
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def _decode_last(model: torch.nn.Module, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -63,21 +67,6 @@ def compiled_step(mode: str):
     return torch.compile(_decode_last, mode=mode, dynamic=True, fullgraph=True)
 
 
-# one cache per model for the CUDA-graph modes; taken out while in use, so concurrent calls never share one
-_STATIC_CACHES: weakref.WeakKeyDictionary[torch.nn.Module, KVCache] = weakref.WeakKeyDictionary()
-
-
-def _take_static_cache(model: torch.nn.Module, rows: int) -> KVCache:
-    cache = _STATIC_CACHES.pop(model, None)
-    p = next(model.parameters())
-    if cache is None or cache.batch_size != rows or cache.keys[0].dtype != p.dtype or cache.keys[0].device != p.device:
-        cache = model.new_cache(rows)
-        for buffer in cache.buffers():
-            torch._dynamo.mark_static_address(buffer)
-    cache.crop(0)
-    return cache
-
-
 @register_sampler
 @dataclass(frozen=True)
 class ARSampler(Sampler):
@@ -85,20 +74,15 @@ class ARSampler(Sampler):
     per-token decode step: slow the first time (tens of seconds on CPU), faster per token afterwards."""
 
     name: ClassVar[str] = "ar"
-    compile: bool | str = option(False, "torch.compile the decode step (slow first call); from Python also a "
-                                        "torch.compile mode name")
+    compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
-            raise ValueError(f"compile must be a bool, got {self.compile!r} (or one of torch.compile's modes "
-                             f"{list(COMPILE_MODES)})")
+        check_compile(self.compile)
 
     @property
     def compile_mode(self) -> str | None:
         """The ``torch.compile`` mode of the decode step, None when it runs eagerly."""
-        if isinstance(self.compile, str):
-            return self.compile
-        return "default" if self.compile else None
+        return compile_mode(self.compile)
 
     @torch.no_grad()
     def sample(self, model: torch.nn.Module, cond: Condition, params: SamplingParams, *,
@@ -109,7 +93,7 @@ class ARSampler(Sampler):
         device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
         mode = self.compile_mode
         static = mode in CUDA_GRAPH_MODES
-        cache = _take_static_cache(model, len(batch_cond)) if static else model.new_cache(len(batch_cond))
+        cache = take_static_cache(model, len(batch_cond)) if static else model.new_cache(len(batch_cond))
         if mode is None:
             step = functools.partial(_decode_last, model)
         elif static:
@@ -134,7 +118,7 @@ class ARSampler(Sampler):
                     prev = sampled[:, None]  # [B, 1] and contiguous, guided or not: one compiled graph serves both
                     logits = step(torch.cat([prev, prev]) if guided else prev, cache)
         if static:
-            _STATIC_CACHES[model] = cache
+            keep_static_cache(model, cache)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         stats = SamplerStats(sampler=self.name, forward_passes=n, tokens=batch * n,

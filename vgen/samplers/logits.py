@@ -145,17 +145,6 @@ def draw(probs: torch.Tensor, greedy: bool = False, generator: torch.Generator |
     return probs.argmax(dim=-1) if greedy else sample_probs(probs, generator)
 
 
-def draw_rows(probs: torch.Tensor, greedy: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Tokens [...] from distributions [..., V], like :func:`draw`, but each row by the inverse CDF (float32) at
-    one uniform draw. ``torch.multinomial`` draws a random number per vocabulary entry, which for a speculative
-    window of a batch (B x L rows of V) costs about 20x more on a CPU; callers that owe no seeded parity with
-    LlamaGen's one-draw-per-step sampling (the verify loop's proposals) use this."""
-    if greedy:
-        return probs.argmax(dim=-1)
-    uniforms = torch.rand(probs.shape[:-1], generator=generator, device=probs.device)
-    return inverse_cdf(probs, uniforms, torch.float32)
-
-
 def sample_logits(logits: torch.Tensor, greedy: bool = False,
                   generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens [...] and their distribution [..., V] from processed logits [..., V] (:func:`to_probs`, :func:`draw`)."""

@@ -5,6 +5,7 @@ class-conditional models and on a text-conditional one (LlamaGen-T2I), every dis
 import itertools
 import json
 import math
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from vgen.models.conditioning import Condition, PrefixCondition, cat_conditions
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig
-from vgen.samplers import ARSampler, Sampler, SamplingParams, build_processors, get_sampler
+from vgen.samplers import ARSampler, Sampler, SamplingParams, build_processors, compiling, get_sampler
 from vgen.samplers import ar as ar_module
 from vgen.samplers.logits import apply_cfg
 from vgen.samplers.speculative import sampler as sampler_module
@@ -349,7 +350,7 @@ def test_rows_at_different_places_keep_their_own_caption_masked(t2i_model, ar_gr
 def test_the_static_decode_step_samples_a_t2i_model(t2i_model, ar_greedy, monkeypatch) -> None:
     """The CUDA-graph modes' step (run eagerly here) writes past the caption."""
     monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_step)
-    monkeypatch.setattr(ar_module, "_STATIC_CACHES", ar_module.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(compiling, "_STATIC_CACHES", weakref.WeakKeyDictionary())
     sampler = ARSampler(compile="reduce-overhead")
     for _ in range(2):  # the second run reuses the cache, its caption mask rewritten
         assert torch.equal(sampler.sample(t2i_model, PROMPTS, GREEDY_CFG).tokens, ar_greedy)
@@ -370,3 +371,78 @@ def test_sjd_on_a_t2i_model_matches_the_exact_joint_distribution_with_guidance(c
     assert chi_square_p(counts, probs) > 1e-3
     # the test has power here too: the unguided law is another one
     assert chi_square_p(counts, exact_joint(model, SamplingParams(top_k=3, temperature=0.7), prompt)) < 1e-6
+
+
+# ---- compile=: the static verify pass, run eagerly here, and compiled for real in the slow tests ----------------
+COMPILED_SAMPLERS = {**{name: SAMPLERS[name] for name in ("sjd", "mcsjd", "lantern", "gsd")},
+                     "sjd-maximal": dict(window=6, draft_coupling="maximal"),
+                     "speculative-head": dict(window=5, drafter="head")}
+
+
+def static_run(name: str, model, cond: Condition, params: SamplingParams, seed: int = 0, **options):
+    """A run of preset ``name`` (a :data:`COMPILED_SAMPLERS` key) with its options and ``options``."""
+    preset = name.split("-")[0]
+    inputs = {"draft_head": random_head(model)} if name == "speculative-head" else {}
+    return get_sampler(preset, **{**COMPILED_SAMPLERS[name], **options}).sample(
+        model, cond, params, generator=torch.Generator().manual_seed(seed), tokenizer=tokenizer(), **inputs)
+
+
+@pytest.mark.parametrize("params", ["greedy-cfg", "filtered-cfg"])
+@pytest.mark.parametrize("name", COMPILED_SAMPLERS)
+def test_the_static_pass_of_a_compiled_run_draws_the_eager_runs_tokens(name, params, t2i_model, sampling_table,
+                                                                        monkeypatch) -> None:
+    """What a compiled run computes (attention over the whole cache under a mask, every draft judged, the ops'
+    torch references, its random numbers drawn before the pass), here without compiling: for the same seed the
+    same tokens, acceptance map and accepted lengths as the eager loop, on rows with captions of different
+    lengths that advance apart."""
+    monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
+    params = {**sampling_table, **PARAMS}[params]
+    eager = static_run(name, t2i_model, PROMPTS, params)
+    static = static_run(name, t2i_model, PROMPTS, params, compile=True)
+    assert torch.equal(static.tokens, eager.tokens)
+    assert torch.equal(static.stats.accept_step, eager.stats.accept_step)
+    assert static.stats.accepted_lengths == eager.stats.accepted_lengths
+    assert static.stats.forward_passes == eager.stats.forward_passes
+    if name != "speculative-head":  # a random head's drafts are all rejected: its rows move in step
+        assert len({tuple(row) for row in eager.stats.accept_step.tolist()}) > 1  # the rows did advance apart
+
+
+def test_compile_takes_a_bool_or_a_torch_compile_mode_on_every_speculative_preset() -> None:
+    for name in ("sjd", "mcsjd", "lantern", "gsd", "speculative"):
+        assert get_sampler(name, compile="reduce-overhead").compile_mode == "reduce-overhead"
+        assert get_sampler(name, compile=True).compile_mode == "default"
+        assert get_sampler(name).compile_mode is None
+        with pytest.raises(ValueError, match="compile must be a bool, got 'fast'"):
+            get_sampler(name, compile="fast")
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_compiled_verify_passes_equal_eager_ones_and_compile_once_per_batch_and_window(tiny_gpt_factory,
+                                                                                      sampling_table) -> None:
+    """torch.compile (inductor, CPU) of the verify pass: the eager run's tokens for the same seed, greedy and
+    sampled, with one graph for every pass of a run and for a later run with another seed; a new window length or
+    batch is a new graph."""
+    from torch._dynamo.utils import counters
+
+    model = tiny_gpt_factory(GRID_GPT)
+    params = sampling_table["filtered-cfg"]
+    counters.clear()
+    for name in ("mcsjd", "gsd"):
+        for seed in (0, 1):
+            eager = static_run(name, model, CLASSES, params, seed)
+            compiled = static_run(name, model, CLASSES, params, seed, compile=True)
+            assert torch.equal(compiled.tokens, eager.tokens)
+            assert compiled.stats.accepted_lengths == eager.stats.accepted_lengths
+    assert counters["stats"]["unique_graphs"] == 2  # one per rule
+    static_run("mcsjd", model, CLASSES[:2], params, compile=True)
+    static_run("mcsjd", model, CLASSES, params, compile=True, window=4)
+    assert counters["stats"]["unique_graphs"] == 4
+
+
+@pytest.mark.slow
+def test_compiled_sjd_matches_the_exact_joint_distribution(chi_square_p, run_sampler, tiny_gpt_factory) -> None:
+    model = tiny_gpt_factory(SEQ_GPT)
+    params = LOSSLESS_PARAMS["cfg-topk-temp"]
+    counts = sequence_counts(run_sampler, model, get_sampler("sjd", window=3, compile=True), params)
+    assert chi_square_p(counts, exact_joint(model, params)) > 1e-3

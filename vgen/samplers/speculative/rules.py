@@ -57,6 +57,13 @@ def leading_kept(keep: torch.Tensor) -> torch.Tensor:
     return keep.long().cumprod(dim=1).sum(dim=1)
 
 
+def window_accepted_length(rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                           proposals: torch.Tensor, uniforms: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """:meth:`AcceptanceRule.accepted_length` with every draft of the window judged: shapes that do not depend on
+    the decisions, which is what a compiled verify pass needs."""
+    return leading_kept((uniforms < rule.accept_probs(p, q, drafts, proposals)) & valid)
+
+
 class AcceptanceRule(ABC):
     """Decides how many drafts to keep. ``lossless`` rules leave the output distribution exactly the target's."""
 
@@ -72,8 +79,9 @@ class AcceptanceRule(ABC):
     def accepted_length(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, proposals: torch.Tensor,
                         uniforms: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """The leading drafts [B] of windows [B, J] that are ``valid`` and pass ``uniforms < accept_probs``. A
-        rule whose probability is costly may override this to judge only the drafts the decision reaches."""
-        return leading_kept((uniforms < self.accept_probs(p, q, drafts, proposals)) & valid)
+        rule whose probability is costly may override this to judge only the drafts the decision reaches, with
+        the same outcome as :func:`window_accepted_length`."""
+        return window_accepted_length(self, p, q, drafts, proposals, uniforms, valid)
 
     @abstractmethod
     def residual(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,

@@ -20,6 +20,7 @@ every random number comes from the run's generator through torch, so both sides 
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -28,6 +29,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
 from vgen.samplers.base import (
     SampleOutput,
@@ -37,7 +39,15 @@ from vgen.samplers.base import (
     prepare_condition,
     register_sampler,
 )
-from vgen.samplers.logits import draw, draw_rows, target_probs
+from vgen.samplers.compiling import (
+    COMPILE_HELP,
+    CUDA_GRAPH_MODES,
+    check_compile,
+    compile_mode,
+    keep_static_cache,
+    take_static_cache,
+)
+from vgen.samplers.logits import draw, inverse_cdf, target_probs
 from vgen.samplers.options import check_options, option
 from vgen.samplers.speculative.drafters import (
     DRAFT_COUPLINGS,
@@ -48,12 +58,16 @@ from vgen.samplers.speculative.drafters import (
     build_drafter,
 )
 from vgen.samplers.speculative.lantern import LANTERN_MODES, check_lantern_budget
-from vgen.samplers.speculative.rules import accept_drafts, available_rules, build_rule, recover
+from vgen.samplers.speculative.rules import (
+    AcceptanceRule,
+    accept_drafts,
+    available_rules,
+    build_rule,
+    recover,
+    window_accepted_length,
+)
 
-
-def _write(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> None:
-    """``buffer[b, index[b, i]] = values[b, i]`` where ``mask[b, i]``, in place."""
-    buffer.scatter_(1, index, torch.where(mask, values, buffer.gather(1, index)))
+CUDA_DONE_CHECK_PASSES = 4  # compiled passes on a GPU between "are all rows done?" checks (each waits for it)
 
 
 @register_sampler
@@ -82,9 +96,11 @@ class Speculative(Sampler):
     gsd_rank_window: int = option(7, "GSD candidates within +-this many ranks", at_least=0)
     gsd_p_threshold: float = option(0.15, "GSD probability threshold of a group", at_least=0, at_most=1)
     gsd_dist_threshold: float = option(0.5, "GSD latent-distance threshold of a group", at_least=0)
+    compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:
         check_options(self)
+        check_compile(self.compile)
         check_lantern_budget(self.lantern_mode, self.lantern_delta)
 
     def resolve_drafter(self, draft_head: nn.Module | None) -> str:
@@ -92,6 +108,11 @@ class Speculative(Sampler):
         if self.drafter != "auto":
             return self.drafter
         return "head" if draft_head is not None else "jacobi"
+
+    @property
+    def compile_mode(self) -> str | None:
+        """The ``torch.compile`` mode of the verify pass, None when it runs eagerly."""
+        return compile_mode(self.compile)
 
     @torch.no_grad()
     def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
@@ -102,10 +123,15 @@ class Speculative(Sampler):
         drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
         drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head))
-        device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
+        device, batch, n = cond.device, len(cond), model.num_tokens
         length = min(self.window, max(n - 1, 1))
-        double = (lambda x: torch.cat([x, x])) if guided else (lambda x: x)
-        cache = model.new_cache(2 * batch if guided else batch, extra=length)
+        mode = self.compile_mode
+        graphs = mode in CUDA_GRAPH_MODES
+        rows = len(batch_cond)
+        cache = take_static_cache(model, rows, extra=length) if graphs else model.new_cache(rows, extra=length)
+        verify = verify_pass if mode is None else compiled_verify(mode)
+        # with a compiled pass on a GPU, the host asks whether every row is done only every few passes
+        check_every = CUDA_DONE_CHECK_PASSES if mode is not None and device.type == "cuda" else 1
 
         tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
         steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
@@ -114,54 +140,122 @@ class Speculative(Sampler):
         p = target_probs(logits, params, 0)
         first = draw(p, params.greedy, generator)
         tokens[:, 0] = first
-        steps[:, 0] = passes = 1
+        steps[:, 0] = 1
+        passes = torch.ones((), dtype=torch.long, device=device)  # passes that produced a token, the prefill's too
         zero = torch.zeros(batch, dtype=torch.long, device=device)
         none = torch.zeros(batch, 0, dtype=torch.long, device=device)
         drafter.observe(Verification(zero, zero, p[:, None], first[:, None], hidden, tokens, none,
                                      p.new_zeros(batch, 0, p.shape[-1]), generator))
         pos = torch.ones(batch, dtype=torch.long, device=device)
-        offsets = torch.arange(length, device=device)
-        accepted_lengths: list[int] = []
+        # tokens each pass gave each row (-1: the row was done), read once at the end
+        produced_by_pass = torch.full((n + check_every, batch), -1, dtype=torch.long, device=device)
+        run = 0
         with tqdm(total=batch * n, initial=batch, desc=self.name, unit="tok", disable=not progress) as bar:
-            while bool((pos < n).any()):
+            while True:
+                if run % check_every == 0:
+                    done = int(pos.sum())  # the one device sync of a check
+                    bar.update(done - bar.n)
+                    if done == batch * n:
+                        break
+                active = pos < n
+                passes = passes + active.any()
                 drafts, q = drafter.propose(tokens, pos, length - 1, generator)
-                window = torch.cat([tokens.gather(1, (pos - 1)[:, None]), drafts], dim=1)
-                out = model.decode_rows(double(window), double(pos), cache, return_hidden=drafter.needs_hidden)
-                logits, hidden = out if drafter.needs_hidden else (out, None)
-                passes += 1
-                index = pos[:, None] + offsets  # the image token each window position predicts
-                p = target_probs(logits, params, index)
-                proposals = draw_rows(p, params.greedy, generator)
-                # left to right: drafts kept until the first rejection (or the end of the image)
-                uniforms = torch.rand(drafts.shape, generator=generator, device=device)
-                accepted = accept_drafts(rule, p[:, :-1], q, drafts, proposals[:, :-1], uniforms, index[:, :-1] < n)
-                nxt = pos + accepted  # the recovered or bonus token's index
-                emits = nxt < n
-                token = proposals[:, -1]  # bonus: every draft accepted
-                if length > 1:
-                    at = accepted.clamp(max=length - 2)
-                    uniforms = None if params.greedy else torch.rand(batch, generator=generator, device=device)
-                    recovered = recover(rule, p, q, drafts, proposals, at, uniforms)[0]
-                    token = torch.where(accepted < length - 1, recovered, token)
-                # commit: accepted drafts, then the recovered/bonus token, with the pass that produced them
-                kept = offsets[None, :-1] < accepted[:, None]
-                _write(tokens, index[:, :-1], drafts, kept)
-                _write(steps, index[:, :-1], torch.full_like(drafts, passes), kept)
-                _write(tokens, nxt[:, None], token[:, None], emits[:, None])
-                _write(steps, nxt[:, None], torch.full_like(nxt[:, None], passes), emits[:, None])
-                produced = accepted + emits.long()
-                accepted_lengths.extend(produced[pos < n].tolist())
-                bar.update(int(produced.sum()))
+                uniforms = pass_uniforms(batch, length, params.greedy, generator, device)
+                if graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                tokens, steps, next_pos, p, proposals, accepted, hidden, produced = verify(
+                    model, rule, params, mode is not None, drafter.needs_hidden, tokens, steps, pos, passes, drafts,
+                    q, cache, uniforms)
+                produced_by_pass[run] = torch.where(active, produced, -1)
                 drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens, drafts, q, generator))
-                pos = (nxt + emits.long()).clamp(max=n)
+                pos = next_pos
+                run += 1
+        if graphs:
+            keep_static_cache(model, cache, length)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        stats = SamplerStats(sampler=self.name, forward_passes=passes, tokens=batch * n,
+        produced = produced_by_pass[:run].flatten()
+        stats = SamplerStats(sampler=self.name, forward_passes=int(passes), tokens=batch * n,
                              wall_time_s=time.perf_counter() - start_time, batch_size=batch,
-                             draft_forward_passes=drafter.forward_passes, accepted_lengths=accepted_lengths,
-                             accept_step=steps[:, :n].cpu(),
+                             draft_forward_passes=drafter.forward_passes,
+                             accepted_lengths=produced[produced >= 0].tolist(), accept_step=steps[:, :n].cpu(),
                              details={**self.to_dict(), "drafter": drafter_name, "window": length})
-        return SampleOutput(tokens=tokens[:, :n], stats=stats)
+        return SampleOutput(tokens=tokens[:, :n].clone(), stats=stats)
+
+
+def pass_uniforms(batch: int, length: int, greedy: bool, generator: torch.Generator | None,
+                  device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """The uniform draws of one verify pass over windows of ``length``, in the order the pass uses them: one per
+    position for the target's proposals (None when greedy), one per draft for acceptance, one per row for the
+    recovered token (None when greedy or there are no drafts).
+
+    The proposals come from the inverse CDF at one draw each: ``torch.multinomial`` draws a number per vocabulary
+    entry, which for a window of a batch costs about 20x more on a CPU. Drawing before the pass lets an eager pass
+    and a compiled one, which cannot take a generator, read the same stream.
+    """
+    proposals = None if greedy else torch.rand(batch, length, generator=generator, device=device)
+    accept = torch.rand(batch, length - 1, generator=generator, device=device)
+    recovery = None if greedy or length == 1 else torch.rand(batch, generator=generator, device=device)
+    return proposals, accept, recovery
+
+
+def _written(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``buffer`` with ``[b, index[b, i]] = values[b, i]`` where ``mask[b, i]`` (a new tensor)."""
+    return buffer.scatter(1, index, torch.where(mask, values, buffer.gather(1, index)))
+
+
+def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, static: bool, needs_hidden: bool,
+                tokens: torch.Tensor, steps: torch.Tensor, pos: torch.Tensor, passes: torch.Tensor,
+                drafts: torch.Tensor, q: torch.Tensor, cache: KVCache,
+                uniforms: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]) -> tuple:
+    """Steps 2-5 of a pass (the module docstring) for windows ``[last token, drafts]`` (drafts [B, L - 1] with
+    their draft distributions ``q``) of rows at ``pos`` [B]; ``uniforms`` from :func:`pass_uniforms`.
+
+    Returns the new ``tokens`` and ``steps`` (the committed tokens marked with pass number ``passes``), the next
+    ``pos``, the target's distributions ``p`` [B, L, V] and proposals [B, L], the accepted lengths, the final
+    hidden states (None unless ``needs_hidden``) and the tokens each row produced. Only the cache changes in place.
+    ``static``: the form a compiled pass takes, one shape for every pass (attention over the whole cache, every
+    draft judged, the torch references of the ops, whose kernels inductor generates itself).
+    """
+    n, batch, length = model.num_tokens, drafts.shape[0], drafts.shape[1] + 1
+    probs_op, accept_op, recover_op = ((target_probs.reference, window_accepted_length, recover.reference) if static
+                                       else (target_probs, accept_drafts, recover))
+    window = torch.cat([tokens.gather(1, (pos - 1)[:, None]), drafts], dim=1)
+    if params.guided:
+        window, starts = torch.cat([window, window]), torch.cat([pos, pos])
+    else:
+        starts = pos
+    out = model.decode_rows(window, starts, cache, return_hidden=needs_hidden, static=static)
+    logits, hidden = out if needs_hidden else (out, None)
+    offsets = torch.arange(length, device=pos.device)
+    index = pos[:, None] + offsets  # the image token each window position predicts
+    p = probs_op(logits, params, index)
+    proposal_uniforms, accept_uniforms, recovery_uniforms = uniforms
+    proposals = p.argmax(-1) if proposal_uniforms is None else inverse_cdf(p, proposal_uniforms, torch.float32)
+    # left to right: drafts kept until the first rejection (or the end of the image)
+    accepted = accept_op(rule, p[:, :-1], q, drafts, proposals[:, :-1], accept_uniforms, index[:, :-1] < n)
+    nxt = pos + accepted  # the recovered or bonus token's index
+    emits = nxt < n
+    token = proposals[:, -1]  # bonus: every draft accepted
+    if length > 1:
+        at = accepted.clamp(max=length - 2)
+        recovered = recover_op(rule, p, q, drafts, proposals, at, recovery_uniforms)[0]
+        token = torch.where(accepted < length - 1, recovered, token)
+    # commit: accepted drafts, then the recovered/bonus token, with the pass that produced them
+    kept = offsets[None, :-1] < accepted[:, None]
+    tokens = _written(tokens, index[:, :-1], drafts, kept)
+    steps = _written(steps, index[:, :-1], passes.expand_as(drafts), kept)
+    tokens = _written(tokens, nxt[:, None], token[:, None], emits[:, None])
+    steps = _written(steps, nxt[:, None], passes.expand(batch, 1), emits[:, None])
+    return (tokens, steps, (nxt + emits.long()).clamp(max=n), p, proposals, accepted, hidden,
+            accepted + emits.long())
+
+
+@functools.cache
+def compiled_verify(mode: str):
+    """:func:`verify_pass` compiled for ``mode``: one graph per batch, window length, rule and sampling settings
+    (built once per process; graphs are made on first call)."""
+    return torch.compile(verify_pass, mode=mode, dynamic=False, fullgraph=True)
 
 
 @register_sampler

@@ -1,0 +1,181 @@
+"""Speculative samplers against vanilla AR, eager and compiled, with LlamaGen's generate() beside them, in one run.
+
+Every method draws the same classes with the same weights (the embedded default's, or ``--model``), batch by batch
+size, repeats interleaved so that machine load hits them alike; medians are reported, and each method's first
+call (its compilation) apart. Rows: LlamaGen's ``generate()`` eager and compiled as its ``sample_c2i.py
+--compile`` does (with ``--llamagen-repo``, a local clone of FoundationVision/LlamaGen), vgen's ``ar`` eager and
+compiled, and each speculative sampler eager and compiled. Columns: forward passes, step compression and latency
+ratio against **compiled** AR (and eager AR), the cost of one pass against one AR step in the same run (the
+verify cost c(k) with drafting and bookkeeping included), and the k-token forward alone against a 1-token one
+(:func:`speculative_speed.window_cost`, eager). The setup line carries the token statistics of AR's images (mean
+entropy, median top-1), on which step compression depends.
+
+    python benchmarks/compiled_speed.py --batch-sizes 1 8 --threads 1 --llamagen-repo path/to/LlamaGen \
+        --out docs/results/speed/compiled
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from ar_speed import llamagen_method  # noqa: E402
+from speculative_speed import window_cost  # noqa: E402
+
+import vgen  # noqa: E402
+from vgen.eval.quality import token_statistics  # noqa: E402
+from vgen.samplers import SamplingParams, get_sampler  # noqa: E402
+from vgen.samplers.options import merge_settings  # noqa: E402
+
+SPECULATIVE = ("sjd", "mcsjd", "lantern", "gsd")
+AR, AR_COMPILED = "ar", "ar, compiled"
+LLAMAGEN, LLAMAGEN_COMPILED = "LlamaGen generate()", "LlamaGen generate(), compiled"
+Method = Callable[[int], tuple[torch.Tensor, int]]  # seed -> tokens [B, N], forward passes
+
+
+def vgen_method(pipe, name: str, compile: bool, classes: torch.Tensor, params: SamplingParams) -> Method:
+    sampler = get_sampler(name, compile=compile)
+
+    def run(seed: int) -> tuple[torch.Tensor, int]:
+        generator = torch.Generator(pipe.device).manual_seed(seed)
+        out = sampler.sample(pipe.model, classes, params, generator=generator, tokenizer=pipe.tokenizer)
+        return out.tokens, out.stats.forward_passes
+
+    return run
+
+
+def llamagen(repo: Path, pipe, classes: torch.Tensor, params: SamplingParams, compile: bool) -> Method:
+    run = llamagen_method(repo, pipe.model, classes, params, argparse.Namespace(device=pipe.device.type), compile)
+    return lambda seed: (run(seed), pipe.model.num_tokens)
+
+
+def timed(method: Method, seed: int, cuda: bool) -> tuple[float, torch.Tensor, int]:
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    tokens, passes = method(seed)
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, tokens, passes
+
+
+def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[str], repeats: int,
+                repo: Path | None) -> dict:
+    """Every method at one batch size: first-call and median seconds, forward passes, tokens."""
+    classes = torch.arange(batch, device=pipe.device) % pipe.num_classes
+    methods: dict[str, Method] = {}
+    if repo is not None:
+        methods[LLAMAGEN] = llamagen(repo, pipe, classes, params, False)
+        methods[LLAMAGEN_COMPILED] = llamagen(repo, pipe, classes, params, True)
+    methods[AR] = vgen_method(pipe, "ar", False, classes, params)
+    methods[AR_COMPILED] = vgen_method(pipe, "ar", True, classes, params)
+    for name in samplers:
+        methods[name] = vgen_method(pipe, name, False, classes, params)
+        methods[f"{name}, compiled"] = vgen_method(pipe, name, True, classes, params)
+    cuda = pipe.device.type == "cuda"
+    first = {name: timed(method, 0, cuda)[0] for name, method in methods.items()}  # compiles
+    seconds: dict[str, list[float]] = {name: [] for name in methods}
+    passes: dict[str, list[int]] = {name: [] for name in methods}
+    ar_tokens = []
+    for r in range(1, repeats + 1):
+        for name, method in methods.items():
+            s, tokens, p = timed(method, r, cuda)
+            seconds[name].append(s)
+            passes[name].append(p)
+            if name == AR:
+                ar_tokens.append(tokens)
+    stats = token_statistics(pipe.model, torch.cat(ar_tokens), classes.repeat(repeats), params)
+    rows = {name: {"first_call_s": first[name], "median_s": statistics.median(seconds[name]),
+                   "seconds": seconds[name], "forward_passes": statistics.mean(passes[name])} for name in methods}
+    n = pipe.model.num_tokens
+    for name, row in rows.items():
+        row["tokens_per_s"] = batch * n / row["median_s"]
+        row["step_compression"] = n / row["forward_passes"]
+        row["vs_compiled_ar"] = rows[AR_COMPILED]["median_s"] / row["median_s"]
+        row["vs_eager_ar"] = rows[AR]["median_s"] / row["median_s"]
+        ar_step = rows[AR_COMPILED if "compiled" in name else AR]["median_s"] / n
+        row["pass_cost"] = row["median_s"] / row["forward_passes"] / ar_step
+    guided_rows = 2 * batch if params.guided else batch
+    cost = window_cost(pipe.model, get_sampler(samplers[0]).window, guided_rows) if samplers else None
+    return {"batch": batch, "rows": rows, "token_statistics": stats, "window_cost_eager": cost}
+
+
+def table(result: dict) -> str:
+    lines = ["| method | first call s | median s | tokens/s | forward passes | step compression | vs compiled AR "
+             "| vs eager AR | pass cost (x AR step) |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in result["rows"].items():
+        lines.append(f"| {name} | {r['first_call_s']:.1f} | {r['median_s']:.3f} | {r['tokens_per_s']:.1f} "
+                     f"| {r['forward_passes']:.1f} | {r['step_compression']:.2f}x | **{r['vs_compiled_ar']:.2f}x** "
+                     f"| {r['vs_eager_ar']:.2f}x | {r['pass_cost']:.2f} |")
+    return "\n".join(lines)
+
+
+def setup_line(setup: dict, result: dict) -> str:
+    s = result["token_statistics"]
+    cost = result["window_cost_eager"]
+    return (f"{setup['model']}, batch {result['batch']}, {setup['params']}, {setup['device']}, {setup['dtype']}, "
+            f"{setup['threads']}, torch {setup['torch']}, median of {setup['repeats']} after a first call; AR's "
+            f"tokens: mean entropy {s['mean_entropy_nats']:.2f} nats, median top-1 {s['median_top1_prob']:.2f}"
+            + (f"; eager {setup['window']}-token forward = {cost:.2f}x a 1-token one" if cost else ""))
+
+
+def plot(results: list[dict], path: Path) -> None:
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.8), squeeze=False)
+    for ax, result in zip(axes[0], results):
+        names = list(result["rows"])
+        ratios = [result["rows"][n]["vs_compiled_ar"] for n in names]
+        colours = ["tab:orange" if "compiled" in n else "tab:blue" for n in names]
+        ax.barh(names, ratios, color=colours)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.invert_yaxis()
+        ax.set_xlabel("speed against compiled vgen AR (higher is faster)")
+        ax.set_title(f"batch {result['batch']}")
+        for y, r in enumerate(ratios):
+            ax.text(r, y, f" {r:.2f}x", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="shapes-c2i")
+    ap.add_argument("--samplers", nargs="+", default=list(SPECULATIVE), help="speculative presets to time")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--llamagen-repo", type=Path, default=None, help="local clone of FoundationVision/LlamaGen")
+    ap.add_argument("--out", type=Path, required=True, help="folder for compiled_speed.{json,md,png}")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    pipe = vgen.load(args.model, device=args.device, dtype=dtype)
+    params = SamplingParams(**merge_settings(pipe.info.defaults, {}))
+    setup = {"model": args.model, "params": params.to_dict(), "device": args.device, "dtype": args.dtype,
+             "threads": f"{torch.get_num_threads()} thread(s)" if args.device == "cpu" else args.device,
+             "torch": torch.__version__, "repeats": args.repeats,
+             "window": get_sampler(args.samplers[0]).window if args.samplers else None}
+    results = []
+    for batch in args.batch_sizes:
+        results.append(bench_batch(pipe, batch, params, args.samplers, args.repeats, args.llamagen_repo))
+        print(f"{setup_line(setup, results[-1])}\n\n{table(results[-1])}\n", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "compiled_speed.json").write_text(json.dumps({"setup": setup, "results": results}, indent=1))
+    (args.out / "compiled_speed.md").write_text("\n\n".join(f"{setup_line(setup, r)}\n\n{table(r)}"
+                                                           for r in results) + "\n")
+    plot(results, args.out / "compiled_speed.png")
+
+
+if __name__ == "__main__":
+    main()
