@@ -23,18 +23,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
+import torch
+from ar_speed import llamagen_method
+from PIL import Image
+from speculative_speed import window_cost
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from ar_speed import llamagen_method  # noqa: E402
-from speculative_speed import window_cost  # noqa: E402
-
-import vgen  # noqa: E402
-from vgen.eval.quality import token_statistics  # noqa: E402
-from vgen.samplers import SamplingParams, get_sampler  # noqa: E402
-from vgen.samplers.options import merge_settings  # noqa: E402
+import vgen
+from vgen.eval.quality import token_statistics
+from vgen.images import image_grid
+from vgen.samplers import SamplingParams, get_sampler
+from vgen.samplers.options import merge_settings
+from vgen.visualize import scatter_plot
 
 SPECULATIVE = ("sjd", "mcsjd", "lantern", "gsd")
 AR, AR_COMPILED = "ar", "ar, compiled"
@@ -128,21 +127,12 @@ def setup_line(setup: dict, result: dict) -> str:
             + (f"; eager {setup['window']}-token forward = {cost:.2f}x a 1-token one" if cost else ""))
 
 
-def plot(results: list[dict], path: Path) -> None:
-    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.8), squeeze=False)
-    for ax, result in zip(axes[0], results):
-        names = list(result["rows"])
-        ratios = [result["rows"][n]["vs_compiled_ar"] for n in names]
-        colours = ["tab:orange" if "compiled" in n else "tab:blue" for n in names]
-        ax.barh(names, ratios, color=colours)
-        ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.invert_yaxis()
-        ax.set_xlabel("speed against compiled vgen AR (higher is faster)")
-        ax.set_title(f"batch {result['batch']}")
-        for y, r in enumerate(ratios):
-            ax.text(r, y, f" {r:.2f}x", va="center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+def plot(results: list[dict]) -> Image.Image:
+    """One panel per batch size: each method's speed against compiled AR over its step compression."""
+    return image_grid([scatter_plot([(name, r["step_compression"], r["vs_compiled_ar"])
+                                     for name, r in result["rows"].items()],
+                                    "step compression (x fewer forward passes)", "speed vs compiled vgen AR (x)",
+                                    f"batch {result['batch']}") for result in results], len(results))
 
 
 def main() -> None:
@@ -174,7 +164,7 @@ def main() -> None:
     (args.out / "compiled_speed.json").write_text(json.dumps({"setup": setup, "results": results}, indent=1))
     (args.out / "compiled_speed.md").write_text("\n\n".join(f"{setup_line(setup, r)}\n\n{table(r)}"
                                                            for r in results) + "\n")
-    plot(results, args.out / "compiled_speed.png")
+    plot(results).save(args.out / "compiled_speed.png")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The samplers on a CUDA device: ``auto`` runs the Triton kernels inside them and a seeded run draws the same
 tokens as with the torch references; greedy speculative decoding equals greedy vanilla AR token for token (fp32);
-and ARSampler's compiled decode step, CUDA graphs included, gives eager's tokens. Models are built on the CPU from
+and compiled steps, CUDA graphs included, give eager's tokens: ARSampler's decode step and the speculative
+samplers' verify pass. Models are built on the CPU from
 fixed seeds, then moved.
 
 Run them alone, ``pytest -m gpu``: a run that also selects the CPU kernel tests loads Triton's interpreter (see
@@ -16,12 +17,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 from vgen.kernels import use_backend  # noqa: E402 (imports no triton: see launched)
 from vgen.models.llamagen import GPTConfig  # noqa: E402
-from vgen.samplers import (  # noqa: E402
-    ARSampler,
-    SamplingParams,
-    compiling,  # noqa: E402
-    get_sampler,
-)
+from vgen.samplers import ARSampler, SamplingParams, compiling, get_sampler  # noqa: E402
 from vgen.samplers.compiling import CUDA_GRAPH_MODES, static_cache  # noqa: E402
 from vgen.samplers.speculative import sampler as sampler_module  # noqa: E402
 from vgen.samplers.speculative.drafters import Drafter  # noqa: E402
@@ -167,3 +163,25 @@ def test_compiled_ar_draws_the_eager_tokens_on_cuda(mode: str, tiny_gpt_factory,
         cache = static_cache(model)
         sampler.sample(model, classes, SamplingParams(temperature=0.0, cfg_scale=3.0))
         assert static_cache(model) is cache  # reused at the same addresses, not reallocated
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "default"])
+@pytest.mark.parametrize("name", ["sjd", "mcsjd", "lantern", "gsd"])
+def test_compiled_speculative_samplers_draw_the_eager_tokens_on_cuda(name: str, mode: str, tiny_gpt_factory,
+                                                                     monkeypatch) -> None:
+    """``compile=`` on a speculative sampler: the verify pass under CUDA graphs (``reduce-overhead``: the cache
+    kept per model, the done check every few passes) or inductor alone gives the tokens of the eager loop run on
+    the torch references, greedy and seeded, on the first call (compiling) and the next (replaying)."""
+    monkeypatch.setattr(compiling, "_STATIC_CACHES", weakref.WeakKeyDictionary())
+    model = tiny_gpt_factory(GRID).to(CUDA)
+    classes = torch.tensor([0, 3, 1], device=CUDA)
+    tokenizer = FakeTokenizer(GRID.vocab_size)
+    for params in (SamplingParams(temperature=0.0, cfg_scale=3.0), SamplingParams(top_k=20, cfg_scale=3.0)):
+        with use_backend("torch"):
+            eager = get_sampler(name, window=6).sample(model, classes, params, generator=generator(5),
+                                                       tokenizer=tokenizer).tokens
+        for _ in range(2):
+            compiled = get_sampler(name, window=6, compile=mode).sample(model, classes, params,
+                                                                        generator=generator(5),
+                                                                        tokenizer=tokenizer).tokens
+            assert torch.equal(compiled, eager), f"{int((compiled != eager).sum())} of {eager.numel()} tokens differ"

@@ -87,10 +87,10 @@ class KVCache:
         if rows.common_start is not None:
             self.keys[layer][:, :, rows.common_start:rows.end] = k
             self.values[layer][:, :, rows.common_start:rows.end] = v
-        else:
-            index = rows.slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-            self.keys[layer].scatter_(2, index, k)
-            self.values[layer].scatter_(2, index, v)
+        else:  # indexed assignment, not scatter_: compiled, scatter_ copied the whole buffer at every write
+            batch = torch.arange(k.shape[0], device=k.device)[:, None]
+            self.keys[layer][batch, :, rows.slots] = k.transpose(1, 2)
+            self.values[layer][batch, :, rows.slots] = v.transpose(1, 2)
         return self.keys[layer][:, :, :rows.end], self.values[layer][:, :, :rows.end]
 
     def row_slots(self, starts: torch.Tensor, count: int, static: bool = False) -> RowSlots:
