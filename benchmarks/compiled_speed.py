@@ -11,7 +11,12 @@ verify cost c(k) with drafting and bookkeeping included), and the k-token forwar
 entropy, median top-1), on which step compression depends.
 
     python benchmarks/compiled_speed.py --batch-sizes 1 8 --threads 1 --llamagen-repo path/to/LlamaGen \
-        --out docs/results/speed/compiled
+        --out docs/results/speed/compiled_fp32_t1
+    python benchmarks/compiled_speed.py --device cuda --dtype bf16 --out out/   # CUDA graphs (reduce-overhead)
+    python benchmarks/compiled_speed.py --gpt-model GPT-B --tokens 256 --device cuda --dtype bf16 --out out/
+
+``--gpt-model`` times a LlamaGen size with random weights (and a random codebook for LANTERN's neighbours): its
+per-pass costs carry over to real weights, its step compression does not.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from ar_speed import llamagen_method
+from ar_speed import build_config, llamagen_method, random_model
 from PIL import Image
 from speculative_speed import window_cost
 
 import vgen
 from vgen.eval.quality import token_statistics
 from vgen.images import image_grid
+from vgen.models.llamagen import GPT_SIZES
 from vgen.samplers import SamplingParams, get_sampler
 from vgen.samplers.options import merge_settings
 from vgen.visualize import scatter_plot
@@ -41,7 +47,27 @@ LLAMAGEN, LLAMAGEN_COMPILED = "LlamaGen generate()", "LlamaGen generate(), compi
 Method = Callable[[int], tuple[torch.Tensor, int]]  # seed -> tokens [B, N], forward passes
 
 
-def vgen_method(pipe, name: str, compile: bool, classes: torch.Tensor, params: SamplingParams) -> Method:
+class RandomCodebook(torch.nn.Module):
+    """A tokenizer stand-in for a random model: only the codebook LANTERN's neighbourhoods are built from."""
+
+    def __init__(self, vocab_size: int, dim: int = 8) -> None:
+        super().__init__()
+        self.vectors = torch.randn(vocab_size, dim, generator=torch.Generator().manual_seed(0))
+
+    def codebook(self) -> torch.Tensor:
+        return self.vectors
+
+
+class RandomPipeline:
+    """What the timing needs of a pipeline, for a LlamaGen size with random weights."""
+
+    def __init__(self, size: str, tokens: int, dtype: torch.dtype, device: str) -> None:
+        self.model = random_model(build_config(argparse.Namespace(gpt_model=size, tokens=tokens)), dtype, device)
+        self.tokenizer = RandomCodebook(self.model.vocab_size)
+        self.device, self.num_classes = torch.device(device), self.model.num_classes
+
+
+def vgen_method(pipe, name: str, compile: bool | str, classes: torch.Tensor, params: SamplingParams) -> Method:
     sampler = get_sampler(name, compile=compile)
 
     def run(seed: int) -> tuple[torch.Tensor, int]:
@@ -68,7 +94,7 @@ def timed(method: Method, seed: int, cuda: bool) -> tuple[float, torch.Tensor, i
 
 
 def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[str], repeats: int,
-                repo: Path | None) -> dict:
+                repo: Path | None, mode: str) -> dict:
     """Every method at one batch size: first-call and median seconds, forward passes, tokens."""
     classes = torch.arange(batch, device=pipe.device) % pipe.num_classes
     methods: dict[str, Method] = {}
@@ -76,10 +102,10 @@ def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[str], r
         methods[LLAMAGEN] = llamagen(repo, pipe, classes, params, False)
         methods[LLAMAGEN_COMPILED] = llamagen(repo, pipe, classes, params, True)
     methods[AR] = vgen_method(pipe, "ar", False, classes, params)
-    methods[AR_COMPILED] = vgen_method(pipe, "ar", True, classes, params)
+    methods[AR_COMPILED] = vgen_method(pipe, "ar", mode, classes, params)
     for name in samplers:
         methods[name] = vgen_method(pipe, name, False, classes, params)
-        methods[f"{name}, compiled"] = vgen_method(pipe, name, True, classes, params)
+        methods[f"{name}, compiled"] = vgen_method(pipe, name, mode, classes, params)
     cuda = pipe.device.type == "cuda"
     first = {name: timed(method, 0, cuda)[0] for name, method in methods.items()}  # compiles
     seconds: dict[str, list[float]] = {name: [] for name in methods}
@@ -122,6 +148,7 @@ def setup_line(setup: dict, result: dict) -> str:
     s = result["token_statistics"]
     cost = result["window_cost_eager"]
     return (f"{setup['model']}, batch {result['batch']}, {setup['params']}, {setup['device']}, {setup['dtype']}, "
+            f"compile={setup['compile']!r}, "
             f"{setup['threads']}, torch {setup['torch']}, median of {setup['repeats']} after a first call; AR's "
             f"tokens: mean entropy {s['mean_entropy_nats']:.2f} nats, median top-1 {s['median_top1_prob']:.2f}"
             + (f"; eager {setup['window']}-token forward = {cost:.2f}x a 1-token one" if cost else ""))
@@ -138,6 +165,11 @@ def plot(results: list[dict]) -> Image.Image:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="shapes-c2i")
+    ap.add_argument("--gpt-model", choices=["tiny", "default", *GPT_SIZES], default=None,
+                    help="random weights of a LlamaGen size (tiny: 2 layers, dim 128; default: the embedded model's)")
+    ap.add_argument("--tokens", type=int, default=256, help="image tokens of --gpt-model")
+    ap.add_argument("--compile-mode", default=None,
+                    help="torch.compile mode of the compiled rows (default: reduce-overhead on CUDA, else default)")
     ap.add_argument("--samplers", nargs="+", default=list(SPECULATIVE), help="speculative presets to time")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeats", type=int, default=3)
@@ -150,15 +182,21 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    pipe = vgen.load(args.model, device=args.device, dtype=dtype)
-    params = SamplingParams(**merge_settings(pipe.info.defaults, {}))
-    setup = {"model": args.model, "params": params.to_dict(), "device": args.device, "dtype": args.dtype,
+    mode = args.compile_mode or ("reduce-overhead" if args.device.startswith("cuda") else "default")
+    if args.gpt_model:
+        pipe = RandomPipeline(args.gpt_model, args.tokens, dtype, args.device)
+        params, model_name = SamplingParams(cfg_scale=4.0), f"{args.gpt_model} (random weights)"
+    else:
+        pipe = vgen.load(args.model, device=args.device, dtype=dtype)
+        params, model_name = SamplingParams(**merge_settings(pipe.info.defaults, {})), args.model
+    setup = {"model": model_name, "params": params.to_dict(), "device": args.device, "dtype": args.dtype,
+             "compile": mode,
              "threads": f"{torch.get_num_threads()} thread(s)" if args.device == "cpu" else args.device,
              "torch": torch.__version__, "repeats": args.repeats,
              "window": get_sampler(args.samplers[0]).window if args.samplers else None}
     results = []
     for batch in args.batch_sizes:
-        results.append(bench_batch(pipe, batch, params, args.samplers, args.repeats, args.llamagen_repo))
+        results.append(bench_batch(pipe, batch, params, args.samplers, args.repeats, args.llamagen_repo, mode))
         print(f"{setup_line(setup, results[-1])}\n\n{table(results[-1])}\n", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compiled_speed.json").write_text(json.dumps({"setup": setup, "results": results}, indent=1))

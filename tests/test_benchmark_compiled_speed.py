@@ -1,0 +1,39 @@
+"""benchmarks/compiled_speed.py: one run times every method eager and compiled on the same weights and seeds, and
+reads every ratio against compiled vanilla AR."""
+
+import json
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+from vgen.samplers import ar as ar_module
+from vgen.samplers.speculative import sampler as sampler_module
+
+
+def test_one_run_times_every_method_against_compiled_ar(benchmark_module, monkeypatch, tmp_path) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # it imports its sibling scripts
+    speed = benchmark_module("compiled_speed")
+    # compiling for real is what the samplers' slow tests check: here the compiled rows run their forms eagerly
+    monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_last)
+    monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
+    monkeypatch.setattr(sys, "argv", ["compiled_speed.py", "--gpt-model", "tiny", "--tokens", "16", "--batch-sizes",
+                                      "1", "2", "--samplers", "mcsjd", "lantern", "--repeats", "2", "--out",
+                                      str(tmp_path)])
+    speed.main()
+    result = json.loads((tmp_path / "compiled_speed.json").read_text())
+    assert [r["batch"] for r in result["results"]] == [1, 2]
+    for r in result["results"]:
+        rows = r["rows"]
+        assert list(rows) == ["ar", "ar, compiled", "mcsjd", "mcsjd, compiled", "lantern", "lantern, compiled"]
+        assert rows["ar"]["forward_passes"] == rows["ar, compiled"]["forward_passes"] == 16
+        for name in ("mcsjd", "lantern"):  # the same seeds draw the same tokens in the same passes
+            assert rows[name]["forward_passes"] == rows[f"{name}, compiled"]["forward_passes"] <= 16
+        reference = rows["ar, compiled"]["median_s"]
+        for row in rows.values():
+            assert row["vs_compiled_ar"] == reference / row["median_s"]
+            assert min(row["seconds"]) <= row["median_s"] <= max(row["seconds"]) and len(row["seconds"]) == 2
+        assert 0 < r["token_statistics"]["median_top1_prob"] <= 1 and r["window_cost_eager"] > 0
+    assert result["setup"]["compile"] == "default"
+    assert "| lantern, compiled |" in (tmp_path / "compiled_speed.md").read_text()
+    assert Image.open(tmp_path / "compiled_speed.png").size[0] > 500
