@@ -7,7 +7,9 @@
 #   bash benchmarks/gpu_check.sh kernels ar       # only these steps (a rerun skips what passed)
 #
 # Steps: env, tests, kernels, speculative, ar (the default set) and, not in the default set: extra (a batch-8
-# speculative table in bf16 and ARSampler compile="default" on GPT-B), t2i_speed (benchmarks/t2i_speed.py: AR vs
+# speculative table in bf16 and ARSampler compile="default" on GPT-B), compiled (benchmarks/compiled_speed.py: every
+# speculative sampler and vanilla AR, eager and under CUDA graphs, bf16, batch 1 and 8, on the embedded default
+# and on a random GPT-B; tables in $OUT/compiled_{default,gptb}/), t2i_speed (benchmarks/t2i_speed.py: AR vs
 # mcsjd / lantern on random LlamaGen-T2I GPT-XL and Janus-Pro-1B sized models, bf16, batch 1 and 8, tables in
 # $OUT/t2i_speed.json and .md) and t2i_tests (the text-to-image parity tests; benchmarks/gpu_check_t2i.sh runs
 # both). Each step writes $OUT/<step>.log and a line to $OUT/summary.log; a failing or timed-out step does not
@@ -15,8 +17,9 @@
 # would start too late are skipped, and say so).
 # Environment: PYTHON (python3), OUT (gpu_check_out), BUDGET_S (540), GPU_TEST_WORKERS (4, pytest-xdist workers
 # when xdist imports; 0 runs the tests in one process), T2I_TEST_WORKERS (8, the same for t2i_tests, which run on
-# the CPU), T2I_SPEED_ARGS (more arguments of t2i_speed, e.g. "--tiny --device cpu" for a dry run). Exit status: the
-# number of step commands that did not pass.
+# the CPU), T2I_SPEED_ARGS (more arguments of t2i_speed, e.g. "--tiny --device cpu" for a dry run), COMPILED_ARGS
+# (more arguments of both compiled_speed runs, e.g. "--gpt-model tiny --device cpu" for a dry run). Exit status:
+# the number of step commands that did not pass.
 set -u
 
 cd "$(dirname "$0")/.." || exit 99
@@ -134,6 +137,15 @@ step_extra() {
         --top-k 2000 --dtype bf16 --no-naive --compile default --repeats 3
 }
 
+step_compiled() {
+    # shellcheck disable=SC2086
+    run 300 "$PYTHON" benchmarks/compiled_speed.py --device cuda --dtype bf16 --batch-sizes 1 8 --repeats 3 \
+        --out "$OUT/compiled_default" ${COMPILED_ARGS:-}
+    # shellcheck disable=SC2086
+    run 240 "$PYTHON" benchmarks/compiled_speed.py --device cuda --dtype bf16 --gpt-model GPT-B --tokens 256 \
+        --batch-sizes 1 8 --repeats 2 --samplers mcsjd lantern --out "$OUT/compiled_gptb" ${COMPILED_ARGS:-}
+}
+
 # the text-to-image parity tests (CPU tests: on a GPU machine they check its torch and transformers), and of
 # test_speculative_sampler.py only its tests of a t2i model
 T2I_TESTS=(tests/models/test_llamagen_t2i.py tests/models/test_janus.py tests/models/test_text_encoder.py
@@ -160,9 +172,9 @@ STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL[@]}")
 for STEP in "${STEPS[@]}"; do
     case "$STEP" in
-        env | tests | kernels | speculative | ar | extra | t2i_speed | t2i_tests) ;;
+        env | tests | kernels | speculative | ar | extra | compiled | t2i_speed | t2i_tests) ;;
         *)
-            echo "unknown step '$STEP'; steps: ${ALL[*]} extra t2i_speed t2i_tests" >&2
+            echo "unknown step '$STEP'; steps: ${ALL[*]} extra compiled t2i_speed t2i_tests" >&2
             exit 99
             ;;
     esac

@@ -112,3 +112,19 @@ def test_vertical_drafts_step_back_one_row_of_an_image_or_one_frame_of_a_clip(fr
                                       block_size=block_size, frames=frames))
     drafter = build_drafter("jacobi", Speculative(draft_init="vertical"), model, DraftContext(SamplingParams()))
     assert drafter.stride == stride  # 4 x 4 image: a row; 3 frames of 2 x 2: a frame; 2 frames of 4 x 4: a frame
+
+
+@pytest.mark.parametrize(("init", "coupling"), [("random", "none"), ("vertical", "gumbel")])
+def test_a_pass_of_the_drafter_reads_no_value_from_the_device(init: str, coupling: str) -> None:
+    """Between two compiled verify passes on a GPU, a host read of a tensor's value would wait for the device: on
+    meta tensors, which hold no values, any such read fails, so proposing and observing there proves none."""
+    batch, length, n = 3, 6, 32
+    drafter = JacobiDrafter(V, stride=4, init=init, coupling=coupling)
+    with torch.device("meta"):
+        tokens = torch.zeros(batch, n + length, dtype=torch.long)
+        for pos in (torch.ones(batch, dtype=torch.long), torch.full((batch,), 4)):
+            drafts, q = drafter.propose(tokens, pos, length - 1, None)
+            probs = torch.rand(batch, length, V).softmax(-1)
+            drafter.observe(Verification(pos, torch.zeros(batch, dtype=torch.long), probs,
+                                         torch.zeros(batch, length, dtype=torch.long), None, tokens, drafts, q))
+    assert drafts.shape == (batch, length - 1) and q.shape == (batch, length - 1, V)

@@ -136,18 +136,18 @@ class JacobiDrafter(Drafter):
 
     def copy_sources(self, index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
         """The token each fresh draft repeats [B, count]: its left (or vertical) neighbour, followed through
-        neighbours that are fresh drafts themselves (which repeat theirs) by pointer doubling, so a chain of k
-        fresh drafts costs log2(k) vectorised steps rather than a Python loop over the window."""
+        neighbours that are fresh drafts themselves (which repeat theirs) by pointer doubling. A chain of fresh
+        drafts is at most ``count`` long and each round halves what is left of it, so ceil(log2(count)) + 1
+        vectorised rounds always reach a committed token, with no device sync to ask whether they have."""
         source = index - 1
         if self.init == "vertical":
             source = torch.where(index >= self.stride, index - self.stride, source)
         count = index.shape[1]
-        while True:
+        for _ in range(max(count - 1, 1).bit_length() + 1):
             rel = source - pos[:, None]  # the source's place in the window (< 0: a committed token)
             pending = fresh & (rel >= 0) & fresh.gather(1, rel.clamp(0, count - 1))
-            if not bool(pending.any()):
-                return source
             source = torch.where(pending, source.gather(1, rel.clamp(0, count - 1)), source)
+        return source
 
     def refresh(self, result: Verification) -> torch.Tensor:
         """New draws [B, L] from this pass's distributions, coupled with the drafts they replace."""
@@ -164,21 +164,18 @@ class JacobiDrafter(Drafter):
 
     def shifted_noise(self, result: Verification) -> torch.Tensor:
         """The Gumbel noise [B, L, V] of the tokens this pass predicted (``pos + j``), kept from the last pass for
-        the tokens it already covered and drawn fresh for the others."""
+        the tokens it already covered and fresh for the others. A whole window of fresh noise is drawn every pass
+        (the tokens new to it are a different count in every row), so no device sync asks how many there are."""
         shape, device = result.probs.shape, result.probs.device
+        fresh = _gumbel(shape, result.generator, device)
         if self.noise is None or self.noise.shape != shape:
-            self.noise = _gumbel(shape, result.generator, device)
+            self.noise = fresh
         else:
             # this pass's output j is token pos + j; the last pass's output j' was token noise_pos + j'
             offset = (result.pos - self.noise_pos)[:, None] + torch.arange(shape[1], device=device)
             kept = (offset >= 0) & (offset < shape[1])
             noise = self.noise.gather(1, offset.clamp(0, shape[1] - 1)[..., None].expand(-1, -1, shape[2]))
-            needs_fresh = ~kept.all(0)
-            if bool(needs_fresh.any()):  # draw only from the first column that any row needs fresh (a window's tail)
-                first = int(needs_fresh.int().argmax())
-                fresh = _gumbel((shape[0], shape[1] - first, shape[2]), result.generator, device)
-                noise[:, first:] = torch.where(kept[:, first:, None], noise[:, first:], fresh)
-            self.noise = noise
+            self.noise = torch.where(kept[..., None], noise, fresh)
         self.noise_pos = result.pos
         return self.noise
 
