@@ -25,6 +25,11 @@ DRAFT_INITS = ("random", "left", "vertical")
 DRAFT_COUPLINGS = ("none", "maximal", "gumbel")
 
 
+def reads_are_free(device: torch.device) -> bool:
+    """Whether the host may read a tensor's value without waiting for a device: a CPU tensor's is at hand."""
+    return device.type == "cpu"
+
+
 def _gumbel(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
     """Standard Gumbel noise: ``argmax(log p + g)`` is then an exact draw from ``p``."""
     return -torch.log(-torch.log(torch.rand(shape, generator=generator, device=device).clamp_min(1e-20)))
@@ -136,9 +141,10 @@ class JacobiDrafter(Drafter):
 
     def copy_sources(self, index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
         """The token each fresh draft repeats [B, count]: its left (or vertical) neighbour, followed through
-        neighbours that are fresh drafts themselves (which repeat theirs) by pointer doubling. A chain of fresh
-        drafts is at most ``count`` long and each round halves what is left of it, so ceil(log2(count)) + 1
-        vectorised rounds always reach a committed token, with no device sync to ask whether they have."""
+        neighbours that are fresh drafts themselves (which repeat theirs) by pointer doubling, so a chain of k
+        fresh drafts costs log2(k) vectorised rounds rather than a Python loop over the window. On a CPU the rounds
+        stop once no chain is left; elsewhere asking would wait for the device, so all ceil(log2(count)) + 1 rounds
+        that a chain of at most ``count`` drafts can need are run."""
         source = index - 1
         if self.init == "vertical":
             source = torch.where(index >= self.stride, index - self.stride, source)
@@ -146,6 +152,8 @@ class JacobiDrafter(Drafter):
         for _ in range(max(count - 1, 1).bit_length() + 1):
             rel = source - pos[:, None]  # the source's place in the window (< 0: a committed token)
             pending = fresh & (rel >= 0) & fresh.gather(1, rel.clamp(0, count - 1))
+            if reads_are_free(index.device) and not bool(pending.any()):
+                break
             source = torch.where(pending, source.gather(1, rel.clamp(0, count - 1)), source)
         return source
 
@@ -164,18 +172,25 @@ class JacobiDrafter(Drafter):
 
     def shifted_noise(self, result: Verification) -> torch.Tensor:
         """The Gumbel noise [B, L, V] of the tokens this pass predicted (``pos + j``), kept from the last pass for
-        the tokens it already covered and fresh for the others. A whole window of fresh noise is drawn every pass
-        (the tokens new to it are a different count in every row), so no device sync asks how many there are."""
+        the tokens it already covered and drawn fresh for the others: on a CPU from the first column any row needs
+        (a window's tail), elsewhere for the whole window (how many columns are new differs by row, and asking
+        would wait for the device)."""
         shape, device = result.probs.shape, result.probs.device
-        fresh = _gumbel(shape, result.generator, device)
         if self.noise is None or self.noise.shape != shape:
-            self.noise = fresh
+            self.noise = _gumbel(shape, result.generator, device)
         else:
             # this pass's output j is token pos + j; the last pass's output j' was token noise_pos + j'
             offset = (result.pos - self.noise_pos)[:, None] + torch.arange(shape[1], device=device)
             kept = (offset >= 0) & (offset < shape[1])
             noise = self.noise.gather(1, offset.clamp(0, shape[1] - 1)[..., None].expand(-1, -1, shape[2]))
-            self.noise = torch.where(kept[..., None], noise, fresh)
+            first = 0
+            if reads_are_free(device):
+                needs_fresh = ~kept.all(0)
+                first = int(needs_fresh.int().argmax()) if bool(needs_fresh.any()) else shape[1]
+            if first < shape[1]:
+                fresh = _gumbel((shape[0], shape[1] - first, shape[2]), result.generator, device)
+                noise[:, first:] = torch.where(kept[:, first:, None], noise[:, first:], fresh)
+            self.noise = noise
         self.noise_pos = result.pos
         return self.noise
 
