@@ -446,3 +446,32 @@ def test_compiled_sjd_matches_the_exact_joint_distribution(chi_square_p, run_sam
     params = LOSSLESS_PARAMS["cfg-topk-temp"]
     counts = sequence_counts(run_sampler, model, get_sampler("sjd", window=3, compile=True), params)
     assert chi_square_p(counts, exact_joint(model, params)) > 1e-3
+
+
+def test_passes_run_past_every_rows_end_change_nothing(t2i_model, sampling_table, monkeypatch) -> None:
+    """On a GPU a compiled run asks whether every row is done only every few passes: the passes it runs after a
+    row's (or the batch's) end write nothing and count for nothing (checked on the CPU with the GPU's cadence)."""
+    monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
+    monkeypatch.setattr(sampler_module, "reads_are_free", lambda device: False)
+    monkeypatch.setattr(sampler_module, "DONE_CHECK_PASSES", 5)
+    params = sampling_table["filtered-cfg"]
+    eager = static_run("mcsjd", t2i_model, PROMPTS, params)
+    sparse = static_run("mcsjd", t2i_model, PROMPTS, params, compile=True)
+    assert eager.stats.forward_passes % 5 != 1  # so the last check came after idle passes
+    assert torch.equal(sparse.tokens, eager.tokens) and torch.equal(sparse.stats.accept_step, eager.stats.accept_step)
+    assert sparse.stats.forward_passes == eager.stats.forward_passes
+    assert sparse.stats.accepted_lengths == eager.stats.accepted_lengths
+
+
+def test_the_cuda_graph_modes_keep_one_cache_per_model_and_window(t2i_model, monkeypatch) -> None:
+    """compile="reduce-overhead" (its pass run eagerly here): the cache stays at its addresses from run to run, a
+    window of another length gets its own, and the tokens are the eager loop's."""
+    monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
+    monkeypatch.setattr(compiling, "_STATIC_CACHES", weakref.WeakKeyDictionary())
+    eager = static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG).tokens
+    assert torch.equal(static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG, compile="reduce-overhead").tokens, eager)
+    cache = compiling.static_cache(t2i_model)
+    assert torch.equal(static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG, compile="reduce-overhead").tokens, eager)
+    assert compiling.static_cache(t2i_model) is cache
+    static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG, compile="reduce-overhead", window=4)
+    assert compiling.static_cache(t2i_model) is not cache

@@ -56,6 +56,7 @@ from vgen.samplers.speculative.drafters import (
     Verification,
     available_drafters,
     build_drafter,
+    reads_are_free,
 )
 from vgen.samplers.speculative.lantern import LANTERN_MODES, check_lantern_budget
 from vgen.samplers.speculative.rules import (
@@ -67,7 +68,7 @@ from vgen.samplers.speculative.rules import (
     window_accepted_length,
 )
 
-CUDA_DONE_CHECK_PASSES = 4  # compiled passes on a GPU between "are all rows done?" checks (each waits for it)
+DONE_CHECK_PASSES = 4  # compiled passes on a GPU between "are all rows done?" checks (each waits for it)
 
 
 @register_sampler
@@ -130,8 +131,9 @@ class Speculative(Sampler):
         rows = len(batch_cond)
         cache = take_static_cache(model, rows, extra=length) if graphs else model.new_cache(rows, extra=length)
         verify = verify_pass if mode is None else compiled_verify(mode)
-        # with a compiled pass on a GPU, the host asks whether every row is done only every few passes
-        check_every = CUDA_DONE_CHECK_PASSES if mode is not None and device.type == "cuda" else 1
+        # with a compiled pass on a device whose values cost a wait, the host asks whether every row is done only
+        # every few passes; the passes after a row's last one write nothing
+        check_every = DONE_CHECK_PASSES if mode is not None and not reads_are_free(device) else 1
 
         tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
         steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
