@@ -134,6 +134,29 @@ def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[str], r
     return {"batch": batch, "rows": rows, "token_statistics": stats, "window_cost_eager": cost}
 
 
+def profile_passes(pipe, name: str, mode: str, params: SamplingParams, top: int = 10) -> dict:
+    """Where one compiled batch-1 run of sampler ``name`` spends a pass (after a first call that compiles): the
+    ``top`` ops by self CPU time, in ms and calls per forward pass (torch.profiler)."""
+    method = vgen_method(pipe, name, mode, torch.zeros(1, dtype=torch.long, device=pipe.device), params)
+    method(0)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        _, passes = method(1)
+        seconds = time.perf_counter() - start
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return {"sampler": f"{name}, compiled", "forward_passes": passes, "ms_per_pass": 1e3 * seconds / passes,
+            "ops": [{"op": e.key[:60], "ms_per_pass": e.self_cpu_time_total / 1e3 / passes,
+                     "calls_per_pass": e.count / passes} for e in ops]}
+
+
+def profile_table(profile: dict) -> str:
+    lines = [f"Where a pass of `{profile['sampler']}` goes (batch 1, torch.profiler, self CPU time; "
+             f"{profile['ms_per_pass']:.1f} ms a pass under the profiler):", "",
+             "| op | ms per pass | calls per pass |", "|---|---|---|"]
+    lines += [f"| `{op['op']}` | {op['ms_per_pass']:.2f} | {op['calls_per_pass']:.1f} |" for op in profile["ops"]]
+    return "\n".join(lines)
+
+
 def table(result: dict) -> str:
     lines = ["| method | first call s | median s | tokens/s | forward passes | step compression | vs compiled AR "
              "| vs eager AR | pass cost (x AR step) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -177,6 +200,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--llamagen-repo", type=Path, default=None, help="local clone of FoundationVision/LlamaGen")
+    ap.add_argument("--profile", default=None, metavar="SAMPLER",
+                    help="also profile one compiled batch-1 run of this sampler, op by op")
     ap.add_argument("--out", type=Path, required=True, help="folder for compiled_speed.{json,md,png}")
     args = ap.parse_args()
     if args.threads:
@@ -198,10 +223,15 @@ def main() -> None:
     for batch in args.batch_sizes:
         results.append(bench_batch(pipe, batch, params, args.samplers, args.repeats, args.llamagen_repo, mode))
         print(f"{setup_line(setup, results[-1])}\n\n{table(results[-1])}\n", flush=True)
+    profile = profile_passes(pipe, args.profile, mode, params) if args.profile else None
+    sections = [f"{setup_line(setup, r)}\n\n{table(r)}" for r in results]
+    if profile:
+        sections.append(profile_table(profile))
+        print(sections[-1])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "compiled_speed.json").write_text(json.dumps({"setup": setup, "results": results}, indent=1))
-    (args.out / "compiled_speed.md").write_text("\n\n".join(f"{setup_line(setup, r)}\n\n{table(r)}"
-                                                           for r in results) + "\n")
+    (args.out / "compiled_speed.json").write_text(json.dumps({"setup": setup, "results": results,
+                                                              "profile": profile}, indent=1))
+    (args.out / "compiled_speed.md").write_text("\n\n".join(sections) + "\n")
     plot(results).save(args.out / "compiled_speed.png")
 
 

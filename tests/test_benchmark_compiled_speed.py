@@ -18,8 +18,8 @@ def test_one_run_times_every_method_against_compiled_ar(benchmark_module, monkey
     monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_last)
     monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
     monkeypatch.setattr(sys, "argv", ["compiled_speed.py", "--gpt-model", "tiny", "--tokens", "16", "--batch-sizes",
-                                      "1", "2", "--samplers", "mcsjd", "lantern", "--repeats", "2", "--out",
-                                      str(tmp_path)])
+                                      "1", "2", "--samplers", "mcsjd", "lantern", "--repeats", "2", "--profile",
+                                      "mcsjd", "--out", str(tmp_path)])
     speed.main()
     result = json.loads((tmp_path / "compiled_speed.json").read_text())
     assert [r["batch"] for r in result["results"]] == [1, 2]
@@ -35,5 +35,9 @@ def test_one_run_times_every_method_against_compiled_ar(benchmark_module, monkey
             assert min(row["seconds"]) <= row["median_s"] <= max(row["seconds"]) and len(row["seconds"]) == 2
         assert 0 < r["token_statistics"]["median_top1_prob"] <= 1 and r["window_cost_eager"] > 0
     assert result["setup"]["compile"] == "default"
-    assert "| lantern, compiled |" in (tmp_path / "compiled_speed.md").read_text()
+    profile = result["profile"]
+    assert profile["sampler"] == "mcsjd, compiled" and len(profile["ops"]) == 10
+    assert 0 < sum(op["ms_per_pass"] for op in profile["ops"]) <= 1.01 * profile["ms_per_pass"]
+    table = (tmp_path / "compiled_speed.md").read_text()
+    assert "| lantern, compiled |" in table and "Where a pass of `mcsjd, compiled` goes" in table
     assert Image.open(tmp_path / "compiled_speed.png").size[0] > 500
