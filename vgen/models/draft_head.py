@@ -84,9 +84,10 @@ class DraftHead(nn.Module):
         return self.norm(self.layer(h, self.rope[:h.shape[1]], None, 0))
 
     def decode_rows(self, features: torch.Tensor, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache,
-                    target: LlamaGenGPT) -> torch.Tensor:
-        """Cached pass with per-row starts (as :meth:`LlamaGenGPT.decode_rows`): predicted features [B, T, dim]."""
-        rows = cache.row_slots(starts, tokens.shape[1])
+                    target: LlamaGenGPT, static: bool = False) -> torch.Tensor:
+        """Cached pass with per-row starts (as :meth:`LlamaGenGPT.decode_rows`, ``static`` included): predicted
+        features [B, T, dim]."""
+        rows = cache.row_slots(starts, tokens.shape[1], static)
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]

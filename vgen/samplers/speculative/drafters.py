@@ -38,10 +38,12 @@ def _gumbel(shape: tuple[int, ...], generator: torch.Generator | None, device: t
 @dataclass(frozen=True)
 class DraftContext:
     """What a drafter may need beyond the sampler's options: the run's sampling settings (a draft model forms
-    its distributions as the target's are: guidance, temperature, top-k, top-p) and the pipeline's draft head."""
+    its distributions as the target's are: guidance, temperature, top-k, top-p), the pipeline's draft head, and
+    whether the run is compiled (``static``: a draft model's passes then take the static, sync-free form too)."""
 
     params: SamplingParams
     draft_head: nn.Module | None = None
+    static: bool = False
 
 
 @dataclass

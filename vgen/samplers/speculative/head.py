@@ -26,7 +26,7 @@ class HeadDrafter(Drafter):
         super().__init__()
         head.check_target(target)
         self.head, self.target, self.params = head, target, context.params
-        self.guided = context.params.guided
+        self.guided, self.static = context.params.guided, context.static
         self.cache: KVCache | None = None  # made at the first observe, for the run's batch
         self.features: torch.Tensor | None = None  # [R, dim]: the predicted feature for each row's next token
 
@@ -40,7 +40,7 @@ class HeadDrafter(Drafter):
         index = result.pos[:, None] + torch.arange(length, device=result.pos.device)
         tokens = result.tokens.gather(1, index)  # token s pairs with the feature of slot s
         out = self.head.decode_rows(result.hidden, self._double(tokens), self._double(result.pos), self.cache,
-                                    self.target)
+                                    self.target, self.static)
         self.forward_passes += 1
         last = self._double(result.accepted)
         self.features = out[torch.arange(out.shape[0], device=out.device), last]
@@ -56,7 +56,7 @@ class HeadDrafter(Drafter):
             probs.append(q)
             if i + 1 < count:
                 features = self.head.decode_rows(features[:, None], self._double(draft)[:, None],
-                                                 self._double(pos + i), self.cache, self.target)[:, 0]
+                                                 self._double(pos + i), self.cache, self.target, self.static)[:, 0]
                 self.forward_passes += 1
         if not drafts:
             empty = torch.zeros(tokens.shape[0], 0, dtype=torch.long, device=tokens.device)

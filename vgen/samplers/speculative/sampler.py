@@ -123,10 +123,10 @@ class Speculative(Sampler):
         cond, batch_cond = prepare_condition(self, model, cond, params)
         drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
-        drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head))
+        mode = self.compile_mode
+        drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head, static=mode is not None))
         device, batch, n = cond.device, len(cond), model.num_tokens
         length = min(self.window, max(n - 1, 1))
-        mode = self.compile_mode
         graphs = mode in CUDA_GRAPH_MODES
         rows = len(batch_cond)
         cache = take_static_cache(model, rows, extra=length) if graphs else model.new_cache(rows, extra=length)
