@@ -73,14 +73,15 @@ def test_the_index_links_every_page() -> None:
 
 def test_every_result_file_is_shown_by_a_page() -> None:
     """A result file under docs/results is named by a page, which names its command; the files of one command's
-    output folder (``vgen bench --out``, ``benchmarks/streaming.py --out``) are named by their folder."""
+    output folder (``vgen bench --out``, ``benchmarks/streaming.py --out``, ``benchmarks/compiled_speed.py --out``)
+    are named by their folder."""
     text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES if "results" not in p.parts)
     results = ROOT / "docs" / "results"
 
     def named(f: Path) -> bool:
         folder = f.parent.relative_to(results).as_posix()
         return (f"results/{f.relative_to(results).as_posix()}" in text
-                or (folder.startswith(("bench", "streaming")) and f"results/{folder}" in text))
+                or (folder.startswith(("bench", "streaming", "speed/compiled")) and f"results/{folder}" in text))
 
     unshown = [str(f.relative_to(results)) for f in results.rglob("*") if f.is_file() and not named(f)]
     assert unshown == []
