@@ -16,6 +16,10 @@ One pass of the loop, for every row b of the batch at once (L = window length, `
 Rows advance independently (their own accepted lengths); a finished row idles until the batch is done. Steps 2-4
 are three ops (``target_probs``, ``accept_drafts``, ``recover``), fused Triton kernels on CUDA (``vgen.kernels``);
 every random number comes from the run's generator through torch, so both sides draw the same tokens.
+
+Steps 2-5 are :func:`verify_pass`. ``compile`` hands it to ``torch.compile`` in its static form (one shape for every
+pass: attention over the whole cache, every draft judged), with the pass's uniform draws made before it
+(:func:`pass_uniforms`), so a compiled run reads the eager run's random numbers in the same order.
 """
 
 from __future__ import annotations
