@@ -73,7 +73,8 @@ def test_a_text_model_is_benched_on_held_out_prompts_with_accuracy_per_attribute
     assert code == 0, err
     result = json.loads((tmp_path / "b" / "bench.json").read_text())
     assert result["setup"]["conditioning"] == "prompts" and result["setup"]["reference_token_statistics"]
-    assert all(set(r["attribute_accuracy"]) == {"shape", "colour", "size", "position", "background", "joint"}
+    assert all(set(r["attribute_accuracy"]) == {"shape", "colour", "size", "position", "background", "position_row",
+                                                "position_column", "joint"}
                and r["class_accuracy"] is None for r in result["results"])
     setup, header = out.splitlines()[:2]
     assert "(one per held-out scene prompt)" in setup and "whose next-token distributions have mean entropy" in setup

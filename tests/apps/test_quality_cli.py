@@ -27,7 +27,7 @@ def test_quality_of_a_text_model_reads_every_attribute_of_held_out_prompts(tiny_
     out = capsys.readouterr().out
     assert code == 0
     result = json.loads(figures.read_text())
-    assert set(result["attribute_accuracy"]) == {*ATTRIBUTES, "joint"}
+    assert set(result["attribute_accuracy"]) == {*ATTRIBUTES, "position_row", "position_column", "joint"}
     assert all(0 <= v <= 1 for v in result["attribute_accuracy"].values())
     assert result["tokens_measured"] == 4 * 16 and result["sampling"]["cfg_scale"] == 2.0
     assert grid.is_file()

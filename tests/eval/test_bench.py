@@ -286,7 +286,7 @@ def test_a_video_model_is_measured_on_clips_by_fvd_and_clip_class_accuracy(tiny_
 
 # ---- a text-to-image model: held-out prompts, judged per attribute ------------------------------------------------
 
-ATTRIBUTE_COLUMNS = ("shape", "colour", "size", "position", "background", "joint")
+ATTRIBUTE_COLUMNS = ("shape", "colour", "size", "position", "background", "position_row", "position_column", "joint")
 
 
 @pytest.fixture(scope="module")

@@ -144,3 +144,16 @@ def test_attribute_accuracy_reports_each_attribute_and_the_joint_share():
     wanted[0, 1] = (wanted[0, 1] + 1) % 8  # one colour wrong
     figures = attribute_accuracy(judge, images, wanted)
     assert figures["colour"] == 0.75 and figures["shape"] == 1.0 and figures["joint"] == 0.75
+    assert figures["position_row"] == figures["position_column"] == 1.0
+
+
+def test_a_place_in_the_right_row_but_the_wrong_column_counts_for_the_row_only():
+    judge = AttributeClassifier(SCENE_JUDGE)
+    images = np.zeros((3, 64, 64, 3), np.uint8)
+    wanted = judge.predict(to_tensor(images)).numpy()
+    seen = wanted[:, 3].copy()  # the 3 x 3 places in raster order: place = 3 * row + column
+    wanted[0, 3] = 3 * (seen[0] // 3) + (seen[0] % 3 + 1) % 3  # same row, another column
+    wanted[1, 3] = 3 * ((seen[1] // 3 + 1) % 3) + seen[1] % 3  # same column, another row
+    figures = attribute_accuracy(judge, images, wanted)
+    assert figures["position"] == pytest.approx(1 / 3)
+    assert figures["position_row"] == figures["position_column"] == pytest.approx(2 / 3)

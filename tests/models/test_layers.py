@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vgen.models.layers import PrefixMask, rope_2d_table, rope_grid_table
+from vgen.models.layers import PrefixMask, apply_rope, rope_2d_table, rope_grid_table
 
 
 def closed_form_angles(shape: tuple[int, ...], head_dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -45,6 +45,31 @@ def test_three_axis_split_of_64_dims() -> None:
 
 def test_square_grid_is_llamagens_2d_table() -> None:
     assert torch.equal(rope_grid_table((16, 16), 64), rope_2d_table(16, 64))
+
+
+def test_an_identity_prefix_is_unturned_and_the_grid_rows_are_unchanged() -> None:
+    zero, identity = rope_2d_table(4, 16, num_prefix=3), rope_2d_table(4, 16, num_prefix=3, prefix="identity")
+    assert torch.equal(identity[:3, :, 0], torch.ones(3, 8)) and torch.count_nonzero(identity[:3, :, 1]) == 0
+    assert torch.equal(identity[3:], zero[3:])
+    with pytest.raises(ValueError, match="prefix rotation must be one of \\('zero', 'identity'\\), got 'one'"):
+        rope_2d_table(4, 16, prefix="one")
+
+
+@pytest.mark.parametrize("prefix", ["zero", "identity"])
+def test_only_an_identity_prefix_lets_a_query_score_the_prefix_by_its_column(prefix: str) -> None:
+    """A query q at grid place (r, c) scores a prefix key k by <rot(q, r, c), rot(k, prefix)>. Under LlamaGen's zero
+    prefix that is 0 everywhere, so no caption word can be looked up by where the query is; under the identity
+    prefix the same q and k score differently in different columns of one row."""
+    grid, head_dim = 4, 16
+    table = rope_2d_table(grid, head_dim, num_prefix=1, prefix=prefix)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 1, head_dim, generator=g), torch.randn(1, 1, 1, head_dim, generator=g)
+    key = apply_rope(k, table[:1])
+    scores = torch.stack([(apply_rope(q, table[1 + c:2 + c]) * key).sum() for c in range(grid)])  # row 0
+    if prefix == "zero":
+        assert torch.count_nonzero(scores) == 0
+    else:
+        assert scores.max() - scores.min() > 0.1 * scores.abs().max()
 
 
 @pytest.mark.parametrize(("shape", "head_dim"), [((4, 0), 16), ((2, 2, 2), 4), ((3, 3), 7)])

@@ -1,8 +1,9 @@
 """LlamaGen-T2I against facts taken from LlamaGen's ``autoregressive/models/gpt.py`` and ``generate.py``: the caption
 embedder's state-dict layout, and a reference forward written here from those files (not from vgen's model code):
-caption MLP, 2-D RoPE with ``cls_token_num`` zero rows, causal attention with the caption's padded keys masked and
-the diagonal kept, SwiGLU, RMSNorm, output head. vgen's masked prefill, every cached decode path and greedy
-generation must equal it for a batch of two prompts of different lengths."""
+caption MLP, 2-D RoPE with ``cls_token_num`` zero rows (identity rows under vgen's ``prefix_rope="identity"``),
+causal attention with the caption's padded keys masked and the diagonal kept, SwiGLU, RMSNorm, output head. vgen's
+masked prefill, every cached decode path and greedy generation must equal it for a batch of two prompts of
+different lengths."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from vgen.samplers import ARSampler, SamplingParams
 # dim 64, 2 layers, 4 heads (head_dim 16), vocab 40, caption features of 24, 10 caption positions, 4x4 tokens
 T2I = GPTConfig(vocab_size=40, dim=64, n_layer=2, n_head=4, block_size=16, model_type="t2i", caption_dim=24,
                 cls_token_num=10)
+T2I_IDENTITY = replace(T2I, prefix_rope="identity")  # vgen's own text models: the caption at the grid's origin
 LENGTHS = (3, 7)  # real caption positions of the two prompts of the batch
 
 
@@ -49,7 +51,8 @@ def caption_batch(config: GPTConfig = T2I, lengths: tuple[int, ...] = LENGTHS, s
 
 def reference_rope(config: GPTConfig) -> torch.Tensor:
     """``precompute_freqs_cis_2d``: [cls_token_num + grid**2, head_dim // 2, 2]; the first half of the pairs turns
-    with the row at base^(-2j / (head_dim / 2)), the second half with the column; the caption rows are zero."""
+    with the row at base^(-2j / (head_dim / 2)), the second half with the column; the caption rows are zero
+    (vgen's ``prefix_rope="identity"``: cos 1, sin 0)."""
     grid, half = math.isqrt(config.block_size), config.head_dim // 2
     freqs = 1.0 / (config.rope_base ** (torch.arange(0, half, 2).double()[: half // 2] / half))
     rows = []
@@ -58,7 +61,10 @@ def reference_rope(config: GPTConfig) -> torch.Tensor:
             rows.append(torch.cat([r * freqs, c * freqs]))
     angles = torch.stack(rows)
     table = torch.stack([angles.cos(), angles.sin()], dim=-1)
-    return torch.cat([torch.zeros(config.cls_token_num, half, 2, dtype=torch.float64), table])
+    caption = torch.zeros(config.cls_token_num, half, 2, dtype=torch.float64)
+    if config.prefix_rope == "identity":
+        caption[..., 0] = 1.0
+    return torch.cat([caption, table])
 
 
 def reference_rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -130,7 +136,11 @@ def test_t2i_config_defaults_validation_and_round_trip() -> None:
     config = GPTConfig(model_type="t2i")
     assert (config.cls_token_num, config.caption_dim, config.text_conditional) == (CAPTION_TOKENS, 2048, True)
     assert GPTConfig().cls_token_num == 1 and not GPTConfig().text_conditional
-    assert GPTConfig.from_dict(json.loads(json.dumps(T2I.to_dict()))) == T2I
+    assert GPTConfig.from_dict(json.loads(json.dumps(T2I_IDENTITY.to_dict()))) == T2I_IDENTITY
+    without_key = {k: v for k, v in T2I_IDENTITY.to_dict().items() if k != "prefix_rope"}
+    assert T2I.prefix_rope == GPTConfig.from_dict(without_key).prefix_rope == "zero"  # LlamaGen's
+    with pytest.raises(ValueError, match="prefix_rope must be one of \\('zero', 'identity'\\), got 'one'"):
+        GPTConfig(prefix_rope="one")
     assert T2I.to_dict()["model_type"] == "t2i" and T2I.to_dict()["cls_token_num"] == 10
     with pytest.raises(ValueError, match="model_type must be one of \\('c2i', 't2i'\\), got 'x2i'"):
         GPTConfig(model_type="x2i")
@@ -153,10 +163,12 @@ def test_some_shipped_models_are_llamagen_gpts() -> None:
 
 
 @pytest.mark.parametrize("folder", SHIPPED_GPTS)
-def test_the_shipped_class_configs_load_and_write_back_unchanged(folder: str) -> None:
+def test_the_shipped_class_configs_load_and_write_back_every_value_unchanged(folder: str) -> None:
     meta = json.loads((ASSETS / folder / "gpt" / "config.json").read_text())
     config = GPTConfig.from_dict(meta["config"])
-    assert config.model_type == "c2i" and config.to_dict() == meta["config"]
+    written = config.to_dict()
+    assert config.model_type == "c2i" and {k: written[k] for k in meta["config"]} == meta["config"]
+    assert GPTConfig.from_dict(written) == config
 
 
 @pytest.mark.parametrize(("image_size", "block_size"), [(256, 256), (512, 1024)])
@@ -238,12 +250,13 @@ def test_the_null_condition_is_the_uncond_embedding_under_the_prompts_mask(tiny_
 # ---- numerics against the reference -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("config", [T2I, T2I_IDENTITY], ids=["zero-prefix", "identity-prefix"])
 @torch.no_grad()
-def test_forward_and_masked_prefill_equal_the_reference(tiny_gpt_factory) -> None:
-    model = tiny_gpt_factory(T2I)
+def test_forward_and_masked_prefill_equal_the_reference(tiny_gpt_factory, config: GPTConfig) -> None:
+    model = tiny_gpt_factory(config)
     cond = caption_batch()
     tokens = torch.randint(0, T2I.vocab_size, (2, T2I.block_size - 1), generator=torch.Generator().manual_seed(1))
-    expected = reference_logits(model.state_dict(), T2I, cond, tokens).float()
+    expected = reference_logits(model.state_dict(), config, cond, tokens).float()
     full = model(cond, tokens)
     assert full.shape == (2, T2I.block_size, T2I.vocab_size)  # entry p predicts image token p
     assert (full - expected[:, T2I.cls_token_num - 1:]).abs().max() <= 1e-4
@@ -254,12 +267,13 @@ def test_forward_and_masked_prefill_equal_the_reference(tiny_gpt_factory) -> Non
     assert (logits - expected[:, T2I.cls_token_num - 1]).abs().max() <= 1e-4
 
 
+@pytest.mark.parametrize("config", [T2I, T2I_IDENTITY], ids=["zero-prefix", "identity-prefix"])
 @torch.no_grad()
-def test_every_cached_decode_path_equals_the_reference(tiny_gpt_factory) -> None:
-    model = tiny_gpt_factory(T2I)
+def test_every_cached_decode_path_equals_the_reference(tiny_gpt_factory, config: GPTConfig) -> None:
+    model = tiny_gpt_factory(config)
     cond, L = caption_batch(), T2I.cls_token_num
     tokens = torch.randint(0, T2I.vocab_size, (2, T2I.block_size - 1), generator=torch.Generator().manual_seed(2))
-    expected = reference_logits(model.state_dict(), T2I, cond, tokens).float()[:, L:]  # predicting tokens 1 ..
+    expected = reference_logits(model.state_dict(), config, cond, tokens).float()[:, L:]  # predicting tokens 1 ..
 
     def prefilled(extra: int = 0):
         cache = model.new_cache(2, extra=extra)
@@ -290,11 +304,12 @@ def test_every_cached_decode_path_equals_the_reference(tiny_gpt_factory) -> None
     assert (logits[1] - expected[1, 4:9]).abs().max() <= 1e-4
 
 
+@pytest.mark.parametrize("config", [T2I, T2I_IDENTITY], ids=["zero-prefix", "identity-prefix"])
 @torch.no_grad()
-def test_greedy_generation_equals_the_reference_loop(tiny_gpt_factory) -> None:
-    model = tiny_gpt_factory(T2I)
+def test_greedy_generation_equals_the_reference_loop(tiny_gpt_factory, config: GPTConfig) -> None:
+    model = tiny_gpt_factory(config)
     cond = caption_batch()
-    expected = reference_greedy(model.state_dict(), T2I, cond, cfg_scale=4.0)
+    expected = reference_greedy(model.state_dict(), config, cond, cfg_scale=4.0)
     out = ARSampler().sample(model, cond, SamplingParams(temperature=0.0, cfg_scale=4.0))
     assert torch.equal(out.tokens, expected)
     assert len(set(expected.flatten().tolist())) > 4  # the tokens are informative, not one repeated code

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from vgen.data.scenes import caption_vocabulary
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
-from vgen.models.word_encoder import WordEncoderConfig
-from vgen.training.t2i import T2IRecipe, train_t2i, warm_start
+from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
+from vgen.training.t2i import CaptionedGPT, T2IRecipe, export, start_from, train_t2i, warm_start
 from vgen.training.trainer import TrainConfig
 
 TOY_C2I = GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, num_classes=8, block_size=256)
@@ -39,3 +40,22 @@ def test_recipe_trains_from_a_class_model_and_exports_a_loadable_encoder_and_gpt
     torch.testing.assert_close(gpt.state_dict()["output.weight"], model.gpt.state_dict()["output.weight"])
     cond = encoder.condition(["a red star"])
     assert gpt(cond).shape == (1, 1, 32)
+
+
+def test_a_text_model_folder_starts_both_parts_under_the_new_runs_settings(tmp_path):
+    torch.manual_seed(0)
+    trained = CaptionedGPT(WordTextEncoder(TOY_WORDS), LlamaGenGPT(TOY_T2I))
+    folder = export(trained, tmp_path / "export")
+    run = CaptionedGPT(WordTextEncoder(TOY_WORDS), LlamaGenGPT(dataclasses.replace(TOY_T2I, prefix_rope="identity")))
+    start_from(run, folder)
+    for name, tensor in trained.state_dict().items():
+        assert torch.equal(run.state_dict()[name], tensor), name
+    assert run.gpt.config.prefix_rope == "identity"
+
+
+def test_a_text_encoder_of_another_size_is_refused(tmp_path):
+    folder = export(CaptionedGPT(WordTextEncoder(TOY_WORDS), LlamaGenGPT(TOY_T2I)), tmp_path / "export")
+    wider = dataclasses.replace(TOY_WORDS, dim=32)
+    run = CaptionedGPT(WordTextEncoder(wider), LlamaGenGPT(dataclasses.replace(TOY_T2I, caption_dim=32)))
+    with pytest.raises(ValueError, match="the text encoder in .*export/text_encoder does not fit this run's"):
+        start_from(run, folder)

@@ -174,8 +174,8 @@ def write_prompt_quality(figures: dict, path: str | None) -> None:
     print(f"{figures['model']}: {plural(figures['num_images'], 'held-out prompt')}, seed {figures['seed']} "
           f"({settings})\nmean_entropy_nats {_figure(figures['mean_entropy_nats'])}; median_top1_prob "
           f"{_figure(figures['median_top1_prob'])}\n"
-          + "attribute  " + "  ".join(name.rjust(10) for name in accuracy) + "\n"
-          + "accuracy   " + "  ".join(f"{x:.2f}".rjust(10) for x in accuracy.values()))
+          + "attribute  " + "  ".join(name.rjust(max(10, len(name))) for name in accuracy) + "\n"
+          + "accuracy   " + "  ".join(f"{x:.2f}".rjust(max(10, len(name))) for name, x in accuracy.items()))
 
 
 def _figure(value) -> str:

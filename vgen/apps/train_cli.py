@@ -358,7 +358,8 @@ SHAPES_VQ = "vgen/assets/shapes-c2i/vq"
 def add_t2i_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--tokenizer", default=SHAPES_VQ, help="the frozen VQ tokenizer of the scenes")
     t.add_argument("--init-from", default="vgen/assets/shapes-c2i/gpt",
-                   help="an AR model folder whose blocks, token table and output layer start the image model "
+                   help="an AR model folder whose blocks, token table and output layer start the image model, "
+                        "or a text model's export or pipeline folder (text_encoder/, gpt/) that starts both "
                         "('none': random init)")
     add_eval_every(t, 500, "steps between sample probes: token statistics of a few prompts (0 = off)")
 

@@ -10,12 +10,14 @@ sample shows each attribute its prompt stated. For clips, ``clip_class_accuracy`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
+from vgen.data.scenes import POSITIONS
 from vgen.data.shapes import to_tensor
 from vgen.eval.drift import class_probabilities
 from vgen.models.classifier import AttributeClassifier, ShapesClassifier
@@ -74,10 +76,17 @@ def class_accuracy(classifier: ShapesClassifier, images: torch.Tensor, class_ids
 @torch.no_grad()
 def attribute_accuracy(judge: AttributeClassifier, images: np.ndarray, attributes: np.ndarray) -> dict[str, float]:
     """Per-attribute share of images (uint8 [N, H, W, 3]) the judge reads as ``attributes`` [N, A], and the share
-    with every attribute right (``joint``): how faithfully text-to-image samples follow their prompts."""
-    preds = judge.predict(to_tensor(np.asarray(images))).numpy()
-    right = preds == np.asarray(attributes)
-    figures = {name: float(right[:, i].mean()) for i, name in enumerate(judge.config.names)}
+    with every attribute right (``joint``): how faithfully text-to-image samples follow their prompts. A judge
+    of the scenes' ``position`` also gets the place's row and column scored apart (``position_row``,
+    ``position_column``), which tells a model that finds the height but not the side from one that finds neither."""
+    preds, wanted = judge.predict(to_tensor(np.asarray(images))).numpy(), np.asarray(attributes)
+    right = preds == wanted
+    names = judge.config.names
+    figures = {name: float(right[:, i].mean()) for i, name in enumerate(names)}
+    if "position" in names:
+        side, i = math.isqrt(len(POSITIONS)), names.index("position")
+        figures["position_row"] = float((preds[:, i] // side == wanted[:, i] // side).mean())
+        figures["position_column"] = float((preds[:, i] % side == wanted[:, i] % side).mean())
     return {**figures, "joint": float(right.all(1).mean())}
 
 

@@ -47,25 +47,36 @@ class FeedForward(nn.Module):
         return self.ffn_dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
 
 
-def rope_2d_table(grid_size: int, head_dim: int, base: float = 10000.0, num_prefix: int = 1) -> torch.Tensor:
+PREFIX_ROPES = ("zero", "identity")
+"""How the condition (prefix) positions of a rotary table turn: ``"zero"`` (LlamaGen's: cos = sin = 0, their
+queries and keys vanish, so every query scores every prefix key 0 wherever it sits) or ``"identity"`` (cos = 1,
+sin = 0: the prefix sits at the grid's origin, so a query's score against a prefix key depends on the query's
+absolute place, and a caption can steer where things go)."""
+
+
+def rope_2d_table(grid_size: int, head_dim: int, base: float = 10000.0, num_prefix: int = 1,
+                  prefix: str = "zero") -> torch.Tensor:
     """LlamaGen's 2-D rotary table, [num_prefix + grid_size**2, head_dim // 2, 2] of (cos, sin).
 
     The first half of each head's rotation pairs turns with the row index, the second half with the column index,
-    ``head_dim // 4`` frequencies each. Prefix (condition) positions get cos = sin = 0, which zeroes their queries
-    and keys exactly as LlamaGen does; their values still reach every later token.
+    ``head_dim // 4`` frequencies each. With ``prefix="zero"`` the prefix (condition) positions get cos = sin = 0,
+    which zeroes their queries and keys exactly as LlamaGen does; their values still reach every later token.
     """
-    return rope_grid_table((grid_size, grid_size), head_dim, base, num_prefix)
+    return rope_grid_table((grid_size, grid_size), head_dim, base, num_prefix, prefix)
 
 
 def rope_grid_table(shape: tuple[int, ...], head_dim: int, base: float = 10000.0,
-                    num_prefix: int = 1) -> torch.Tensor:
+                    num_prefix: int = 1, prefix: str = "zero") -> torch.Tensor:
     """Rotary table of a raster grid of any rank (rows x columns, frames x rows x columns, ...),
-    [num_prefix + prod(shape), head_dim // 2, 2] of (cos, sin), zero at the prefix positions.
+    [num_prefix + prod(shape), head_dim // 2, 2] of (cos, sin), the prefix positions as ``prefix`` says
+    (:data:`PREFIX_ROPES`).
 
     The ``head_dim // 2`` rotation pairs are split into one block per axis, in axis order: every axis but the
     first gets ``pairs // rank`` pairs, the first the rest; an axis with ``k`` pairs turns pair ``j`` with its
     coordinate at frequency ``base ** (-j / k)``. For a square 2-D grid this is LlamaGen's table exactly.
     """
+    if prefix not in PREFIX_ROPES:
+        raise ValueError(f"prefix rotation must be one of {PREFIX_ROPES}, got {prefix!r}")
     pairs, rank = head_dim // 2, len(shape)
     if head_dim % 2 or pairs < rank or min(shape, default=0) < 1:
         raise ValueError(f"a rotary table for grid {tuple(shape)} needs positive sizes and an even head_dim >= "
@@ -81,7 +92,10 @@ def rope_grid_table(shape: tuple[int, ...], head_dim: int, base: float = 10000.0
         angles.append(torch.outer(coords[:, axis], freqs))
     grid = torch.cat(angles, dim=-1)
     table = torch.stack([torch.cos(grid), torch.sin(grid)], dim=-1)
-    return torch.cat([torch.zeros(num_prefix, pairs, 2, device=cpu), table])
+    head = torch.zeros(num_prefix, pairs, 2, device=cpu)
+    if prefix == "identity":
+        head[..., 0] = 1.0
+    return torch.cat([head, table])
 
 
 def rope_frames_table(grid: tuple[int, int, int], head_dim: int, base: float = 10000.0) -> torch.Tensor:

@@ -37,6 +37,7 @@ from vgen.models.backbone import BackboneConfig
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGridModel, init_llamagen_weights
 from vgen.models.layers import (
+    PREFIX_ROPES,
     FeedForward,
     PrefixMask,
     RMSNorm,
@@ -63,13 +64,21 @@ class GPTConfig(BackboneConfig):
 
     ``model_type`` ``"c2i"`` conditions on a class (one prefix position); ``"t2i"`` on ``cls_token_num`` caption
     positions of ``caption_dim`` features (LlamaGen-T2I: 120 T5 positions of 2048). ``cls_token_num`` defaults to
-    the model type's (1 or 120)."""
+    the model type's (1 or 120).
+
+    ``prefix_rope`` (vgen's; :data:`~vgen.models.layers.PREFIX_ROPES`): how the condition positions turn in the
+    rotary table. LlamaGen's ``"zero"`` scores every caption key 0 for every image query, and relative rotations
+    among image tokens tell a token its row (how far back the image starts) but not its column, so a caption can
+    say which row a thing goes in but hardly which column; ``"identity"`` puts the caption at the grid's origin,
+    and a query's score against each caption word then depends on where the query is. LlamaGen's checkpoints
+    take ``"zero"``."""
 
     block_size: int = 256
     frames: int = 1
     model_type: str = "c2i"
     caption_dim: int = 2048
     cls_token_num: int | None = None
+    prefix_rope: str = "zero"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,6 +86,8 @@ class GPTConfig(BackboneConfig):
             raise ValueError(f"frames must be an integer >= 1, got {self.frames!r}")
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
+        if self.prefix_rope not in PREFIX_ROPES:
+            raise ValueError(f"prefix_rope must be one of {PREFIX_ROPES}, got {self.prefix_rope!r}")
         if self.cls_token_num is None:
             object.__setattr__(self, "cls_token_num", 1 if self.model_type == "c2i" else CAPTION_TOKENS)
         if self.model_type == "c2i" and self.cls_token_num != 1:
@@ -297,8 +308,10 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         # a plain attribute, not a buffer: it must stay fp32 when the model is cast to bf16 (as in LlamaGen)
-        self.rope = (rope_2d_table(config.grid_size, config.head_dim, config.rope_base, config.cls_token_num)
-                     if config.frames == 1 else rope_grid_table(config.grid, config.head_dim, config.rope_base))
+        self.rope = (rope_2d_table(config.grid_size, config.head_dim, config.rope_base, config.cls_token_num,
+                                   config.prefix_rope)
+                     if config.frames == 1 else
+                     rope_grid_table(config.grid, config.head_dim, config.rope_base, prefix=config.prefix_rope))
         self.apply(init_llamagen_weights)
         nn.init.zeros_(self.output.weight)
 

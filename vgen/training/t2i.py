@@ -38,7 +38,8 @@ from vgen.training.trainer import (
 )
 
 CAPTION_LENGTH = 24
-SHAPES_T2I_GPT = dataclasses.replace(SHAPES_GPT, model_type="t2i", caption_dim=256, cls_token_num=CAPTION_LENGTH)
+SHAPES_T2I_GPT = dataclasses.replace(SHAPES_GPT, model_type="t2i", caption_dim=256, cls_token_num=CAPTION_LENGTH,
+                                     prefix_rope="identity")
 SHAPES_WORD_ENCODER = WordEncoderConfig.for_words(caption_vocabulary(), dim=256, n_layer=2, n_head=4,
                                                   max_length=CAPTION_LENGTH)
 T2I_CFG_SCALE = 3.0
@@ -79,13 +80,27 @@ class CaptionedGPT(nn.Module):
         return self.gpt(self.text_encoder(word_ids), tokens[:, :-1])
 
 
-def warm_start(gpt: LlamaGenGPT, source: LlamaGenGPT) -> list[str]:
-    """Copy every tensor of ``source`` whose name and shape ``gpt`` shares (all but the condition embedder for a
-    class model into a text model); returns the names of ``gpt``'s tensors left as initialised."""
-    own, theirs = gpt.state_dict(), source.state_dict()
+def warm_start(module: nn.Module, source: nn.Module) -> list[str]:
+    """Copy every tensor of ``source`` whose name and shape ``module`` shares (all but the condition embedder for
+    a class model into a text model); returns the names of ``module``'s tensors left as initialised."""
+    own, theirs = module.state_dict(), source.state_dict()
     shared = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
-    gpt.load_state_dict(shared, strict=False)
+    module.load_state_dict(shared, strict=False)
     return sorted(set(own) - set(shared))
+
+
+def start_from(model: CaptionedGPT, init_from: str | Path) -> None:
+    """Seed a new run: from a text model's export or pipeline folder (``text_encoder/`` and ``gpt/``) both parts,
+    from an AR model folder the image model alone. Settings the run changes (such as ``prefix_rope``) live in
+    the config, not in the weights, so a text model can start a run that trains it under new ones."""
+    folder = Path(init_from)
+    if (folder / "text_encoder").is_dir():
+        missing = warm_start(model.text_encoder, from_pretrained(folder / "text_encoder"))
+        if missing:
+            raise ValueError(f"the text encoder in {folder / 'text_encoder'} does not fit this run's "
+                             f"(vocabulary or size differ: {', '.join(missing[:4])} ...)")
+        folder = folder / "gpt"
+    warm_start(model.gpt, from_pretrained(folder))
 
 
 def cached_scene_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: int, run_dir: str | Path,
@@ -130,12 +145,12 @@ def train_t2i(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
               max_minutes: float | None = None, evaluate: Callable[[CaptionedGPT], dict] | None = None,
               workers: int = 2) -> CaptionedGPT:
     """Train (or resume) the text encoder and image model together; ``init_from`` (an AR model folder, e.g. the
-    shapes model's ``gpt``) seeds a new run's image model; ``workers`` processes render the scenes. The EMA
-    weights are exported to ``run_dir/export/{text_encoder,gpt}``."""
+    shapes model's ``gpt``, or a text model's folder: :func:`start_from`) seeds a new run; ``workers`` processes
+    render the scenes. The EMA weights are exported to ``run_dir/export/{text_encoder,gpt}``."""
     run_dir = Path(run_dir)
     model = CaptionedGPT(WordTextEncoder(encoder_config), LlamaGenGPT(gpt_config))
     if init_from is not None and latest_checkpoint(run_dir) is None:
-        warm_start(model.gpt, from_pretrained(init_from))
+        start_from(model, init_from)
     codes, word_ids = cached_scene_codes(tokenizer_dir, data_dir, recipe.num_images, run_dir, model.text_encoder,
                                          train.device, workers)
     codes_t = torch.from_numpy(codes.astype(np.int64)).to(train.device)
