@@ -78,7 +78,8 @@ def test_a_text_model_is_benched_on_held_out_prompts_with_accuracy_per_attribute
                and r["class_accuracy"] is None for r in result["results"])
     setup, header = out.splitlines()[:2]
     assert "(one per held-out scene prompt)" in setup and "whose next-token distributions have mean entropy" in setup
-    assert header.endswith("| FID vs AR | shape | colour | size | position | background | joint |")
+    assert header.endswith("| FID vs AR | shape | colour | size | position | background | position_row "
+                           "| position_column | joint |")
 
 
 def test_a_text_model_whose_judge_is_missing_gets_one_line_before_sampling(tiny_t2i_pipeline_dir, tmp_path,
