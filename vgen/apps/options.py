@@ -206,7 +206,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("model (an embedded default / pipeline folder, or LlamaGen checkpoints)")
     src.add_argument("--model", default=None,
                      help="embedded model name, pipeline folder, LlamaGen-T2I folder (`vgen t2i-config`) or Janus "
-                          "folder (default: shapes-c2i)")
+                          "folder (default: shapes-c2i; shapes-t2i when prompts are given)")
     add_llamagen_args(src)
     src.add_argument("--num-classes", type=int, default=1000, help="classes of --gpt-ckpt (ImageNet: 1000)")
 
@@ -307,7 +307,9 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
                                        args.codebook_embed_dim, args.num_classes, device=args.device, dtype=dtype)
     if getattr(args, "t5_path", None):
         raise UsageError("--t5-path goes with LlamaGen text-to-image checkpoints (--gpt-ckpt, --vq-ckpt)")
-    pipe = pipelines.load(args.model or pipelines.DEFAULT_MODEL, device=args.device, dtype=dtype)
+    prompted = getattr(args, "prompts", None) or getattr(args, "prompt_file", None)
+    default = pipelines.DEFAULT_TEXT_MODEL if prompted else pipelines.DEFAULT_MODEL
+    pipe = pipelines.load(args.model or default, device=args.device, dtype=dtype)
     if isinstance(pipe, StreamPipeline) and not streaming:
         raise UsageError(f"{pipe.info.name} is a streaming video model: use `vgen stream --model {args.model}`")
     return pipe

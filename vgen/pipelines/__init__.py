@@ -5,6 +5,7 @@
 from vgen.pipelines.image import ImagePipeline, PipelineInfo, PipelineOutput, default_sampler, tokenizer_folder
 from vgen.pipelines.load import (
     DEFAULT_MODEL,
+    DEFAULT_TEXT_MODEL,
     LLAMAGEN_T2I_CONFIG,
     LLAMAGEN_T2I_DEFAULTS,
     LlamaGenT2IConfig,
@@ -19,7 +20,7 @@ from vgen.pipelines.load import (
 from vgen.pipelines.stream import StreamOutput, StreamPipeline
 from vgen.pipelines.video import VideoOutput, VideoPipeline, tile_clips
 
-__all__ = ["DEFAULT_MODEL", "LLAMAGEN_T2I_CONFIG", "LLAMAGEN_T2I_DEFAULTS", "ImagePipeline",
+__all__ = ["DEFAULT_MODEL", "DEFAULT_TEXT_MODEL", "LLAMAGEN_T2I_CONFIG", "LLAMAGEN_T2I_DEFAULTS", "ImagePipeline",
            "LlamaGenT2IConfig", "PipelineInfo", "PipelineOutput", "StreamOutput", "StreamPipeline", "VideoOutput",
            "VideoPipeline", "available_models", "default_sampler", "load", "load_janus_pipeline", "load_llamagen",
            "load_llamagen_t2i", "pipeline_folder", "tile_clips", "tokenizer_folder", "write_llamagen_t2i_config"]

@@ -50,6 +50,7 @@ MAX_PARAMS_OPTION = Option("the most values a model folder may hold", at_least=1
 
 
 DEFAULT_MODEL = "shapes-c2i"  # the embedded model of `vgen sample` and `vgen.load()`
+DEFAULT_TEXT_MODEL = "shapes-t2i"  # the embedded model prompts go to when no model is named
 
 def available_models() -> list[str]:
     """Names of the embedded default pipelines shipped inside the package."""
