@@ -35,7 +35,10 @@ def test_every_embedded_model_is_listed_with_its_kind_classes_and_defaults(liste
     code, entries, _ = listed()
     assert code == 0 and list(entries) == available_models()
     classes = f"classes: {', '.join(CLASS_NAMES)}"
-    assert all(classes in text for text in entries.values())
+    assert all(classes in text for name, text in entries.items() if name != "shapes-t2i")
+    assert entries["shapes-t2i"].startswith("shapes-t2i: text-to-image images (64 px), next-token AR, 16x16 tokens")
+    assert 'prompts, e.g. "a large blue ring on a yellow background"' in entries["shapes-t2i"]
+    assert "classes" not in entries["shapes-t2i"]
     assert entries["shapes-c2i"].startswith("shapes-c2i: class-conditional images (64 px), next-token AR, 16x16 "
                                             "tokens, with a draft head")
     assert "defaults: sampler ar, temperature 1.0, top_k 0, top_p 1.0, cfg_scale 4.0, cfg_interval -1" in \

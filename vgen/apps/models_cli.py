@@ -49,7 +49,8 @@ def skeleton(folder: Path) -> torch.nn.Module:
 
 
 def describe(name: str) -> str:
-    """Three lines on the pipeline ``name``: its name and kind, its classes, its default settings."""
+    """Three lines on the pipeline ``name``: its name and kind, its classes (a text model: example prompts), its
+    default settings."""
     folder = pipeline_folder(name)
     try:
         info = PipelineInfo(**json.loads((folder / PIPELINE_CONFIG).read_text()))
@@ -72,9 +73,14 @@ def describe(name: str) -> str:
             kind += ", with a draft model" if order == ORDERS["continuous"] else ", with a draft head"
         settings = {"sampler": default_sampler(model),
                     **SamplingParams(**merge_settings(info.defaults, {})).to_dict()}
-    classes = ", ".join(info.class_names) if info.class_names else \
-        f"ids 0..{model.num_classes - 1} (no names recorded)"
+    if getattr(model, "text_conditional", False):
+        examples = "; ".join(f'"{p}"' for p in info.example_prompts[:2]) or "none recorded"
+        condition = f"prompts, e.g. {examples}"
+    elif info.class_names:
+        condition = f"classes: {', '.join(info.class_names)}"
+    else:
+        condition = f"classes: ids 0..{model.num_classes - 1} (no names recorded)"
     defaults = ", ".join(f"{k} {v}" for k, v in settings.items())
-    lines = [f"{info.name}: {kind}", f"classes: {classes}", f"defaults: {defaults}"]
+    lines = [f"{info.name}: {kind}", condition, f"defaults: {defaults}"]
     return "\n".join([textwrap.fill(lines[0], WIDTH, subsequent_indent="    ")] +
                      [textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    ") for line in lines[1:]])
