@@ -40,5 +40,6 @@ def test_recipe_trains_and_exports_a_judge_with_held_out_figures(tmp_path, tiny_
     recipe = SceneJudgeRecipe(num_images=16, num_reconstructions=8, num_val=8, batch_size=8)
     figures = train_scene_judge(tmp_path / "judge", tiny_vq_dir, tmp_path / "data", cfg, recipe)
     assert figures["steps"] == 2
-    assert set(figures["val_real"]) == {"shape", "colour", "size", "position", "background", "joint"}
+    assert set(figures["val_real"]) == {"shape", "colour", "size", "position", "background", "position_row",
+                                        "position_column", "joint"}
     assert isinstance(from_pretrained(tmp_path / "judge/export"), AttributeClassifier)
