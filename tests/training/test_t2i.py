@@ -53,9 +53,13 @@ def test_a_text_model_folder_starts_both_parts_under_the_new_runs_settings(tmp_p
     assert run.gpt.config.prefix_rope == "identity"
 
 
-def test_a_text_encoder_of_another_size_is_refused(tmp_path):
+@pytest.mark.parametrize("change", [{"dim": 32},
+                                    {"vocabulary": TOY_WORDS.vocabulary[:3] + TOY_WORDS.vocabulary[3:][::-1]}],
+                         ids=["another size", "the same words in another order"])
+def test_a_text_encoder_of_another_size_or_vocabulary_is_refused(tmp_path, change):
+    """A vocabulary of the same length in another order would load by shape and read each word as another."""
     folder = export(CaptionedGPT(WordTextEncoder(TOY_WORDS), LlamaGenGPT(TOY_T2I)), tmp_path / "export")
-    wider = dataclasses.replace(TOY_WORDS, dim=32)
-    run = CaptionedGPT(WordTextEncoder(wider), LlamaGenGPT(dataclasses.replace(TOY_T2I, caption_dim=32)))
+    other = dataclasses.replace(TOY_WORDS, **change)
+    run = CaptionedGPT(WordTextEncoder(other), LlamaGenGPT(dataclasses.replace(TOY_T2I, caption_dim=other.dim)))
     with pytest.raises(ValueError, match="the text encoder in .*export/text_encoder does not fit this run's"):
         start_from(run, folder)

@@ -95,10 +95,11 @@ def start_from(model: CaptionedGPT, init_from: str | Path) -> None:
     the config, not in the weights, so a text model can start a run that trains it under new ones."""
     folder = Path(init_from)
     if (folder / "text_encoder").is_dir():
-        missing = warm_start(model.text_encoder, from_pretrained(folder / "text_encoder"))
-        if missing:
-            raise ValueError(f"the text encoder in {folder / 'text_encoder'} does not fit this run's "
-                             f"(vocabulary or size differ: {', '.join(missing[:4])} ...)")
+        encoder = from_pretrained(folder / "text_encoder")
+        if getattr(encoder, "config", None) != model.text_encoder.config:
+            raise ValueError(f"the text encoder in {folder / 'text_encoder'} does not fit this run's: its "
+                             f"vocabulary, size or caption length differ")
+        model.text_encoder.load_state_dict(encoder.state_dict())
         folder = folder / "gpt"
     warm_start(model.gpt, from_pretrained(folder))
 
