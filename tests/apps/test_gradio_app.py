@@ -44,6 +44,7 @@ from vgen.apps.gradio_app import (
 from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.eval.videos import read_video
 from vgen.images import image_grid
+from vgen.pipelines import DEFAULT_TEXT_MODEL
 from vgen.samplers import available_samplers
 from vgen.samplers.streaming import BlockStreamer
 
@@ -391,6 +392,8 @@ def test_app_flags_show_their_defaults_and_pass_the_model_access_on(tiny_model, 
     monkeypatch.setattr(gradio_app, "serve", lambda app, *args: served.append(args))
     assert main(["app", "--model-dir", tiny_model, "--model", tiny_model, "--max-concurrency", "3"]) == 0
     assert built == [(tiny_model, 3, ModelAccess(folders=(tiny_model,)))] and served == [("127.0.0.1", 7860, False)]
+    assert main(["app"]) == 0
+    assert built[-1][0] == DEFAULT_TEXT_MODEL  # people type prompts: the page opens on the embedded text model
 
 
 @pytest.mark.parametrize(("argv", "message"), [

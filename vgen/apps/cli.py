@@ -23,6 +23,7 @@ from vgen.apps.stream_cli import add_stream_parser
 from vgen.apps.t2i_config_cli import add_t2i_config_parser
 from vgen.apps.train_cli import add_train_parser
 from vgen.hub import PIPELINE_CONFIG, CheckpointError
+from vgen.pipelines import DEFAULT_TEXT_MODEL
 from vgen.samplers import available_samplers
 
 
@@ -56,7 +57,7 @@ def add_app_parser(sub: argparse._SubParsersAction) -> None:
                    help="a public gradio.live link that anyone who has it can use")
     p.add_argument("--max-concurrency", type=int, default=2,
                    help="generations, streams and model loads that run at once, over all visitors")
-    p.add_argument("--model", default="shapes-c2i", help="the model selected when the page opens")
+    p.add_argument("--model", default=DEFAULT_TEXT_MODEL, help="the model selected when the page opens")
     p.add_argument("--model-dir", action="append", default=[], metavar="DIR",
                    help="a pipeline folder to offer besides the embedded models (repeat for more)")
     p.add_argument("--allow-local-models", action="store_true",

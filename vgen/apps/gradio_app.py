@@ -38,6 +38,7 @@ from vgen.images import image_grid
 from vgen.models.llamagen import GPT_SIZES
 from vgen.models.word_encoder import WordTextEncoder
 from vgen.pipelines import (
+    DEFAULT_TEXT_MODEL,
     ImagePipeline,
     StreamPipeline,
     VideoPipeline,
@@ -405,7 +406,7 @@ async def iterate_in_thread(items: Generator[Any, None, None],
         worker.shutdown(wait=False)
 
 
-def build_app(default_model: str = "shapes-c2i", max_concurrency: int = 2, access: ModelAccess = ModelAccess(),
+def build_app(default_model: str = DEFAULT_TEXT_MODEL, max_concurrency: int = 2, access: ModelAccess = ModelAccess(),
               sessions: StreamSessions | None = None):
     """The Gradio Blocks page, with at most ``max_concurrency`` generations, streams and model loads at once in
     all, serving the models ``access`` allows; ``sessions`` keeps its running streams. Gradio's cached outputs are
