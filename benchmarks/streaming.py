@@ -7,9 +7,10 @@ For every setting (``label=key:value,...`` over :class:`vgen.samplers.streaming.
   with its frames per second, per-block latency and resident memory after every block (first, last, peak);
 - **quality**: ``--videos`` videos (classes in turn) of ``--frames`` frames streamed as one batch; the domain
   classifier's accuracy on every frame, per-chunk clarity and subject probability and their drift (VDE, linear
-  and log weights, 10 chunks), and FVD in vgen's domain video features of 16-frame windows against real
-  validation clips: the first window (short-horizon quality) and every window (all of the stream). The FVD
-  between two real sets of the same sizes is printed as the noise floor.
+  and log weights, 10 chunks), the share of videos that collapse into texture (``vgen.eval.drift``), and FVD in
+  vgen's domain video features of 16-frame windows against real validation clips: the first window
+  (short-horizon quality) and every window (all of the stream). The FVD between two real sets of the same sizes
+  is printed as the noise floor.
 
 Writes ``streaming.json``, ``streaming.md``, ``streaming.png`` (per-chunk measures and memory per block) and a GIF
 of the first setting's videos into ``--out``.
@@ -94,25 +95,29 @@ def markdown(results: dict, floor: dict, args: argparse.Namespace, trained: int)
              f"one stream (batch 1), quality from {args.videos} videos; FVD in vgen's domain video features on "
              f"{WINDOW}-frame windows against real validation clips (noise floor between two real sets: first "
              f"window {floor['first']:.1f}, all windows {floor['all']:.1f}).", "",
-             "| setting | fps | ms / block (p95) | memory first -> last block (MB) | class acc | clarity VDE | "
-             "subject VDE | FVD first window | FVD all windows |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| setting | fps | ms / block (p95) | memory first -> last block (MB) | class acc | collapsed | "
+             "clarity VDE | subject VDE | FVD first window | FVD all windows |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in results.items():
         s, d = r["speed"], r["drift"]
         mem = s["resident_memory_mb"]
         lines.append(f"| {label} | {s['fps']:.1f} | {s['block_latency_s']['mean'] * 1000:.0f} "
                      f"({s['block_latency_s']['p95'] * 1000:.0f}) | {mem['first_block']:.0f} -> "
-                     f"{mem['last_block']:.0f} | {r['class_accuracy']:.1%} | {d['clarity']['vde_linear']:.2f} | "
+                     f"{mem['last_block']:.0f} | {r['class_accuracy']:.1%} | {d['collapsed']:.0%} | "
+                     f"{d['clarity']['vde_linear']:.2f} | "
                      f"{d['subject']['vde_linear']:.2f} | {r['fvd_first_window']:.1f} | {r['fvd_all_windows']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
 def plot(results: dict, path: Path) -> None:
-    """Per-chunk subject and clarity and the memory after each block, one line per setting, side by side."""
+    """Per-chunk subject, clarity and texture frames and the memory after each block, one line per setting, side
+    by side."""
     panels = [line_plot({k: r["drift"]["subject"]["per_chunk"] for k, r in results.items()}, "chunk (of 10)",
                         "P(requested class)", "subject per chunk"),
               line_plot({k: r["drift"]["clarity"]["per_chunk"] for k, r in results.items()}, "chunk (of 10)",
                         "mean |Laplacian|", "clarity per chunk"),
+              line_plot({k: r["drift"]["texture"]["per_chunk"] for k, r in results.items()}, "chunk (of 10)",
+                        "share of frames", "texture frames per chunk"),
               line_plot({k: r["memory_per_block_mb"] for k, r in results.items()}, "block", "MiB",
                         "resident memory after each block")]
     image_grid(panels, len(panels)).save(path)

@@ -198,6 +198,8 @@ def test_vgen_quality_judges_every_frame_and_the_motion_of_sampled_clips(video_d
     figures = json.loads(figures_path.read_text())
     assert figures["num_clips"] == 4 and figures["tokens_measured"] == 4 * 48 and figures["num_real_clips"] == 4
     assert 0 <= figures["class_accuracy"] <= 1 and 0 <= figures["share_moving"] <= 1
+    assert figures["collapsed"] in (0, 0.25, 0.5, 0.75, 1) and 0 <= figures["texture_frames"] <= 1
+    assert "collapsed" in stdout
     assert set(figures["real_clips"]) == {"class_accuracy", "frame_accuracy", "identity_kept", "num_clips"}
     videos = load(video_dir)([0, 1, 2, 0], seed=0).videos  # classes in turn, one batch, --seed 0
     expected = np.concatenate([np.concatenate(list(videos[c]), axis=1) for c in range(3)], axis=0)

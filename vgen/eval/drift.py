@@ -10,7 +10,10 @@ the weighted relative change from the first chunk (0 for a video whose quality n
 - ``clarity``: mean absolute Laplacian of the luma (sharpness; blur and washed-out frames lower it);
 - ``subject``: the domain classifier's probability of the requested class, averaged over the chunk's frames (the
   shape keeps its identity);
-- ``accuracy``: the fraction of the chunk's frames classified as the requested class.
+- ``accuracy``: the fraction of the chunk's frames classified as the requested class;
+- ``texture``: the fraction of the chunk's frames that have collapsed into texture (:func:`texture_frames`).
+
+A video *collapses* when at least half the frames of one of its chunks are texture frames.
 """
 
 from __future__ import annotations
@@ -42,11 +45,39 @@ def vde(values: Sequence[float], weighting: str = "linear") -> float:
     return float(np.sum(w * np.abs(m[1:] - m[0]) / abs(m[0])))
 
 
+TEXTURE_LEVEL = 8.0  # grey levels; the real clips stay below 1.0 at 64 px and 1.7 at 32 px
+COLLAPSED_SHARE = 0.5  # of one chunk's frames
+CLIP_CHUNK_FRAMES = 8  # chunk length for clips judged whole (vgen quality): one second at 8 fps
+
+
+def luma_laplacian(frames: np.ndarray) -> np.ndarray:
+    """Absolute 4-neighbour Laplacian [T, H - 2, W - 2] of the luma of uint8 frames [T, H, W, 3], in grey levels."""
+    luma = frames.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    return np.abs(4 * luma[:, 1:-1, 1:-1] - luma[:, :-2, 1:-1] - luma[:, 2:, 1:-1] - luma[:, 1:-1, :-2]
+                  - luma[:, 1:-1, 2:])
+
+
 def clarity(frames: np.ndarray) -> float:
     """Mean absolute 4-neighbour Laplacian of the luma of uint8 frames [T, H, W, 3] (in grey levels)."""
-    luma = frames.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
-    lap = (4 * luma[:, 1:-1, 1:-1] - luma[:, :-2, 1:-1] - luma[:, 2:, 1:-1] - luma[:, 1:-1, :-2] - luma[:, 1:-1, 2:])
-    return float(np.abs(lap).mean())
+    return float(luma_laplacian(frames).mean())
+
+
+def background_texture(frames: np.ndarray) -> np.ndarray:
+    """Per frame of uint8 frames [T, H, W, 3]: the median absolute Laplacian of the luma over the outer ring of
+    the frame (``H // 16`` pixels wide, at least 2). The data's backgrounds are smooth gradients and its shape
+    covers at most part of the ring, so the median reads the background alone: about 0.6 grey levels on real
+    frames, a few on a blurry but sound generated frame, 10-20 on a frame that has dissolved into stripes or
+    noise."""
+    lap = luma_laplacian(frames)
+    width = max(2, frames.shape[1] // 16) - 1  # the Laplacian drops the outermost pixel
+    ring = np.zeros(lap.shape[1:], dtype=bool)
+    ring[:width], ring[-width:], ring[:, :width], ring[:, -width:] = True, True, True, True
+    return np.median(lap[:, ring], axis=1)
+
+
+def texture_frames(frames: np.ndarray, level: float = TEXTURE_LEVEL) -> np.ndarray:
+    """Which of uint8 frames [T, H, W, 3] have collapsed into texture: background texture above ``level``."""
+    return background_texture(frames) > level
 
 
 @torch.no_grad()
@@ -59,22 +90,48 @@ def class_probabilities(frames: np.ndarray, batch_size: int = 256) -> np.ndarray
     return np.concatenate(out)
 
 
+def chunk_bounds(frames: int, chunks: int) -> list[tuple[int, int]]:
+    """(start, stop) of ``chunks`` equal chunks of ``frames`` frames (lengths differ by at most one)."""
+    if chunks < 2 or frames < chunks:
+        raise ValueError(f"need 2 <= chunks <= frames, got {chunks} chunks of a {frames}-frame video")
+    bounds = [round(k * frames / chunks) for k in range(chunks + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def collapses(texture_per_chunk: np.ndarray) -> np.ndarray:
+    """Which videos collapse, from their shares of texture frames per chunk [..., chunks]."""
+    return (np.asarray(texture_per_chunk) >= COLLAPSED_SHARE).any(-1)
+
+
+def clip_collapse(videos: np.ndarray) -> dict[str, float]:
+    """``texture_frames`` (share of all frames) and ``collapsed`` (share of clips) of clips uint8 [N, T, H, W, 3],
+    in chunks of :data:`CLIP_CHUNK_FRAMES` (a shorter clip is one chunk)."""
+    n, t = videos.shape[:2]
+    texture = texture_frames(np.ascontiguousarray(videos).reshape(n * t, *videos.shape[2:])).reshape(n, t)
+    chunks = t // CLIP_CHUNK_FRAMES
+    per_chunk = (np.stack([texture[:, a:b].mean(1) for a, b in chunk_bounds(t, chunks)], 1) if chunks >= 2
+                 else texture.mean(1, keepdims=True))
+    return {"texture_frames": float(texture.mean()), "collapsed": float(collapses(per_chunk).mean())}
+
+
 def chunk_measures(video: np.ndarray, class_id: int, chunks: int = 10) -> dict[str, list[float]]:
-    """``clarity``, ``subject`` and ``accuracy`` of each of ``chunks`` equal chunks of one video [T, H, W, 3]."""
-    if chunks < 2 or len(video) < chunks:
-        raise ValueError(f"need 2 <= chunks <= frames, got {chunks} chunks of a {len(video)}-frame video")
+    """``clarity``, ``subject``, ``accuracy`` and ``texture`` of each of ``chunks`` equal chunks of one video
+    [T, H, W, 3]."""
+    bounds = chunk_bounds(len(video), chunks)
     probs = class_probabilities(video)
-    bounds = [round(k * len(video) / chunks) for k in range(chunks + 1)]
-    out: dict[str, list[float]] = {"clarity": [], "subject": [], "accuracy": []}
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    texture = texture_frames(video)
+    out: dict[str, list[float]] = {"clarity": [], "subject": [], "accuracy": [], "texture": []}
+    for a, b in bounds:
         out["clarity"].append(clarity(video[a:b]))
         out["subject"].append(float(probs[a:b, class_id].mean()))
         out["accuracy"].append(float((probs[a:b].argmax(-1) == class_id).mean()))
+        out["texture"].append(float(texture[a:b].mean()))
     return out
 
 
 def drift_report(videos: np.ndarray, class_ids: Sequence[int], chunks: int = 10) -> dict:
-    """Per-chunk means over ``videos`` [N, T, H, W, 3] and the mean VDE (linear and log) of each measure."""
+    """Per-chunk means over ``videos`` [N, T, H, W, 3], the mean VDE (linear and log) of each quality measure,
+    the per-chunk share of texture frames and the share of videos that collapse."""
     per_video = [chunk_measures(v, int(c), chunks) for v, c in zip(videos, class_ids)]
     report: dict = {"chunks": chunks, "frames": int(videos.shape[1]), "videos": len(videos)}
     for name in ("clarity", "subject", "accuracy"):
@@ -82,6 +139,9 @@ def drift_report(videos: np.ndarray, class_ids: Sequence[int], chunks: int = 10)
         report[name] = {"per_chunk": rows.mean(0).tolist(),
                         **{f"vde_{w}": float(np.mean([vde(r, w) if r[0] else math.nan for r in rows]))
                            for w in WEIGHTINGS}}
+    texture = np.array([m["texture"] for m in per_video])
+    report["texture"] = {"per_chunk": texture.mean(0).tolist()}
+    report["collapsed"] = float(collapses(texture).mean())
     return report
 
 

@@ -19,7 +19,7 @@ import torch
 from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
 from vgen.data.scenes import POSITIONS
 from vgen.data.shapes import to_tensor
-from vgen.eval.drift import class_probabilities
+from vgen.eval.drift import class_probabilities, clip_collapse
 from vgen.models.classifier import AttributeClassifier, ShapesClassifier
 from vgen.models.conditioning import Condition, cat_conditions
 from vgen.models.llamagen import LlamaGenGPT
@@ -124,9 +124,10 @@ def motion_check(videos: np.ndarray, reference: np.ndarray) -> dict:
 
 
 def clip_quality(videos: np.ndarray, class_ids: Sequence[int], clips: ClipsConfig) -> dict:
-    """Class and motion figures of generated clips [N, T, H, W, 3], against N real clips of the moving-shapes
-    validation split rendered with ``clips`` (whose class figures, under ``real_clips``, are the ceiling)."""
+    """Class, texture-collapse and motion figures of generated clips [N, T, H, W, 3], against N real clips of the
+    moving-shapes validation split rendered with ``clips`` (whose class figures, under ``real_clips``, are the
+    ceiling)."""
     real, real_classes = render_clips(SPLIT_SEEDS["val"], 0, len(videos), clips)
     figures = clip_class_accuracy(videos, class_ids)
     figures["real_clips"] = {k: v for k, v in clip_class_accuracy(real, real_classes).items() if k != "per_class"}
-    return {**figures, **motion_check(videos, real)}
+    return {**figures, **clip_collapse(videos), **motion_check(videos, real)}
