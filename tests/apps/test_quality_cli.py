@@ -32,6 +32,8 @@ def test_quality_of_a_text_model_reads_every_attribute_of_held_out_prompts(tiny_
     assert result["tokens_measured"] == 4 * 16 and result["sampling"]["cfg_scale"] == 2.0
     assert grid.is_file()
     assert "4 held-out prompts" in out and "attribute" in out and "joint" in out
+    assert set(result["by_request"]["per_value"]) == set(ATTRIBUTES) and "shape by requested shape: " in out
+    assert set(result["by_request"]["by_size"]) <= {"small", "large"} and "objects: shape " in out
 
 
 def test_a_judge_is_for_text_models_only(tiny_pipeline_dir, judge_dir, capsys):

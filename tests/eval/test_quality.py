@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from vgen.data.clips import SPLIT_SEEDS, render_clips
-from vgen.data.shapes import render_batch, to_tensor
+from vgen.data.scenes import COLOUR_NAMES, SIZES
+from vgen.data.shapes import CLASS_NAMES, render_batch, to_tensor
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.eval.quality import (
+    accuracy_by_request,
     attribute_accuracy,
     class_accuracy,
     clip_class_accuracy,
@@ -145,6 +147,21 @@ def test_attribute_accuracy_reports_each_attribute_and_the_joint_share():
     figures = attribute_accuracy(judge, images, wanted)
     assert figures["colour"] == 0.75 and figures["shape"] == 1.0 and figures["joint"] == 0.75
     assert figures["position_row"] == figures["position_column"] == 1.0
+
+
+def test_accuracy_by_request_names_the_values_that_fail_and_splits_every_attribute_by_size():
+    judge = AttributeClassifier(SCENE_JUDGE)
+    images = np.zeros((4, 64, 64, 3), np.uint8)  # four identical images: the judge reads them alike
+    wanted = judge.predict(to_tensor(images)).numpy()
+    shape, size = wanted[0, 0], wanted[0, 2]
+    wanted[2:, 0] = (shape + 1) % 8  # the last two ask for another shape
+    wanted[[1, 3], 2] = 1 - size  # the second and fourth for the other size
+    figures = accuracy_by_request(judge, images, wanted)
+    assert figures["per_value"]["shape"] == {CLASS_NAMES[shape]: 1.0, CLASS_NAMES[(shape + 1) % 8]: 0.0}
+    assert figures["per_value"]["colour"] == {COLOUR_NAMES[wanted[0, 1]]: 1.0}
+    seen, other = figures["by_size"][SIZES[size]], figures["by_size"][SIZES[1 - size]]
+    assert seen["size"] == 1.0 and other["size"] == 0.0
+    assert seen["shape"] == other["shape"] == 0.5  # images 0 / 2 and 1 / 3: one right shape each
 
 
 def test_a_place_in_the_right_row_but_the_wrong_column_counts_for_the_row_only():

@@ -29,7 +29,7 @@ from vgen.apps.options import (
 from vgen.data.clips import ClipsConfig
 from vgen.data.scenes import evaluation_prompts
 from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
-from vgen.eval.quality import attribute_accuracy, class_accuracy, clip_quality, token_statistics
+from vgen.eval.quality import accuracy_by_request, attribute_accuracy, class_accuracy, clip_quality, token_statistics
 from vgen.hub import from_pretrained
 from vgen.images import image_grid
 from vgen.models.classifier import AttributeClassifier
@@ -157,7 +157,8 @@ def prompt_quality(pipe, args: argparse.Namespace) -> dict:
     pixels = np.stack([np.array(im) for im in images])
     figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed,
                "num_images": args.num_images,
-               "attribute_accuracy": attribute_accuracy(judge, pixels, attributes)}
+               "attribute_accuracy": attribute_accuracy(judge, pixels, attributes),
+               "by_request": accuracy_by_request(judge, pixels, attributes)}
     figures.update(token_statistics(pipe.model, torch.cat(tokens), cat_conditions(conds), params))
     if args.grid:
         image_grid(images[:64], 8).save(args.grid)
@@ -165,8 +166,8 @@ def prompt_quality(pipe, args: argparse.Namespace) -> dict:
 
 
 def write_prompt_quality(figures: dict, path: str | None) -> None:
-    """Write every figure to ``path`` (JSON) and print a few lines: the setup, the token statistics, and the share
-    of samples showing each attribute their prompt stated."""
+    """Write every figure to ``path`` (JSON) and print a few lines: the setup, the token statistics, the share
+    of samples showing each attribute their prompt stated, and those shares per requested value and size."""
     if path:
         Path(path).write_text(json.dumps(figures, indent=1))
     settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
@@ -176,6 +177,12 @@ def write_prompt_quality(figures: dict, path: str | None) -> None:
           f"{_figure(figures['median_top1_prob'])}\n"
           + "attribute  " + "  ".join(name.rjust(max(10, len(name))) for name in accuracy) + "\n"
           + "accuracy   " + "  ".join(f"{x:.2f}".rjust(max(10, len(name))) for name, x in accuracy.items()))
+    by_request = figures["by_request"]
+    lines = [f"{name} by requested {name}: " + "; ".join(f"{value} {x:.2f}" for value, x in values.items())
+             for name, values in by_request["per_value"].items()]
+    lines += [f"{size} objects: " + "; ".join(f"{name} {x:.2f}" for name, x in values.items())
+              for size, values in by_request.get("by_size", {}).items()]
+    print("\n".join(textwrap.fill(line, 110, subsequent_indent="  ") for line in lines))
 
 
 def _figure(value) -> str:

@@ -53,6 +53,8 @@ GRID = {"small": (0.2, 0.5, 0.8), "large": (0.34, 0.5, 0.66)}
 JITTER = {"small": 0.04, "large": 0.015}
 
 ATTRIBUTES: tuple[str, ...] = ("shape", "colour", "size", "position", "background")
+ATTRIBUTE_VALUES: dict[str, tuple[str, ...]] = dict(zip(ATTRIBUTES, (CLASS_NAMES, COLOUR_NAMES, SIZES, POSITIONS,
+                                                                    BACKGROUND_NAMES)))
 EXAMPLE_PROMPTS: tuple[str, ...] = (
     "a large blue ring on a yellow background",
     "a small red star in the top left corner on a white background",

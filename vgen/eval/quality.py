@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
-from vgen.data.scenes import POSITIONS
+from vgen.data.scenes import ATTRIBUTE_VALUES, POSITIONS
 from vgen.data.shapes import to_tensor
 from vgen.eval.drift import class_probabilities, clip_collapse
 from vgen.models.classifier import AttributeClassifier, ShapesClassifier
@@ -74,12 +74,38 @@ def class_accuracy(classifier: ShapesClassifier, images: torch.Tensor, class_ids
 
 
 @torch.no_grad()
+def judged(judge: AttributeClassifier, images: np.ndarray, attributes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The judge's reading [N, A] of uint8 images [N, H, W, 3], and the requested ``attributes`` [N, A]."""
+    return judge.predict(to_tensor(np.asarray(images))).numpy(), np.asarray(attributes)
+
+
+def accuracy_by_request(judge: AttributeClassifier, images: np.ndarray, attributes: np.ndarray) -> dict:
+    """Where a text model misses: each attribute's accuracy per requested value (``per_value``: which shapes,
+    colours or places fail), and, for a judge of ``size``, every attribute's accuracy per requested size
+    (``by_size``: whether small objects are the cause). Values are named as the scene captions name them."""
+    preds, wanted = judged(judge, images, attributes)
+    names = judge.config.names
+
+    def value_name(name: str, value: int) -> str:
+        return ATTRIBUTE_VALUES[name][value] if name in ATTRIBUTE_VALUES else str(value)
+
+    per_value = {name: {value_name(name, int(v)): float((preds[wanted[:, i] == v, i] == v).mean())
+                        for v in np.unique(wanted[:, i])} for i, name in enumerate(names)}
+    figures: dict = {"per_value": per_value}
+    if "size" in names:
+        size = wanted[:, names.index("size")]
+        figures["by_size"] = {value_name("size", int(v)): {name: float((preds[size == v, i] == wanted[size == v, i])
+                                                                       .mean()) for i, name in enumerate(names)}
+                              for v in np.unique(size)}
+    return figures
+
+
 def attribute_accuracy(judge: AttributeClassifier, images: np.ndarray, attributes: np.ndarray) -> dict[str, float]:
     """Per-attribute share of images (uint8 [N, H, W, 3]) the judge reads as ``attributes`` [N, A], and the share
     with every attribute right (``joint``): how faithfully text-to-image samples follow their prompts. A judge
     of the scenes' ``position`` also gets the place's row and column scored apart (``position_row``,
     ``position_column``), which tells a model that finds the height but not the side from one that finds neither."""
-    preds, wanted = judge.predict(to_tensor(np.asarray(images))).numpy(), np.asarray(attributes)
+    preds, wanted = judged(judge, images, attributes)
     right = preds == wanted
     names = judge.config.names
     figures = {name: float(right[:, i].mean()) for i, name in enumerate(names)}
