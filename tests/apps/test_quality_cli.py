@@ -1,5 +1,6 @@
 """``vgen quality`` and ``vgen sample`` on a text-to-image model: held-out prompts judged attribute by attribute,
-the model's example prompts when none is given, and each prompt written under its image."""
+beside the ceiling of their own scenes, the model's example prompts when none is given, and each prompt written
+under its image."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import pytest
 from PIL import Image
 
 from vgen.apps.cli import main
-from vgen.data.scenes import ATTRIBUTES, EXAMPLE_PROMPTS
-from vgen.hub import save_pretrained
+from vgen.data.scenes import ATTRIBUTES, EXAMPLE_PROMPTS, render_scenes
+from vgen.data.shapes import SPLIT_SEEDS
+from vgen.eval.quality import attribute_accuracy
+from vgen.hub import from_pretrained, save_pretrained
+from vgen.pipelines import load
 from vgen.tokenizers.vq import VQConfig, VQModel
+from vgen.training.classifier import reconstruct
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +39,14 @@ def test_quality_of_a_text_model_reads_every_attribute_of_held_out_prompts(tiny_
     assert "4 held-out prompts" in out and "attribute" in out and "joint" in out
     assert set(result["by_request"]["per_value"]) == set(ATTRIBUTES) and "shape by requested shape: " in out
     assert set(result["by_request"]["by_size"]) <= {"small", "large"} and "objects: shape " in out
+    # the ceiling: the judge on the prompts' own scenes, drawn and through the pipeline's tokenizer
+    pipe, judge = load(str(tiny_t2i_pipeline_dir)), from_pretrained(judge_dir)
+    real, _, attributes = render_scenes(SPLIT_SEEDS["test"], 0, 4, 16)
+    assert result["ceiling"] == {"real": attribute_accuracy(judge, real, attributes),
+                                 "reconstructed": attribute_accuracy(judge, reconstruct(pipe.tokenizer, real),
+                                                                     attributes)}
+    assert "ceiling, the prompts' scenes through the tokenizer: shape " in out
+
 
 
 def test_a_judge_is_for_text_models_only(tiny_pipeline_dir, judge_dir, capsys):

@@ -22,7 +22,7 @@ from vgen.data.scenes import (
     render_scenes,
     sample_scene,
 )
-from vgen.data.shapes import CLASS_NAMES, image_rng
+from vgen.data.shapes import CLASS_NAMES, SPLIT_SEEDS, image_rng
 
 SCENES = render_scenes(3, 0, 400)
 
@@ -105,3 +105,5 @@ def test_evaluation_prompts_state_every_attribute_of_held_out_scenes():
     for text, (_, _, size, _, background) in zip(captions, attributes):
         assert BACKGROUND_NAMES[background] in text and any(w in text.split() for w in SIZE_WORDS[SIZES[size]])
     assert evaluation_prompts(8)[0] == captions[:8]
+    # the test split's scenes are the ones the prompts describe (vgen quality judges them as the ceiling)
+    assert (render_scenes(SPLIT_SEEDS["test"], 0, 64)[2] == attributes).all()

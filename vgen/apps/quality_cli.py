@@ -27,7 +27,8 @@ from vgen.apps.options import (
     stream_overrides,
 )
 from vgen.data.clips import ClipsConfig
-from vgen.data.scenes import evaluation_prompts
+from vgen.data.scenes import evaluation_prompts, render_scenes
+from vgen.data.shapes import SPLIT_SEEDS
 from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
 from vgen.eval.quality import accuracy_by_request, attribute_accuracy, class_accuracy, clip_quality, token_statistics
 from vgen.hub import from_pretrained
@@ -35,6 +36,7 @@ from vgen.images import image_grid
 from vgen.models.classifier import AttributeClassifier
 from vgen.models.conditioning import cat_conditions
 from vgen.pipelines import StreamPipeline
+from vgen.training.classifier import reconstruct
 
 
 def add_quality_parser(sub: argparse._SubParsersAction) -> None:
@@ -158,16 +160,27 @@ def prompt_quality(pipe, args: argparse.Namespace) -> dict:
     figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed,
                "num_images": args.num_images,
                "attribute_accuracy": attribute_accuracy(judge, pixels, attributes),
-               "by_request": accuracy_by_request(judge, pixels, attributes)}
+               "by_request": accuracy_by_request(judge, pixels, attributes),
+               "ceiling": scene_ceiling(pipe, judge, attributes)}
     figures.update(token_statistics(pipe.model, torch.cat(tokens), cat_conditions(conds), params))
     if args.grid:
         image_grid(images[:64], 8).save(args.grid)
     return figures
 
 
+def scene_ceiling(pipe, judge: AttributeClassifier, attributes: np.ndarray) -> dict:
+    """The judge on the held-out prompts' own scenes (``real``) and on the pipeline tokenizer's reconstructions of
+    them (``reconstructed``): what a model whose tokens were perfect would score."""
+    # the scenes evaluation_prompts captions, at the pipeline's image size
+    real = render_scenes(SPLIT_SEEDS["test"], 0, len(attributes), pipe.info.image_size)[0]
+    return {"real": attribute_accuracy(judge, real, attributes),
+            "reconstructed": attribute_accuracy(judge, reconstruct(pipe.tokenizer, real), attributes)}
+
+
 def write_prompt_quality(figures: dict, path: str | None) -> None:
     """Write every figure to ``path`` (JSON) and print a few lines: the setup, the token statistics, the share
-    of samples showing each attribute their prompt stated, and those shares per requested value and size."""
+    of samples showing each attribute their prompt stated, those shares per requested value and size, and the
+    ceiling."""
     if path:
         Path(path).write_text(json.dumps(figures, indent=1))
     settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
@@ -182,6 +195,9 @@ def write_prompt_quality(figures: dict, path: str | None) -> None:
              for name, values in by_request["per_value"].items()]
     lines += [f"{size} objects: " + "; ".join(f"{name} {x:.2f}" for name, x in values.items())
               for size, values in by_request.get("by_size", {}).items()]
+    lines += [f"ceiling, the prompts' scenes {how}: " + "; ".join(f"{name} {x:.2f}" for name, x in values.items())
+              for how, values in (("as drawn", figures["ceiling"]["real"]),
+                                  ("through the tokenizer", figures["ceiling"]["reconstructed"]))]
     print("\n".join(textwrap.fill(line, 110, subsequent_indent="  ") for line in lines))
 
 
