@@ -66,7 +66,7 @@ def background_texture(frames: np.ndarray) -> np.ndarray:
     """Per frame of uint8 frames [T, H, W, 3]: the median absolute Laplacian of the luma over the outer ring of
     the frame (``H // 16`` pixels wide, at least 2). The data's backgrounds are smooth gradients and its shape
     covers at most part of the ring, so the median reads the background alone: about 0.6 grey levels on real
-    frames, a few on a blurry but sound generated frame, 10-20 on a frame that has dissolved into stripes or
+    frames, 1-7 on a blurry but sound generated frame, 10-24 on a frame that has dissolved into stripes or
     noise."""
     lap = luma_laplacian(frames)
     width = max(2, frames.shape[1] // 16) - 1  # the Laplacian drops the outermost pixel
@@ -92,8 +92,8 @@ def class_probabilities(frames: np.ndarray, batch_size: int = 256) -> np.ndarray
 
 def chunk_bounds(frames: int, chunks: int) -> list[tuple[int, int]]:
     """(start, stop) of ``chunks`` equal chunks of ``frames`` frames (lengths differ by at most one)."""
-    if chunks < 2 or frames < chunks:
-        raise ValueError(f"need 2 <= chunks <= frames, got {chunks} chunks of a {frames}-frame video")
+    if chunks < 1 or frames < chunks:
+        raise ValueError(f"need 1 <= chunks <= frames, got {chunks} chunks of a {frames}-frame video")
     bounds = [round(k * frames / chunks) for k in range(chunks + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
 
@@ -108,9 +108,8 @@ def clip_collapse(videos: np.ndarray) -> dict[str, float]:
     in chunks of :data:`CLIP_CHUNK_FRAMES` (a shorter clip is one chunk)."""
     n, t = videos.shape[:2]
     texture = texture_frames(np.ascontiguousarray(videos).reshape(n * t, *videos.shape[2:])).reshape(n, t)
-    chunks = t // CLIP_CHUNK_FRAMES
-    per_chunk = (np.stack([texture[:, a:b].mean(1) for a, b in chunk_bounds(t, chunks)], 1) if chunks >= 2
-                 else texture.mean(1, keepdims=True))
+    bounds = chunk_bounds(t, max(1, t // CLIP_CHUNK_FRAMES))
+    per_chunk = np.stack([texture[:, a:b].mean(1) for a, b in bounds], 1)
     return {"texture_frames": float(texture.mean()), "collapsed": float(collapses(per_chunk).mean())}
 
 
