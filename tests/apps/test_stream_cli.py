@@ -201,6 +201,13 @@ def test_quality_of_a_streaming_model_refuses_bad_settings(tiny_stream_pipeline_
     assert len(err) == 1 and message in err[0]
 
 
-def test_quality_of_a_token_model_refuses_a_stream_length(tiny_pipeline_dir, capsys) -> None:
-    assert main(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "1", "--num-frames", "4"]) == 2
-    assert "--num-frames is for streaming models" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", ["--num-frames", "--window-context"])
+def test_quality_of_an_image_model_refuses_a_clip_length(tiny_pipeline_dir, capsys, flag) -> None:
+    assert main(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "1", flag, "4"]) == 2
+    assert f"{flag} is for video models; tiny generates images" in capsys.readouterr().err
+
+
+def test_quality_of_a_streaming_model_refuses_a_window_context(tiny_stream_pipeline_dir, capsys) -> None:
+    assert main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "1", "--window-context",
+                 "2"]) == 2
+    assert "--window-context is for video token models" in capsys.readouterr().err

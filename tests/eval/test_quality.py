@@ -117,8 +117,13 @@ def test_real_clips_show_their_class_in_every_frame_and_a_wrong_label_scores_nea
 def test_a_clip_that_turns_into_another_shape_halfway_loses_identity(real_clips) -> None:
     clips, labels = real_clips
     morphing = np.concatenate([clips[:8, :8], clips[8:, :8][[3, 4, 5, 6, 7, 0, 1, 2]]], axis=1)  # 8 + 8 frames
-    assert clip_class_accuracy(morphing, labels[:8])["identity_kept"] <= 0.6
+    figures = clip_class_accuracy(morphing, labels[:8])
+    assert figures["identity_kept"] <= 0.6
     assert clip_class_accuracy(clips[:8], labels[:8])["identity_kept"] > 0.9
+    by_chunk = figures["class_accuracy_by_chunk"]  # each 8-frame chunk judged as a clip of its own
+    assert list(by_chunk) == ["frames 0-7", "frames 8-15"]
+    assert by_chunk["frames 0-7"] >= 7 / 8 and by_chunk["frames 8-15"] <= 1 / 8
+    assert "class_accuracy_by_chunk" not in clip_class_accuracy(clips[:, :8], labels)  # one chunk: the clip
 
 
 def test_frame_change_is_the_mean_absolute_difference_of_consecutive_frames() -> None:

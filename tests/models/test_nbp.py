@@ -126,6 +126,39 @@ def test_a_prefix_of_whole_blocks_gives_the_full_forwards_first_rows(tiny_nbp_fa
         assert torch.allclose(model(cls, tokens[:, :m]), full[:, :m], atol=1e-5), f"prefix of {m} tokens"
 
 
+@pytest.mark.parametrize("hybrid", [False, True, 2])
+@pytest.mark.parametrize("grid, block", [((3, 4), "row"), ((3, 2, 2), "frame"), ((3, 2, 2), "row")])
+def test_given_blocks_prefill_in_one_pass_as_the_full_forward_scores_them(tiny_nbp_factory, grid, block,
+                                                                          hybrid) -> None:
+    """``prefill_given`` with k given blocks returns the full forward's logits of block k and leaves a cache that
+    decodes the next blocks as the full forward scores them."""
+    if hybrid == 2 and block == "frame":
+        pytest.skip("three frame blocks: two token-by-token blocks leave one")
+    model = tiny_nbp_factory(grid, block, hybrid=bool(hybrid), hybrid_blocks=int(hybrid) or 1)
+    b, n = model.block_size, model.num_tokens
+    tokens = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(3))
+    cls = torch.tensor([0, 4])
+    full = model(cls, tokens)
+    for given in range(max(b, model.first_tokens), n, b):
+        cache = model.new_cache(2)
+        logits = model.prefill_given(cls, tokens[:, :given], cache)
+        assert torch.allclose(logits, full[:, given:given + b], atol=1e-5), f"{given} given tokens"
+        for k in range(given, n - b, b):
+            logits = model.decode(tokens[:, k:k + b], cache)
+            assert torch.allclose(logits, full[:, k + b:k + 2 * b], atol=1e-5), f"block after {k + b} tokens"
+
+
+def test_prefill_given_refuses_what_it_cannot_run(tiny_nbp_factory) -> None:
+    model = tiny_nbp_factory((3, 2, 3), "row", hybrid=True, hybrid_blocks=2)  # token by token: the first 6
+    for given in (3, 4, 18):
+        with pytest.raises(ValueError, match=r"prefill_given takes whole blocks of 3 tokens covering the first 6"):
+            model.prefill_given(torch.tensor([0]), torch.zeros(1, given, dtype=torch.long), model.new_cache(1))
+    cache = model.new_cache(1)
+    model.prefill(torch.tensor([0]), cache)
+    with pytest.raises(ValueError, match="prefill_given needs an empty cache"):
+        model.prefill_given(torch.tensor([0]), torch.zeros(1, 6, dtype=torch.long), cache)
+
+
 def test_a_prefix_must_be_whole_blocks_of_the_grid(tiny_nbp_factory) -> None:
     model = tiny_nbp_factory((3, 4), hybrid=True)
     message = r"the whole 3 rows x 4 columns grid \(12\) or a prefix of whole row blocks of 4"

@@ -78,6 +78,46 @@ def test_given_first_frames_are_kept_as_tokens_and_continued(video_dir) -> None:
     assert np.array_equal(pipe([1, 2], seed=3, context=frames).videos, out.videos)
 
 
+@pytest.mark.parametrize(("num_frames", "window_context", "windows", "passes"), [
+    (7, None, 3, 3 + 2 + 2), (6, None, 3, 3 + 2 + 2), (5, 2, 3, 3 + 1 + 1), (2, None, 1, 3)])
+def test_clips_longer_than_the_window_continue_its_last_frames_window_by_window(video_dir, num_frames, window_context,
+                                                                                windows, passes) -> None:
+    """A 3-frame model draws a longer clip window by window: each later window is the sampler's continuation of the
+    last ``window_context`` frames (default 1, half the window) from one stream of draws, and adds the rest; the
+    first window is the plain call's clip; the stats add up the windows' passes and drawn tokens."""
+    pipe = load(video_dir)
+    keep = window_context or 1
+    out = pipe([1, 2], seed=3, num_frames=num_frames, window_context=window_context)
+    assert out.videos.shape == (2, num_frames, 16, 16, 3) and out.tokens.shape == (2, 16 * num_frames)
+    generator = torch.Generator().manual_seed(3)
+    first, _, _ = pipe.sample_tokens([1, 2], generator=generator)
+    expected = first.tokens
+    for _ in range(windows - 1):
+        window, _, _ = pipe.sample_tokens([1, 2], prefix=expected[:, -16 * keep:], generator=generator)
+        assert torch.equal(window.tokens[:, :16 * keep], expected[:, -16 * keep:])
+        expected = torch.cat([expected, window.tokens[:, 16 * keep:]], dim=1)
+    assert torch.equal(out.tokens, expected[:, :16 * num_frames])
+    shown = 16 * min(3, num_frames)
+    assert torch.equal(out.tokens[:, :shown], pipe([1, 2], seed=3).tokens[:, :shown])
+    np.testing.assert_array_equal(out.videos, np.stack(pipe.decode(out.tokens)))
+    assert out.stats.forward_passes == passes == int(out.stats.accept_step.amax())
+    assert out.stats.tokens == 2 * 16 * (3 + (windows - 1) * (3 - keep))
+    assert out.stats.details.get("windows", 1) == windows
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"window_context": 0}, r"window_context must be a whole number of frames between 1 and 2 .*got 0"),
+    ({"window_context": 3}, "got 3"), ({"window_context": True}, "got True"), ({"window_context": 1.5}, "got 1.5"),
+    ({"num_frames": 0}, "num_frames"),
+    ({"num_frames": 4, "sampler": "ar"}, "tiny-video draws 3 frames a window; a 4-frame clip continues its last "
+                                         r"frames window by window, which the 'ar' sampler cannot do \(samplers "
+                                         r"that can: \['nbp'\]\)"),
+])
+def test_a_clip_length_that_cannot_be_drawn_is_refused(video_dir, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        load(video_dir)([0, 1], **kwargs)
+
+
 @pytest.mark.parametrize(("context", "kwargs", "message"), [
     (np.zeros((3, 16, 16, 3), np.uint8), {}, "between 1 and 2 frames of the model's 3, got 3"),
     (np.zeros((1, 8, 8, 3), np.uint8), {}, r"uint8 frames \[k, 16, 16, 3\]"),
@@ -128,6 +168,19 @@ def test_vgen_sample_writes_a_clip_that_reads_back(video_dir, tmp_path, capsys, 
     s = json.loads(stats.read_text())
     assert s["forward_passes"] == 3 and s["tokens"] == 48 and s["frames_per_second"] > 0
     assert s["next_token_forward_passes"] == 48 and "3 forward passes where next-token AR takes 48" in stdout
+
+
+def test_vgen_sample_draws_clips_longer_than_the_window(video_dir, tmp_path, capsys) -> None:
+    out, stats, amap = tmp_path / "long.gif", tmp_path / "s.json", tmp_path / "map.png"
+    code, stdout, err = run(["sample", "--model", str(video_dir), "--class-id", "2", "--num-frames", "5",
+                             "--window-context", "2", "--out", str(out), "--stats", str(stats),
+                             "--acceptance-map", str(amap)], capsys)
+    assert code == 0, err
+    assert "wrote 1 clip of 5 frames" in stdout and "5 forward passes where next-token AR takes 80" in stdout
+    assert read_video(out).shape == (5, 16, 16, 3)
+    s = json.loads(stats.read_text())
+    assert s["details"]["windows"] == 3 and s["tokens"] == 80
+    assert Image.open(amap).width == 5 * 64 + 4 * 4  # five frames of maps
 
 
 def test_vgen_sample_png_is_the_frame_grid_of_the_tiled_clips(video_dir, tmp_path, capsys) -> None:
@@ -190,6 +243,18 @@ def test_an_image_model_refuses_a_video_output(tiny_pipeline_dir, tmp_path, caps
     assert code == 2 and "tiny generates images" in err and not (tmp_path / "x.mp4").exists()
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--context", "GIVEN"), ("--num-frames", "4"),
+                                           ("--window-context", "1")])
+def test_an_image_model_refuses_video_settings(tiny_pipeline_dir, video_dir, tmp_path, capsys, flag, value) -> None:
+    if value == "GIVEN":
+        value = str(tmp_path / "given.gif")
+        write_video(load(video_dir)([0], seed=0).videos[0], value)
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), flag, value, "--out", str(tmp_path / "x.png")],
+                       capsys)
+    assert code == 2 and f"{flag} is for video models; tiny generates images" in err
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_vgen_quality_judges_every_frame_and_the_motion_of_sampled_clips(video_dir, tmp_path, capsys) -> None:
     grid, figures_path = tmp_path / "by_class.png", tmp_path / "q.json"
     code, stdout, err = run(["quality", "--model", str(video_dir), "--num-images", "4", "--batch-size", "4",
@@ -204,6 +269,16 @@ def test_vgen_quality_judges_every_frame_and_the_motion_of_sampled_clips(video_d
     videos = load(video_dir)([0, 1, 2, 0], seed=0).videos  # classes in turn, one batch, --seed 0
     expected = np.concatenate([np.concatenate(list(videos[c]), axis=1) for c in range(3)], axis=0)
     np.testing.assert_array_equal(np.asarray(Image.open(grid)), expected)  # a row of frames per class
+
+
+def test_vgen_quality_judges_clips_longer_than_the_window(video_dir, tmp_path, capsys) -> None:
+    figures_path = tmp_path / "q.json"
+    code, _, err = run(["quality", "--model", str(video_dir), "--num-images", "3", "--num-frames", "5",
+                        "--json", str(figures_path), "--no-progress"], capsys)
+    assert code == 0, err
+    figures = json.loads(figures_path.read_text())
+    assert figures["num_clips"] == 3 and figures["num_frames"] == 5
+    assert figures["tokens_measured"] == 3 * 48  # the token statistics of the first window
 
 
 def test_package_assembles_a_video_pipeline(video_dir, tmp_path, capsys) -> None:

@@ -105,20 +105,28 @@ def test_a_whole_first_frame_drawn_token_by_token_then_rows(run_sampler, tiny_nb
     assert out.stats.accept_step[0].tolist() == [1, 2, 3, 4, 5, 6] + [7] * 3 + [8] * 3 + [9] * 3 + [10] * 3
 
 
-@pytest.mark.parametrize("hybrid", [False, True])
-@pytest.mark.parametrize("blocks", [1, 3])
+@pytest.mark.parametrize(("grid", "block", "hybrid_blocks", "blocks", "passes"), [
+    ((4, 2, 2), "frame", 0, 1, 3), ((4, 2, 2), "frame", 0, 3, 1), ((4, 2, 2), "frame", 1, 1, 3),
+    ((4, 2, 2), "frame", 1, 3, 1), ((3, 2, 3), "row", 2, 2, 4), ((3, 2, 3), "row", 2, 1, 10)])
 def test_a_prefix_of_whole_blocks_is_kept_and_continued(tiny_nbp_factory, run_sampler, reference_draw, sampling_table,
-                                                        hybrid, blocks) -> None:
-    """Given leading frames (NBP's frame prediction): kept as given, and the rest drawn as the uncached loop draws
-    it from the same prefix; the passes are the same as without a prefix."""
-    model, params = tiny_nbp_factory((4, 2, 2), "frame", hybrid=hybrid), sampling_table["sampled-cfg"]
+                                                        grid, block, hybrid_blocks, blocks, passes) -> None:
+    """Given leading blocks (NBP's frame prediction): kept as given, and the rest drawn as the uncached loop draws
+    it from the same prefix. Given blocks that cover the token-by-token start run in one pass with the class (K - k
+    passes for k of K blocks); a shorter prefix is fed at the passes that would draw it. Only drawn tokens count."""
+    model = tiny_nbp_factory(grid, block, hybrid=hybrid_blocks > 0, hybrid_blocks=max(1, hybrid_blocks))
+    params = sampling_table["sampled-cfg"]
     prefix = torch.randint(40, (3, blocks * model.block_size), generator=torch.Generator().manual_seed(2))
+    calls = []
+    model.layers[0].register_forward_hook(lambda *_: calls.append(1))
     out = run_sampler("nbp", model, CLASSES, params, seed=9, prefix=prefix)
-    assert torch.equal(out.tokens[:, :prefix.shape[1]], prefix)
+    given = prefix.shape[1]
+    assert torch.equal(out.tokens[:, :given], prefix)
+    assert out.stats.forward_passes == len(calls) == passes and out.stats.details["given_tokens"] == given
+    assert out.stats.tokens == 3 * (model.num_tokens - given)
+    assert int(out.stats.accept_step.amax()) == passes
     assert torch.equal(out.tokens, naive_generate(model, CLASSES, params, reference_draw, seed=9, prefix=prefix))
-    assert out.stats.forward_passes == model.num_steps and out.stats.details["given_tokens"] == prefix.shape[1]
     free = run_sampler("nbp", model, CLASSES, params, seed=9)
-    assert not torch.equal(out.tokens[:, prefix.shape[1]:], free.tokens[:, prefix.shape[1]:])
+    assert not torch.equal(out.tokens[:, given:], free.tokens[:, given:])
 
 
 def test_same_seed_same_tokens_other_seed_other_tokens(tiny_nbp_factory, run_sampler) -> None:

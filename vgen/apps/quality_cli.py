@@ -55,7 +55,10 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed of the samples")
     add_sampling_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
     p.add_argument("--num-frames", type=int, default=None,
-                   help="streaming models: frames per clip (default: the length the model was trained on)")
+                   help="video models: frames per clip (default: the length the model was trained on; a token "
+                        "model draws longer clips window by window)")
+    p.add_argument("--window-context", type=int, default=None,
+                   help="video token models: frames each later window continues (default: half the window)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
     p.add_argument("--json", default=None, help="write every figure here (JSON), the confusion matrix included")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -73,12 +76,18 @@ def run_quality(args: argparse.Namespace) -> None:
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     pipe = pipelines.load(args.model, device=args.device)
+    if args.num_frames is not None and args.num_frames < 2:
+        raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {args.num_frames}")
     if isinstance(pipe, StreamPipeline):
+        if args.window_context is not None:
+            raise UsageError(f"--window-context is for video token models; {pipe.info.name} streams")
         return write_quality(pipe, stream_quality(pipe, args), args.json)
     if not isinstance(pipe, pipelines.ImagePipeline):
         raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
-    if args.num_frames is not None:
-        raise UsageError("--num-frames is for streaming models; a token model's clips have a fixed length")
+    video = hasattr(pipe, "num_frames")
+    for flag, value in (("--num-frames", args.num_frames), ("--window-context", args.window_context)):
+        if value is not None and not video:
+            raise UsageError(f"{flag} is for video models; {pipe.info.name} generates images")
     if pipe.text_conditional:
         return write_prompt_quality(prompt_quality(pipe, args), args.json)
     if args.judge is not None:
@@ -88,16 +97,19 @@ def run_quality(args: argparse.Namespace) -> None:
     classes = [i % n_cls for i in range(args.num_images)]
     tokens, images = [], []
     generator = torch.Generator(pipe.device).manual_seed(args.seed)
+    clip_options = {"num_frames": args.num_frames, "window_context": args.window_context} if video else {}
     for i in range(0, args.num_images, args.batch_size):
         out = pipe(classes[i:i + args.batch_size], generator=generator, progress=not args.no_progress,
-                   **params.to_dict())
+                   **params.to_dict(), **clip_options)
         tokens.append(out.tokens)
-        images.extend(out.videos if hasattr(pipe, "num_frames") else out.images)
+        images.extend(out.videos if video else out.images)
     tokens_t = torch.cat(tokens)
+    if video:  # a clip longer than the window: the statistics of its first window
+        tokens_t = tokens_t[:, :pipe.model.num_tokens]
     figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed}
     if not tokens_t.is_floating_point():  # continuous tokens are drawn from densities: no entropy or top-1 here
         figures.update(token_statistics(pipe.model, tokens_t, torch.tensor(classes), params))
-    if hasattr(pipe, "num_frames"):
+    if video:
         figures.update(clip_figures(pipe, np.stack(images), classes, args.grid))
     else:
         pixels = torch.from_numpy(np.stack([np.array(im) for im in images]))
@@ -209,8 +221,6 @@ def stream_quality(pipe, args: argparse.Namespace) -> dict:
     """``vgen quality`` for a streaming pipeline: clips of ``--num-frames`` streamed in batches (seed
     ``--seed`` plus the batch's first index), judged as the token video models' clips are."""
     frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
-    if frames < 2:
-        raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {frames}")
     options = stream_overrides(args)
     try:
         config = pipe.stream_config(**options)
@@ -230,7 +240,7 @@ def clip_figures(pipe, videos, classes: list[int], grid: str | None) -> dict:
     each."""
     length = videos.shape[1]
     clips = ClipsConfig(**pipe.info.data) if pipe.info.data else ClipsConfig(frame_size=pipe.info.image_size)
-    figures = clip_quality(videos, classes, dataclasses.replace(clips, num_frames=length))
+    figures = {**clip_quality(videos, classes, dataclasses.replace(clips, num_frames=length)), "num_frames": length}
     if grid:
         first = [classes.index(c) for c in range(pipe.num_classes) if c in classes]
         frames = [Image.fromarray(frame) for i in first for frame in videos[i]]

@@ -51,6 +51,11 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--context", default=None,
                      help="video model: a clip (.mp4, .gif) whose first --context-frames frames every clip continues")
     gen.add_argument("--context-frames", type=int, default=1, help="frames of --context given")
+    gen.add_argument("--num-frames", type=int, default=None,
+                     help="video model: frames per clip (default: the model's window); longer clips are drawn "
+                          "window by window, each continuing the last --window-context frames")
+    gen.add_argument("--window-context", type=int, default=None,
+                     help="video model: frames each later window continues (default: half the window)")
     out = p.add_argument_group("output")
     out.add_argument("--out", default="samples.png",
                      help="image grid to write (default: samples.png); for a video model an .mp4, .gif or "
@@ -85,8 +90,10 @@ def run_sample(args: argparse.Namespace) -> None:
     pipe = load_pipeline(args)
     if hasattr(pipe, "num_frames"):
         return run_sample_video(args, pipe, options)
-    if args.context is not None:
-        raise UsageError(f"--context gives first frames to a video model; {pipe.info.name} generates images")
+    for flag, value in (("--context", args.context), ("--num-frames", args.num_frames),
+                        ("--window-context", args.window_context)):
+        if value is not None:
+            raise UsageError(f"{flag} is for video models; {pipe.info.name} generates images")
     if Path(args.out).suffix.lower() not in IMAGE_SUFFIXES:
         raise UsageError(f"{pipe.info.name} generates images; write them to one of {sorted(IMAGE_SUFFIXES)}, "
                          f"not {Path(args.out).suffix}")
@@ -159,16 +166,18 @@ def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
         context = context[:args.context_frames]
     start = time.perf_counter()
     out = pipe(args.class_ids, num_videos=args.num_images, sampler=args.sampler, seed=args.seed,
-               progress=not args.no_progress, context=context, **sampling_overrides(args), **options)
+               progress=not args.no_progress, context=context, num_frames=args.num_frames,
+               window_context=args.window_context, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     clip = tile_clips(out.videos, args.cols or min(4, len(out.videos)))
     write_video(clip, args.out, fps=args.fps)
+    grid = (out.videos.shape[1], *pipe.model.grid[1:])
     if args.acceptance_map:
-        clip_acceptance_figure(out.videos, out.stats.accept_step, pipe.model.grid).save(args.acceptance_map)
+        clip_acceptance_figure(out.videos, out.stats.accept_step, grid).save(args.acceptance_map)
     stats = {**out.stats.to_dict(per_token=True), "model": pipe.info.name, "class_ids": out.class_ids,
-             "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed,
+             "next_token_forward_passes": math.prod(grid), "total_time_s": elapsed,
              "frames_per_second": out.videos.shape[0] * out.videos.shape[1] / out.stats.wall_time_s}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
-    print(f"wrote {plural(len(out.videos), 'clip')} of {plural(pipe.num_frames, 'frame')} to {args.out} "
+    print(f"wrote {plural(len(out.videos), 'clip')} of {plural(out.videos.shape[1], 'frame')} to {args.out} "
           f"({passes_summary(stats)}, {out.stats.wall_time_s:.2f} s sampling)")

@@ -19,7 +19,7 @@ import torch
 from vgen.data.clips import SPLIT_SEEDS, ClipsConfig, render_clips
 from vgen.data.scenes import ATTRIBUTE_VALUES, POSITIONS
 from vgen.data.shapes import to_tensor
-from vgen.eval.drift import class_probabilities, clip_collapse
+from vgen.eval.drift import CLIP_CHUNK_FRAMES, chunk_bounds, class_probabilities, clip_collapse
 from vgen.models.classifier import AttributeClassifier, ShapesClassifier
 from vgen.models.conditioning import Condition, cat_conditions
 from vgen.models.llamagen import LlamaGenGPT
@@ -120,16 +120,22 @@ def clip_class_accuracy(videos: np.ndarray, class_ids: Sequence[int]) -> dict:
     """Per-frame domain classifier on clips uint8 [N, T, H, W, 3]: ``class_accuracy`` (the class of highest mean
     probability over a clip's frames is the requested one), ``frame_accuracy`` (share of frames of the requested
     class) and ``identity_kept`` (mean share of a clip's frames that agree with its own majority class, whatever
-    it is: a shape that morphs into another lowers it)."""
+    it is: a shape that morphs into another lowers it). Clips of two or more :data:`CLIP_CHUNK_FRAMES` chunks also
+    get ``class_accuracy_by_chunk``: the class accuracy of each chunk judged as a clip of its own."""
     n, t = videos.shape[:2]
     probs = class_probabilities(np.ascontiguousarray(videos).reshape(n * t, *videos.shape[2:])).reshape(n, t, -1)
     wanted = np.asarray(class_ids)
     frame_pred, clip_pred = probs.argmax(-1), probs.mean(1).argmax(-1)
     majority = np.array([np.bincount(f, minlength=probs.shape[-1]).max() / t for f in frame_pred])
     per_class = {int(c): float((clip_pred[wanted == c] == c).mean()) for c in np.unique(wanted)}
-    return {"class_accuracy": float((clip_pred == wanted).mean()),
-            "frame_accuracy": float((frame_pred == wanted[:, None]).mean()),
-            "identity_kept": float(majority.mean()), "per_class": per_class, "num_clips": int(n)}
+    figures = {"class_accuracy": float((clip_pred == wanted).mean()),
+               "frame_accuracy": float((frame_pred == wanted[:, None]).mean()),
+               "identity_kept": float(majority.mean()), "per_class": per_class, "num_clips": int(n)}
+    if t >= 2 * CLIP_CHUNK_FRAMES:
+        figures["class_accuracy_by_chunk"] = {
+            f"frames {a}-{b - 1}": float((probs[:, a:b].mean(1).argmax(-1) == wanted).mean())
+            for a, b in chunk_bounds(t, t // CLIP_CHUNK_FRAMES)}
+    return figures
 
 
 def frame_change(videos: np.ndarray) -> np.ndarray:

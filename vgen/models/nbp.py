@@ -201,14 +201,18 @@ class NBPTransformer(TokenGridModel, nn.Module):
         if tokens.ndim != 2 or not 0 < m <= n or m % b:
             raise ValueError(f"tokens must be [batch, M] with M the whole {self._grid_text()} grid ({n}) or a prefix "
                              f"of whole {self.config.block} blocks of {b}, got shape {tuple(tokens.shape)}")
+        return self._run(self._input_slots(class_ids, tokens, m), 0, None)[:, 1:]
+
+    def _input_slots(self, class_ids: torch.Tensor, tokens: torch.Tensor, m: int) -> torch.Tensor:
+        """The embedded class slot and input slots ``1 .. m`` [B, 1 + m, dim], which predict raster tokens
+        ``0 .. m - 1`` and read the leading tokens of ``tokens`` they need."""
+        b, first = self.block_size, self.first_tokens
         # the token-by-token start (L tokens) reads tokens 0 .. L-2 of itself, so it needs them even for M <= L
-        first = self.first_tokens
         emb = self.tok_embeddings(tokens[:, :max(m - b, min(m, first)) if self.hybrid else m - b])
         bov = self._bov(len(class_ids))
         # hybrid: [bov_0, z_0 .. z_{L-2}], then input block m [z_{L-1}, bov_1 .. bov_{B-1}], then blocks m ..
         inputs = [bov[:, :1], emb[:, :first], bov[:, 1:], emb[:, first:]] if self.hybrid else [bov, emb]
-        h = torch.cat([self.cls_embedding(class_ids), *inputs], dim=1)[:, :1 + m]
-        return self._run(h, 0, None)[:, 1:]
+        return torch.cat([self.cls_embedding(class_ids), *inputs], dim=1)[:, :1 + m]
 
     def new_cache(self, batch_size: int, dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> KVCache:
@@ -225,6 +229,20 @@ class NBPTransformer(TokenGridModel, nn.Module):
         bov = self._bov(len(class_ids))
         h = torch.cat([self.cls_embedding(class_ids), bov[:, :1] if self.hybrid else bov], dim=1)
         return self._run(h, 0, cache)[:, 1:]
+
+    def prefill_given(self, class_ids: torch.Tensor, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run the class, the begin-of-video slots and given leading blocks ``tokens`` [B, k * block_size] into an
+        empty cache in one pass, as :meth:`prefill` and ``k`` calls of :meth:`decode` would (the same mask), and
+        return the logits [B, block_size, V] of block ``k``. The given blocks must cover the hybrid layout's
+        token-by-token start."""
+        if cache.length != 0:
+            raise ValueError(f"prefill_given needs an empty cache, this one holds {cache.length} positions")
+        b, given = self.block_size, tokens.shape[-1]
+        if tokens.ndim != 2 or given % b or not max(b, self.first_tokens) <= given < self.num_tokens:
+            raise ValueError(f"prefill_given takes whole blocks of {b} tokens covering the first "
+                             f"{max(b, self.first_tokens)} and fewer than all {self.num_tokens}, got shape "
+                             f"{tuple(tokens.shape)}")
+        return self._run(self._input_slots(class_ids, tokens, given + b), 0, cache)[:, -b:]
 
     def decode_first_block(self, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Hybrid layout: feed token ``i`` [B, 1] of the token-by-token start (the cache holding the class, the first

@@ -22,6 +22,7 @@ from vgen.models.text_encoder import check_caption_dim
 from vgen.pipelines.inputs import ClassConditional, ClassLabel, check_count, check_generator, check_seed
 from vgen.samplers import (
     ContinuousARSampler,
+    SampleOutput,
     Sampler,
     SamplerStats,
     SamplingParams,
@@ -194,14 +195,15 @@ class ImagePipeline(ClassConditional):
         return cond.to(self.device), [], prompts
 
     @torch.no_grad()
-    def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *, num_images: int | None = None,
-                 sampler: str | Sampler | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
-                 cfg_scale: float | None = None, cfg_interval: int | None = None, temperature: float | None = None,
-                 top_k: int | None = None, top_p: float | None = None, progress: bool = False,
-                 prefix: torch.Tensor | None = None, prompt: str | Sequence[str] | None = None,
-                 prompt_embeds: torch.Tensor | None = None, prompt_attention_mask: torch.Tensor | None = None,
-                 **sampler_options) -> PipelineOutput:
-        """Generate one image per entry of ``class_ids`` (class ids or the pipeline's class names), or for a
+    def sample_tokens(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *,
+                      num_images: int | None = None, sampler: str | Sampler | None = None, seed: int | None = 0,
+                      generator: torch.Generator | None = None, cfg_scale: float | None = None,
+                      cfg_interval: int | None = None, temperature: float | None = None, top_k: int | None = None,
+                      top_p: float | None = None, progress: bool = False, prefix: torch.Tensor | None = None,
+                      prompt: str | Sequence[str] | None = None, prompt_embeds: torch.Tensor | None = None,
+                      prompt_attention_mask: torch.Tensor | None = None,
+                      **sampler_options) -> tuple[SampleOutput, list[int], list[str]]:
+        """Draw the tokens of one image per entry of ``class_ids`` (class ids or the pipeline's class names), or for a
         text-to-image model per ``prompt`` (through the pipeline's prompt encoder) or per row of ``prompt_embeds``
         [B, L, D] (text-encoder features, padded as ``prompt_attention_mask`` [B, L] says), repeated in turn to
         ``num_images`` if given. Every argument is checked before sampling starts (:mod:`vgen.pipelines.inputs`).
@@ -230,6 +232,12 @@ class ImagePipeline(ClassConditional):
             generator.manual_seed(0 if seed is None else int(seed))
         out = sampler_obj.sample(self.model, cond, params, generator=generator, progress=progress,
                                  tokenizer=self.tokenizer, draft_head=self.draft_head, **continuation)
+        return out, class_ids, prompts
+
+    def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, **kwargs) -> PipelineOutput:
+        """Generate one image per entry of ``class_ids`` (or per prompt): :meth:`sample_tokens`'s arguments, the
+        tokens decoded to images."""
+        out, class_ids, prompts = self.sample_tokens(class_ids, **kwargs)
         return PipelineOutput(self.decode(out.tokens), out.tokens.cpu(), class_ids, out.stats, prompts)
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:

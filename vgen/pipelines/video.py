@@ -3,7 +3,9 @@
 
 Each frame is tokenised on its own (per-frame VQ), so a clip's raster tokens are ``T`` frames of ``h x w`` codes
 and decoding is the image tokenizer's, frame by frame. :func:`vgen.pipelines.load` returns a ``VideoPipeline``
-for any pipeline folder whose backbone has a 3-axis grid.
+for any pipeline folder whose backbone has a 3-axis grid. A clip longer than the backbone's window of frames is
+drawn window by window, each continuing the last frames of the one before (a sampler that continues given
+tokens: ``nbp``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from PIL import Image
 
 from vgen.data.shapes import to_tensor
 from vgen.images import image_grid, tensor_to_pil
-from vgen.pipelines.image import ImagePipeline, PipelineInfo
-from vgen.pipelines.inputs import ClassLabel
-from vgen.samplers import SamplerStats
+from vgen.pipelines.image import ImagePipeline, PipelineInfo, default_sampler
+from vgen.pipelines.inputs import ClassLabel, check_count, check_generator, check_seed
+from vgen.samplers import Sampler, SamplerStats, available_samplers, get_sampler
 
 
 @dataclass
@@ -58,22 +60,34 @@ class VideoPipeline(ImagePipeline):
 
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor) -> list[np.ndarray]:
-        """Token grids [B, T*h*w] -> clips, each uint8 [T, H, W, 3] (frame by frame through the VQ decoder)."""
-        t, h, w = self.model.grid
-        codes = tokens.to(next(self.tokenizer.parameters()).device).reshape(len(tokens) * t, h * w)
+        """Token grids [B, T*h*w] (any whole number of frames) -> clips, each uint8 [T, H, W, 3] (frame by frame
+        through the VQ decoder)."""
+        _, h, w = self.model.grid
+        codes = tokens.to(next(self.tokenizer.parameters()).device).reshape(-1, h * w)
         frames = np.stack([np.asarray(im) for im in tensor_to_pil(self.tokenizer.decode_code(codes, (h, w)))])
-        return list(frames.reshape(len(tokens), t, *frames.shape[1:]))
+        return list(frames.reshape(len(tokens), -1, *frames.shape[1:]))
 
     def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *, num_videos: int | None = None,
-                 context: np.ndarray | None = None, **kwargs) -> VideoOutput:
+                 context: np.ndarray | None = None, num_frames: int | None = None,
+                 window_context: int | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
+                 **kwargs) -> VideoOutput:
         """One clip per entry of ``class_ids`` (class ids or names; repeated in turn to ``num_videos`` if given); the
-        other arguments are :meth:`ImagePipeline.__call__`'s (sampler, seed, generator, sampling settings, progress).
+        other arguments are :meth:`ImagePipeline.sample_tokens`'s (sampler, sampling settings, progress).
 
         ``context``: given first frames, uint8 [k, H, W, 3] for every clip or [B, k, H, W, 3] one set per clip
         (0 < k < the model's frames). They are tokenised frame by frame and the model continues them (NBP's frame
         prediction); the clips returned start with their reconstruction.
+
+        ``num_frames`` (default: the model's window of ``T`` frames): clips longer than the window are drawn window
+        by window, each window continuing the last ``window_context`` frames of the clip so far (default ``T // 2``)
+        and adding ``T - window_context`` new ones, with a sampler that continues given tokens (``nbp``). The stats
+        add up the windows' passes, drawn tokens and time.
         """
         classes = self.class_list(class_ids, num_videos, "num_videos")
+        if num_frames is not None:
+            check_count("num_frames", num_frames)
+        total = self.num_frames if num_frames is None else int(num_frames)
+        keep = self.check_window_context(window_context, total, kwargs.get("sampler"))
         prefix = None
         if context is not None:
             prefix = self.context_tokens(context)
@@ -82,8 +96,39 @@ class VideoPipeline(ImagePipeline):
             elif len(prefix) != len(classes):
                 raise ValueError(f"context holds frames for {len(prefix)} clips, but {len(classes)} clips are asked "
                                  f"for")
-        out = super().__call__(classes, prefix=prefix, **kwargs)
-        return VideoOutput(np.stack(out.images), out.tokens, out.class_ids, out.stats)
+        check_seed(seed)
+        check_generator(generator, self.device)
+        if generator is None:  # one stream of draws for every window
+            generator = torch.Generator(device=self.device).manual_seed(0 if seed is None else int(seed))
+        out, _, _ = self.sample_tokens(classes, prefix=prefix, generator=generator, **kwargs)
+        tokens, windows = out.tokens, [out.stats]
+        per_frame, window = self.model.grid[1] * self.model.grid[2], self.num_frames
+        while tokens.shape[1] < total * per_frame:
+            out, _, _ = self.sample_tokens(classes, prefix=tokens[:, -keep * per_frame:], generator=generator,
+                                           **kwargs)
+            tokens = torch.cat([tokens, out.tokens[:, keep * per_frame:]], dim=1)
+            windows.append(out.stats)
+        tokens = tokens[:, :total * per_frame].cpu()
+        stats = windows[0] if len(windows) == 1 else chained_stats(windows, keep * per_frame, window - keep)
+        return VideoOutput(np.stack(self.decode(tokens)), tokens, classes, stats)
+
+    def check_window_context(self, window_context: int | None, num_frames: int, sampler: object) -> int:
+        """The frames each later window continues (default: half the window); a clear error for a value outside
+        ``1 .. T - 1`` or for clips longer than the window with a sampler that cannot continue given frames."""
+        window = self.num_frames
+        keep = window // 2 if window_context is None else window_context
+        if isinstance(keep, bool) or not isinstance(keep, int) or not 0 < keep < window:
+            raise ValueError(f"window_context must be a whole number of frames between 1 and {window - 1} (the model "
+                             f"draws {window} frames a window), got {window_context!r}")
+        if num_frames > window:
+            name = sampler if sampler is not None else default_sampler(self.model)
+            sampler_obj = name if isinstance(name, Sampler) else get_sampler(name)
+            if not sampler_obj.continues:
+                able = [n for n in available_samplers() if get_sampler(n).continues]
+                raise ValueError(f"{self.info.name} draws {window} frames a window; a {num_frames}-frame clip "
+                                 f"continues its last frames window by window, which the {sampler_obj.name!r} "
+                                 f"sampler cannot do (samplers that can: {able})")
+        return keep
 
     @torch.no_grad()
     def context_tokens(self, context: np.ndarray) -> torch.Tensor:
@@ -101,6 +146,20 @@ class VideoPipeline(ImagePipeline):
         tokenizer_device = next(self.tokenizer.parameters()).device
         _, codes, _ = self.tokenizer.encode(to_tensor(frames.reshape(-1, size, size, 3)).to(tokenizer_device))
         return codes.reshape(frames.shape[0], -1).long()
+
+
+def chained_stats(windows: list[SamplerStats], given: int, new_frames: int) -> SamplerStats:
+    """One clip's stats from its windows' (the first whole, each later one drawing all but its ``given`` leading
+    tokens): passes, drawn tokens and time add up; each token's pass counts on from the windows before it."""
+    first = windows[0]
+    steps, passes = [first.accept_step], first.forward_passes
+    for stats in windows[1:]:
+        steps.append(stats.accept_step[:, given:] + passes)
+        passes += stats.forward_passes
+    return SamplerStats(sampler=first.sampler, forward_passes=passes, tokens=sum(w.tokens for w in windows),
+                        wall_time_s=sum(w.wall_time_s for w in windows), batch_size=first.batch_size,
+                        accept_step=torch.cat(steps, dim=1),
+                        details={**first.details, "windows": len(windows), "new_frames_per_window": new_frames})
 
 
 def tile_clips(videos: np.ndarray, cols: int) -> np.ndarray:

@@ -14,7 +14,10 @@ the blocks, ``t_k = (s - 1)(k + 1) / K`` for block ``k`` of ``K``, NBP's ``scale
 normalised so that the last block gets the full scale.
 
 Continuation. ``prefix`` holds the tokens of leading whole blocks (e.g. given first frames, NBP's frame-prediction
-setting): they are fed instead of drawn, at the same passes, and the model continues from them.
+setting) and the model continues from them. Given blocks that cover the hybrid start run in one pass with the
+class (:meth:`~vgen.models.nbp.NBPTransformer.prefill_given`), so continuing ``k`` given blocks of ``K`` takes
+``K - k`` passes; a shorter prefix is fed instead of drawn, at the passes that would have drawn it. The stats
+count the drawn tokens only.
 """
 
 from __future__ import annotations
@@ -85,17 +88,22 @@ class NBPSampler(Sampler):
         def feed(drawn: torch.Tensor) -> torch.Tensor:
             return torch.cat([drawn, drawn]) if guided else drawn
 
+        first = model.first_tokens
+        prefilled = given >= max(b, first)  # the given blocks run in one pass
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
-            logits = model.prefill(batch_cond, cache)
-            first = model.first_tokens
-            if model.hybrid:  # the first blocks token by token
+            if prefilled:
+                logits = model.prefill_given(batch_cond, feed(tokens[:, :given]), cache)
+                bar.update(given)
+            else:
+                logits = model.prefill(batch_cond, cache)
+            if model.hybrid and not prefilled:  # the first blocks token by token
                 for i in range(first):
                     tokens[:, i:i + 1] = draw(logits, i // b, i, 1)
                     bar.update(1)
                     if i + 1 < first:
                         logits = model.decode_first_block(feed(tokens[:, i:i + 1]), cache)
                 logits = model.decode(feed(tokens[:, first - b:first]), cache)
-            for k in range(first // b, num_blocks):
+            for k in range(given // b if prefilled else first // b, num_blocks):
                 block = draw(logits, k, k * b, b)
                 tokens[:, k * b:(k + 1) * b] = block
                 bar.update(b)
@@ -104,10 +112,13 @@ class NBPSampler(Sampler):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         step_of = torch.arange(n) // b + 1
-        if model.hybrid:  # token i < L at pass i + 1, block k >= m at pass L + k - m + 1
+        if prefilled:  # given tokens take no pass of their own; block k >= given / b at pass k - given / b + 1
+            step_of = (step_of - given // b).clamp(min=0)
+        elif model.hybrid:  # token i < L at pass i + 1, block k >= m at pass L + k - m + 1
             step_of = torch.where(torch.arange(n) < first, torch.arange(n) + 1, step_of + first - first // b)
+        passes = num_blocks - given // b if prefilled else model.num_steps
         step_of = step_of.repeat(batch, 1)
-        stats = SamplerStats(sampler=self.name, forward_passes=model.num_steps, tokens=batch * n,
+        stats = SamplerStats(sampler=self.name, forward_passes=passes, tokens=batch * (n - given),
                              wall_time_s=time.perf_counter() - start, batch_size=batch, accept_step=step_of,
                              details={"grid": list(model.grid), "block": model.config.block, "block_size": b,
                                       "hybrid": model.hybrid, "first_tokens": first, "cfg_schedule": self.cfg_schedule,
