@@ -126,12 +126,46 @@ def test_a_streaming_model_draws_clips_of_num_frames_with_its_cfg_scale(tiny_str
     assert code == 0 and packed(tmp_path / "default.npz")[0].shape == (1, 8, 16, 16, 3), err  # trained length
 
 
+def test_a_video_token_model_draws_clips_longer_than_its_window(tiny_video_pipeline_dir, tmp_path, capsys):
+    args = ["--model", tiny_video_pipeline_dir, "--num-samples", 3, "--batch-size", 2, "--balanced",
+            "--num-frames", 5, "--window-context", 2, "--out", tmp_path / "run"]
+    code, out, err = run(args, capsys)
+    assert code == 0 and "wrote 3 samples" in out, err
+    clips, labels = packed(tmp_path / "run.npz")
+    assert clips.shape == (3, 5, 16, 16, 3) and labels.tolist() == [0, 1, 2]
+    settings = json.loads((tmp_path / "run" / "sample_many.json").read_text())["settings"]
+    assert settings["frames"] == 5 and settings["window_context"] == 2 and settings["sampler"]["name"] == "nbp"
+    from vgen.eval.sample_many import SamplePlan
+    from vgen.pipelines import load
+
+    expected = load(tiny_video_pipeline_dir)([0, 1], seed=SamplePlan(0, 2, (0, 1, 2)).batch_seed(0), num_frames=5,
+                                             window_context=2).videos
+    np.testing.assert_array_equal(clips[:2], expected)  # batch 0 is the pipeline's windowed clips
+    assert "drew 0 in this run on 1 process, kept 3" in run(args, capsys)[1]
+    code, _, err = run([*args[:-2], "--window-context", 1, "--out", tmp_path / "run"], capsys)
+    assert code == 2 and "other settings" in err, err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--window-context", "3"], "window_context must be a whole number of frames between 1 and 2"),
+    (["--num-frames", "4", "--sampler", "ar"], "which the 'ar' sampler cannot do"),
+    (["--num-frames", "0"], "--num-frames must be in [1, 10000000], got 0"),
+])
+def test_bad_long_clip_input_gets_one_specific_line_and_leaves_no_files(tiny_video_pipeline_dir, tmp_path, args,
+                                                                        message, capsys):
+    full = ["--model", tiny_video_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "new" / "run", *args]
+    code, _, err = run(full, capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--num-frames", "0"], "--num-frames must be in [1, 10000000], got 0"),
     (["--top-k", "5", "--sampler", "sjd"], "--top-k, --sampler sample tokens; a streaming model denoises frames"),
     (["--window", "4"], "--window sample tokens"),
     (["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
     (["--class-id", "star"], "unknown class 'star' for tiny-stream; classes: a, b, c (or ids 0..2)"),
+    (["--window-context", "2"], "--window-context is for video token models; tiny-stream streams"),
 ])
 def test_bad_streaming_input_gets_one_specific_line_and_leaves_no_files(tiny_stream_pipeline_dir, tmp_path, args,
                                                                         message, capsys):
@@ -146,7 +180,8 @@ def test_bad_streaming_input_gets_one_specific_line_and_leaves_no_files(tiny_str
     (["--num-samples", str(10**30)], "--num-samples must be in [1, 10000000], got 1" + "0" * 30),
     (["--class-id", "3"], "class id 3 is out of range"),
     (["--class-id", "star"], "unknown class 'star' for tiny; classes: a, b, c (or ids 0..2)"),
-    (["--num-frames", "4"], "--num-frames is for streaming models"),
+    (["--num-frames", "4"], "--num-frames is for video models; tiny generates images"),
+    (["--window-context", "1"], "--window-context is for video models; tiny generates images"),
     (["--batch-size", "0"], "batch size must be >= 1"),
     (["--seed", "-1"], "seed must be in"),
     (["--sampler", "nope"], "unknown sampler 'nope'"),

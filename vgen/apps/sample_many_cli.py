@@ -3,6 +3,7 @@
     torchrun --nproc_per_node 8 -m vgen sample-many --num-samples 50000 --out samples/run --device cuda
     vgen sample-many --model shapes-t2i --prompt-file captions.txt --num-samples 30000 --out samples/t2i
     vgen sample-many --model shapes-blockdiff --num-samples 2048 --num-frames 16 --out samples/stream
+    vgen sample-many --model shapes-video-nbp --num-samples 2048 --num-frames 16 --out samples/nbp16
 
 The logic (seeds, labels, sharding, resuming, packing) is :mod:`vgen.eval.sample_many`.
 """
@@ -28,10 +29,10 @@ from vgen.apps.options import (
     sampling_params,
     stream_overrides,
 )
-from vgen.eval.sample_many import SamplePlan, StreamClips, init_distributed, sample_many
-from vgen.pipelines import StreamPipeline, default_sampler
+from vgen.eval.sample_many import LongClips, SamplePlan, StreamClips, init_distributed, sample_many
+from vgen.pipelines import StreamPipeline, VideoPipeline, default_sampler
 from vgen.pipelines.inputs import read_prompt_file
-from vgen.samplers import get_sampler
+from vgen.samplers import Sampler, SamplingParams, get_sampler
 
 
 def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,8 +61,11 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--batch-size", type=int, default=32,
                      help="samples per forward batch on each process (default: 32)")
     gen.add_argument("--num-frames", type=int, default=None,
-                     help="a streaming (block-diffusion) model's frames per clip, streamed with its recommended "
-                          "settings and --cfg-scale as its guidance (default: the length it was trained on)")
+                     help="a video model's frames per clip (default: the length it was trained on): a streaming "
+                          "(block-diffusion) model streams them with its recommended settings and --cfg-scale as "
+                          "its guidance; a token model draws a longer clip window by window")
+    gen.add_argument("--window-context", type=int, default=None,
+                     help="a video token model's frames each later window continues (default: half the window)")
     out = p.add_argument_group("output")
     out.add_argument("--out", required=True, help="folder of PNGs (created with its parents; rerun to resume)")
     out.add_argument("--npz", default=None, help="packed file to write (default: the --out folder's name + .npz)")
@@ -86,12 +90,14 @@ def run_sample_many(args: argparse.Namespace) -> None:
         args.device = ctx.device
         pipe = load_pipeline(args, streaming=True)
         if isinstance(pipe, StreamPipeline):
+            if args.window_context is not None:
+                raise UsageError(f"--window-context is for video token models; {pipe.info.name} streams")
             sampler, params = None, stream_clips(pipe, args)
-        elif args.num_frames is not None:
-            raise UsageError("--num-frames is for streaming models; a token model's clips have a fixed length")
         else:
             sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
             params = sampling_params(pipe, args)
+            if args.num_frames is not None or args.window_context is not None:
+                params = long_clips(pipe, args, sampler, params)
         text_conditional = getattr(pipe, "text_conditional", False)  # a streaming model is class-conditional
         if prompts and not text_conditional:
             raise UsageError(f"--prompt-file is for a text-to-image model; {pipe.info.name} is class-conditional "
@@ -120,6 +126,17 @@ def stream_clips(pipe: StreamPipeline, args: argparse.Namespace) -> StreamClips:
     frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
     check_count("--num-frames", frames)
     return StreamClips(pipe.stream_config(**stream_overrides(args)), frames)
+
+
+def long_clips(pipe, args: argparse.Namespace, sampler: Sampler, params: SamplingParams) -> LongClips:
+    """A video token model's clips of --num-frames (default: its window), window by window with ``sampler``."""
+    if not isinstance(pipe, VideoPipeline):
+        flag = "--num-frames" if args.num_frames is not None else "--window-context"
+        raise UsageError(f"{flag} is for video models; {pipe.info.name} generates images")
+    frames = pipe.num_frames if args.num_frames is None else args.num_frames
+    check_count("--num-frames", frames)
+    pipe.check_window_context(args.window_context, frames, sampler)
+    return LongClips(params, frames, args.window_context)
 
 
 def make_parents(path: Path) -> None:

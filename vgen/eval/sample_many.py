@@ -3,7 +3,8 @@
 Every embedded model kind is drawn this way: class-conditional images (next-token AR, NAR, continuous tokens),
 clips of a video model, the images of a text-to-image model for a list of prompts (a caption set), and clips of a
 fixed length streamed by a block-diffusion model (:class:`StreamClips`: its stream settings stand where a token
-model's sampler and sampling settings do).
+model's sampler and sampling settings do). A video token model draws clips longer than its window window by window
+(:class:`LongClips`).
 
 **What each sample is.** Sample ``i`` of a run of ``N`` is a pure function of ``i`` and the run's settings, whatever
 the number of processes. Samples are made in batches of ``batch_size`` consecutive indices, the last one cut short
@@ -54,7 +55,7 @@ from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
-from vgen.pipelines import ImagePipeline, PipelineOutput, StreamOutput, StreamPipeline, VideoOutput
+from vgen.pipelines import ImagePipeline, PipelineOutput, StreamOutput, StreamPipeline, VideoOutput, VideoPipeline
 from vgen.pipelines.inputs import check_count
 from vgen.samplers import Sampler, SamplingParams
 from vgen.samplers.streaming import StreamConfig
@@ -140,6 +141,22 @@ class StreamClips:
 
 
 @dataclass(frozen=True)
+class LongClips:
+    """How a video token pipeline draws clips longer than its window: ``num_frames`` frames, window by window, each
+    window continuing the last ``window_context`` frames (None: half the window), every window with ``params``."""
+
+    params: SamplingParams
+    num_frames: int
+    window_context: int | None = None
+
+    def __post_init__(self) -> None:
+        check_count("num_frames", self.num_frames)
+
+
+Drawing = SamplingParams | StreamClips | LongClips
+
+
+@dataclass(frozen=True)
 class Distributed:
     """This process's place in a ``torchrun`` job (rank 0 of 1 when run directly) and the device it samples on."""
 
@@ -210,10 +227,15 @@ def check_conditioning(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan) -
 
 
 def run_settings(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan, sampler: Sampler | None,
-                 params: SamplingParams | StreamClips) -> dict:
+                 params: Drawing) -> dict:
     """Everything that decides the images (and so must not change when a run is resumed)."""
-    drawing = ({"stream": asdict(params.config)} if isinstance(params, StreamClips) else
-               {"sampler": sampler.to_dict(), "sampling": params.to_dict()})
+    if isinstance(params, StreamClips):
+        drawing = {"stream": asdict(params.config)}
+    elif isinstance(params, LongClips):
+        drawing = {"sampler": sampler.to_dict(), "sampling": params.params.to_dict(),
+                   "window_context": params.window_context}
+    else:
+        drawing = {"sampler": sampler.to_dict(), "sampling": params.to_dict()}
     return {"model": pipe.info.name, "image_size": pipe.info.image_size, "frames": num_frames(pipe, params),
             "weights_sha256": weights_fingerprint(pipe),
             "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."), "plan": plan.to_dict(),
@@ -225,31 +247,38 @@ def run_id(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
-def num_frames(pipe: ImagePipeline | StreamPipeline, params: SamplingParams | StreamClips) -> int | None:
-    """Frames per sample of a video pipeline or of streamed clips; None for an image pipeline."""
-    if isinstance(params, StreamClips):
+def num_frames(pipe: ImagePipeline | StreamPipeline, params: Drawing) -> int | None:
+    """Frames per sample of a video pipeline, of its long clips or of streamed clips; None for an image pipeline."""
+    if isinstance(params, (StreamClips, LongClips)):
         return params.num_frames
     return getattr(pipe, "num_frames", None)
 
 
 def check_drawing(pipe: ImagePipeline | StreamPipeline, sampler: Sampler | None,
-                  params: SamplingParams | StreamClips) -> None:
+                  params: Drawing) -> None:
     """Refuse a drawing that does not fit the pipeline: a streaming pipeline streams :class:`StreamClips` (with no
-    sampler) whose settings fit the model; a token pipeline takes a sampler and :class:`SamplingParams`."""
+    sampler) whose settings fit the model; a token pipeline takes a sampler and :class:`SamplingParams`, a video
+    token pipeline also :class:`LongClips` that its sampler can draw."""
     if isinstance(pipe, StreamPipeline):
         if sampler is not None or not isinstance(params, StreamClips):
             raise TypeError(f"{pipe.info.name} streams clips: give StreamClips and no sampler")
         params.config.policy(pipe.frames_per_block, pipe.model.config.train_frames)
+    elif isinstance(params, LongClips) and isinstance(pipe, VideoPipeline) and sampler is not None:
+        pipe.check_window_context(params.window_context, params.num_frames, sampler)
     elif sampler is None or not isinstance(params, SamplingParams):
-        raise TypeError(f"{pipe.info.name} samples tokens: give a sampler and SamplingParams")
+        raise TypeError(f"{pipe.info.name} samples tokens: give a sampler and SamplingParams (a video model also "
+                        f"LongClips)")
 
 
 def draw_batch(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan, k: int, indices: range,
-               sampler: Sampler | None, params: SamplingParams | StreamClips) -> PipelineOutput | StreamOutput:
+               sampler: Sampler | None, params: Drawing) -> PipelineOutput | StreamOutput:
     """Batch ``k`` (its ``indices``): its class ids or prompts, drawn with its seed."""
     inputs, seed = plan.inputs(indices), plan.batch_seed(k)
     if isinstance(params, StreamClips):
         return pipe(**inputs, num_frames=params.num_frames, seed=seed, **asdict(params.config))
+    if isinstance(params, LongClips):
+        return pipe(**inputs, sampler=sampler, seed=seed, num_frames=params.num_frames,
+                    window_context=params.window_context, **params.params.to_dict())
     return pipe(**inputs, sampler=sampler, seed=seed, **params.to_dict())
 
 
@@ -383,7 +412,7 @@ class SampleManyResult:
 
 
 def sample_many(pipe: ImagePipeline | StreamPipeline, out_dir: str | Path, num_samples: int, plan: SamplePlan,
-                sampler: Sampler | None, params: SamplingParams | StreamClips, npz_path: str | Path | None = None,
+                sampler: Sampler | None, params: Drawing, npz_path: str | Path | None = None,
                 ctx: Distributed = Distributed(), progress: bool = True) -> SampleManyResult:
     """Draw this rank's missing batches into ``out_dir`` (created with its parents); rank 0 then packs the
     ``num_samples`` samples into ``npz_path`` (default: ``out_dir`` + ``.npz``, LlamaGen's place). A token pipeline
