@@ -67,12 +67,21 @@ class VideoPipeline(ImagePipeline):
         frames = np.stack([np.asarray(im) for im in tensor_to_pil(self.tokenizer.decode_code(codes, (h, w)))])
         return list(frames.reshape(len(tokens), -1, *frames.shape[1:]))
 
-    def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *, num_videos: int | None = None,
-                 context: np.ndarray | None = None, num_frames: int | None = None,
-                 window_context: int | None = None, seed: int | None = 0, generator: torch.Generator | None = None,
-                 **kwargs) -> VideoOutput:
-        """One clip per entry of ``class_ids`` (class ids or names; repeated in turn to ``num_videos`` if given); the
-        other arguments are :meth:`ImagePipeline.sample_tokens`'s (sampler, sampling settings, progress).
+    def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, **kwargs) -> VideoOutput:
+        """One clip per entry of ``class_ids``: :meth:`sample_clip_tokens`'s arguments, the tokens decoded to
+        frames."""
+        tokens, classes, stats = self.sample_clip_tokens(class_ids, **kwargs)
+        return VideoOutput(np.stack(self.decode(tokens)), tokens, classes, stats)
+
+    @torch.no_grad()
+    def sample_clip_tokens(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *,
+                           num_videos: int | None = None, context: np.ndarray | None = None,
+                           num_frames: int | None = None, window_context: int | None = None, seed: int | None = 0,
+                           generator: torch.Generator | None = None,
+                           **kwargs) -> tuple[torch.Tensor, list[int], SamplerStats]:
+        """The tokens [B, frames * h * w] of one clip per entry of ``class_ids`` (class ids or names; repeated in
+        turn to ``num_videos`` if given), the class ids and the stats; the other arguments are
+        :meth:`ImagePipeline.sample_tokens`'s (sampler, sampling settings, progress).
 
         ``context``: given first frames, uint8 [k, H, W, 3] for every clip or [B, k, H, W, 3] one set per clip
         (0 < k < the model's frames). They are tokenised frame by frame and the model continues them (NBP's frame
@@ -108,9 +117,8 @@ class VideoPipeline(ImagePipeline):
                                            **kwargs)
             tokens = torch.cat([tokens, out.tokens[:, keep * per_frame:]], dim=1)
             windows.append(out.stats)
-        tokens = tokens[:, :total * per_frame].cpu()
         stats = windows[0] if len(windows) == 1 else chained_stats(windows, keep * per_frame, window - keep)
-        return VideoOutput(np.stack(self.decode(tokens)), tokens, classes, stats)
+        return tokens[:, :total * per_frame].cpu(), classes, stats
 
     def check_window_context(self, window_context: int | None, num_frames: int, sampler: object) -> int:
         """The frames each later window continues (default: half the window); a clear error for a value outside
