@@ -146,30 +146,23 @@ def test_a_video_token_model_draws_clips_longer_than_its_window(tiny_video_pipel
     assert code == 2 and "other settings" in err, err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--window-context", "3"], "window_context must be a whole number of frames between 1 and 2"),
-    (["--num-frames", "4", "--sampler", "ar"], "which the 'ar' sampler cannot do"),
-    (["--num-frames", "0"], "--num-frames must be in [1, 10000000], got 0"),
+@pytest.mark.parametrize("model, args, message", [
+    ("tiny_video_pipeline_dir", ["--window-context", "3"],
+     "window_context must be a whole number of frames between 1 and 2"),
+    ("tiny_video_pipeline_dir", ["--num-frames", "4", "--sampler", "ar"], "which the 'ar' sampler cannot do"),
+    ("tiny_video_pipeline_dir", ["--num-frames", "0"], "--num-frames must be in [1, 10000000], got 0"),
+    ("tiny_stream_pipeline_dir", ["--num-frames", "0"], "--num-frames must be in [1, 10000000], got 0"),
+    ("tiny_stream_pipeline_dir", ["--top-k", "5", "--sampler", "sjd"],
+     "--top-k, --sampler sample tokens; a streaming model denoises frames"),
+    ("tiny_stream_pipeline_dir", ["--window", "4"], "--window sample tokens"),
+    ("tiny_stream_pipeline_dir", ["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
+    ("tiny_stream_pipeline_dir", ["--class-id", "star"],
+     "unknown class 'star' for tiny-stream; classes: a, b, c (or ids 0..2)"),
+    ("tiny_stream_pipeline_dir", ["--window-context", "2"],
+     "--window-context is for video token models; tiny-stream streams"),
 ])
-def test_bad_long_clip_input_gets_one_specific_line_and_leaves_no_files(tiny_video_pipeline_dir, tmp_path, args,
-                                                                        message, capsys):
-    full = ["--model", tiny_video_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "new" / "run", *args]
-    code, _, err = run(full, capsys)
-    assert code == 2 and err.count("\n") == 1 and message in err, err
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--num-frames", "0"], "--num-frames must be in [1, 10000000], got 0"),
-    (["--top-k", "5", "--sampler", "sjd"], "--top-k, --sampler sample tokens; a streaming model denoises frames"),
-    (["--window", "4"], "--window sample tokens"),
-    (["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
-    (["--class-id", "star"], "unknown class 'star' for tiny-stream; classes: a, b, c (or ids 0..2)"),
-    (["--window-context", "2"], "--window-context is for video token models; tiny-stream streams"),
-])
-def test_bad_streaming_input_gets_one_specific_line_and_leaves_no_files(tiny_stream_pipeline_dir, tmp_path, args,
-                                                                        message, capsys):
-    full = ["--model", tiny_stream_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "new" / "run", *args]
+def test_bad_video_input_gets_one_specific_line_and_leaves_no_files(request, tmp_path, model, args, message, capsys):
+    full = ["--model", request.getfixturevalue(model), "--num-samples", 2, "--out", tmp_path / "new" / "run", *args]
     code, _, err = run(full, capsys)
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not list(tmp_path.iterdir())
