@@ -10,6 +10,7 @@ tokens: ``nbp``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -118,6 +119,8 @@ class VideoPipeline(ImagePipeline):
             tokens = torch.cat([tokens, out.tokens[:, keep * per_frame:]], dim=1)
             windows.append(out.stats)
         stats = windows[0] if len(windows) == 1 else chained_stats(windows, keep * per_frame, window - keep)
+        if stats.accept_step is not None:  # the passes of the frames kept
+            stats = dataclasses.replace(stats, accept_step=stats.accept_step[:, :total * per_frame])
         return tokens[:, :total * per_frame].cpu(), classes, stats
 
     def check_window_context(self, window_context: int | None, num_frames: int, sampler: object) -> int:
