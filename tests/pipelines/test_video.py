@@ -102,7 +102,7 @@ def test_clips_longer_than_the_window_continue_its_last_frames_window_by_window(
     np.testing.assert_array_equal(out.videos, np.stack(pipe.decode(out.tokens)))
     assert out.stats.forward_passes == passes
     assert out.stats.accept_step.shape == out.tokens.shape  # the passes of the frames kept
-    drawn = 3 + (windows - 1) * (3 - keep)  # frames drawn; a frame block a pass, so the last kept frame's pass is
+    drawn = 3 + (windows - 1) * (3 - keep)  # one frame a pass: the frames cut off took the last passes
     assert int(out.stats.accept_step.amax()) == passes - (drawn - num_frames)
     assert out.stats.tokens == 2 * 16 * drawn
     assert out.stats.details.get("windows", 1) == windows
