@@ -293,6 +293,21 @@ def test_a_video_model_gives_a_playable_clip_and_its_first_frames(gen, tiny_vide
     assert amap is None and ar is None and "| target forward passes | 3 |" in stats
 
 
+def test_a_video_model_draws_clips_of_the_frames_asked_for_window_by_window(gen, tiny_video_pipeline_dir) -> None:
+    from vgen.pipelines import load
+
+    _, _, stats, _, clip = gen(str(tiny_video_pipeline_dir), "nbp", clip_frames=5, **{**SETTINGS, "num_images": 1})
+    frames = read_video(Path(clip))
+    assert frames.shape == (5, 16, 16, 3)
+    expected = load(tiny_video_pipeline_dir)([1], seed=0, num_frames=5).videos[0]
+    assert np.abs(frames.astype(int) - expected.astype(int)).mean() < 20  # the same clip through the codec
+    assert "| target forward passes | 5 |" in stats  # 3 frames, then a window of 2 new frames
+    for bad in (0, 65, 2.5):
+        with pytest.raises(InputError, match="clip_frames must be"):
+            gen(str(tiny_video_pipeline_dir), "nbp", clip_frames=bad, **SETTINGS)
+    assert model_controls(str(tiny_video_pipeline_dir), ModelAccess(local_paths=True)).video
+
+
 def test_the_sampler_list_follows_the_token_order_and_a_nar_model_has_no_ar_comparison(
         tiny_model, tiny_pipeline_dir, tiny_nar_factory, tmp_path) -> None:
     from vgen.pipelines import load

@@ -64,6 +64,8 @@ class PageFields:
     num_images: int = option(4, "number of images (clips for a video model)", at_least=1, at_most=16)
     seed: int = option(0, "random seed", at_least=0, at_most=2**63 - 1)
     num_frames: int = option(160, "frames to stream", at_least=1, at_most=2000)
+    clip_frames: int = option(None, "frames a clip (empty: the model's window; longer: window by window)",
+                              at_least=1, at_most=64)
 
 
 # the page's option fields, from the declarations: its own, the settings every sampler shares, then every
@@ -73,8 +75,9 @@ SAMPLING_FIELDS = sampling_options()
 SAMPLER_FIELDS = declared_options(sampler_classes(), exclude=("compile",))
 STREAM_FIELDS = declarations(StreamConfig)
 # the Generate tab's inputs, in the order the page (and its API, /generate) takes them
-GENERATE_INPUTS = ["model", "sampler", "class_id", "prompt", "num_images", "seed", "compare", "gpt_ckpt", "vq_ckpt",
-                   "gpt_model", "image_size", *(o.name for o in SAMPLING_FIELDS), *(o.name for o in SAMPLER_FIELDS)]
+GENERATE_INPUTS = ["model", "sampler", "class_id", "prompt", "num_images", "seed", "clip_frames", "compare",
+                   "gpt_ckpt", "vq_ckpt", "gpt_model", "image_size", *(o.name for o in SAMPLING_FIELDS),
+                   *(o.name for o in SAMPLER_FIELDS)]
 MAX_STREAM_FRAMES = int(PAGE_FIELDS["num_frames"].spec.at_most)
 MAX_TEXT = 256  # characters of a text field: names, paths and numbers are far shorter
 LLAMAGEN_IMAGE_SIZES = (256, 384, 512)
@@ -162,6 +165,7 @@ class ModelControls:
     samplers: list[str]
     text_to_image: bool = False
     example_prompts: tuple[str, ...] = ()
+    video: bool = False
 
 
 def model_controls(model: str, access: ModelAccess = ModelAccess()) -> ModelControls:
@@ -174,7 +178,7 @@ def model_controls(model: str, access: ModelAccess = ModelAccess()) -> ModelCont
         return ModelControls(available_samplers())
     samplers = available_samplers(getattr(pipe.model, "token_order", "raster"))
     if not getattr(pipe, "text_conditional", False):
-        return ModelControls(samplers)
+        return ModelControls(samplers, video=isinstance(pipe, VideoPipeline))
     return ModelControls(samplers, True, tuple(pipe.info.example_prompts or ()))
 
 
@@ -207,11 +211,14 @@ def parse_optional(option: DeclaredOption, value: Any) -> Any:
         raise InputError(str(e)) from None
 
 
-def page_number(name: str, value: Any) -> int:
-    """One of the page's own numbers (:class:`PageFields`), read and checked against its declaration."""
+def page_number(name: str, value: Any, optional: bool = False) -> int | None:
+    """One of the page's own numbers (:class:`PageFields`), read and checked against its declaration; an empty
+    ``optional`` one is None."""
     declared = PAGE_FIELDS[name]
     number = parse_optional(declared, value)
     if number is None:
+        if optional:
+            return None
         raise InputError(f"{name} is empty: {declared.help}")
     try:
         declared.spec.check(name, number, declared.kind)
@@ -225,7 +232,7 @@ def option_box(gr, option: DeclaredOption):
     return gr.Textbox(value="", label=option.name, info=option.help, placeholder="empty: the default")
 
 
-def number_box(gr, name: str, label: str, value: int, visible: bool = True):
+def number_box(gr, name: str, label: str, value: int | None, visible: bool = True):
     """The number field of one of the page's own numbers; any value reaches :func:`page_number`, which says what
     is wrong with it (Gradio's own bounds check would round first and fail on infinity)."""
     return gr.Number(value=value, label=label, info=PAGE_FIELDS[name].help, step=1, visible=visible)
@@ -255,13 +262,14 @@ def stats_markdown(stats: dict[str, Any], compare: dict[str, float] | None) -> s
 
 def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any, compare: bool = False,
              gpt_ckpt: str = "", vq_ckpt: str = "", gpt_model: str = "GPT-B", image_size: Any = 256, prompt: Any = "",
-             *, folder: str | Path, access: ModelAccess = ModelAccess(),
+             clip_frames: Any = "", *, folder: str | Path, access: ModelAccess = ModelAccess(),
              **values: Any) -> tuple[Image.Image, Image.Image | None, str, Image.Image | None, str | None]:
     """Images (a grid) of ``class_id``, or of ``prompt`` for a text-to-image model, the acceptance map
     (speculative samplers), a stats table, with ``compare`` one token per pass (vanilla AR, or target-only
-    sampling for a continuous model) on the same seed, and for a video model the mp4 of its clips, written in
-    ``folder`` (the grid then shows their first frames). ``values`` holds the option fields
-    (:data:`SAMPLING_FIELDS`, :data:`SAMPLER_FIELDS`), empty = the model's or the sampler's default.
+    sampling for a continuous model) on the same seed, and for a video model the mp4 of its clips of
+    ``clip_frames`` (empty: the model's window), written in ``folder`` (the grid then shows their first frames).
+    ``values`` holds the option fields (:data:`SAMPLING_FIELDS`, :data:`SAMPLER_FIELDS`), empty = the model's or
+    the sampler's default.
     Raises :class:`InputError` / ``ValueError`` / ``CheckpointError`` on bad input."""
     unknown = sorted(set(values) - set(GENERATE_INPUTS))
     if unknown:
@@ -283,7 +291,8 @@ def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any
     sampler_values = {name: value for name, value in values.items() if name not in settings}
     chosen = get_sampler(sampler, **sampler_options(sampler, sampler_values))
     if isinstance(pipe, VideoPipeline):
-        clips = pipe(condition["class_ids"], num_videos=count, sampler=chosen, **settings)
+        clips = pipe(condition["class_ids"], num_videos=count, sampler=chosen,
+                     num_frames=page_number("clip_frames", clip_frames, optional=True), **settings)
         path = write_video(tile_clips(clips.videos, cols), Path(folder) / "clips.mp4", fps=8)
         first_frames = image_grid([Image.fromarray(video[0]) for video in clips.videos], cols)
         return first_frames, None, stats_markdown(clips.stats.to_dict(), None), None, str(path)
@@ -472,6 +481,8 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
                                               visible=bool(shown.example_prompts))
                 num_images = number_box(gr, "num_images", "number of images", 4)
                 seed = number_box(gr, "seed", "seed", 0)
+                clip_frames = number_box(gr, "clip_frames", "frames a clip (video models)", None,
+                                         visible=shown.video)
                 sampling = [option_box(gr, o) for o in SAMPLING_FIELDS]
                 compare = gr.Checkbox(value=False, label="compare with vanilla AR on the same seed")
                 with gr.Accordion("sampler parameters (empty: the preset's default)", open=False):
@@ -498,8 +509,8 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
         elif not shown.text_to_image:
             gr.Examples([[default_model, name, class_value, count, seed_value] for (name, count, seed_value),
                          class_value in zip(presets, (0, 3, 7))], [model, sampler, class_id, num_images, seed])
-    inputs = [model, sampler, class_id, prompt, num_images, seed, compare, gpt_ckpt, vq_ckpt, gpt_model, image_size,
-              *sampling, *fields]
+    inputs = [model, sampler, class_id, prompt, num_images, seed, clip_frames, compare, gpt_ckpt, vq_ckpt, gpt_model,
+              image_size, *sampling, *fields]
     gr.on([button.click, prompt.submit], run, inputs, [images, amap, stats, ar_images, clip], api_name="generate",
           **limit)
 
@@ -510,9 +521,10 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
                 gr.update(visible=not controls.text_to_image),
                 gr.update(visible=controls.text_to_image, value=text or next(iter(controls.example_prompts), "")),
                 gr.update(visible=bool(controls.example_prompts), choices=list(controls.example_prompts),
-                          value=None))
+                          value=None),
+                gr.update(visible=controls.video))
 
-    model.change(model_changed, [model, sampler, prompt], [sampler, class_id, prompt, example_prompts],
+    model.change(model_changed, [model, sampler, prompt], [sampler, class_id, prompt, example_prompts, clip_frames],
                  api_name=False, **limit)
     example_prompts.input(lambda text: text, example_prompts, prompt, api_name=False)
 
