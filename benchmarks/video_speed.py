@@ -32,7 +32,6 @@ import torch
 import vgen
 from vgen.eval.quality import clip_class_accuracy
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
-from vgen.pipelines import default_sampler
 from vgen.samplers import ARSampler, SamplingParams
 from vgen.samplers.options import merge_settings
 
@@ -92,8 +91,7 @@ def main() -> None:
             out = ARSampler().sample(ar, cond, params, generator=torch.Generator().manual_seed(seed))
             return out.stats.forward_passes, out.tokens
         pipe = pipes[name]
-        drawn, _, stats = pipe.sample_clip_tokens(classes, num_frames=num_frames, seed=seed,
-                                                  sampler=default_sampler(pipe.model), **params.to_dict())
+        drawn, _, stats = pipe.sample_clip_tokens(classes, num_frames=num_frames, seed=seed, **params.to_dict())
         return stats.forward_passes, drawn
 
     for name in rows_in:

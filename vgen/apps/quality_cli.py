@@ -75,9 +75,9 @@ def run_quality(args: argparse.Namespace) -> None:
     check_count("--num-images", args.num_images)
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    pipe = pipelines.load(args.model, device=args.device)
     if args.num_frames is not None and args.num_frames < 2:
         raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {args.num_frames}")
+    pipe = pipelines.load(args.model, device=args.device)
     if isinstance(pipe, StreamPipeline):
         if args.window_context is not None:
             raise UsageError(f"--window-context is for video token models; {pipe.info.name} streams")

@@ -27,6 +27,7 @@ from vgen.samplers import (
     SamplerStats,
     SamplingParams,
     available_samplers,
+    continuing_samplers,
     get_sampler,
 )
 from vgen.samplers.continuous import TOKEN_ORDER, check_draft
@@ -225,7 +226,7 @@ class ImagePipeline(ClassConditional):
         if prefix is not None:
             if not sampler_obj.continues:
                 raise ValueError(f"the {sampler_obj.name!r} sampler cannot continue given tokens; samplers that can: "
-                                 f"{[n for n in available_samplers() if get_sampler(n).continues]}")
+                                 f"{continuing_samplers()}")
             continuation = {"prefix": prefix.to(self.device)}
         if generator is None:
             generator = torch.Generator(device=self.device)

@@ -22,7 +22,7 @@ from vgen.data.shapes import to_tensor
 from vgen.images import image_grid, tensor_to_pil
 from vgen.pipelines.image import ImagePipeline, PipelineInfo, default_sampler
 from vgen.pipelines.inputs import ClassLabel, check_count, check_generator, check_seed
-from vgen.samplers import Sampler, SamplerStats, available_samplers, get_sampler
+from vgen.samplers import Sampler, SamplerStats, continuing_samplers, get_sampler
 
 
 @dataclass
@@ -123,7 +123,8 @@ class VideoPipeline(ImagePipeline):
             stats = dataclasses.replace(stats, accept_step=stats.accept_step[:, :total * per_frame])
         return tokens[:, :total * per_frame].cpu(), classes, stats
 
-    def check_window_context(self, window_context: int | None, num_frames: int, sampler: object) -> int:
+    def check_window_context(self, window_context: int | None, num_frames: int,
+                             sampler: str | Sampler | None) -> int:
         """The frames each later window continues (default: half the window); a clear error for a value outside
         ``1 .. T - 1`` or for clips longer than the window with a sampler that cannot continue given frames."""
         window = self.num_frames
@@ -132,13 +133,11 @@ class VideoPipeline(ImagePipeline):
             raise ValueError(f"window_context must be a whole number of frames between 1 and {window - 1} (the model "
                              f"draws {window} frames a window), got {window_context!r}")
         if num_frames > window:
-            name = sampler if sampler is not None else default_sampler(self.model)
-            sampler_obj = name if isinstance(name, Sampler) else get_sampler(name)
+            sampler_obj = get_sampler(sampler or default_sampler(self.model))
             if not sampler_obj.continues:
-                able = [n for n in available_samplers() if get_sampler(n).continues]
                 raise ValueError(f"{self.info.name} draws {window} frames a window; a {num_frames}-frame clip "
                                  f"continues its last frames window by window, which the {sampler_obj.name!r} "
-                                 f"sampler cannot do (samplers that can: {able})")
+                                 f"sampler cannot do (samplers that can: {continuing_samplers()})")
         return keep
 
     @torch.no_grad()

@@ -8,6 +8,7 @@ from vgen.samplers.base import (
     SamplingParams,
     available_samplers,
     check_inputs,
+    continuing_samplers,
     get_sampler,
     register_sampler,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "TopP",
     "apply_cfg",
     "available_samplers",
+    "continuing_samplers",
     "build_processors",
     "cfg_merge",
     "check_inputs",

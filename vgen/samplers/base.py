@@ -225,6 +225,11 @@ def available_samplers(token_order: str | None = None) -> list[str]:
     return sorted(n for n, cls in _REGISTRY.items() if token_order in (None, cls.token_order))
 
 
+def continuing_samplers() -> list[str]:
+    """Registered sampler names whose ``sample`` continues given leading tokens (``prefix=``)."""
+    return sorted(n for n, cls in _REGISTRY.items() if cls.continues)
+
+
 def get_sampler(name_or_obj: str | Sampler | Mapping[str, Any], **kwargs: Any) -> Sampler:
     """A sampler from a registered name (``kwargs`` are its fields), a ``to_dict`` mapping, or an instance
     (returned as is, or a copy with ``kwargs`` replaced)."""
