@@ -212,3 +212,28 @@ def test_rows_return_the_normed_hidden_states(tiny_gpt_factory) -> None:
     logits, hidden = model.decode_rows(random_tokens(4), torch.tensor([1, 1]), cache, return_hidden=True)
     assert hidden.shape == (2, 4, CONFIG.dim)
     torch.testing.assert_close(model.output(hidden), logits, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_a_spatial_video_layout_decodes_alike_on_every_path(tiny_gpt_factory) -> None:
+    """``rope="spatial"`` (each frame rotated as an image, a per-frame embedding added): chunked decode, per-row
+    windows and the static one-token step all equal the full forward, across frame boundaries."""
+    config = GPTConfig(vocab_size=48, dim=64, n_layer=2, n_head=4, num_classes=7, block_size=12, frames=3,
+                       rope="spatial")
+    model = tiny_gpt_factory(config)
+    assert model.frame_embedding.weight.abs().sum() > 0
+    tokens = random_tokens(12, config)
+    full = model(CLASSES, tokens[:, :11])
+    torch.testing.assert_close(cached_logits(model, tokens[:, :11], [1, 4, 6]), full, atol=ATOL, rtol=0)
+    cache = model.new_cache(len(CLASSES), extra=2)
+    model.prefill(CLASSES, cache)
+    model.decode_rows(tokens[:, :6], torch.tensor([1, 1]), cache)
+    got = model.decode_rows(torch.stack([tokens[0, 2:7], tokens[1, 5:10]]), torch.tensor([3, 6]), cache)
+    torch.testing.assert_close(got[0], full[0, 3:8], atol=ATOL, rtol=0)
+    torch.testing.assert_close(got[1], full[1, 6:11], atol=ATOL, rtol=0)
+    cache = model.new_cache(len(CLASSES))
+    model.prefill(CLASSES, cache)
+    for t in range(11):
+        step = model.decode_step(tokens[:, t:t + 1], torch.tensor([1 + t]), cache)
+        cache.advance(1)
+        torch.testing.assert_close(step, full[:, 1 + t], atol=ATOL, rtol=0)

@@ -170,6 +170,20 @@ def test_frames_must_split_the_tokens_into_square_frames(frames, block_size: int
         GPTConfig(block_size=block_size, frames=frames)
 
 
+def test_a_spatial_video_config_rotates_each_frame_as_an_image_and_embeds_its_frame() -> None:
+    config = replace(TINY, frames=4, block_size=64, rope="spatial")
+    assert config.to_dict()["rope"] == "spatial" and GPTConfig.from_dict(config.to_dict()) == config
+    assert "rope" not in replace(TINY, frames=4, block_size=64).to_dict()
+    model = LlamaGenGPT(config)
+    torch.testing.assert_close(model.rope[17:33], model.rope[1:17])  # frame 1 turns as frame 0
+    torch.testing.assert_close(model.rope[:17], rope_2d_table(4, TINY.head_dim))
+    assert model.frame_embedding.weight.shape == (4, 64) and not model.frame_embedding.weight.any()
+    with pytest.raises(ValueError, match="needs frames > 1"):
+        replace(TINY, rope="spatial")
+    with pytest.raises(ValueError, match="rope must be one of"):
+        replace(TINY, frames=4, block_size=64, rope="time")
+
+
 def test_a_video_config_lays_its_tokens_frame_by_frame_with_3d_rope() -> None:
     model = meta_gpt(replace(TINY, frames=4, block_size=64))
     assert (model.num_tokens, model.grid, model.config.grid_size) == (64, (4, 4, 4), 4)

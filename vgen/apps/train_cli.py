@@ -198,23 +198,19 @@ def run_mar(args: argparse.Namespace, train: TrainConfig) -> None:
 
 def add_ar_args(t: argparse.ArgumentParser) -> None:
     add_tokenizer(t)
-    add_init_from(t)
-    add_video(t, "; a next-token video AR, with no sample probe and no --init-from")
+    add_init_from(t, "; with --video on 64-px clips, an image model (vgen/assets/shapes-c2i/gpt) or an NBP export "
+                     "(vgen/assets/shapes-video-nbp/gpt)")
+    add_video(t, "; a next-token video AR, with no sample probe")
     add_clips(t, "in the tokenizer's codes; with --video")
     add_classifier(t)
     add_eval_every(t, ARRecipe.eval_every)
-
-
-def check_ar(args: argparse.Namespace) -> None:
-    if args.video and args.init_from:
-        raise UsageError("--init-from is for image AR runs; a video AR run starts from scratch")
 
 
 def run_ar(args: argparse.Namespace, train: TrainConfig) -> None:
     if args.video:
         train_video_ar(args.run_dir, args.tokenizer, args.data_dir, train,
                        ClipRecipe(num_clips=args.num_images, batch_size=args.batch_size), clips=clips_of(args),
-                       max_minutes=args.max_minutes)
+                       max_minutes=args.max_minutes, init_from=args.init_from)
         return
     probe = sample_probe(args.tokenizer, args.classifier) if args.eval_every else None
     train_ar(args.run_dir, args.tokenizer, args.data_dir, train,
@@ -392,7 +388,7 @@ def no_arguments(t: argparse.ArgumentParser) -> None:
 RECIPES: dict[str, TrainCommand] = {
     "tokenizer": TrainCommand(TOKENIZER_RUN, no_arguments, run_tokenizer),
     "frame-tokenizer": TrainCommand(FRAME_TOKENIZER_RUN, add_frame_tokenizer_args, run_frame_tokenizer),
-    "ar": TrainCommand(AR_RUN, add_ar_args, run_ar, check=check_ar),
+    "ar": TrainCommand(AR_RUN, add_ar_args, run_ar),
     "classifier": TrainCommand(CLASSIFIER_RUN, add_tokenizer, run_classifier),
     "drafter": TrainCommand(DRAFTER_RUN, add_drafter_args, run_drafter),
     "kl": TrainCommand(KL_RUN, no_arguments, run_kl),

@@ -108,11 +108,11 @@ def rope_frames_table(grid: tuple[int, int, int], head_dim: int, base: float = 1
 
 
 def frame_offsets(embedding: nn.Embedding, slots: torch.Tensor, frame_tokens: int) -> torch.Tensor:
-    """Per-frame embedding of sequence slots [len(slots), dim] for the rows-and-columns rotary table: slot ``s >= 1``
-    stands for raster position ``s - 1`` of the grid, in frame ``(s - 1) // frame_tokens``; slot 0 (the class) gets
-    none."""
+    """Per-frame embedding of sequence slots (any shape: [..., dim]) for the rows-and-columns rotary table: slot
+    ``s >= 1`` stands for raster position ``s - 1`` of the grid, in frame ``(s - 1) // frame_tokens``; slot 0 (the
+    class) gets none."""
     frames = (slots - 1).clamp(min=0) // frame_tokens
-    return embedding(frames) * (slots > 0)[:, None].to(embedding.weight.dtype)
+    return embedding(frames) * (slots > 0)[..., None].to(embedding.weight.dtype)
 
 
 def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:

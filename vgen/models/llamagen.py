@@ -20,8 +20,9 @@ sits at position ``cls_token_num + i``.
 
 ``GPTConfig.frames > 1`` (vgen's addition, not in LlamaGen) makes the same model a next-token video AR: image token
 i becomes token i of a clip's frames in raster order (frame by frame, each frame row by row), laid on a
-(frames, rows, columns) grid with 3-D RoPE. Everything else, sampling and speculative decoding included, is
-unchanged; LlamaGen's own configs have one frame.
+(frames, rows, columns) grid with 3-D RoPE, or (``rope="spatial"``) each frame rotated as an image with a learned
+per-frame embedding added to its tokens, so that an image model's or an NBP video model's weights start it.
+Everything else, sampling and speculative decoding included, is unchanged; LlamaGen's own configs have one frame.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vgen.models.backbone import BackboneConfig
+from vgen.models.backbone import ROPE_KINDS, BackboneConfig
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGridModel, init_llamagen_weights
 from vgen.models.layers import (
@@ -42,7 +43,9 @@ from vgen.models.layers import (
     PrefixMask,
     RMSNorm,
     apply_rope,
+    frame_offsets,
     rope_2d_table,
+    rope_frames_table,
     rope_grid_table,
     swiglu_hidden_dim,
 )
@@ -60,7 +63,9 @@ def _positive_int(value: object) -> bool:
 class GPTConfig(BackboneConfig):
     """LlamaGen ``ModelArgs`` (defaults: class-conditional GPT-B on 256x256 images): the shared backbone settings
     and ``block_size`` image tokens. ``frames`` (vgen's): a clip of that many square frames of
-    ``block_size // frames`` tokens each instead of one image.
+    ``block_size // frames`` tokens each instead of one image; ``rope`` (vgen's, clips only;
+    :class:`~vgen.models.backbone.GridConfig`): ``"grid"`` rotates frames, rows and columns, ``"spatial"`` each
+    frame's rows and columns, frames told apart by a learned per-frame embedding.
 
     ``model_type`` ``"c2i"`` conditions on a class (one prefix position); ``"t2i"`` on ``cls_token_num`` caption
     positions of ``caption_dim`` features (LlamaGen-T2I: 120 T5 positions of 2048). ``cls_token_num`` defaults to
@@ -79,11 +84,16 @@ class GPTConfig(BackboneConfig):
     caption_dim: int = 2048
     cls_token_num: int | None = None
     prefix_rope: str = "zero"
+    rope: str = "grid"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
             raise ValueError(f"frames must be an integer >= 1, got {self.frames!r}")
+        if self.rope not in ROPE_KINDS:
+            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
+        if self.rope == "spatial" and self.frames == 1:
+            raise ValueError("rope='spatial' encodes the frames of a clip: it needs frames > 1")
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
         if self.prefix_rope not in PREFIX_ROPES:
@@ -132,6 +142,8 @@ class GPTConfig(BackboneConfig):
         d = super().to_dict()
         if self.frames == 1:  # an image model's config stays LlamaGen's ModelArgs
             del d["frames"]
+        if self.rope == "grid":
+            del d["rope"]
         if self.model_type == "c2i":  # a class model's config holds the c2i fields only
             for key in ("model_type", "caption_dim", "cls_token_num"):
                 del d[key]
@@ -308,12 +320,18 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         # a plain attribute, not a buffer: it must stay fp32 when the model is cast to bf16 (as in LlamaGen)
-        self.rope = (rope_2d_table(config.grid_size, config.head_dim, config.rope_base, config.cls_token_num,
-                                   config.prefix_rope)
-                     if config.frames == 1 else
-                     rope_grid_table(config.grid, config.head_dim, config.rope_base, prefix=config.prefix_rope))
+        if config.frames == 1:
+            self.rope = rope_2d_table(config.grid_size, config.head_dim, config.rope_base, config.cls_token_num,
+                                      config.prefix_rope)
+        elif config.rope == "grid":
+            self.rope = rope_grid_table(config.grid, config.head_dim, config.rope_base, prefix=config.prefix_rope)
+        else:
+            self.rope = rope_frames_table(config.grid, config.head_dim, config.rope_base)
+            self.frame_embedding = nn.Embedding(config.frames, config.dim)
         self.apply(init_llamagen_weights)
         nn.init.zeros_(self.output.weight)
+        if config.rope == "spatial":
+            nn.init.zeros_(self.frame_embedding.weight)
 
     # -- the condition -----------------------------------------------------------------------------------------
     @property
@@ -357,6 +375,15 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         return PrefixCondition(uncond.expand_as(cond.values), cond.mask)
 
     # -- forward passes ----------------------------------------------------------------------------------------
+    def _embed(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """Embeddings of image tokens [B, k] at sequence slots ``slots`` ([k], or [B, k] a row each), plus the
+        per-frame embedding of a ``rope="spatial"`` clip model (slots past the last token count as its frame)."""
+        h = self.tok_embeddings(tokens)
+        if self.config.rope != "spatial":
+            return h
+        slots = slots.clamp(max=self.config.block_size)
+        return h + frame_offsets(self.frame_embedding, slots, self.config.block_size // self.config.frames).to(h.dtype)
+
     def _run(self, h: torch.Tensor, start: int, cache: KVCache | None, return_hidden: bool = False,
              mask: torch.Tensor | None = None,
              last: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -388,7 +415,8 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         states [B, 1 + n, dim] (a draft head's features)."""
         h, key_mask = self._prefix(cond)
         if tokens is not None and tokens.shape[1]:
-            h = torch.cat([h, self.tok_embeddings(tokens)], dim=1)
+            slots = torch.arange(1, tokens.shape[1] + 1, device=tokens.device)
+            h = torch.cat([h, self._embed(tokens, slots)], dim=1)
         if h.shape[1] > self.rope.shape[0]:
             raise ValueError(f"sequence of {h.shape[1]} positions exceeds {self.prefix_len} + block_size = "
                              f"{self.rope.shape[0]}")
@@ -436,7 +464,8 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
             causal = None if t == 1 else (torch.arange(start + t, device=tokens.device)[None, :]
                                           <= torch.arange(start, start + t, device=tokens.device)[:, None])
             mask = cache.attendable(causal, start + t)
-        return self._run(self.tok_embeddings(tokens), start, cache, mask=mask)
+        slots = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        return self._run(self._embed(tokens, slots), start, cache, mask=mask)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache, return_hidden: bool = False,
                     static: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -457,7 +486,7 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]
         mask = cache.attendable(rows.attend, rows.end)
-        h = self.tok_embeddings(tokens)
+        h = self._embed(tokens, rows.slots)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, rows=rows, mask=mask)
         h = self.norm(h)
@@ -475,9 +504,9 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         :meth:`decode` up to float rounding (the reductions also run over masked slots); the rope table must
         already be on the device (:meth:`prefill` moves it).
         """
-        h = self.tok_embeddings(tokens)
         if self.prefix_len > 1:
             slot = slot + (self.prefix_len - 1)
+        h = self._embed(tokens, slot)
         mask = None
         if cache.key_mask is not None:
             mask = cache.attendable((torch.arange(cache.max_len, device=tokens.device) <= slot)[None],
