@@ -15,6 +15,7 @@ from vgen.apps.cli import main
 from vgen.data.shapes import CLASS_NAMES
 from vgen.eval.classifier import load_shapes_classifier
 from vgen.hub import ASSETS
+from vgen.models.llamagen import LlamaGenGPT
 
 
 def test_shapes_c2i_is_shipped_small():
@@ -112,6 +113,15 @@ def test_the_video_defaults_are_shipped_small_on_the_image_tokenizer(name, passe
     pipe = vgen.load(name)
     assert pipe.num_frames == 8 and pipe.info.image_size == 64 and pipe.info.class_names == list(CLASS_NAMES)
     assert pipe.model.grid == (8, 16, 16) and pipe.model.num_steps == passes and pipe.model.config.rope == "spatial"
+
+
+def test_the_next_token_video_model_is_shipped_small_on_the_image_tokenizer():
+    """shapes-video-ar: LlamaGen's GPT over the same 8 x 16 x 16 codes of the shapes-c2i tokenizer, one token a pass
+    (the target of speculative decoding on video), each frame rotated as an image."""
+    assert_shipped_small_beside_a_shared_tokenizer("shapes-video-ar", "gpt", "vq", "shapes-c2i")
+    pipe = vgen.load("shapes-video-ar")
+    assert isinstance(pipe.model, LlamaGenGPT) and pipe.num_frames == 8 and pipe.info.image_size == 64
+    assert pipe.model.grid == (8, 16, 16) and pipe.model.num_tokens == 2048 and pipe.model.config.rope == "spatial"
 
 
 @pytest.mark.slow

@@ -48,6 +48,8 @@ def test_every_embedded_model_is_listed_with_its_kind_classes_and_defaults(liste
     assert "next-neighbour AR (NAR)" in entries["shapes-nar"] and "sampler nar," in entries["shapes-nar"]
     assert entries["shapes-video-nbp"].startswith("shapes-video-nbp: class-conditional video (8 frames of 64 px), "
                                                   "next-block AR (NBP), 8x16x16 tokens")
+    assert entries["shapes-video-ar"].startswith("shapes-video-ar: class-conditional video (8 frames of 64 px), "
+                                                 "next-token AR, 8x16x16 tokens")
     assert "temperature 0.9" in entries["shapes-video-nar"]
     assert "streaming video for `vgen stream`" in entries["shapes-blockdiff"]
     assert "defaults: steps 3, first_steps 8" in entries["shapes-blockdiff"]
