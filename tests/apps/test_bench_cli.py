@@ -52,6 +52,9 @@ def test_default_samplers_are_every_registered_one_for_the_model(tiny_shapes_pip
     (["--samplers", "sjd,sjd"], "labels must be unique; repeated: sjd"),
     (["--num-samples", "1"], "--num-samples must be in [2, 10000000], got 1"),
     (["--real", "/no/such/images"], "--real /no/such/images does not exist"),
+    (["--reference", "fast=nope:window=2"], "sampler 'fast=nope:window=2': unknown sampler 'nope'"),
+    (["--reference", "ar", "--reference-model", "shapes-c2i"], "--reference picks the reference row's sampler"),
+    (["--samplers", "ar", "--reference", "ar"], "the reference row's label 'ar' is also a sampler row's"),
 ])
 def test_bad_input_gets_one_specific_line_and_exit_2(tiny_shapes_pipeline_dir, tmp_path, args, message, capsys):
     code, out, err = run(["--model", tiny_shapes_pipeline_dir, "--out", tmp_path / "b", *args], capsys)

@@ -106,6 +106,30 @@ def test_vanilla_ar_is_the_reference_and_is_added_when_missing():
     assert with_reference([clash]) == ([SamplerSpec("ar-reference", "ar"), clash], "ar-reference")
 
 
+def test_a_chosen_reference_is_prepended_and_must_not_reuse_a_label():
+    sjd, fast = SamplerSpec("sjd", "sjd"), SamplerSpec("steps10", "continuous-ar", {"head_steps": 10})
+    assert with_reference([sjd], "continuous-ar", fast) == ([fast, sjd], "steps10")
+    with pytest.raises(ValueError, match="label 'sjd' is also a sampler row's"):
+        with_reference([sjd], chosen=sjd)
+
+
+def test_ratios_are_taken_against_a_chosen_reference_row(pipe, real):
+    r = run_bench(pipe, [SamplerSpec("ar", "ar")], num_samples=6, seed=3, batch_size=3, real=real,
+                  reference_spec=SamplerSpec("sjd-ref", "sjd"))
+    rows = {row["label"]: row for row in r["results"]}
+    assert list(rows) == ["sjd-ref", "ar"] and r["setup"]["reference"] == "sjd-ref"
+    ref, ar = rows["sjd-ref"], rows["ar"]
+    assert ref["step_compression"] == 1 and ref["fid_vs_ar"] is None and ar["fid_vs_ar"] is not None
+    assert ar["step_compression"] == ref["forward_passes"] / ar["forward_passes"] < 1  # AR takes more passes
+    assert ar["latency_ratio"] == ref["wall_time_s"] / ar["wall_time_s"]
+
+
+def test_a_reference_row_comes_from_another_model_or_another_sampler_not_both(pipe, nar_pipe, real):
+    with pytest.raises(ValueError, match="another model's or another sampler's, not both"):
+        run_bench(nar_pipe, [SamplerSpec("nar", "nar")], 4, real=real, reference_pipe=pipe,
+                  reference_spec=SamplerSpec("sjd", "sjd"))
+
+
 def test_ratios_follow_from_the_counts(result):
     rows = {r["label"]: r for r in result["results"]}
     assert list(rows) == ["ar", "sjd", "loose"]

@@ -19,7 +19,15 @@ from vgen.apps.options import (
     load_pipeline,
     sampling_params,
 )
-from vgen.eval.bench import bench_table, parse_sampler_list, real_reference, run_bench, setup_line, write_outputs
+from vgen.eval.bench import (
+    bench_table,
+    parse_sampler_list,
+    parse_sampler_spec,
+    real_reference,
+    run_bench,
+    setup_line,
+    write_outputs,
+)
 from vgen.samplers import available_samplers
 
 
@@ -44,6 +52,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="draw the reference row with this other model (embedded name or pipeline folder) and its "
                         "default sampler, e.g. --model shapes-nar --reference-model shapes-c2i: NAR against "
                         "next-token AR of the same size on the same data")
+    b.add_argument("--reference", default=None, metavar="SPEC",
+                   help="the row the ratios are taken against, as a sampler spec (e.g. "
+                        "steps10=continuous-ar:head_steps=10; default: the model's plain one-token-per-pass "
+                        "sampler)")
     b.add_argument("--num-samples", type=int, default=64,
                    help="images (clips) per sampler; for a text-to-image model, the held-out prompts drawn")
     b.add_argument("--seed", type=int, default=0, help="random seed of the first batch (the others follow from it)")
@@ -67,6 +79,9 @@ def run_bench_command(args: argparse.Namespace) -> None:
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     specs = parse_sampler_list(args.samplers) if args.samplers else None  # bad specs fail before the model loads
+    reference_spec = parse_sampler_spec(args.reference) if args.reference else None
+    if reference_spec is not None and args.reference_model:
+        raise UsageError("--reference picks the reference row's sampler and --reference-model its model; give one")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out} exists and is not a folder")
@@ -86,7 +101,8 @@ def run_bench_command(args: argparse.Namespace) -> None:
         warnings.simplefilter("always")
         real = real_reference(pipe, args.real, args.num_real)
         result = run_bench(pipe, specs, args.num_samples, args.seed, args.batch_size, params, real,
-                           progress=not args.no_progress, reference_pipe=reference_pipe)
+                           progress=not args.no_progress, reference_pipe=reference_pipe,
+                           reference_spec=reference_spec)
     result["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
     for message in result["warnings"]:
         print(f"vgen: warning: {message}", file=sys.stderr)

@@ -134,10 +134,17 @@ def parse_sampler_list(items: Sequence[str]) -> list[SamplerSpec]:
     return specs
 
 
-def with_reference(specs: list[SamplerSpec], reference: str = REFERENCE) -> tuple[list[SamplerSpec], str]:
+def with_reference(specs: list[SamplerSpec], reference: str = REFERENCE,
+                   chosen: SamplerSpec | None = None) -> tuple[list[SamplerSpec], str]:
     """The specs, with the plain one-token-per-pass sampler ``reference`` (vanilla AR, or ``continuous-ar`` for a
     continuous model) prepended when none is asked for, and the label of the reference row. A spec of that
-    sampler with options or another seed is a row to compare, not the reference."""
+    sampler with options or another seed is a row to compare, not the reference. A ``chosen`` spec (say
+    ``continuous-ar`` with fewer head steps) is prepended as the reference instead."""
+    if chosen is not None:
+        if chosen.label in {s.label for s in specs}:
+            raise ValueError(f"the reference row's label {chosen.label!r} is also a sampler row's; name it: "
+                             f"label=name:key=value")
+        return [chosen, *specs], chosen.label
     for s in specs:
         if s.name == reference and s.seed is None and not s.options:
             return specs, s.label
@@ -273,19 +280,22 @@ def check_reference_model(pipe: ImagePipeline, reference_pipe: ImagePipeline) ->
 def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: int, seed: int = 0,
               batch_size: int = 8, params: SamplingParams | None = None, real: RealReference | None = None,
               progress: bool = False, reference_pipe: ImagePipeline | None = None,
-              judge: AttributeClassifier | None = None) -> dict:
+              judge: AttributeClassifier | None = None, reference_spec: SamplerSpec | None = None) -> dict:
     """Measure every sampler of ``specs`` (vanilla AR added first when missing) on the same images; returns
     ``{"setup": ..., "results": [one row per sampler]}`` ready for JSON.
 
     With ``reference_pipe`` the reference row is another model of the same classes and image size drawn with its
-    own default sampler (next-token AR for NAR, say), so the ratios compare two backbones on the same data. A
+    own default sampler (next-token AR for NAR, say), so the ratios compare two backbones on the same data; with
+    ``reference_spec`` it is that sampler on ``pipe`` (the fastest plain setting, say), not the default one. A
     text-to-image model draws the first ``num_samples`` held-out prompts, judged by ``judge`` (default: the
     shipped scene judge).
     """
     if num_samples < 2:
         raise ValueError(f"need at least 2 samples per sampler for FID, got {num_samples}")
+    if reference_pipe is not None and reference_spec is not None:
+        raise ValueError("the reference row is another model's or another sampler's, not both")
     if reference_pipe is None:
-        specs, reference = with_reference(list(specs), default_sampler(pipe.model))
+        specs, reference = with_reference(list(specs), default_sampler(pipe.model), reference_spec)
     else:
         check_reference_model(pipe, reference_pipe)
         name = default_sampler(reference_pipe.model)
