@@ -315,6 +315,32 @@ def test_quality_of_a_continuous_model_reports_class_accuracy_without_token_stat
     assert "mean_entropy_nats" not in figures  # entropy and top-1 describe discrete distributions only
 
 
+def test_quality_samples_with_the_sampler_and_options_asked_for(tiny_continuous_pipeline_dir, tmp_path, capsys):
+    report = tmp_path / "q.json"
+    code, printed, err = run(["quality", "--model", str(tiny_continuous_pipeline_dir), "--num-images", "2",
+                              "--batch-size", "2", "--head-steps", "3", "--json", str(report)], capsys)
+    assert code == 0, err
+    figures = json.loads(report.read_text())
+    assert figures["sampler"] == {"name": "continuous-ar", "options": {"head_steps": 3}}
+    assert printed.startswith("tiny-continuous: 2 images, seed 0, continuous-ar head_steps=3 (")
+    code, _, err = run(["quality", "--model", str(tiny_continuous_pipeline_dir), "--num-images", "2",
+                        "--batch-size", "2", "--sampler", "cspd", "--inner-temperature", "4", "--draft-steps", "2",
+                        "--json", str(report)], capsys)
+    assert code == 0, err
+    assert json.loads(report.read_text())["sampler"] == {"name": "cspd",
+                                                          "options": {"inner_temperature": 4.0, "draft_steps": 2}}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sampler", "nope"], "unknown sampler 'nope'"),
+    (["--sampler", "lantern", "--lantern-delta", "-1"], "lantern_delta is a total-variation budget in [0, 1]"),
+    (["--sampler", "cspd"], "sampler 'cspd' does not fit LlamaGenGPT (raster tokens)"),
+])
+def test_quality_refuses_a_bad_sampler_in_one_line(tiny_pipeline_dir, args, message, capsys):
+    code, _, err = run(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "2", *args], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
 def test_quality_draws_progress_bars_unless_told_not_to(tiny_pipeline_dir, capsys):
     args = ["quality", "--model", str(tiny_pipeline_dir), "--num-images", "2", "--batch-size", "2"]
     code, _, err = run(args, capsys)
@@ -329,7 +355,8 @@ def test_quality_prints_a_short_summary_with_classes_by_name(tiny_pipeline_dir, 
                               "--json", str(report)], capsys)
     assert code == 0, err
     lines = printed.splitlines()
-    assert lines[0] == "tiny: 3 images, seed 0 (temperature 1.0, top_k 0, top_p 1.0, cfg_scale 2.0, cfg_interval -1)"
+    assert lines[0] == ("tiny: 3 images, seed 0, ar (temperature 1.0, top_k 0, top_p 1.0, cfg_scale 2.0, "
+                        "cfg_interval -1)")
     assert lines[1].startswith("class_accuracy ") and "mean_entropy_nats" in printed and "confusion" not in printed
     assert lines[-2].split() == ["class", "a", "b", "c"] and lines[-1].split()[0] == "accuracy" and len(lines) <= 6
     figures = json.loads(report.read_text())

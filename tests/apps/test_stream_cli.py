@@ -194,7 +194,9 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
                                            (["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
                                            (["--top-k", "5"], "--top-k sample tokens"),
                                            (["--temperature", "1", "--cfg-interval", "3"],
-                                            "--cfg-interval, --temperature sample tokens")])
+                                            "--cfg-interval, --temperature sample tokens"),
+                                           (["--sampler", "ar"], "--sampler and its options are for token models"),
+                                           (["--window", "4"], "--sampler and its options are for token models")])
 def test_quality_of_a_streaming_model_refuses_bad_settings(tiny_stream_pipeline_dir, args, message, capsys) -> None:
     assert main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "1", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -18,11 +18,12 @@ from vgen import pipelines
 from vgen.apps.options import (
     IMAGE_SUFFIXES,
     UsageError,
-    add_sampling_args,
+    add_sampler_args,
     check_count,
     check_writable,
     device_name,
     plural,
+    sampler_options,
     sampling_params,
     stream_overrides,
 )
@@ -35,7 +36,8 @@ from vgen.hub import from_pretrained
 from vgen.images import image_grid
 from vgen.models.classifier import AttributeClassifier
 from vgen.models.conditioning import cat_conditions
-from vgen.pipelines import StreamPipeline
+from vgen.pipelines import StreamPipeline, default_sampler
+from vgen.samplers import Sampler, get_sampler
 from vgen.training.classifier import reconstruct
 
 
@@ -53,7 +55,7 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-images", type=int, default=512, help="images (clips) to sample, the classes in turn")
     p.add_argument("--batch-size", type=int, default=64, help="images (clips) sampled at once")
     p.add_argument("--seed", type=int, default=0, help="random seed of the samples")
-    add_sampling_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
+    add_sampler_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
     p.add_argument("--num-frames", type=int, default=None,
                    help="video models: frames per clip (default: the length the model was trained on; a token "
                         "model draws longer clips window by window)")
@@ -77,8 +79,12 @@ def run_quality(args: argparse.Namespace) -> None:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.num_frames is not None and args.num_frames < 2:
         raise UsageError(f"--num-frames must be >= 2 (the motion check compares frames), got {args.num_frames}")
+    if args.sampler is not None:
+        get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
     pipe = pipelines.load(args.model, device=args.device)
     if isinstance(pipe, StreamPipeline):
+        if args.sampler is not None or sampler_options(args):
+            raise UsageError(f"--sampler and its options are for token models; {pipe.info.name} streams")
         if args.window_context is not None:
             raise UsageError(f"--window-context is for video token models; {pipe.info.name} streams")
         return write_quality(pipe, stream_quality(pipe, args), args.json)
@@ -92,7 +98,7 @@ def run_quality(args: argparse.Namespace) -> None:
         return write_prompt_quality(prompt_quality(pipe, args), args.json)
     if args.judge is not None:
         raise UsageError(f"--judge reads text-to-image samples; {pipe.info.name} is class-conditional")
-    params = sampling_params(pipe, args)
+    params, sampler = sampling_params(pipe, args), chosen_sampler(pipe, args)
     n_cls = pipe.num_classes
     classes = [i % n_cls for i in range(args.num_images)]
     tokens, images = [], []
@@ -100,13 +106,14 @@ def run_quality(args: argparse.Namespace) -> None:
     clip_options = {"num_frames": args.num_frames, "window_context": args.window_context} if video else {}
     for i in range(0, args.num_images, args.batch_size):
         out = pipe(classes[i:i + args.batch_size], generator=generator, progress=not args.no_progress,
-                   **params.to_dict(), **clip_options)
+                   sampler=sampler, **params.to_dict(), **clip_options)
         tokens.append(out.tokens)
         images.extend(out.videos if video else out.images)
     tokens_t = torch.cat(tokens)
     if video:  # a clip longer than the window: the statistics of its first window
         tokens_t = tokens_t[:, :pipe.model.num_tokens]
-    figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed}
+    figures = {"model": pipe.info.name, "sampler": sampler_figures(sampler), "sampling": params.to_dict(),
+               "seed": args.seed}
     if not tokens_t.is_floating_point():  # continuous tokens are drawn from densities: no entropy or top-1 here
         figures.update(token_statistics(pipe.model, tokens_t, torch.tensor(classes), params))
     if video:
@@ -123,6 +130,23 @@ def run_quality(args: argparse.Namespace) -> None:
     write_quality(pipe, figures, args.json)
 
 
+def chosen_sampler(pipe, args: argparse.Namespace) -> Sampler:
+    """``--sampler`` with its option flags, or the model's plain sampler with them."""
+    return get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
+
+
+def sampler_figures(sampler: Sampler) -> dict:
+    """The sampler as the figures record it: its name and the options that differ from its defaults."""
+    default = type(sampler)()
+    return {"name": sampler.name, "options": {k: v for k, v in dataclasses.asdict(sampler).items()
+                                              if getattr(default, k) != v}}
+
+
+def sampler_text(figures: dict) -> str:
+    """``lantern lantern_delta=0.3``: the sampler of the summary's first line."""
+    return " ".join([figures["sampler"]["name"], *(f"{k}={v}" for k, v in figures["sampler"]["options"].items())])
+
+
 def write_quality(pipe, figures: dict, path: str | None) -> None:
     """Key the per-class figures by class name, write every figure to ``path`` (JSON) and print the summary."""
     figures["per_class"] = {pipe.class_name(int(c)): v for c, v in figures["per_class"].items()}
@@ -135,9 +159,10 @@ def quality_summary(figures: dict) -> str:
     """A few lines: what was sampled and how, the figures, and a table of the per-class accuracy."""
     count = plural(figures["num_clips"], "clip") if "num_clips" in figures else plural(figures["num_images"], "image")
     settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
-    skip = ("model", "sampling", "seed", "per_class", "confusion", "num_images", "num_clips")
+    skip = ("model", "sampler", "sampling", "seed", "per_class", "confusion", "num_images", "num_clips")
     shown = {k: figures[k] for k in sorted(figures, key=lambda k: k != "class_accuracy") if k not in skip}
-    lines = [f"{figures['model']}: {count}, seed {figures['seed']} ({settings})",
+    sampler = f", {sampler_text(figures)}" if "sampler" in figures else ""  # a stream has no token sampler
+    lines = [f"{figures['model']}: {count}, seed {figures['seed']}{sampler} ({settings})",
              "; ".join(f"{k} {_figure(v)}" for k, v in shown.items() if not isinstance(v, dict))]
     lines += [f"{k}: " + "; ".join(f"{name} {_figure(x)}" for name, x in v.items())
               for k, v in shown.items() if isinstance(v, dict)]
@@ -158,19 +183,20 @@ def prompt_quality(pipe, args: argparse.Namespace) -> dict:
     judge = from_pretrained(args.judge) if args.judge else load_scene_judge()
     if not isinstance(judge, AttributeClassifier):
         raise UsageError(f"--judge {args.judge} holds a {type(judge).__name__}, not a scene judge")
-    params = sampling_params(pipe, args)
+    params, sampler = sampling_params(pipe, args), chosen_sampler(pipe, args)
     prompts, attributes = evaluation_prompts(args.num_images)
     tokens, images, conds = [], [], []
     generator = torch.Generator(pipe.device).manual_seed(args.seed)
     for i in range(0, args.num_images, args.batch_size):
         batch = prompts[i:i + args.batch_size]
-        out = pipe(prompt=batch, generator=generator, progress=not args.no_progress, **params.to_dict())
+        out = pipe(prompt=batch, generator=generator, progress=not args.no_progress, sampler=sampler,
+                   **params.to_dict())
         tokens.append(out.tokens)
         images.extend(out.images)
         conds.append(pipe.prompt_encoder(batch))
     pixels = np.stack([np.array(im) for im in images])
-    figures = {"model": pipe.info.name, "sampling": params.to_dict(), "seed": args.seed,
-               "num_images": args.num_images,
+    figures = {"model": pipe.info.name, "sampler": sampler_figures(sampler), "sampling": params.to_dict(),
+               "seed": args.seed, "num_images": args.num_images,
                "attribute_accuracy": attribute_accuracy(judge, pixels, attributes),
                "by_request": accuracy_by_request(judge, pixels, attributes),
                "ceiling": scene_ceiling(pipe, judge, attributes)}
@@ -197,8 +223,9 @@ def write_prompt_quality(figures: dict, path: str | None) -> None:
         Path(path).write_text(json.dumps(figures, indent=1))
     settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
     accuracy = figures["attribute_accuracy"]
-    print(f"{figures['model']}: {plural(figures['num_images'], 'held-out prompt')}, seed {figures['seed']} "
-          f"({settings})\nmean_entropy_nats {_figure(figures['mean_entropy_nats'])}; median_top1_prob "
+    print(f"{figures['model']}: {plural(figures['num_images'], 'held-out prompt')}, seed {figures['seed']}, "
+          f"{sampler_text(figures)} ({settings})\n"
+          f"mean_entropy_nats {_figure(figures['mean_entropy_nats'])}; median_top1_prob "
           f"{_figure(figures['median_top1_prob'])}\n"
           + "attribute  " + "  ".join(name.rjust(max(10, len(name))) for name in accuracy) + "\n"
           + "accuracy   " + "  ".join(f"{x:.2f}".rjust(max(10, len(name))) for name, x in accuracy.items()))
