@@ -33,7 +33,7 @@ def test_bench_writes_json_table_and_plot(tiny_shapes_pipeline_dir, tmp_path, ca
     assert result["setup"]["sampling"]["cfg_scale"] == 3.0 and result["setup"]["num_samples"] == 4
     table = (tmp_path / "b" / "bench.md").read_text()
     assert [line.split("|")[1].strip() for line in table.splitlines()[4:]] == ["sjd", "ar", "gsd4"]
-    assert table.split("\n\n", 1)[1] in out and Image.open(tmp_path / "b" / "bench.png").size == (1040, 400)
+    assert table.split("\n\n", 1)[1] in out and Image.open(tmp_path / "b" / "bench.png").size == (1560, 400)
     assert "vgen: warning: only 4 samples for 192-d features" in err  # and it is recorded
     assert any(w.startswith("only 4 samples") for w in result["warnings"])
 

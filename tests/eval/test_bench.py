@@ -16,12 +16,14 @@ from vgen.data.shapes import SPLIT_SEEDS
 from vgen.eval.bench import (
     COLUMNS,
     SamplerSpec,
+    accuracy_of,
     bench_table,
     draw_interleaved,
     parse_sampler_list,
     parse_sampler_spec,
     real_reference,
     run_bench,
+    speed_quality_plot,
     with_reference,
     write_outputs,
 )
@@ -204,8 +206,9 @@ def test_a_model_of_another_domain_needs_real_images_and_gets_no_class_accuracy(
     other = load(tiny_pipeline_dir)  # records no vgen.data set
     with pytest.raises(ValueError, match="model 'tiny' records no vgen.data set .* \\(--real\\)"):
         real_reference(other)
-    rows = run_bench(other, [SamplerSpec("ar", "ar")], 2, 0, 2, real=real)["results"]
-    assert rows[0]["class_accuracy"] is None
+    result = run_bench(other, [SamplerSpec("ar", "ar")], 2, 0, 2, real=real)
+    assert result["results"][0]["class_accuracy"] is None
+    assert speed_quality_plot(result).size == (1040, 400)  # no accuracy panel without a judge of the samples
 
 
 def test_the_table_is_the_json(result, tmp_path):
@@ -223,7 +226,7 @@ def test_the_table_is_the_json(result, tmp_path):
         assert cells["FID vs AR"] == ("-" if r["fid_vs_ar"] is None else f"{r['fid_vs_ar']:.2f}")
         assert cells["class accuracy"] == f"{100 * r['class_accuracy']:.1f}%"
     assert bench_table(result) in paths["markdown"].read_text()
-    assert Image.open(paths["plot"]).size == (1040, 400)
+    assert Image.open(paths["plot"]).size == (1560, 400)  # FID over passes and time, accuracy over time
 
 
 def test_the_setup_carries_the_reference_rows_token_statistics(pipe, result, tmp_path):
@@ -371,6 +374,8 @@ def test_a_text_models_table_has_one_column_per_attribute(t2i_result, tmp_path):
         assert cells["sampler"] == r["label"]
         assert [cells[c] for c in ATTRIBUTE_COLUMNS] == [f"{100 * r['attribute_accuracy'][c]:.1f}%"
                                                          for c in ATTRIBUTE_COLUMNS]
+        assert accuracy_of(r) == r["attribute_accuracy"]["joint"]  # the accuracy panel's figure
+    assert Image.open(tmp_path / "bench.png").size == (1560, 400)
 
 
 def test_a_reference_model_must_take_the_same_conditioning(pipe, t2i, real):

@@ -419,14 +419,28 @@ def token_clause(figures: dict | None) -> str:
             f"median top-1 probability {figures['median_top1_prob']:.2f}")
 
 
+def accuracy_of(row: dict) -> float | None:
+    """A row's class accuracy, or for a text-to-image model the share of samples with every attribute right."""
+    if row["class_accuracy"] is not None:
+        return row["class_accuracy"]
+    return None if row["attribute_accuracy"] is None else row["attribute_accuracy"]["joint"]
+
+
 def speed_quality_plot(result: dict) -> Image.Image:
-    """Two panels, FID (FVD) against real samples over step compression and over latency ratio, one labelled point
-    per sampler."""
-    rows, fd = result["results"], distance_names(result["setup"])[0]
+    """FID (FVD) against real samples over step compression and over latency ratio, and where the samples were
+    judged, class accuracy (joint attribute accuracy) over latency ratio: one labelled point per sampler, the
+    ratios against the reference row."""
+    rows, fd, ref = result["results"], distance_names(result["setup"])[0], result["setup"]["reference"]
     panels = [scatter_plot([(r["label"], r[key], r["fid"]) for r in rows], xlabel, f"{fd} vs real (lower is better)",
                            title) for key, xlabel, title in (
-        ("step_compression", "step compression vs AR (x)", "forward passes"),
-        ("latency_ratio", "latency ratio vs AR (x)", "wall time"))]
+        ("step_compression", f"step compression vs {ref} (x)", "forward passes"),
+        ("latency_ratio", f"latency ratio vs {ref} (x)", "wall time"))]
+    if all(accuracy_of(r) is not None for r in rows):
+        prompts = result["setup"]["conditioning"] == "prompts"
+        panels.append(scatter_plot([(r["label"], r["latency_ratio"], 100 * accuracy_of(r)) for r in rows],
+                                   f"latency ratio vs {ref} (x)",
+                                   f"{'all attributes right' if prompts else 'class accuracy'} (%)",
+                                   "accuracy"))
     return image_grid(panels, len(panels))
 
 
