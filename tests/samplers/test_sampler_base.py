@@ -90,6 +90,15 @@ def test_unknown_sampler_and_unknown_field_raise() -> None:
     message = "unknown sampler 'ar' field(s) ['draft_len']; expected some of ['compile']"
     with pytest.raises(ValueError, match=re.escape(message)):
         get_sampler("ar", draft_len=4)
+
+
+def test_a_field_of_another_sampler_names_the_samplers_that_take_it() -> None:
+    with pytest.raises(ValueError) as error:
+        get_sampler("ar", lantern_delta=0.3, draft_len=4)
+    message = str(error.value)
+    assert message.startswith("unknown sampler 'ar' field(s) ['draft_len', 'lantern_delta']")
+    takers = re.search(r"\(lantern_delta is an option of ([a-z, -]+)\)$", message).group(1).split(", ")
+    assert "lantern" in takers and "ar" not in takers and "draft_len" not in message.split("(")[-1]
     with pytest.raises(ValueError, match=re.escape("compile must be a bool, got 'yes'")):
         ARSampler(compile="yes")
 

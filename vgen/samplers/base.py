@@ -28,12 +28,24 @@ MAX_CFG_SCALE = 100.0
 
 
 def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:
-    """``cls(**d)`` with a ValueError naming the unknown keys instead of a TypeError."""
+    """``cls(**d)`` with a ValueError naming the unknown keys instead of a TypeError (and, for a sampler, the
+    samplers that do take them)."""
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(d) - set(names))
     if unknown:
-        raise ValueError(f"unknown {what} field(s) {unknown}; expected some of {names}")
+        elsewhere = _samplers_taking(unknown) if issubclass(cls, Sampler) else ""
+        raise ValueError(f"unknown {what} field(s) {unknown}; expected some of {names}{elsewhere}")
     return cls(**d)
+
+
+def _samplers_taking(fields: list[str]) -> str:
+    """`` (x is an option of a, b)`` for each of ``fields`` that some registered sampler takes, else ``""``."""
+    notes = []
+    for field in fields:
+        takers = sorted(n for n, c in _REGISTRY.items() if field in {f.name for f in dataclasses.fields(c)})
+        if takers:
+            notes.append(f"{field} is an option of {', '.join(takers)}")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 @dataclass(frozen=True)
