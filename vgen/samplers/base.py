@@ -41,10 +41,10 @@ def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:
 def _samplers_taking(fields: list[str]) -> str:
     """`` (x is an option of a, b)`` for each of ``fields`` that some registered sampler takes, else ``""``."""
     notes = []
-    for field in fields:
-        takers = sorted(n for n, c in _REGISTRY.items() if field in {f.name for f in dataclasses.fields(c)})
+    for name in fields:
+        takers = sorted(n for n, c in _REGISTRY.items() if name in {f.name for f in dataclasses.fields(c)})
         if takers:
-            notes.append(f"{field} is an option of {', '.join(takers)}")
+            notes.append(f"{name} is an option of {', '.join(takers)}")
     return f" ({'; '.join(notes)})" if notes else ""
 
 
