@@ -18,7 +18,7 @@ from vgen import pipelines
 from vgen.models.llamagen import LLAMAGEN_T2I_CHECKPOINTS
 from vgen.pipelines import StreamPipeline
 from vgen.pipelines.inputs import MAX_SAMPLES, check_device
-from vgen.samplers import SamplingParams, available_samplers, get_sampler
+from vgen.samplers import SamplingParams, available_samplers, get_sampler, samplers_taking
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
@@ -178,10 +178,8 @@ def sampler_classes() -> list[type]:
 def sampler_option_groups() -> dict[tuple[str, ...], list[DeclaredOption]]:
     """The options of every registered sampler, grouped by the samplers that take them."""
     groups: dict[tuple[str, ...], list[DeclaredOption]] = {}
-    classes = sampler_classes()
-    for o in declared_options(classes):
-        takers = tuple(cls.name for cls in classes if o.name in declarations(cls))
-        groups.setdefault(takers, []).append(o)
+    for o in declared_options(sampler_classes()):
+        groups.setdefault(tuple(samplers_taking(o.name)), []).append(o)
     return groups
 
 

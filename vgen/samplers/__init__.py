@@ -11,6 +11,7 @@ from vgen.samplers.base import (
     continuing_samplers,
     get_sampler,
     register_sampler,
+    samplers_taking,
 )
 from vgen.samplers.continuous import ContinuousARSampler, CSpD
 from vgen.samplers.logits import (
@@ -57,6 +58,7 @@ __all__ = [
     "check_inputs",
     "get_sampler",
     "register_sampler",
+    "samplers_taking",
     "sample_logits",
     "sample_probs",
 ]

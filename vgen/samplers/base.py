@@ -33,19 +33,11 @@ def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(d) - set(names))
     if unknown:
-        elsewhere = _samplers_taking(unknown) if issubclass(cls, Sampler) else ""
+        takers = {name: samplers_taking(name) for name in unknown} if issubclass(cls, Sampler) else {}
+        notes = [f"{name} is an option of {', '.join(samplers)}" for name, samplers in takers.items() if samplers]
+        elsewhere = f" ({'; '.join(notes)})" if notes else ""
         raise ValueError(f"unknown {what} field(s) {unknown}; expected some of {names}{elsewhere}")
     return cls(**d)
-
-
-def _samplers_taking(fields: list[str]) -> str:
-    """`` (x is an option of a, b)`` for each of ``fields`` that some registered sampler takes, else ``""``."""
-    notes = []
-    for name in fields:
-        takers = sorted(n for n, c in _REGISTRY.items() if name in {f.name for f in dataclasses.fields(c)})
-        if takers:
-            notes.append(f"{name} is an option of {', '.join(takers)}")
-    return f" ({'; '.join(notes)})" if notes else ""
 
 
 @dataclass(frozen=True)
@@ -235,6 +227,11 @@ def available_samplers(token_order: str | None = None) -> list[str]:
     """Registered sampler names; with ``token_order``, only those for models of that order (e.g. a model's
     ``getattr(model, "token_order", "raster")``)."""
     return sorted(n for n, cls in _REGISTRY.items() if token_order in (None, cls.token_order))
+
+
+def samplers_taking(option: str) -> list[str]:
+    """The registered sampler names that have the field ``option``."""
+    return sorted(n for n, cls in _REGISTRY.items() if option in {f.name for f in dataclasses.fields(cls)})
 
 
 def continuing_samplers() -> list[str]:
