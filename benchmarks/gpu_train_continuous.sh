@@ -6,32 +6,33 @@
 #   bash benchmarks/gpu_train_continuous.sh
 #
 # Nothing needs carrying: the device renders the smooth shapes images with all its cores and encodes them with the
-# shipped KL tokenizer. The run starts from the shipped target (vgen train mar --init-from the pipeline); the cosine
-# schedule of STEPS steps is cut at TRAIN_MIN minutes, and a second call on the still-warm machine resumes it.
-# Then it packages in bf16 and runs `vgen quality` on NUM_EVAL samples (the classes in turn). The device returns at
+# shipped KL tokenizer. The run starts from the shipped target (vgen train mar --init-from the pipeline) and ends
+# annealed TRAIN_END_S seconds after the script starts at whatever speed the device runs (train_until in
+# gpu_pack.sh: a probe of PROBE_S seconds, then the cosine laid over the steps that fit, at most STEPS). Then it
+# packages in bf16 and runs `vgen quality` on NUM_EVAL samples (the classes in turn). The device returns at
 # most 8 files of at most 16 MiB each, so $OUT gets: train.log, summary.txt (the last loss and the class
 # accuracy), and result.tar (pipe/, log.jsonl, quality.json, grid.png) split into 15 MiB parts result.tar.part-NN
 # with its sha256 in result.tar.sha256; `cat result.tar.part-* | tar -x` unpacks it. The package is packed before
 # it is measured, so a failed measurement still returns the weights.
 #
 # Environment (defaults): OUT (gpu_continuous_out), DEVICE (cuda), DATA (runs/data-smooth), RUN
-# (runs/gpu-continuous), NUM_IMAGES (32000), STEPS (4000), BATCH (128), LR (3e-4), WARMUP (100), TRAIN_MIN (7),
-# NUM_EVAL (256), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16). DEVICE=cpu with small counts is the dry run
+# (runs/gpu-continuous), NUM_IMAGES (32000), STEPS (20000), BATCH (128), LR (3e-4), WARMUP (100), TRAIN_END_S
+# (420), PROBE_S (45), NUM_EVAL (256), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16). DEVICE=cpu with small counts is the dry run
 # this script is tested by.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 source benchmarks/gpu_pack.sh
+END_AT=$(($(date +%s) + ${TRAIN_END_S:-420}))
 OUT=${OUT:-gpu_continuous_out}
 DEVICE=${DEVICE:-cuda}
 DATA=${DATA:-runs/data-smooth}
 RUN=${RUN:-runs/gpu-continuous}
 NUM_IMAGES=${NUM_IMAGES:-32000}
-STEPS=${STEPS:-4000}
+STEPS=${STEPS:-20000}
 BATCH=${BATCH:-128}
 LR=${LR:-3e-4}
 WARMUP=${WARMUP:-100}
-TRAIN_MIN=${TRAIN_MIN:-7}
 NUM_EVAL=${NUM_EVAL:-256}
 QUALITY_BATCH=${QUALITY_BATCH:-128}
 CFG=${CFG:-3.0}
@@ -41,9 +42,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISA
 VGEN=(python3 -m vgen.apps.cli)
 
 mkdir -p "$OUT" "$RUN"
-"${VGEN[@]}" train mar --size target --run-dir "$RUN" --data-dir "$DATA" --background smooth \
-    --tokenizer "$SHIPPED/kl" --init-from "$SHIPPED" --num-images "$NUM_IMAGES" --batch-size "$BATCH" --lr "$LR" \
-    --warmup-steps "$WARMUP" --steps "$STEPS" --max-minutes "$TRAIN_MIN" --eval-every 0 --device "$DEVICE" \
+train_until "$END_AT" "$STEPS" "$RUN" "${VGEN[@]}" train mar --size target --run-dir "$RUN" --data-dir "$DATA" \
+    --background smooth --tokenizer "$SHIPPED/kl" --init-from "$SHIPPED" --num-images "$NUM_IMAGES" \
+    --batch-size "$BATCH" --lr "$LR" --warmup-steps "$WARMUP" --eval-every 0 --device "$DEVICE" \
     --precision "$PRECISION" 2>&1 | tee -a "$OUT/train.log"
 tail -n 1 "$RUN/log.jsonl" | sed 's/^/last logged step: /' >>"$OUT/summary.txt"
 

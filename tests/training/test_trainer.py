@@ -12,7 +12,14 @@ from torch import nn
 
 from vgen.hub import CheckpointError
 from vgen.training import trainer as trainer_module
-from vgen.training.trainer import TrainConfig, Trainer, every, index_batches, latest_checkpoint
+from vgen.training.trainer import (
+    TrainConfig,
+    Trainer,
+    every,
+    index_batches,
+    latest_checkpoint,
+    steps_reachable,
+)
 
 DATA_X = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
 DATA_Y = DATA_X @ torch.tensor([1.0, -2.0, 0.5, 3.0])
@@ -324,3 +331,23 @@ def test_auto_precision_takes_bf16_only_on_a_cpu_with_native_bf16_matmuls(monkey
     assert trainer_module.use_bf16("fp32") is False
     with pytest.raises(ValueError, match="precision must be"):
         trainer_module.use_bf16("fp16")
+
+
+def write_log(run_dir, records) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_steps_reachable_extrapolates_the_speed_of_the_last_logged_steps(tmp_path):
+    # an evaluation record between timed ones; the first window (with start-up) is slower and lies outside it
+    write_log(tmp_path, [{"init_from": "x"}, {"step": 25, "time": 100.0}, {"step": 50, "time": 200.0},
+                         {"step": 75, "time": 205.0}, {"step": 75, "probe": 1.0}, {"step": 100, "time": 210.0}])
+    assert steps_reachable(tmp_path, 60, 10_000, window=2) == 100 + 5 * 60
+    assert steps_reachable(tmp_path, 60, 250, window=2) == 250  # capped
+    assert steps_reachable(tmp_path, -5, 10_000, window=2) == 100  # a deadline already past: no more steps
+
+
+def test_steps_reachable_without_two_timed_records_is_the_cap(tmp_path):
+    assert steps_reachable(tmp_path, 60, 400) == 400
+    write_log(tmp_path, [{"step": 25, "time": 1.0}])
+    assert steps_reachable(tmp_path, 60, 400) == 400

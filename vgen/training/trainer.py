@@ -144,6 +144,22 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return folder
 
 
+def steps_reachable(run_dir: str | Path, seconds: float, max_steps: int, window: int = 5) -> int:
+    """The step a run reaches ``seconds`` after its last log record at the speed of its last ``window`` logged
+    intervals, at most ``max_steps`` (``max_steps`` when the log times fewer than two records): the length to lay
+    a resumed run's schedule over so that it ends annealed at a wall-clock deadline (the one-call GPU scripts)."""
+    path = Path(run_dir) / LOG
+    lines = path.read_text().splitlines() if path.exists() else []
+    timed = [r for r in map(json.loads, lines) if "time" in r]
+    if len(timed) < 2:
+        return max_steps
+    first, last = timed[-min(len(timed), window + 1)], timed[-1]
+    if last["time"] <= first["time"]:
+        return max_steps
+    rate = (last["step"] - first["step"]) / (last["time"] - first["time"])
+    return int(min(max_steps, last["step"] + rate * max(seconds, 0.0)))
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
