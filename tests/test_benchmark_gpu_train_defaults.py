@@ -28,7 +28,8 @@ def test_both_trainings_run_with_their_own_files_and_come_back_as_one_packed_res
     summary = (out_dir / "summary.txt").read_text()
     work = tmp_path / "work"
     assert f"== t2i (exit 0)\nrun {work}/t2i/run data {work}/t2i/data end 30 batch 7" in summary
-    assert f"== continuous (still running at 3s)\nrun {work}/continuous/run data {work}/continuous/data end 20" in summary
+    continuous = f"run {work}/continuous/run data {work}/continuous/data end 20"
+    assert f"== continuous (still running at 3s)\n{continuous}" in summary
     result = unpack_device_result(out_dir, tmp_path / "result")
     for name in ("t2i", "continuous"):
         assert (result / name / "result.tar.part-00").read_text() == "weights\n"
