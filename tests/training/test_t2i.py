@@ -11,7 +11,7 @@ from vgen.data.scenes import caption_vocabulary
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
-from vgen.training.t2i import CaptionedGPT, T2IRecipe, export, start_from, train_t2i, warm_start
+from vgen.training.t2i import CaptionedGPT, T2IRecipe, export, prompt_probe, start_from, train_t2i, warm_start
 from vgen.training.trainer import TrainConfig
 
 TOY_C2I = GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, num_classes=8, block_size=256)
@@ -63,3 +63,13 @@ def test_a_text_encoder_of_another_size_or_vocabulary_is_refused(tmp_path, chang
     run = CaptionedGPT(WordTextEncoder(other), LlamaGenGPT(dataclasses.replace(TOY_T2I, caption_dim=other.dim)))
     with pytest.raises(ValueError, match="the text encoder in .*export/text_encoder does not fit this run's"):
         start_from(run, folder)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_the_prompt_probe_samples_where_the_model_is_and_keeps_the_training_mode(tiny_vq_dir, device):
+    torch.manual_seed(0)
+    model = CaptionedGPT(WordTextEncoder(TOY_WORDS), LlamaGenGPT(TOY_T2I)).to(device).train()
+    figures = prompt_probe(tiny_vq_dir, prompts=("a red star",), per_prompt=2)(model)
+    assert figures["probe_tokens_measured"] > 0 and 0 < figures["probe_median_top1_prob"] <= 1
+    assert model.training

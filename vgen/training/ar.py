@@ -87,8 +87,9 @@ def sample_probe(tokenizer_dir: str | Path, classifier_dir: str | Path | None, p
     def evaluate(model: LlamaGenGPT) -> dict:
         was_training = model.training
         model.eval()
-        classes = torch.arange(model.num_classes).repeat_interleave(per_class)
-        out = ARSampler().sample(model, classes, params, generator=torch.Generator().manual_seed(seed))
+        device = next(model.parameters()).device  # the probe samples where the model is
+        classes = torch.arange(model.num_classes, device=device).repeat_interleave(per_class)
+        out = ARSampler().sample(model, classes, params, generator=torch.Generator(device=device).manual_seed(seed))
         figures = {f"probe_{k}": v for k, v in token_statistics(model, out.tokens, classes, params).items()}
         if classifier_dir is not None and (Path(classifier_dir) / "config.json").exists():
             with torch.no_grad():

@@ -125,7 +125,8 @@ def prompt_probe(tokenizer_dir: str | Path, prompts: tuple[str, ...] = PROBE_PRO
         was_training = model.training
         model.eval()
         cond = model.text_encoder.condition([p for p in prompts for _ in range(per_prompt)])
-        out = ARSampler().sample(model.gpt, cond, params, generator=torch.Generator().manual_seed(seed))
+        generator = torch.Generator(device=cond.values.device).manual_seed(seed)  # where the model samples
+        out = ARSampler().sample(model.gpt, cond, params, generator=generator)
         figures = {f"probe_{k}": v for k, v in token_statistics(model.gpt, out.tokens, cond, params).items()}
         model.train(was_training)
         return figures
