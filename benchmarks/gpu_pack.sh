@@ -31,3 +31,13 @@ print(s(sys.argv[1], float(sys.argv[2]), int(sys.argv[3])))" "$run" "$left" "$ma
     echo "train_until: step $done_steps after the probe; the schedule laid over $steps steps to end in ${left}s"
     "$@" --steps "$steps" --override-config --max-minutes "$(awk "BEGIN { print ($left + 10) / 60 }")"
 }
+
+# use_carried_wheels installs the wheels in WHEELS (.whl), if any, into WHEEL_SITE (/tmp/vgen-site) ahead of the
+# machine's own packages: a device image can lack a dependency (the H200's has no diffusers, which the KL tokenizer
+# needs), and with no package index there the wheels travel with the call (`carry`).
+use_carried_wheels() {
+    local dir=${WHEELS:-.whl} site=${WHEEL_SITE:-/tmp/vgen-site}
+    compgen -G "$dir/*.whl" >/dev/null || return 0
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$dir"/*.whl
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+}

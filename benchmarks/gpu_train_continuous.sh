@@ -5,10 +5,13 @@
 #
 #   bash benchmarks/gpu_train_continuous.sh
 #
-# Nothing needs carrying: the device renders the smooth shapes images with all its cores and encodes them with the
-# shipped KL tokenizer. The run starts from the shipped target (vgen train mar --init-from the pipeline) and ends
-# annealed TRAIN_END_S seconds after the script starts at whatever speed the device runs (train_until in
-# gpu_pack.sh: a probe of PROBE_S seconds, then the cosine laid over the steps that fit, at most STEPS). Then it
+# The device renders the smooth shapes images with all its cores (32,000: 3 min 55 s on an H200 machine's 16,
+# beside another run) and encodes them with the shipped KL tokenizer, which needs diffusers: where the machine
+# lacks it, carry its wheel and importlib_metadata's in .whl (WHEELS; `pip download --no-deps --only-binary=:all:
+# -d .whl diffusers==0.42.1 importlib_metadata`), which use_carried_wheels (gpu_pack.sh) installs first. The run
+# starts from the shipped target (vgen train mar --init-from the pipeline) and ends annealed TRAIN_END_S seconds
+# after the script starts at whatever speed the device runs (train_until in gpu_pack.sh: a probe of PROBE_S
+# seconds, then the cosine laid over the steps that fit, at most STEPS). Then it
 # packages in bf16 and runs `vgen quality` on NUM_EVAL samples (the classes in turn). The device returns at
 # most 8 files of at most 16 MiB each, so $OUT gets: train.log, summary.txt (the last loss and the class
 # accuracy), and result.tar (pipe/, log.jsonl, quality.json, grid.png) split into 15 MiB parts result.tar.part-NN
@@ -39,6 +42,7 @@ CFG=${CFG:-3.0}
 PRECISION=${PRECISION:-bf16}
 SHIPPED=vgen/assets/shapes-c2i-continuous
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+use_carried_wheels
 VGEN=(python3 -m vgen.apps.cli)
 
 mkdir -p "$OUT" "$RUN"
