@@ -18,12 +18,12 @@ train_until() {
     local end_at=$1 max_steps=$2 run=$3
     shift 3
     "$@" --steps "$max_steps" --max-minutes "$(awk "BEGIN { print ${PROBE_S:-45} / 60 }")"
-    local left=$((end_at - $(date +%s) - ${RESTART_S:-15})) steps
-    steps=$(python3 -c "import sys; from vgen.training.trainer import steps_reachable as s
-print(s(sys.argv[1], float(sys.argv[2]), int(sys.argv[3])))" "$run" "$left" "$max_steps")
-    local done_steps
-    done_steps=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['step'])" \
-        "$run/checkpoints/$(cat "$run/latest")/state.json")
+    local left=$((end_at - $(date +%s) - ${RESTART_S:-15})) done_steps steps
+    read -r done_steps steps < <(python3 -c "import json, sys
+from vgen.training.trainer import STATE, latest_checkpoint, steps_reachable
+run, left, cap = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+print(json.loads((latest_checkpoint(run) / STATE).read_text())['step'], steps_reachable(run, left, cap))" \
+        "$run" "$left" "$max_steps")
     if [ "$steps" -le "$done_steps" ] || [ "$left" -le 0 ]; then
         echo "train_until: the probe ended at step $done_steps; no time or steps left for more"
         return

@@ -11,17 +11,17 @@
 # -d .whl diffusers==0.42.1 importlib_metadata`), which use_carried_wheels (gpu_pack.sh) installs first. The run
 # starts from the shipped target (vgen train mar --init-from the pipeline) and ends annealed TRAIN_END_S seconds
 # after the script starts at whatever speed the device runs (train_until in gpu_pack.sh: a probe of PROBE_S
-# seconds, then the cosine laid over the steps that fit, at most STEPS). Then it
-# packages in bf16 and runs `vgen quality` on NUM_EVAL samples (the classes in turn). The device returns at
-# most 8 files of at most 16 MiB each, so $OUT gets: train.log, summary.txt (the last loss and the class
-# accuracy), and result.tar (pipe/, log.jsonl, quality.json, grid.png) split into 15 MiB parts result.tar.part-NN
-# with its sha256 in result.tar.sha256; `cat result.tar.part-* | tar -x` unpacks it. The package is packed before
-# it is measured, so a failed measurement still returns the weights.
+# seconds, then the cosine laid over the steps that fit, at most STEPS). Then it packages in bf16 and runs `vgen
+# quality` on NUM_EVAL samples (the classes in turn). The device returns at most 8 files of at most 16 MiB each,
+# so $OUT gets: train.log, summary.txt (the last loss and the class accuracy), and result.tar (pipe/, log.jsonl,
+# quality.json, grid.png) split into 15 MiB parts result.tar.part-NN with its sha256 in result.tar.sha256; `cat
+# result.tar.part-* | tar -x` unpacks it. The package is packed before it is measured, so a failed measurement
+# still returns the weights.
 #
 # Environment (defaults): OUT (gpu_continuous_out), DEVICE (cuda), DATA (runs/data-smooth), RUN
 # (runs/gpu-continuous), NUM_IMAGES (32000), STEPS (20000), BATCH (128), LR (3e-4), WARMUP (100), TRAIN_END_S
-# (420), PROBE_S (45), NUM_EVAL (256), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16). DEVICE=cpu with small counts is the dry run
-# this script is tested by.
+# (420), PROBE_S (45), NUM_EVAL (256), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16), WHEELS (.whl).
+# DEVICE=cpu with small counts is the dry run this script is tested by.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

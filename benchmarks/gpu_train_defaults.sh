@@ -2,8 +2,8 @@
 # Continue training the two embedded defaults that a GPU helps most, side by side on one CUDA GPU in one call: the
 # prompt default (benchmarks/gpu_train_t2i.sh) and the continuous default's target
 # (benchmarks/gpu_train_continuous.sh). Neither small model fills the GPU, so the two share it; each renders its
-# data on the machine's cores first (on an H200 machine the t2i scenes took about 2.5 minutes beside the other
-# run's images), and the continuous run needs diffusers' wheel carried where the machine lacks it (its header).
+# data on the machine's cores first (on an H200 machine the t2i run, rendering beside the other, ended its 45 s
+# probe 199 s after the start), and the continuous run needs diffusers' wheel carried where the machine lacks it.
 #
 #   bash benchmarks/gpu_train_defaults.sh
 #
