@@ -89,6 +89,13 @@ def test_cached_clips_render_once_then_memory_map(tmp_path):
         cached_clips(tmp_path, "nope", 2, SMALL)
 
 
+def test_rendering_a_cache_shows_progress_and_a_plain_render_does_not(tmp_path, capsys):
+    cached_clips(tmp_path, "val", 2, SMALL)
+    assert "render clips seed=11" in capsys.readouterr().err
+    render_clips(11, 0, 2, SMALL)
+    assert capsys.readouterr().err == ""
+
+
 def test_a_folder_reports_the_config_its_clips_were_rendered_with(tmp_path):
     assert recorded_clips_config(tmp_path) == SHAPES_CLIPS
     assert recorded_clips_config(tmp_path, SMALL) == SMALL  # nothing rendered yet: the default asked for
