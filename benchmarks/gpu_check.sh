@@ -157,8 +157,8 @@ step_t2i_tests() {
     if [ "$T2I_TEST_WORKERS" != 0 ] && "$PYTHON" -c 'import xdist' 2>/dev/null; then
         workers=(-n "$T2I_TEST_WORKERS")
     fi
-    run 240 "$PYTHON" -m pytest -m "gpu or not gpu" -k "not test_speculative_sampler or t2i or caption" -p no:cacheprovider \
-        -q -rfEs --durations=10 "${workers[@]}" "${T2I_TESTS[@]}"
+    run 240 "$PYTHON" -m pytest -m "gpu or not gpu" -k "not test_speculative_sampler or t2i or caption" \
+        -p no:cacheprovider -q -rfEs --durations=10 "${workers[@]}" "${T2I_TESTS[@]}"
 }
 
 step_t2i_speed() {
