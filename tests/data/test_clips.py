@@ -89,11 +89,12 @@ def test_cached_clips_render_once_then_memory_map(tmp_path):
         cached_clips(tmp_path, "nope", 2, SMALL)
 
 
-def test_rendering_a_cache_shows_progress_and_a_plain_render_does_not(tmp_path, capsys):
-    cached_clips(tmp_path, "val", 2, SMALL)
-    assert "render clips seed=11" in capsys.readouterr().err
-    render_clips(11, 0, 2, SMALL)
-    assert capsys.readouterr().err == ""
+def test_a_cache_renders_in_parallel_the_clips_of_a_serial_render_with_progress(tmp_path, capsys):
+    clips, labels = cached_clips(tmp_path, "val", 5, SMALL, workers=2, chunk=2)
+    assert "render clips (val)" in capsys.readouterr().err
+    serial_clips, serial_labels = render_clips(11, 0, 5, SMALL)
+    np.testing.assert_array_equal(clips, serial_clips)
+    np.testing.assert_array_equal(labels, serial_labels)
 
 
 def test_a_folder_reports_the_config_its_clips_were_rendered_with(tmp_path):
