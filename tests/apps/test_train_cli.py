@@ -155,6 +155,15 @@ def test_each_recipe_trains_checkpoints_and_exports_through_the_command(case, in
     assert state["step"] == 2 and state["recipe"]["batch_size"] == 2 and state["train_config"]["lr"] > 0
 
 
+@pytest.mark.parametrize("case", ["blockdiff", "blockdiff --tokenizer"])
+def test_a_video_blockdiff_model_trains_on_whole_clips(case, inputs, tmp_path):
+    """Longer clips (the 64px-16f preset) give a model of more trained frames, hence longer stream contexts."""
+    cached_clips(tmp_path / "clips6", "train", 4, replace(CLIPS, num_frames=6))
+    flags = [flag.replace("{clips}", "{tmp}/clips6") for flag in RECIPES[case][0]]
+    assert _train(flags, inputs, tmp_path) == 0
+    assert from_pretrained(tmp_path / "run" / "export").config.train_frames == 6
+
+
 def test_a_rerun_with_other_settings_is_refused_in_one_line_unless_overridden(inputs, tmp_path, capsys):
     flags = RECIPES["blockdiff"][0]
     assert _train(flags, inputs, tmp_path) == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from vgen.data.clips import (
     CLIP_PRESETS,
     SHAPES_CLIPS,
     SHAPES_CLIPS_64,
+    SHAPES_CLIPS_64_LONG,
     ClipsConfig,
     _fold,
     cached_clips,
@@ -104,9 +107,10 @@ def test_a_folder_reports_the_config_its_clips_were_rendered_with(tmp_path):
     assert recorded_clips_config(tmp_path) == SMALL
 
 
-def test_the_presets_are_16_frames_of_32px_and_8_frames_of_64px():
+def test_the_presets_are_16_frames_of_32px_and_8_or_16_frames_of_64px():
     """The 64-px preset is the shapes images' frame (16 x 16 codes of the image tokenizer, 2,048 a clip)."""
-    assert CLIP_PRESETS == {"32px": SHAPES_CLIPS, "64px": SHAPES_CLIPS_64}
+    assert CLIP_PRESETS == {"32px": SHAPES_CLIPS, "64px": SHAPES_CLIPS_64, "64px-16f": SHAPES_CLIPS_64_LONG}
+    assert replace(SHAPES_CLIPS_64, num_frames=16) == SHAPES_CLIPS_64_LONG
     assert (SHAPES_CLIPS.num_frames, SHAPES_CLIPS.frame_size) == (16, 32)
     assert (SHAPES_CLIPS_64.num_frames, SHAPES_CLIPS_64.frame_size) == (8, 64)
     clip, _ = sample_clip(0, 3, SHAPES_CLIPS_64)

@@ -191,19 +191,23 @@ def test_an_image_first_video_model_started_from_an_image_nar_draws_frame_0_as_t
 def test_the_64px_video_recipes_start_from_the_shipped_image_models() -> None:
     """SHAPES_VIDEO_NAR_64 is shapes-nar's trunk over 8 frames of its 16 x 16 grid, and SHAPES_VIDEO_NBP_64 the
     shapes AR model's size over the same grid with all of frame 0 token by token (368 passes)."""
-    from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64
+    from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, SHAPES_CLIPS_64_LONG
     from vgen.training.nar import SHAPES_VIDEO_NAR_64, VIDEO_NAR_RECIPES
     from vgen.training.nbp import SHAPES_VIDEO_NBP, SHAPES_VIDEO_NBP_64, VIDEO_NBP_RECIPES, video_nbp_config
 
     assert SHAPES_VIDEO_NAR_64.grid == (8, 16, 16) and SHAPES_VIDEO_NAR_64.n_layer == SHAPES_NAR.n_layer
     assert SHAPES_VIDEO_NAR_64.vocab_size == SHAPES_NAR.vocab_size and SHAPES_VIDEO_NAR_64.rope == "spatial"
     assert NARConfig(**{**SHAPES_VIDEO_NAR_64.to_dict(), "grid": (16, 16), "rope": "grid"}) == SHAPES_NAR
-    assert VIDEO_NAR_RECIPES == {SHAPES_CLIPS: SHAPES_VIDEO_NAR, SHAPES_CLIPS_64: SHAPES_VIDEO_NAR_64}
+    assert VIDEO_NAR_RECIPES[SHAPES_CLIPS] == SHAPES_VIDEO_NAR
+    assert VIDEO_NAR_RECIPES[SHAPES_CLIPS_64] == SHAPES_VIDEO_NAR_64
+    assert VIDEO_NAR_RECIPES[SHAPES_CLIPS_64_LONG] == replace(SHAPES_VIDEO_NAR_64, grid=(16, 16, 16))
     nbp = SHAPES_VIDEO_NBP_64
     assert (nbp.grid, nbp.block, nbp.hybrid, nbp.rope, nbp.vocab_size) == ((8, 16, 16), "row", True, "spatial", 4096)
     assert nbp.first_tokens == 256 and nbp.num_steps == 256 + 7 * 16
     assert (nbp.dim, nbp.n_layer, nbp.n_head) == (SHAPES_GPT.dim, SHAPES_GPT.n_layer, SHAPES_GPT.n_head)
-    assert VIDEO_NBP_RECIPES == {SHAPES_CLIPS: SHAPES_VIDEO_NBP, SHAPES_CLIPS_64: SHAPES_VIDEO_NBP_64}
+    assert VIDEO_NBP_RECIPES[SHAPES_CLIPS] == SHAPES_VIDEO_NBP and VIDEO_NBP_RECIPES[SHAPES_CLIPS_64] == nbp
+    long = video_nbp_config(SHAPES_CLIPS_64_LONG)  # the 16-frame clips: the same model over twice the frames
+    assert long == replace(nbp, grid=(16, 16, 16)) and long.num_steps == 256 + 15 * 16
     # what vgen train nbp builds: the recipe, and in frame blocks the 64-px recipe's frame 0 is one block
     assert video_nbp_config(SHAPES_CLIPS_64) == nbp and video_nbp_config(SHAPES_CLIPS) == SHAPES_VIDEO_NBP
     frames = video_nbp_config(SHAPES_CLIPS_64, block="frame")

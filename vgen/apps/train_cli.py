@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +120,8 @@ def add_clip_sampling(t: argparse.ArgumentParser, first_frames_default: str, vid
 def add_clips(t: argparse.ArgumentParser, codes: str) -> None:
     t.add_argument("--clips", choices=sorted(CLIP_PRESETS), default=None,
                    help="clip geometry to render --data-dir with (32px: 16 frames of 32 x 32; 64px: 8 frames of "
-                        "64 x 64, the image models' frames, " + codes + "); default: what the folder records, "
-                        "else 32px")
+                        "64 x 64, the image models' frames, " + codes + "; 64px-16f: the 64px clips with 16 "
+                        "frames); default: what the folder records, else 32px")
 
 
 def add_video(t: argparse.ArgumentParser, detail: str = "") -> None:
@@ -313,10 +313,13 @@ def check_blockdiff(args: argparse.Namespace) -> None:
 
 
 def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
-    model = (SHAPES_BLOCKDIFF if args.tokenizer is None
-             else SHAPES_LATENT_IMAGE_DIFF if args.image else SHAPES_LATENT_BLOCKDIFF)
+    """A video model trains on whole clips: its trained frames are the clips' (8 or 16 for the 64-px presets)."""
+    clips = clips_of(args)
+    model = (SHAPES_LATENT_IMAGE_DIFF if args.image else
+             replace(SHAPES_BLOCKDIFF if args.tokenizer is None else SHAPES_LATENT_BLOCKDIFF,
+                     train_frames=clips.num_frames))
     train_blockdiff(args.run_dir, args.data_dir, train,
-                    BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size), model, clips_of(args),
+                    BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size), model, clips,
                     max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from,
                     teacher=args.distill_from, teacher_cfg=args.teacher_cfg)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +163,9 @@ SHAPES_CLIPS = ClipsConfig()  # the recipes' clips: 16 frames of 32 x 32 pixels
 # frame, 2,048 a clip), so that a video model can start from the image model. Shapes span 45-65% of the side (the
 # images 45-80%, which leaves a large shape no room to move)
 SHAPES_CLIPS_64 = ClipsConfig(num_frames=8, frame_size=64, min_scale=0.45, max_scale=0.65)
-CLIP_PRESETS = {"32px": SHAPES_CLIPS, "64px": SHAPES_CLIPS_64}
+# the same clips twice as long: long-horizon training of the streaming model (its frames are KL latents)
+SHAPES_CLIPS_64_LONG = replace(SHAPES_CLIPS_64, num_frames=16)
+CLIP_PRESETS = {"32px": SHAPES_CLIPS, "64px": SHAPES_CLIPS_64, "64px-16f": SHAPES_CLIPS_64_LONG}
 SPLIT_SEEDS = {"train": 10, "val": 11, "test": 12}  # distinct from the image splits' seeds
 CLIPS_CONFIG = "clips.json"
 

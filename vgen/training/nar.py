@@ -35,12 +35,12 @@ train frame 0 alone (:func:`~vgen.training.clip_codes.with_first_frames`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
+from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, SHAPES_CLIPS_64_LONG, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.training.ar import SHAPES_GPT, cached_codes
@@ -62,7 +62,9 @@ SHAPES_VIDEO_NAR = NARConfig(grid=(16, 8, 8), vocab_size=SHAPES_FRAME_VQ.codeboo
 # starts it (9 blocks: shapes-nar's 8 and the next-frame head's)
 SHAPES_VIDEO_NAR_64 = NARConfig(grid=(SHAPES_CLIPS_64.num_frames,) + SHAPES_NAR.grid, vocab_size=SHAPES_NAR.vocab_size,
                                 n_layer=SHAPES_NAR.n_layer, rope="spatial", **_GPT_SIZE)
-VIDEO_NAR_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NAR, SHAPES_CLIPS_64: SHAPES_VIDEO_NAR_64}
+VIDEO_NAR_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NAR, SHAPES_CLIPS_64: SHAPES_VIDEO_NAR_64,
+                     SHAPES_CLIPS_64_LONG: replace(SHAPES_VIDEO_NAR_64, grid=(SHAPES_CLIPS_64_LONG.num_frames,
+                                                                              *SHAPES_VIDEO_NAR_64.grid[1:]))}
 # other frames of each clip that an image-first video model's frame 0 also learns from (with_first_frames); NBP's
 # H100 run used 2 as well
 VIDEO_NAR_FIRST_FRAMES = 2

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
+from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, SHAPES_CLIPS_64_LONG, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.models.nbp import NBPConfig, NBPTransformer
@@ -42,7 +42,9 @@ SHAPES_VIDEO_NBP = NBPConfig(grid=(16, 8, 8), block="row", hybrid=True, vocab_si
 SHAPES_VIDEO_NBP_64 = replace(SHAPES_VIDEO_NBP, grid=(SHAPES_CLIPS_64.num_frames, SHAPES_GPT.grid_size,
                                                       SHAPES_GPT.grid_size),
                               vocab_size=SHAPES_GPT.vocab_size, hybrid_blocks=SHAPES_GPT.grid_size, rope="spatial")
-VIDEO_NBP_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NBP, SHAPES_CLIPS_64: SHAPES_VIDEO_NBP_64}
+VIDEO_NBP_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_NBP, SHAPES_CLIPS_64: SHAPES_VIDEO_NBP_64,
+                     SHAPES_CLIPS_64_LONG: replace(SHAPES_VIDEO_NBP_64, grid=(SHAPES_CLIPS_64_LONG.num_frames,
+                                                                              *SHAPES_VIDEO_NBP_64.grid[1:]))}
 
 
 def video_nbp_config(clips: ClipsConfig, block: str | None = None, rope: str | None = None,

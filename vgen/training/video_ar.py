@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, ClipsConfig
+from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, SHAPES_CLIPS_64_LONG, ClipsConfig
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.nbp import NBPTransformer
@@ -37,7 +37,9 @@ SHAPES_VIDEO_AR = replace(SHAPES_GPT, vocab_size=SHAPES_FRAME_VQ.codebook_size, 
 SHAPES_VIDEO_AR_64 = replace(SHAPES_GPT, frames=SHAPES_CLIPS_64.num_frames,
                              block_size=SHAPES_CLIPS_64.num_frames * SHAPES_GPT.block_size, rope="spatial",
                              token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
-VIDEO_AR_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_AR, SHAPES_CLIPS_64: SHAPES_VIDEO_AR_64}
+# the 16-frame 64-px clips: the same model, its frames set by video_ar_config
+VIDEO_AR_RECIPES = {SHAPES_CLIPS: SHAPES_VIDEO_AR, SHAPES_CLIPS_64: SHAPES_VIDEO_AR_64,
+                    SHAPES_CLIPS_64_LONG: SHAPES_VIDEO_AR_64}
 
 
 def video_ar_config(tokenizer: torch.nn.Module, clips: ClipsConfig, config: GPTConfig | None = None) -> GPTConfig:
