@@ -113,6 +113,8 @@ def test_a_latent_run_learns_the_tokenizers_latent_frames_and_the_video_run_star
                             tokenizer_dir=kl_dir, init_from=tmp_path / "image" / "export")
     assert video.config == LATENT
     assert json.loads((latest_checkpoint(tmp_path / "video") / "state.json").read_text())["step"] == 2
+    first = json.loads((tmp_path / "video" / "log.jsonl").read_text().splitlines()[0])
+    assert first == {"step": 0, "init_from": str(tmp_path / "image" / "export")}
     with pytest.raises(CheckpointError, match="does not match"):
         start_from(BlockDiffusionTransformer(replace(LATENT, dim=48, n_head=4)), tmp_path / "image" / "export")
     with pytest.raises(CheckpointError, match="not a block-diffusion model"):
@@ -180,6 +182,8 @@ def test_a_distilled_student_matches_the_guided_teacher_without_guidance(tmp_pat
     student = train_blockdiff(tmp_path / "student", tmp_path / "data", TrainConfig(steps=80, **train), recipe,
                               clips=clips, teacher=tmp_path / "teacher" / "export", teacher_cfg=4.0)
     assert student.config == replace(TOY, class_dropout_prob=0.0)
+    first = json.loads((tmp_path / "student" / "log.jsonl").read_text().splitlines()[0])
+    assert first == {"step": 0, "init_from": str(tmp_path / "teacher" / "export"), "teacher_cfg": 4.0}
     torch.manual_seed(5)
     frames = clips_to_tensor(cached_clips(tmp_path / "data", "train", 16, clips)[0])
     classes = torch.arange(len(frames)) % 8

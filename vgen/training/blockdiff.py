@@ -138,14 +138,14 @@ def random_windows(clips: torch.Tensor, length: int) -> torch.Tensor:
 
 
 def cached_clip_latents(kl_dir: str | Path, data_dir: str | Path, count: int, cache_dir: str | Path,
-                        clips: ClipsConfig) -> tuple[np.ndarray, np.ndarray]:
+                        clips: ClipsConfig, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """Latent frames [N, T, h, w, C] (float16, the KL tokenizer's scaled posterior means) and labels of the first
-    ``count`` training clips, cached in ``cache_dir``."""
+    ``count`` training clips, encoded on ``device`` and cached in ``cache_dir``."""
     path = Path(cache_dir) / f"train_clip_latents_{count}.npy"
     videos, labels = cached_clips(data_dir, "train", count, clips)
     if not path.exists():
-        kl = from_pretrained(kl_dir).eval()
-        latents = [kl.encode_frames(clips_to_tensor(videos[i:i + 32])).half().numpy()
+        kl = from_pretrained(kl_dir, map_location=device).eval()
+        latents = [kl.encode_frames(clips_to_tensor(videos[i:i + 32]).to(device)).half().cpu().numpy()
                    for i in tqdm(range(0, count, 32), desc="encode clips", unit="batch")]
         save_array_atomic(np.concatenate(latents), path)
     return np.load(path, mmap_mode="r"), np.asarray(labels)
@@ -198,12 +198,16 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
         videos, labels = cached_clips(data_dir, "train", recipe.num_clips, clips)
     else:
         check_latent_fit(config, from_pretrained(tokenizer_dir), clips)
-        videos, labels = cached_clip_latents(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
+        videos, labels = cached_clip_latents(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips, train.device)
     labels_t = torch.from_numpy(np.asarray(labels))
     model = BlockDiffusionTransformer(config)
-    if init_from is not None and latest_checkpoint(run_dir) is None:
+    started = init_from is not None and latest_checkpoint(run_dir) is None
+    if started:
         start_from(model, init_from)
     trainer = Trainer(model, train, run_dir, recipe)
+    if started:  # the log says what the run started from
+        trainer.log({"step": 0, "init_from": str(init_from),
+                     **({"teacher_cfg": teacher_cfg} if teacher_model is not None else {})})
     batches = index_batches(len(labels_t), recipe.batch_size, train.seed, trainer.step)
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
