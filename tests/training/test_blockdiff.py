@@ -23,6 +23,7 @@ from vgen.training.blockdiff import (
     diffusion_forcing_loss,
     guidance_distillation_loss,
     guided_velocity,
+    lone_blocks,
     noise_blocks,
     random_windows,
     start_from,
@@ -64,6 +65,25 @@ def test_a_lone_block_is_never_clean() -> None:
     model = BlockDiffusionTransformer(replace(TOY, frames_per_block=1, train_frames=1))
     loss, metrics = diffusion_forcing_loss(model, torch.rand(4, 1, 16, 16, 3), torch.tensor([0, 1, 2, 3]), 1.0)
     assert metrics["noisy_frac"] == 1.0 and loss.item() > 0
+
+
+def test_the_noise_shift_moves_training_levels_up_as_the_sampler_schedule_does() -> None:
+    """Shift 3 puts the median level at 0.75 (shift 1: 0.5, uniform); levels stay in [0, 1], clean blocks at 0."""
+    torch.manual_seed(0)
+    frames = torch.zeros(4000, 4, 4, 4, 3)
+    uniform = noise_blocks(frames, 2, 0.0).sigma
+    shifted = noise_blocks(frames, 2, 0.3, noise_shift=3.0)
+    assert uniform.median().item() == pytest.approx(0.5, abs=0.02)
+    noisy = shifted.sigma[shifted.weight[:, ::2] > 0]
+    assert noisy.median().item() == pytest.approx(0.75, abs=0.02) and noisy.min() >= 0 and noisy.max() <= 1
+    assert (shifted.sigma[shifted.weight[:, ::2] == 0] == 0).all()
+
+
+def test_lone_blocks_are_each_block_of_a_window_with_its_clips_class() -> None:
+    frames = torch.arange(3 * 8).reshape(3, 8).float()[:, :, None, None, None]  # frame values tell their place
+    blocks, classes = lone_blocks(frames, torch.tensor([5, 6, 7]), 2)
+    assert blocks.shape == (12, 2, 1, 1, 1) and classes.tolist() == [5] * 4 + [6] * 4 + [7] * 4
+    assert blocks[:, :, 0, 0, 0].tolist() == [[2 * i, 2 * i + 1] for i in range(12)]
 
 
 def test_latents_are_only_reversed_in_time_never_flipped() -> None:
@@ -109,12 +129,15 @@ def test_a_latent_run_learns_the_tokenizers_latent_frames_and_the_video_run_star
     started = BlockDiffusionTransformer(LATENT)
     start_from(started, tmp_path / "image" / "export")
     assert all(torch.equal(a, b) for a, b in zip(started.state_dict().values(), image.state_dict().values()))
-    video = train_blockdiff(tmp_path / "video", data, replace(train, steps=2), recipe, LATENT, clips,
+    video = train_blockdiff(tmp_path / "video", data, replace(train, steps=2),
+                            replace(recipe, noise_shift=3.0, lone_block_share=0.5), LATENT, clips,
                             tokenizer_dir=kl_dir, init_from=tmp_path / "image" / "export")
     assert video.config == LATENT
     assert json.loads((latest_checkpoint(tmp_path / "video") / "state.json").read_text())["step"] == 2
     first = json.loads((tmp_path / "video" / "log.jsonl").read_text().splitlines()[0])
     assert first == {"step": 0, "init_from": str(tmp_path / "image" / "export")}
+    logged = [json.loads(line) for line in (tmp_path / "video" / "log.jsonl").read_text().splitlines()[1:]]
+    assert len(logged) == 1 and logged[0]["lone_blocks"] in (0.0, 0.5, 1.0)  # the share of 2 steps on lone blocks
     with pytest.raises(CheckpointError, match="does not match"):
         start_from(BlockDiffusionTransformer(replace(LATENT, dim=48, n_head=4)), tmp_path / "image" / "export")
     with pytest.raises(CheckpointError, match="not a block-diffusion model"):

@@ -301,6 +301,12 @@ def add_blockdiff_args(t: argparse.ArgumentParser) -> None:
                         "its guided velocity at --teacher-cfg into a student of its architecture, started from its "
                         "weights, that streams without guidance")
     t.add_argument("--teacher-cfg", type=float, default=TEACHER_CFG, help="the teacher's CFG scale to distil")
+    t.add_argument("--noise-shift", type=float, default=BlockDiffRecipe.noise_shift,
+                   help="warp the training noise levels by this shift (1: uniform; 3: as the streams' schedule, "
+                        "more training at the high levels that decide a block's shape)")
+    t.add_argument("--lone-block-share", type=float, default=BlockDiffRecipe.lone_block_share,
+                   help="share of steps whose clips are cut into single blocks, each trained as a stream's first "
+                        "block (no context)")
     add_clips(t, "in the KL tokenizer's latents")
 
 
@@ -310,6 +316,10 @@ def check_blockdiff(args: argparse.Namespace) -> None:
     if args.distill_from and (args.image or args.init_from):
         raise UsageError("--distill-from starts the student from the teacher: drop --image and --init-from")
     declarations(StreamConfig)["cfg_scale"].spec.check("--teacher-cfg", args.teacher_cfg, float)
+    if not 0 < args.noise_shift < math.inf:
+        raise UsageError(f"--noise-shift must be a finite number > 0, got {args.noise_shift}")
+    if not 0 <= args.lone_block_share <= 1:
+        raise UsageError(f"--lone-block-share must be between 0 and 1, got {args.lone_block_share}")
 
 
 def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
@@ -319,7 +329,9 @@ def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
              replace(SHAPES_BLOCKDIFF if args.tokenizer is None else SHAPES_LATENT_BLOCKDIFF,
                      train_frames=clips.num_frames))
     train_blockdiff(args.run_dir, args.data_dir, train,
-                    BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size), model, clips,
+                    BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size,
+                                    noise_shift=args.noise_shift, lone_block_share=args.lone_block_share),
+                    model, clips,
                     max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from,
                     teacher=args.distill_from, teacher_cfg=args.teacher_cfg)
 

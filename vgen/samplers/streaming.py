@@ -43,15 +43,20 @@ REFRESH_MODES = ("none", "recompute")
 MAX_STEPS = 1000  # denoising steps of one block: distilled streams take 1-8, flow matching rarely above 100
 
 
-def flow_sigmas(steps: int, shift: float) -> torch.Tensor:
-    """Noise levels 1 -> 0 in ``steps`` Euler steps, [steps + 1], warped by ``shift`` (sigma' = shift sigma /
-    (1 + (shift - 1) sigma): more of the steps at high noise for shift > 1, as Wan and Self-Forcing do)."""
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+def shift_noise_levels(sigma: torch.Tensor, shift: float) -> torch.Tensor:
+    """Noise levels in [0, 1] warped by ``shift``: sigma' = shift sigma / (1 + (shift - 1) sigma), which keeps 0
+    and 1 and moves every level in between up for shift > 1 (Wan's and SD3's schedule shift)."""
     if not shift > 0:
         raise ValueError(f"shift must be > 0, got {shift}")
-    s = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
-    return (shift * s / (1 + (shift - 1) * s)).float()
+    return shift * sigma / (1 + (shift - 1) * sigma)
+
+
+def flow_sigmas(steps: int, shift: float) -> torch.Tensor:
+    """Noise levels 1 -> 0 in ``steps`` Euler steps, [steps + 1], warped by ``shift``: more of the steps at high
+    noise for shift > 1, as Wan and Self-Forcing do."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    return shift_noise_levels(torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64), shift).float()
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,11 @@ conditional velocity on the teacher's classifier-free-guided one, over the same 
 al., 2023, "On distillation of guided diffusion models", first stage). The student then streams at CFG 1: one
 forward at batch 1 per step and per cache write, where the guided teacher runs batch 2.
 
+Two levers on the first block, which streams generate without context and whose shape the later blocks keep:
+``noise_shift`` warps the training noise levels up (as the sampler's ``shift`` warps its steps), so more of the
+training goes to the high levels where a block's layout and shape are decided; ``lone_block_share`` is the share of
+steps whose windows are cut into single blocks, each then trained as a first block, with as many tokens a step.
+
 Augmentation: a random time reversal per clip (a bouncing, spinning shape played backwards is another valid clip
 of the same class), and for pixels a random horizontal flip (a latent frame flipped is not the latent of the
 flipped frame, so latents are not flipped).
@@ -25,6 +30,7 @@ flipped frame, so latents are not flipped).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,6 +42,7 @@ from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.samplers.logits import cfg_merge
+from vgen.samplers.streaming import shift_noise_levels
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches, latest_checkpoint, save_array_atomic
 
@@ -53,9 +60,20 @@ TEACHER_CFG = 5.0  # the teacher's CFG scale that a distilled student learns to 
 
 @dataclass(frozen=True)
 class BlockDiffRecipe:
+    """Clips, batch, the share of clean blocks, the training noise levels' ``noise_shift`` (1: uniform) and the
+    share of steps trained on lone blocks."""
+
     num_clips: int = 6000
     batch_size: int = 8
     clean_prob: float = 0.3
+    noise_shift: float = 1.0
+    lone_block_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.noise_shift < math.inf:
+            raise ValueError(f"noise_shift must be a finite number > 0, got {self.noise_shift}")
+        if not 0 <= self.lone_block_share <= 1:
+            raise ValueError(f"lone_block_share must be in [0, 1], got {self.lone_block_share}")
 
 
 def clips_to_tensor(clips: np.ndarray) -> torch.Tensor:
@@ -74,11 +92,13 @@ class NoisedClip:
     weight: torch.Tensor
 
 
-def noise_blocks(frames: torch.Tensor, frames_per_block: int, clean_prob: float) -> NoisedClip:
-    """Diffusion forcing's inputs: each block clean with probability ``clean_prob``, else at a uniform level."""
+def noise_blocks(frames: torch.Tensor, frames_per_block: int, clean_prob: float,
+                 noise_shift: float = 1.0) -> NoisedClip:
+    """Diffusion forcing's inputs: each block clean with probability ``clean_prob``, else at a uniform level
+    warped by ``noise_shift``."""
     b, t = frames.shape[:2]
     blocks = t // frames_per_block
-    sigma = torch.rand(b, blocks, device=frames.device)
+    sigma = shift_noise_levels(torch.rand(b, blocks, device=frames.device), noise_shift)
     # a lone block is never clean: it would carry no loss and be context for nothing
     clean = torch.rand(b, blocks, device=frames.device) < (clean_prob if blocks > 1 else 0.0)
     sigma = torch.where(clean, torch.zeros_like(sigma), sigma)
@@ -95,9 +115,9 @@ def noisy_block_mse(v: torch.Tensor, target: torch.Tensor, weight: torch.Tensor)
 
 
 def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tensor, class_ids: torch.Tensor,
-                           clean_prob: float) -> tuple[torch.Tensor, dict]:
+                           clean_prob: float, noise_shift: float = 1.0) -> tuple[torch.Tensor, dict]:
     """Flow-matching loss with an independent noise level per block (clean blocks carry no loss)."""
-    clip = noise_blocks(frames, model.frames_per_block, clean_prob)
+    clip = noise_blocks(frames, model.frames_per_block, clean_prob, noise_shift)
     v = model(clip.x_t, clip.sigma, class_ids)
     return noisy_block_mse(v, clip.noise - frames, clip.weight), {"noisy_frac": float(clip.weight.mean())}
 
@@ -114,9 +134,9 @@ def guided_velocity(teacher: BlockDiffusionTransformer, x_t: torch.Tensor, sigma
 
 def guidance_distillation_loss(student: BlockDiffusionTransformer, teacher: BlockDiffusionTransformer,
                                frames: torch.Tensor, class_ids: torch.Tensor, clean_prob: float,
-                               cfg_scale: float) -> tuple[torch.Tensor, dict]:
+                               cfg_scale: float, noise_shift: float = 1.0) -> tuple[torch.Tensor, dict]:
     """The student's conditional velocity against the teacher's guided one, on diffusion-forcing clips."""
-    clip = noise_blocks(frames, student.frames_per_block, clean_prob)
+    clip = noise_blocks(frames, student.frames_per_block, clean_prob, noise_shift)
     target = guided_velocity(teacher, clip.x_t, clip.sigma, class_ids, cfg_scale)
     v = student(clip.x_t, clip.sigma, class_ids)
     return noisy_block_mse(v, target, clip.weight), {"noisy_frac": float(clip.weight.mean())}
@@ -135,6 +155,16 @@ def random_windows(clips: torch.Tensor, length: int) -> torch.Tensor:
     """A window of ``length`` consecutive frames of each clip [B, T, ...], at a uniformly random start."""
     starts = torch.randint(0, clips.shape[1] - length + 1, (len(clips),))
     return torch.stack([clip[s:s + length] for clip, s in zip(clips, starts.tolist())])
+
+
+def lone_blocks(frames: torch.Tensor, class_ids: torch.Tensor, frames_per_block: int) -> tuple[torch.Tensor,
+                                                                                                  torch.Tensor]:
+    """Windows [B, T, ...] cut into their blocks, each a window of its own [B * T / frames_per_block,
+    frames_per_block, ...], with the class of its clip."""
+    b, t = frames.shape[:2]
+    blocks = t // frames_per_block
+    return (frames.reshape(b * blocks, frames_per_block, *frames.shape[2:]),
+            class_ids.repeat_interleave(blocks))
 
 
 def cached_clip_latents(kl_dir: str | Path, data_dir: str | Path, count: int, cache_dir: str | Path,
@@ -216,9 +246,15 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
                   else torch.from_numpy(np.asarray(videos[order], dtype=np.float32)))
         frames = augment(random_windows(frames, config.train_frames), flip=tokenizer_dir is None).to(train.device)
         labels = labels_t[order].to(train.device)
+        lone = bool(torch.rand(()) < recipe.lone_block_share)
+        if lone:
+            frames, labels = lone_blocks(frames, labels, config.frames_per_block)
         if teacher_model is not None:
-            return guidance_distillation_loss(model, teacher_model, frames, labels, recipe.clean_prob, teacher_cfg)
-        return diffusion_forcing_loss(model, frames, labels, recipe.clean_prob)
+            loss, metrics = guidance_distillation_loss(model, teacher_model, frames, labels, recipe.clean_prob,
+                                                       teacher_cfg, recipe.noise_shift)
+        else:
+            loss, metrics = diffusion_forcing_loss(model, frames, labels, recipe.clean_prob, recipe.noise_shift)
+        return loss, {**metrics, "lone_blocks": float(lone)}
 
     trainer.fit(batches, step_fn, max_minutes)
     save_pretrained(trainer.ema.model, run_dir / "export")
