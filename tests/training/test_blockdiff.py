@@ -14,9 +14,11 @@ import torch
 from vgen.data.clips import ClipsConfig, cached_clips
 from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
+from vgen.samplers.streaming import BlockStreamer, StreamConfig
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 from vgen.training.blockdiff import (
     BlockDiffRecipe,
+    Rollouts,
     augment,
     check_latent_fit,
     clips_to_tensor,
@@ -232,3 +234,58 @@ def test_a_tiny_run_trains_on_cuda_and_exports(tmp_path) -> None:
     assert log[-1]["loss"] < 0.8 * log[0]["loss"]
     model = from_pretrained(run / "export")
     assert next(model.parameters()).device.type == "cpu" and model.config == TOY
+
+
+def test_context_blocks_stay_clean_and_carry_no_loss() -> None:
+    torch.manual_seed(0)
+    frames = torch.rand(64, 6, 4, 4, 3)
+    clip = noise_blocks(frames, 2, 0.0, context_blocks=2)
+    assert (clip.sigma[:, :2] == 0).all() and (clip.sigma[:, 2] > 0).all()
+    assert torch.equal(clip.x_t[:, :4], frames[:, :4]) and clip.weight.tolist() == [[0, 0, 0, 0, 1, 1]] * 64
+
+
+ROLLOUT = replace(TOY, train_frames=6)  # a sink block, a window block and the new block
+
+
+def test_rollouts_are_the_models_own_streams_with_the_context_its_cache_holds() -> None:
+    """Each call advances the same streams by one block: the clip is the blocks the stream's cache holds (the
+    first block as the sink, then the newest block) and the block just drawn, exactly as ``stream`` draws it;
+    after the drawn length a new batch of streams starts; the model stays in training mode."""
+    torch.manual_seed(0)
+    model = BlockDiffusionTransformer(ROLLOUT)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.05)  # past adaLN-Zero's zero output: blocks depend on their context
+    config = StreamConfig(steps=2, first_steps=3, sink_frames=2, window_frames=2)
+    rollouts = Rollouts(model.train(), config, batch_size=3, max_blocks=6, pixels=True)
+    torch.manual_seed(4)  # the streams' draws: their classes, a length of 6 blocks (evictions from block 3 on)
+    classes, length = torch.randint(0, 8, (3,)), int(torch.randint(1, 7, ()))
+    seed = int(torch.randint(2**62, ()))
+    assert length == 6
+    torch.manual_seed(4)
+    got = [rollouts.next() for _ in range(length)]
+    assert model.training and all(torch.equal(c, classes) for _, c in got)
+    streamer = BlockStreamer(BlockDiffusionTransformer(ROLLOUT).eval(), config, pixels=True)
+    streamer.model.load_state_dict(model.state_dict())
+    generator = torch.Generator().manual_seed(seed)
+    drawn = [b.latents for b in streamer.stream(classes.tolist(), 2 * length, generator=generator)]
+    for k, (clip, _) in enumerate(got):
+        context = drawn[:k] if k < 2 else [drawn[0], drawn[k - 1]]
+        torch.testing.assert_close(clip, torch.cat([*context, drawn[k]], dim=1))
+    fresh, _ = rollouts.next()
+    assert fresh.shape[1] == 2  # a new batch of streams: a lone first block
+
+
+def test_a_student_distils_on_its_own_streams_only_against_a_teacher(tmp_path) -> None:
+    clips = ClipsConfig(num_frames=6, frame_size=16, supersample=1, min_scale=0.35, max_scale=0.5)
+    save_pretrained(BlockDiffusionTransformer(ROLLOUT), tmp_path / "teacher")
+    recipe = BlockDiffRecipe(num_clips=8, batch_size=4, rollout_share=1.0, rollout_blocks=3)
+    train = TrainConfig(steps=6, lr=1e-3, warmup_steps=1, log_every=1, bf16=False)
+    train_blockdiff(tmp_path / "student", tmp_path / "data", train, recipe, clips=clips,
+                    teacher=tmp_path / "teacher", teacher_cfg=3.0)
+    logged = [json.loads(line) for line in (tmp_path / "student" / "log.jsonl").read_text().splitlines()[1:]]
+    assert [r["rollout"] for r in logged] == [1.0] * 6
+    # one drawn block after 0, 1 or 2 context blocks: a third, half or all of the frames noisy
+    assert {r["noisy_frac"] for r in logged} <= {1 / 3, 0.5, 1.0} and logged[0]["noisy_frac"] == 1.0
+    with pytest.raises(ValueError, match="rollout_share trains a student on its own streams against a teacher"):
+        train_blockdiff(tmp_path / "r2", tmp_path / "data", train, recipe, ROLLOUT, clips)

@@ -307,6 +307,12 @@ def add_blockdiff_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--lone-block-share", type=float, default=BlockDiffRecipe.lone_block_share,
                    help="share of steps whose clips are cut into single blocks, each trained as a stream's first "
                         "block (no context)")
+    t.add_argument("--rollout-share", type=float, default=BlockDiffRecipe.rollout_share,
+                   help="with --distill-from: share of steps on the student's own streams (its cache's blocks as "
+                        "context, the block it drew after them as input), Self-Forcing's remedy for drift")
+    t.add_argument("--rollout-blocks", type=int, default=BlockDiffRecipe.rollout_blocks,
+                   help="the longest of those streams, in blocks (each batch of streams runs a random length up "
+                        "to it)")
     add_clips(t, "in the KL tokenizer's latents")
 
 
@@ -318,8 +324,14 @@ def check_blockdiff(args: argparse.Namespace) -> None:
     declarations(StreamConfig)["cfg_scale"].spec.check("--teacher-cfg", args.teacher_cfg, float)
     if not 0 < args.noise_shift < math.inf:
         raise UsageError(f"--noise-shift must be a finite number > 0, got {args.noise_shift}")
-    if not 0 <= args.lone_block_share <= 1:
-        raise UsageError(f"--lone-block-share must be between 0 and 1, got {args.lone_block_share}")
+    for flag in ("lone_block_share", "rollout_share"):
+        if not 0 <= getattr(args, flag) <= 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be between 0 and 1, got {getattr(args, flag)}")
+    if args.rollout_share and not args.distill_from:
+        raise UsageError("--rollout-share trains a student on its own streams against a teacher: give "
+                         "--distill-from")
+    if args.rollout_blocks < 1:
+        raise UsageError(f"--rollout-blocks must be >= 1, got {args.rollout_blocks}")
 
 
 def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
@@ -330,7 +342,8 @@ def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
                      train_frames=clips.num_frames))
     train_blockdiff(args.run_dir, args.data_dir, train,
                     BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size,
-                                    noise_shift=args.noise_shift, lone_block_share=args.lone_block_share),
+                                    noise_shift=args.noise_shift, lone_block_share=args.lone_block_share,
+                                    rollout_share=args.rollout_share, rollout_blocks=args.rollout_blocks),
                     model, clips,
                     max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from,
                     teacher=args.distill_from, teacher_cfg=args.teacher_cfg)

@@ -160,7 +160,9 @@ class StreamControl:
 @dataclass
 class StreamBlock:
     """One finished block: uint8 frames [B, F, S, S, 3] (F = the block's frames, fewer for a final partial
-    block), the index of its first frame, its class ids, its wall time and the bank blocks it retrieved."""
+    block), the index of its first frame, its class ids, its wall time, the bank blocks it retrieved and the whole
+    clean block as the model denoised it (``latents`` [B, frames_per_block, ...]: latent frames for a latent
+    model, before decoding)."""
 
     frames: np.ndarray
     start_frame: int
@@ -168,6 +170,7 @@ class StreamBlock:
     class_ids: list[int]
     latency_s: float
     retrieved: list[list[int]] | None = None
+    latents: torch.Tensor | None = None
 
 
 @dataclass
@@ -213,11 +216,14 @@ class BlockStreamer:
     """Generates a stream from a :class:`BlockDiffusionTransformer` under a :class:`StreamConfig`. A model in a
     tokenizer's latent space comes with ``decode`` (latent frames [B, F, h, w, C] -> frames [B, F, S, S, 3] in
     [-1, 1], e.g. :meth:`~vgen.tokenizers.kl.KLTokenizer.decode_frames`), run on each block before it is yielded;
-    a pixel-space model's blocks are clamped to [-1, 1] instead."""
+    a pixel-space model's blocks are clamped to [-1, 1] instead. ``pixels`` says which the model is (default:
+    pixels when there is no ``decode``); a latent stream without ``decode`` (training rollouts, which read
+    :attr:`StreamBlock.latents`) yields its latents' raw uint8 view as frames."""
 
     def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig = StreamConfig(),
-                 decode: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+                 decode: Callable[[torch.Tensor], torch.Tensor] | None = None, pixels: bool | None = None) -> None:
         self.model, self.config, self.decode = model.eval(), config, decode
+        self.pixels = decode is None if pixels is None else pixels
         self.policy = config.policy(model.frames_per_block, model.config.train_frames)
 
     @property
@@ -288,7 +294,7 @@ class BlockStreamer:
                     if control is not None and control.cancelled:
                         return
                     x = x + (s_next - s) * self._velocity(x, s, cond, context)
-                clean = x if self.decode is not None else x.clamp(-1.0, 1.0)
+                clean = x.clamp(-1.0, 1.0) if self.pixels else x
                 self._write_block(cache, clean, cond, context, generator, resident_frames, resident_classes)
                 shown = clean[:, :min(fpb, num_frames - k * fpb)]
                 frames = to_uint8(shown if self.decode is None else self.decode(shown))
@@ -296,7 +302,8 @@ class BlockStreamer:
                 bar.update(frames.shape[1])
                 yield StreamBlock(frames, k * fpb, k, labels.tolist(), latency,
                                   None if picked is None else [[cache.bank_ids[i] for i in row]
-                                                               for row in picked[:len(labels)].tolist()])
+                                                               for row in picked[:len(labels)].tolist()],
+                                  clean)
         finally:
             bar.close()
 

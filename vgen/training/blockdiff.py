@@ -31,6 +31,7 @@ flipped frame, so latents are not flipped).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.samplers.logits import cfg_merge
-from vgen.samplers.streaming import shift_noise_levels
+from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, shift_noise_levels
 from vgen.tokenizers.kl import KLTokenizer
 from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches, latest_checkpoint, save_array_atomic
 
@@ -60,20 +61,28 @@ TEACHER_CFG = 5.0  # the teacher's CFG scale that a distilled student learns to 
 
 @dataclass(frozen=True)
 class BlockDiffRecipe:
-    """Clips, batch, the share of clean blocks, the training noise levels' ``noise_shift`` (1: uniform) and the
-    share of steps trained on lone blocks."""
+    """Clips, batch, the share of clean blocks, the training noise levels' ``noise_shift`` (1: uniform), the
+    share of steps trained on lone blocks and, for guidance distillation, the share of steps on the student's own
+    streams (:class:`Rollouts` of up to ``rollout_blocks`` blocks, ``rollout_steps`` Euler steps a block)."""
 
     num_clips: int = 6000
     batch_size: int = 8
     clean_prob: float = 0.3
     noise_shift: float = 1.0
     lone_block_share: float = 0.0
+    rollout_share: float = 0.0
+    rollout_blocks: int = 300
+    rollout_steps: int = 3
 
     def __post_init__(self) -> None:
         if not 0 < self.noise_shift < math.inf:
             raise ValueError(f"noise_shift must be a finite number > 0, got {self.noise_shift}")
-        if not 0 <= self.lone_block_share <= 1:
-            raise ValueError(f"lone_block_share must be in [0, 1], got {self.lone_block_share}")
+        for name in ("lone_block_share", "rollout_share"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.rollout_blocks < 1 or self.rollout_steps < 1:
+            raise ValueError(f"rollout_blocks and rollout_steps must be >= 1, got {self.rollout_blocks}, "
+                             f"{self.rollout_steps}")
 
 
 def clips_to_tensor(clips: np.ndarray) -> torch.Tensor:
@@ -93,14 +102,15 @@ class NoisedClip:
 
 
 def noise_blocks(frames: torch.Tensor, frames_per_block: int, clean_prob: float,
-                 noise_shift: float = 1.0) -> NoisedClip:
+                 noise_shift: float = 1.0, context_blocks: int = 0) -> NoisedClip:
     """Diffusion forcing's inputs: each block clean with probability ``clean_prob``, else at a uniform level
-    warped by ``noise_shift``."""
+    warped by ``noise_shift``; the first ``context_blocks`` blocks are always clean."""
     b, t = frames.shape[:2]
     blocks = t // frames_per_block
     sigma = shift_noise_levels(torch.rand(b, blocks, device=frames.device), noise_shift)
     # a lone block is never clean: it would carry no loss and be context for nothing
     clean = torch.rand(b, blocks, device=frames.device) < (clean_prob if blocks > 1 else 0.0)
+    clean[:, :context_blocks] = True
     sigma = torch.where(clean, torch.zeros_like(sigma), sigma)
     per_frame = sigma.repeat_interleave(frames_per_block, dim=1)[:, :, None, None, None]
     noise = torch.randn_like(frames)
@@ -134,12 +144,58 @@ def guided_velocity(teacher: BlockDiffusionTransformer, x_t: torch.Tensor, sigma
 
 def guidance_distillation_loss(student: BlockDiffusionTransformer, teacher: BlockDiffusionTransformer,
                                frames: torch.Tensor, class_ids: torch.Tensor, clean_prob: float,
-                               cfg_scale: float, noise_shift: float = 1.0) -> tuple[torch.Tensor, dict]:
-    """The student's conditional velocity against the teacher's guided one, on diffusion-forcing clips."""
-    clip = noise_blocks(frames, student.frames_per_block, clean_prob, noise_shift)
+                               cfg_scale: float, noise_shift: float = 1.0,
+                               context_blocks: int = 0) -> tuple[torch.Tensor, dict]:
+    """The student's conditional velocity against the teacher's guided one, on diffusion-forcing clips (the first
+    ``context_blocks`` blocks clean)."""
+    clip = noise_blocks(frames, student.frames_per_block, clean_prob, noise_shift, context_blocks)
     target = guided_velocity(teacher, clip.x_t, clip.sigma, class_ids, cfg_scale)
     v = student(clip.x_t, clip.sigma, class_ids)
     return noisy_block_mse(v, target, clip.weight), {"noisy_frac": float(clip.weight.mean())}
+
+
+class Rollouts:
+    """Streams of the model in training, advanced one block a training step (Self-Forcing's remedy for exposure
+    bias, with its cost spread over the steps). :meth:`next` returns, per stream, the clean blocks its cache holds
+    (sinks, then the window, as ``stream`` keeps them) followed by the block just drawn after them, and the
+    streams' classes. A batch of ``batch_size`` streams of random classes runs for a random number of blocks, up to
+    ``max_blocks``; then a new batch starts. So the contexts come from every depth of long streams, where a stream
+    drifts, and the model learns what to do there."""
+
+    def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig, batch_size: int, max_blocks: int,
+                 pixels: bool) -> None:
+        self.model, self.config, self.batch_size, self.max_blocks = model, config, batch_size, max_blocks
+        self.pixels = pixels
+        self.policy = config.policy(model.frames_per_block, model.config.train_frames)
+        self.blocks: Iterator[StreamBlock] = iter(())
+        self.resident: list[torch.Tensor] = []
+        self.class_ids = torch.zeros(batch_size, dtype=torch.long)
+
+    def _start(self) -> None:
+        device = next(self.model.parameters()).device
+        self.class_ids = torch.randint(0, self.model.num_classes, (self.batch_size,))
+        length = int(torch.randint(1, self.max_blocks + 1, ()))
+        generator = torch.Generator(device=device).manual_seed(int(torch.randint(2**62, ())))
+        streamer = BlockStreamer(self.model, self.config, pixels=self.pixels)
+        self.blocks = streamer.stream(self.class_ids.tolist(), length * self.model.frames_per_block,
+                                      generator=generator)
+        self.resident = []
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames [batch, (resident blocks + 1) * frames_per_block, ...] and class ids [batch]."""
+        training = self.model.training
+        try:
+            block = next(self.blocks)
+        except StopIteration:
+            self._start()
+            block = next(self.blocks)
+        finally:
+            self.model.train(training)  # the streamer puts the model in eval mode
+        clip = torch.cat([*self.resident, block.latents], dim=1)
+        self.resident.append(block.latents)
+        if len(self.resident) > self.policy.sink_blocks + self.policy.window_blocks:
+            del self.resident[self.policy.sink_blocks]  # the oldest window block leaves, as in the cache
+        return clip, self.class_ids.to(clip.device)
 
 
 def augment(clips: torch.Tensor, flip: bool = True) -> torch.Tensor:
@@ -209,7 +265,8 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
     ``tokenizer_dir``; a new run may start from the block-diffusion export ``init_from`` (resumes ignore it). With
     ``teacher`` (a block-diffusion model folder), the run distils the teacher's guidance at ``teacher_cfg`` into a
     student of its architecture started from its weights (``config`` and ``init_from`` do not apply; the student
-    has no class dropout). The EMA model is exported to ``run_dir/export``."""
+    has no class dropout), on the student's own streams for ``recipe.rollout_share`` of the steps (a resumed run
+    starts new streams). The EMA model is exported to ``run_dir/export``."""
     teacher_model = None
     if teacher is not None:
         teacher_model = from_pretrained(teacher, map_location=train.device)
@@ -219,6 +276,8 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
             raise ValueError(f"guidance distillation needs a teacher CFG scale > 1, got {teacher_cfg}")
         teacher_model.eval().requires_grad_(False)
         config, init_from = replace(teacher_model.config, class_dropout_prob=0.0), teacher
+    if recipe.rollout_share and teacher_model is None:
+        raise ValueError("rollout_share trains a student on its own streams against a teacher: give a teacher")
     if clips.num_frames < config.train_frames:
         raise ValueError(f"clips of {clips.num_frames} frames do not fit a model of {config.train_frames} frames")
     run_dir = Path(run_dir)
@@ -239,8 +298,19 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
         trainer.log({"step": 0, "init_from": str(init_from),
                      **({"teacher_cfg": teacher_cfg} if teacher_model is not None else {})})
     batches = index_batches(len(labels_t), recipe.batch_size, train.seed, trainer.step)
+    fpb = config.frames_per_block
+    rollouts = None
+    if recipe.rollout_share:  # streams whose context (a sink block and a window) fills the trained frames
+        rollouts = Rollouts(trainer.model, StreamConfig(steps=recipe.rollout_steps, sink_frames=fpb,
+                                                        window_frames=config.train_frames - 2 * fpb),
+                            recipe.batch_size, recipe.rollout_blocks, pixels=tokenizer_dir is None)
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        if rollouts is not None and bool(torch.rand(()) < recipe.rollout_share):
+            clip, labels = rollouts.next()  # the student's own stream: its context, the block it just drew
+            loss, metrics = guidance_distillation_loss(model, teacher_model, clip, labels, 0.0, teacher_cfg,
+                                                       recipe.noise_shift, context_blocks=clip.shape[1] // fpb - 1)
+            return loss, {**metrics, "lone_blocks": 0.0, "rollout": 1.0}
         order = idx.sort().values.numpy()  # sorted reads from the memory map
         frames = (clips_to_tensor(videos[order]) if tokenizer_dir is None
                   else torch.from_numpy(np.asarray(videos[order], dtype=np.float32)))
@@ -254,7 +324,7 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
                                                        teacher_cfg, recipe.noise_shift)
         else:
             loss, metrics = diffusion_forcing_loss(model, frames, labels, recipe.clean_prob, recipe.noise_shift)
-        return loss, {**metrics, "lone_blocks": float(lone)}
+        return loss, {**metrics, "lone_blocks": float(lone), "rollout": 0.0}
 
     trainer.fit(batches, step_fn, max_minutes)
     save_pretrained(trainer.ema.model, run_dir / "export")
