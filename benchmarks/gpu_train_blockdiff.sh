@@ -19,7 +19,8 @@
 # Environment (defaults): OUT (gpu_blockdiff_out), DEVICE (cuda), DATA (runs/clips64-16f), CLIPS (64px-16f), RUN
 # (runs/gpu-blockdiff), INIT (vgen/assets/shapes-blockdiff-cfg/blockdiff), NUM_CLIPS (6000), STEPS (20000), BATCH
 # (64), LR (3e-4), WARMUP (50), TEACHER_END_S (300), TRAIN_END_S (450), PROBE_S (45), TEACHER_CFG (5.0), WINDOW (4),
-# NUM_EVAL (200), EVAL_FRAMES (16), QUALITY_BATCH (200), PRECISION (bf16), WHEELS (.whl).
+# NUM_EVAL (200), EVAL_FRAMES (16), QUALITY_BATCH (200), PRECISION (bf16), WHEELS (.whl), TEACHER_FLAGS and
+# STUDENT_FLAGS (each run's recipe options; by default the shipped models' recipes).
 # DEVICE=cpu with small counts is the dry run this script is tested by.
 set -euo pipefail
 
@@ -43,6 +44,9 @@ NUM_EVAL=${NUM_EVAL:-200}
 EVAL_FRAMES=${EVAL_FRAMES:-16}
 QUALITY_BATCH=${QUALITY_BATCH:-200}
 PRECISION=${PRECISION:-bf16}
+# the shipped teacher's and student's recipe options (docs/streaming.md#training-vgen-train-blockdiff)
+read -r -a TEACHER_FLAGS <<<"${TEACHER_FLAGS:---noise-shift 3 --lone-block-share 0.5}"
+read -r -a STUDENT_FLAGS <<<"${STUDENT_FLAGS:---noise-shift 3 --lone-block-share 0.25 --rollout-share 0.5}"
 KL=vgen/assets/shapes-c2i-continuous/kl
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 use_carried_wheels
@@ -55,12 +59,12 @@ result="$RUN/result"
 rm -rf "$result" && mkdir -p "$result"
 
 train_until $((START + ${TEACHER_END_S:-300})) "$STEPS" "$RUN/teacher" "${VGEN[@]}" train blockdiff \
-    --run-dir "$RUN/teacher" --init-from "$INIT" "${COMMON[@]}" 2>&1 | tee -a "$OUT/train.log"
+    --run-dir "$RUN/teacher" --init-from "$INIT" "${COMMON[@]}" "${TEACHER_FLAGS[@]}" 2>&1 | tee -a "$OUT/train.log"
 tail -n 1 "$RUN/teacher/log.jsonl" | sed 's/^/teacher, last logged step: /' >>"$OUT/summary.txt"
 cp "$RUN/teacher"/train_clip_latents_*.npy "$RUN/student/" 2>/dev/null || true  # encoded once
 train_until $((START + ${TRAIN_END_S:-450})) "$STEPS" "$RUN/student" "${VGEN[@]}" train blockdiff \
-    --run-dir "$RUN/student" --distill-from "$RUN/teacher/export" --teacher-cfg "$TEACHER_CFG" "${COMMON[@]}" 2>&1 \
-    | tee -a "$OUT/train.log"
+    --run-dir "$RUN/student" --distill-from "$RUN/teacher/export" --teacher-cfg "$TEACHER_CFG" "${COMMON[@]}" \
+    "${STUDENT_FLAGS[@]}" 2>&1 | tee -a "$OUT/train.log"
 tail -n 1 "$RUN/student/log.jsonl" | sed 's/^/student, last logged step: /' >>"$OUT/summary.txt"
 
 declare -A SETTINGS=(
