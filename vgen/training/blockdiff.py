@@ -54,8 +54,8 @@ SHAPES_LATENT_BLOCKDIFF = BlockDiffConfig(frame_size=16, channels=4, patch_size=
 SHAPES_LATENT_IMAGE_DIFF = replace(SHAPES_LATENT_BLOCKDIFF, frames_per_block=1, train_frames=1)
 
 
-# auto: bf16 autocast where the CPU multiplies bf16 natively (a step of 16 latent clips: 1.2 s against 2.2 s in
-# fp32 on a 2-core AVX512-BF16 EPYC), fp32 where bf16 is emulated
+# auto: bf16 autocast where the CPU multiplies bf16 natively (a step of 16 latent clips: 1.27 s against 2.53 s in
+# fp32 on a 2-core AVX512-BF16 EPYC, benchmarks/blockdiff_step.py), fp32 where bf16 is emulated
 BLOCKDIFF_RUN = RunDefaults(steps=2400, lr=6e-4, batch_size=8, warmup_steps=100, num_items=5000, precision="auto")
 TEACHER_CFG = 5.0  # the teacher's CFG scale that a distilled student learns to stream without guidance
 
