@@ -209,10 +209,10 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
     ("nar", ["--background", "smooth", "--first-frames", "2"], "--image-first and --first-frames train a video"),
     ("nar", ["--background", "smooth", "--eval-every", "-1"], "--eval-every must be >= 0, got -1"),
     ("blockdiff", ["--background", "smooth", "--teacher-cfg", "nan"], "--teacher-cfg must be a finite number"),
-    ("blockdiff", ["--noise-shift", "0"], "--noise-shift must be a finite number > 0, got 0.0"),
-    ("blockdiff", ["--lone-block-share", "1.5"], "--lone-block-share must be between 0 and 1, got 1.5"),
+    ("blockdiff", ["--noise-shift", "0"], "noise_shift must be a finite number > 0, got 0.0"),
+    ("blockdiff", ["--lone-block-share", "1.5"], "lone_block_share must be in [0, 1], got 1.5"),
     ("blockdiff", ["--rollout-share", "0.5"], "--rollout-share trains a student on its own streams against a"),
-    ("blockdiff", ["--rollout-blocks", "0"], "--rollout-blocks must be >= 1, got 0"),
+    ("blockdiff", ["--rollout-blocks", "0"], "rollout_blocks must be >= 1, got 0"),
 ])
 def test_train_refuses_bad_settings_before_writing_anything(tmp_path, capsys, recipe, extra, message):
     threads = torch.get_num_threads()

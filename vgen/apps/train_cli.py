@@ -322,16 +322,20 @@ def check_blockdiff(args: argparse.Namespace) -> None:
     if args.distill_from and (args.image or args.init_from):
         raise UsageError("--distill-from starts the student from the teacher: drop --image and --init-from")
     declarations(StreamConfig)["cfg_scale"].spec.check("--teacher-cfg", args.teacher_cfg, float)
-    if not 0 < args.noise_shift < math.inf:
-        raise UsageError(f"--noise-shift must be a finite number > 0, got {args.noise_shift}")
-    for flag in ("lone_block_share", "rollout_share"):
-        if not 0 <= getattr(args, flag) <= 1:
-            raise UsageError(f"--{flag.replace('_', '-')} must be between 0 and 1, got {getattr(args, flag)}")
     if args.rollout_share and not args.distill_from:
         raise UsageError("--rollout-share trains a student on its own streams against a teacher: give "
                          "--distill-from")
-    if args.rollout_blocks < 1:
-        raise UsageError(f"--rollout-blocks must be >= 1, got {args.rollout_blocks}")
+    try:
+        blockdiff_recipe(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def blockdiff_recipe(args: argparse.Namespace) -> BlockDiffRecipe:
+    """The recipe the flags ask for (it checks their ranges)."""
+    return BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size, noise_shift=args.noise_shift,
+                           lone_block_share=args.lone_block_share, rollout_share=args.rollout_share,
+                           rollout_blocks=args.rollout_blocks)
 
 
 def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
@@ -340,11 +344,7 @@ def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:
     model = (SHAPES_LATENT_IMAGE_DIFF if args.image else
              replace(SHAPES_BLOCKDIFF if args.tokenizer is None else SHAPES_LATENT_BLOCKDIFF,
                      train_frames=clips.num_frames))
-    train_blockdiff(args.run_dir, args.data_dir, train,
-                    BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size,
-                                    noise_shift=args.noise_shift, lone_block_share=args.lone_block_share,
-                                    rollout_share=args.rollout_share, rollout_blocks=args.rollout_blocks),
-                    model, clips,
+    train_blockdiff(args.run_dir, args.data_dir, train, blockdiff_recipe(args), model, clips,
                     max_minutes=args.max_minutes, tokenizer_dir=args.tokenizer, init_from=args.init_from,
                     teacher=args.distill_from, teacher_cfg=args.teacher_cfg)
 

@@ -81,9 +81,9 @@ class BlockDiffRecipe:
         for name in ("lone_block_share", "rollout_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.rollout_blocks < 1 or self.rollout_steps < 1:
-            raise ValueError(f"rollout_blocks and rollout_steps must be >= 1, got {self.rollout_blocks}, "
-                             f"{self.rollout_steps}")
+        for name in ("rollout_blocks", "rollout_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 def clips_to_tensor(clips: np.ndarray) -> torch.Tensor:
