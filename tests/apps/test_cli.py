@@ -213,6 +213,8 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
     ("blockdiff", ["--lone-block-share", "1.5"], "lone_block_share must be in [0, 1], got 1.5"),
     ("blockdiff", ["--rollout-share", "0.5"], "--rollout-share trains a student on its own streams against a"),
     ("blockdiff", ["--rollout-blocks", "0"], "rollout_blocks must be >= 1, got 0"),
+    ("blockdiff", ["--class-repeats", "square"], "--class-repeats takes CLASS=N pairs with an integer N, got 'square'"),
+    ("blockdiff", ["--class-repeats", "hexagon=2"], "class_repeats names an unknown class 'hexagon'"),
 ])
 def test_train_refuses_bad_settings_before_writing_anything(tmp_path, capsys, recipe, extra, message):
     threads = torch.get_num_threads()

@@ -5,6 +5,7 @@ model; a latent run learns the KL tokenizer's latent frames, and its video model
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -12,10 +13,12 @@ import pytest
 import torch
 
 from vgen.data.clips import ClipsConfig, cached_clips
+from vgen.data.shapes import CLASS_NAMES
 from vgen.hub import CheckpointError, from_pretrained, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.samplers.streaming import BlockStreamer, StreamConfig
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
+from vgen.training import blockdiff as blockdiff_module
 from vgen.training.blockdiff import (
     BlockDiffRecipe,
     Rollouts,
@@ -173,6 +176,37 @@ def test_a_tiny_run_lowers_the_loss_resumes_and_exports(tmp_path) -> None:
     assert json.loads((latest_checkpoint(run) / "state.json").read_text())["step"] == 125
     with pytest.raises(ValueError, match="do not fit"):
         train_blockdiff(tmp_path / "r2", data, train, recipe, TOY, ClipsConfig(num_frames=4, frame_size=32))
+
+
+def test_class_repeats_show_the_named_classes_that_many_times_more_often(tmp_path, monkeypatch) -> None:
+    seen = []
+
+    def recording_loss(model, frames, class_ids, *args):
+        seen.append(class_ids.clone())
+        return diffusion_forcing_loss(model, frames, class_ids, *args)
+
+    monkeypatch.setattr(blockdiff_module, "diffusion_forcing_loss", recording_loss)
+    clips = ClipsConfig(num_frames=4, frame_size=16, supersample=1, min_scale=0.35, max_scale=0.5)
+    recipe = BlockDiffRecipe(num_clips=48, batch_size=8, class_repeats={"square": 4})
+    train = TrainConfig(steps=30, lr=1e-3, warmup_steps=2, log_every=10, bf16=False)
+    train_blockdiff(tmp_path / "run", tmp_path / "data", train, recipe, TOY, clips)
+    labels = np.asarray(cached_clips(tmp_path / "data", "train", 48, clips)[1])
+    square = CLASS_NAMES.index("square")
+    expected = 4 * (labels == square).sum() / (len(labels) + 3 * (labels == square).sum())
+    shown = float((torch.cat(seen) == square).float().mean())
+    assert (labels == square).sum() > 0 and abs(shown - expected) < 0.05, (shown, expected)
+    state = json.loads((latest_checkpoint(tmp_path / "run") / "state.json").read_text())
+    assert state["recipe"]["class_repeats"] == {"square": 4}
+
+
+@pytest.mark.parametrize(("repeats", "message"), [
+    ({"hexagon": 2}, "class_repeats names an unknown class 'hexagon'; classes: circle, square"),
+    ({"square": 0}, "class_repeats['square'] must be an integer >= 1, got 0"),
+    ({"square": 1.5}, "class_repeats['square'] must be an integer >= 1, got 1.5"),
+])
+def test_class_repeats_must_name_known_classes_and_whole_counts(repeats, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        BlockDiffRecipe(class_repeats=repeats)
 
 
 def test_the_distillation_target_is_the_teachers_guided_velocity() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -18,6 +19,7 @@ from vgen.training.trainer import (
     every,
     index_batches,
     latest_checkpoint,
+    repeated_items,
     steps_reachable,
 )
 
@@ -266,6 +268,13 @@ def test_index_batches_cover_each_epoch_once_and_resume_mid_epoch():
         assert torch.equal(batch, next(resumed))
     with pytest.raises(ValueError, match="at least batch_size"):
         next(index_batches(3, 5, seed=0))
+
+
+def test_repeated_items_list_each_item_of_a_repeated_class_that_many_times():
+    labels = np.array([0, 1, 2, 1, 0])
+    items = repeated_items(labels, {1: 3, 2: 2})
+    assert items.tolist() == [0, 1, 1, 1, 2, 2, 3, 3, 3, 4]
+    assert repeated_items(labels, {}).tolist() == [0, 1, 2, 3, 4]
 
 
 def test_sigint_stops_after_the_current_step_and_saves(tmp_path):

@@ -307,6 +307,9 @@ def add_blockdiff_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--lone-block-share", type=float, default=BlockDiffRecipe.lone_block_share,
                    help="share of steps whose clips are cut into single blocks, each trained as a stream's first "
                         "block (no context)")
+    t.add_argument("--class-repeats", nargs="+", default=[], metavar="CLASS=N",
+                   help="show each clip of these classes N times an epoch (others once), e.g. square=3 triangle=3: "
+                        "more of the training on the classes the model draws worst")
     t.add_argument("--rollout-share", type=float, default=BlockDiffRecipe.rollout_share,
                    help="with --distill-from: share of steps on the student's own streams (its cache's blocks as "
                         "context, the block it drew after them as input), Self-Forcing's remedy for drift")
@@ -334,8 +337,19 @@ def check_blockdiff(args: argparse.Namespace) -> None:
 def blockdiff_recipe(args: argparse.Namespace) -> BlockDiffRecipe:
     """The recipe the flags ask for (it checks their ranges)."""
     return BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size, noise_shift=args.noise_shift,
-                           lone_block_share=args.lone_block_share, rollout_share=args.rollout_share,
-                           rollout_blocks=args.rollout_blocks)
+                           lone_block_share=args.lone_block_share, class_repeats=class_repeats(args.class_repeats),
+                           rollout_share=args.rollout_share, rollout_blocks=args.rollout_blocks)
+
+
+def class_repeats(pairs: list[str]) -> dict[str, int]:
+    """``["square=3", ...]`` -> ``{"square": 3, ...}`` (the recipe checks the names and counts)."""
+    repeats = {}
+    for pair in pairs:
+        name, sep, count = pair.partition("=")
+        if not sep or not count.strip().lstrip("-").isdigit():
+            raise ValueError(f"--class-repeats takes CLASS=N pairs with an integer N, got {pair!r}")
+        repeats[name.strip()] = int(count)
+    return repeats
 
 
 def run_blockdiff(args: argparse.Namespace, train: TrainConfig) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,12 +40,21 @@ import torch
 from tqdm.auto import tqdm
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
+from vgen.data.shapes import CLASS_NAMES
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
 from vgen.samplers.logits import cfg_merge
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, shift_noise_levels
 from vgen.tokenizers.kl import KLTokenizer
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches, latest_checkpoint, save_array_atomic
+from vgen.training.trainer import (
+    RunDefaults,
+    TrainConfig,
+    Trainer,
+    index_batches,
+    latest_checkpoint,
+    repeated_items,
+    save_array_atomic,
+)
 
 SHAPES_BLOCKDIFF = BlockDiffConfig()  # 2-frame blocks of 8 x 8 patches, 16 training frames, dim 192, 4 layers
 # 8 latent frames of 16 x 16 x 4 (64-px clips through shapes-c2i-continuous's KL), 2 x 2 patches: 64 tokens a frame
@@ -63,7 +72,8 @@ TEACHER_CFG = 5.0  # the teacher's CFG scale that a distilled student learns to 
 @dataclass(frozen=True)
 class BlockDiffRecipe:
     """Clips, batch, the share of clean blocks, the training noise levels' ``noise_shift`` (1: uniform), the
-    share of steps trained on lone blocks and, for guidance distillation, the share of steps on the student's own
+    share of steps trained on lone blocks, ``class_repeats`` (class name -> how many times each of its clips is
+    shown an epoch; other classes once) and, for guidance distillation, the share of steps on the student's own
     streams (:class:`Rollouts` of up to ``rollout_blocks`` blocks, ``rollout_steps`` Euler steps a block)."""
 
     num_clips: int = 6000
@@ -71,6 +81,7 @@ class BlockDiffRecipe:
     clean_prob: float = 0.3
     noise_shift: float = 1.0
     lone_block_share: float = 0.0
+    class_repeats: dict[str, int] = field(default_factory=dict)
     rollout_share: float = 0.0
     rollout_blocks: int = 100
     rollout_steps: int = 3
@@ -84,6 +95,11 @@ class BlockDiffRecipe:
         for name in ("rollout_blocks", "rollout_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name, repeats in self.class_repeats.items():
+            if name not in CLASS_NAMES:
+                raise ValueError(f"class_repeats names an unknown class {name!r}; classes: {', '.join(CLASS_NAMES)}")
+            if not (isinstance(repeats, int) and repeats >= 1):
+                raise ValueError(f"class_repeats[{name!r}] must be an integer >= 1, got {repeats!r}")
 
 
 def clips_to_tensor(clips: np.ndarray) -> torch.Tensor:
@@ -298,7 +314,9 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
     if started:  # the log says what the run started from
         trainer.log({"step": 0, "init_from": str(init_from),
                      **({"teacher_cfg": teacher_cfg} if teacher_model is not None else {})})
-    batches = index_batches(len(labels_t), recipe.batch_size, train.seed, trainer.step)
+    items = torch.from_numpy(repeated_items(labels_t.numpy(), {CLASS_NAMES.index(name): repeats
+                                                               for name, repeats in recipe.class_repeats.items()}))
+    batches = (items[idx] for idx in index_batches(len(items), recipe.batch_size, train.seed, trainer.step))
     fpb = config.frames_per_block
     rollouts = None
     if recipe.rollout_share:  # streams whose context (a sink block and a window) fills the trained frames

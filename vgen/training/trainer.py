@@ -406,6 +406,13 @@ def index_batches(n: int, batch_size: int, seed: int, start_step: int = 0) -> It
         step = (epoch + 1) * per_epoch
 
 
+def repeated_items(labels: np.ndarray, repeats: dict[int, int]) -> np.ndarray:
+    """Item indices with each item of class ``c`` listed ``repeats[c]`` times (other classes once): what
+    :func:`index_batches` shuffles to show some classes more often, without replacement inside an epoch."""
+    counts = np.array([repeats.get(int(c), 1) for c in labels])
+    return np.repeat(np.arange(len(labels)), counts)
+
+
 TokenLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict]]  # (model, classes, codes)
 
 
