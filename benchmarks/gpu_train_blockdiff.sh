@@ -45,8 +45,9 @@ EVAL_FRAMES=${EVAL_FRAMES:-16}
 QUALITY_BATCH=${QUALITY_BATCH:-200}
 PRECISION=${PRECISION:-bf16}
 # the shipped teacher's and student's recipe options (docs/streaming.md#training-vgen-train-blockdiff)
-read -r -a TEACHER_FLAGS <<<"${TEACHER_FLAGS:---noise-shift 3 --lone-block-share 0.5}"
-read -r -a STUDENT_FLAGS <<<"${STUDENT_FLAGS:---noise-shift 3 --lone-block-share 0.25 --rollout-share 0.5}"
+HARD_CLASSES="--class-repeats square=3 triangle=3"
+read -r -a TEACHER_FLAGS <<<"${TEACHER_FLAGS:---noise-shift 3 --lone-block-share 0.5 $HARD_CLASSES}"
+read -r -a STUDENT_FLAGS <<<"${STUDENT_FLAGS:---noise-shift 3 --lone-block-share 0.25 --rollout-share 0.5 $HARD_CLASSES}"
 KL=vgen/assets/shapes-c2i-continuous/kl
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 use_carried_wheels
