@@ -12,12 +12,14 @@ pack() {
 
 # train_until END_AT MAX_STEPS RUN COMMAND... runs a `vgen train` COMMAND (given without --steps, --max-minutes and
 # --override-config) that trains in the folder RUN so that it ends annealed at END_AT (seconds since the epoch)
-# whatever the device's speed: PROBE_S (45) seconds of training under a schedule of MAX_STEPS steps, then a resume
-# with the schedule laid over the steps the measured speed reaches by END_AT (at most MAX_STEPS), cut at END_AT.
+# whatever the device's speed: PROBE_S (45) seconds of training under a schedule of MAX_STEPS steps, logged every
+# PROBE_LOG_EVERY (5) steps so that even a slow device times a few windows, then a resume with the schedule laid
+# over the steps the measured speed reaches by END_AT (at most MAX_STEPS), cut at END_AT.
 train_until() {
     local end_at=$1 max_steps=$2 run=$3
     shift 3
-    "$@" --steps "$max_steps" --max-minutes "$(awk "BEGIN { print ${PROBE_S:-45} / 60 }")"
+    "$@" --steps "$max_steps" --log-every "${PROBE_LOG_EVERY:-5}" \
+        --max-minutes "$(awk "BEGIN { print ${PROBE_S:-45} / 60 }")"
     local left=$((end_at - $(date +%s) - ${RESTART_S:-15})) done_steps steps
     read -r done_steps steps < <(python3 -c "import json, sys
 from vgen.training.trainer import STATE, latest_checkpoint, steps_reachable

@@ -480,6 +480,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="checkpoint at every multiple of this step (0: off)")
         t.add_argument("--checkpoint-every-minutes", type=float, default=TrainConfig.checkpoint_every_minutes,
                        help="checkpoint when this long has passed since the last checkpoint (0: off)")
+        t.add_argument("--log-every", type=int, default=TrainConfig.log_every,
+                       help="steps between log records (mean loss, time); a run's speed is read from them")
         t.add_argument("--override-config", action="store_true",
                        help="resume a run whose checkpoint records other settings (learning rate, batch size, "
                             "steps, model...), going on with these; without it such a resume is refused")
@@ -514,7 +516,8 @@ def run_train(args: argparse.Namespace) -> None:
     settings = dict(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, seed=args.seed,
                     bf16=use_bf16(args.precision), device=args.device,
                     checkpoint_every_steps=args.checkpoint_every_steps,
-                    checkpoint_every_minutes=args.checkpoint_every_minutes, override_config=args.override_config)
+                    checkpoint_every_minutes=args.checkpoint_every_minutes, log_every=args.log_every,
+                    override_config=args.override_config)
     train = recipe.defaults.train_config(**settings)
     if args.threads is not None:  # every setting is checked: from here on the run changes things
         torch.set_num_threads(args.threads)

@@ -23,8 +23,8 @@ Two levers on the first block, which streams generate without context and whose 
 training goes to the high levels where a block's layout and shape are decided; ``lone_block_share`` is the share of
 steps whose windows are cut into single blocks, each then trained as a first block, with as many tokens a step.
 
-Hard classes: ``class_repeats`` gives the classes a model draws worst more of the training: each of their clips is listed that
-many times in an epoch's shuffle.
+Hard classes: ``class_repeats`` gives the classes a model draws worst more of the training: each of their clips is
+listed that many times in an epoch's shuffle.
 
 Augmentation: a random time reversal per clip (a bouncing, spinning shape played backwards is another valid clip
 of the same class), and for pixels a random horizontal flip (a latent frame flipped is not the latent of the
