@@ -42,7 +42,7 @@ def test_without_carried_wheels_nothing_changes(tmp_path):
     assert "path=\n" in out.stdout and "No module named 'carried_probe'" in out.stderr
 
 
-FAKE_TRAIN = """import json, sys, time
+FAKE_TRAIN = """import json, sys
 from pathlib import Path
 args = sys.argv[1:]
 flag = lambda name, default=None: args[args.index(name) + 1] if name in args else default
