@@ -348,6 +348,8 @@ def class_repeats(pairs: list[str]) -> dict[str, int]:
         name, sep, count = pair.partition("=")
         if not sep or not count.strip().lstrip("-").isdigit():
             raise ValueError(f"--class-repeats takes CLASS=N pairs with an integer N, got {pair!r}")
+        if name.strip() in repeats:
+            raise ValueError(f"--class-repeats names {name.strip()!r} twice")
         repeats[name.strip()] = int(count)
     return repeats
 
