@@ -217,6 +217,8 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
     ("blockdiff", ["--class-repeats", "square"], "--class-repeats takes CLASS=N pairs with an integer N, got 'square'"),
     ("blockdiff", ["--class-repeats", "hexagon=2"], "class_repeats names an unknown class 'hexagon'"),
     ("blockdiff", ["--class-repeats", "square=2", "square=3"], "--class-repeats names 'square' twice"),
+    ("mar", ["--class-repeats", "hexagon=2"], "class_repeats names an unknown class 'hexagon'"),
+    ("mar", ["--class-repeats", "heart=x"], "--class-repeats takes CLASS=N pairs with an integer N, got 'heart=x'"),
 ])
 def test_train_refuses_bad_settings_before_writing_anything(tmp_path, capsys, recipe, extra, message):
     threads = torch.get_num_threads()

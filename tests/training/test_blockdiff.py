@@ -5,7 +5,6 @@ model; a latent run learns the KL tokenizer's latent frames, and its video model
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 
 import numpy as np
@@ -199,14 +198,9 @@ def test_class_repeats_show_the_named_classes_that_many_times_more_often(tmp_pat
     assert state["recipe"]["class_repeats"] == {"square": 4}
 
 
-@pytest.mark.parametrize(("repeats", "message"), [
-    ({"hexagon": 2}, "class_repeats names an unknown class 'hexagon'; classes: circle, square"),
-    ({"square": 0}, "class_repeats['square'] must be an integer >= 1, got 0"),
-    ({"square": 1.5}, "class_repeats['square'] must be an integer >= 1, got 1.5"),
-])
-def test_class_repeats_must_name_known_classes_and_whole_counts(repeats, message) -> None:
-    with pytest.raises(ValueError, match=re.escape(message)):
-        BlockDiffRecipe(class_repeats=repeats)
+def test_class_repeats_must_name_known_classes() -> None:
+    with pytest.raises(ValueError, match="class_repeats names an unknown class 'hexagon'; classes: circle, square"):
+        BlockDiffRecipe(class_repeats={"hexagon": 2})
 
 
 def test_the_distillation_target_is_the_teachers_guided_velocity() -> None:

@@ -16,7 +16,7 @@ from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.tokenizers.vq import VQConfig
 from vgen.training.mar import MARRecipe, fit_token_projection, load_trunk, mar_probe, train_mar
-from vgen.training.trainer import TrainConfig
+from vgen.training.trainer import TrainConfig, latest_checkpoint
 
 VOCAB = 64
 
@@ -151,3 +151,35 @@ def test_a_run_trains_where_it_is_told_and_exports_to_the_cpu(tmp_path, device):
     assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
     model = from_pretrained(tmp_path / "run" / "export")
     assert next(model.parameters()).device.type == "cpu"
+
+
+def test_class_repeats_show_the_named_classes_that_many_times_more_often(tmp_path, monkeypatch):
+    from vgen.data.shapes import CLASS_NAMES, cached_split
+    from vgen.tokenizers.kl import KLConfig
+    from vgen.training.kl import KLRecipe, train_kl
+
+    seen = []
+    loss = ContinuousAR.loss
+
+    def recording_loss(self, class_ids, tokens):
+        seen.append(class_ids.clone())
+        return loss(self, class_ids, tokens)
+
+    monkeypatch.setattr(ContinuousAR, "loss", recording_loss)
+    train_kl(tmp_path / "kl", tmp_path / "data", TrainConfig(steps=1, warmup_steps=1, bf16=False),
+             KLRecipe(num_images=16, batch_size=8, scale_images=16),
+             KLConfig(block_out_channels=(8, 8, 8), norm_num_groups=4, latent_channels=2))
+    recipe = MARRecipe(num_images=48, batch_size=8, class_repeats={"heart": 4})
+    train_mar(tmp_path / "run", tmp_path / "kl" / "export", tmp_path / "data",
+              TrainConfig(steps=30, lr=1e-3, warmup_steps=2, log_every=10, bf16=False), recipe,
+              MARConfig(token_channels=2, grid_size=16, dim=16, n_layer=1, n_head=2, multiple_of=16, num_classes=8,
+                        head_width=8, head_depth=1, dropout_p=0.0))
+    labels = cached_split(tmp_path / "data", "train", 48)[1]
+    heart = CLASS_NAMES.index("heart")
+    expected = 4 * (labels == heart).sum() / (len(labels) + 3 * (labels == heart).sum())
+    shown = float((torch.cat(seen) == heart).float().mean())
+    assert (labels == heart).sum() > 0 and abs(shown - expected) < 0.05, (shown, expected)
+    state = json.loads((latest_checkpoint(tmp_path / "run") / "state.json").read_text())
+    assert state["recipe"]["class_repeats"] == {"heart": 4}
+    with pytest.raises(ValueError, match="class_repeats names an unknown class 'hexagon'"):
+        MARRecipe(class_repeats={"hexagon": 2})

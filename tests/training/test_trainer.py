@@ -4,6 +4,7 @@ one unit, a resume takes only the settings it was made with, and the log holds e
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -16,6 +17,7 @@ from vgen.training import trainer as trainer_module
 from vgen.training.trainer import (
     TrainConfig,
     Trainer,
+    class_repeat_counts,
     every,
     index_batches,
     latest_checkpoint,
@@ -275,6 +277,21 @@ def test_repeated_items_list_each_item_of_a_repeated_class_that_many_times():
     items = repeated_items(labels, {1: 3, 2: 2})
     assert items.tolist() == [0, 1, 1, 1, 2, 2, 3, 3, 3, 4]
     assert repeated_items(labels, {}).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_class_repeats_map_class_names_to_their_indices():
+    assert class_repeat_counts({"ring": 3, "circle": 2}, ["circle", "square", "ring"]) == {2: 3, 0: 2}
+    assert class_repeat_counts({}, ["circle"]) == {}
+
+
+@pytest.mark.parametrize(("repeats", "message"), [
+    ({"hexagon": 2}, "class_repeats names an unknown class 'hexagon'; classes: circle, square"),
+    ({"square": 0}, "class_repeats['square'] must be an integer >= 1, got 0"),
+    ({"square": 1.5}, "class_repeats['square'] must be an integer >= 1, got 1.5"),
+])
+def test_class_repeats_must_name_known_classes_and_whole_counts(repeats, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        class_repeat_counts(repeats, ["circle", "square"])
 
 
 def test_sigint_stops_after_the_current_step_and_saves(tmp_path):

@@ -187,13 +187,26 @@ def add_mar_args(t: argparse.ArgumentParser) -> None:
                    help="the target model or the small CSpD draft model")
     add_classifier(t)
     add_eval_every(t, MARRecipe.eval_every)
+    add_class_repeats(t, "image")
+
+
+def mar_recipe(args: argparse.Namespace) -> MARRecipe:
+    """The recipe the flags ask for (it checks the class repeats)."""
+    return MARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1,
+                     class_repeats=class_repeats(args.class_repeats))
+
+
+def check_mar(args: argparse.Namespace) -> None:
+    try:
+        mar_recipe(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def run_mar(args: argparse.Namespace, train: TrainConfig) -> None:
     probe = mar_probe(args.tokenizer, args.classifier) if args.eval_every else None
-    train_mar(args.run_dir, args.tokenizer, args.data_dir, train,
-              MARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1),
-              SIZES[args.size], max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
+    train_mar(args.run_dir, args.tokenizer, args.data_dir, train, mar_recipe(args), SIZES[args.size],
+              max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
 
 
 def add_ar_args(t: argparse.ArgumentParser) -> None:
@@ -307,9 +320,7 @@ def add_blockdiff_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--lone-block-share", type=float, default=BlockDiffRecipe.lone_block_share,
                    help="share of steps whose clips are cut into single blocks, each trained as a stream's first "
                         "block (no context)")
-    t.add_argument("--class-repeats", nargs="+", default=[], metavar="CLASS=N",
-                   help="show each clip of these classes N times an epoch (others once), e.g. square=3 triangle=3: "
-                        "more of the training on the classes the model draws worst")
+    add_class_repeats(t, "clip")
     t.add_argument("--rollout-share", type=float, default=BlockDiffRecipe.rollout_share,
                    help="with --distill-from: share of steps on the student's own streams (its cache's blocks as "
                         "context, the block it drew after them as input), Self-Forcing's remedy for drift")
@@ -339,6 +350,12 @@ def blockdiff_recipe(args: argparse.Namespace) -> BlockDiffRecipe:
     return BlockDiffRecipe(num_clips=args.num_images, batch_size=args.batch_size, noise_shift=args.noise_shift,
                            lone_block_share=args.lone_block_share, class_repeats=class_repeats(args.class_repeats),
                            rollout_share=args.rollout_share, rollout_blocks=args.rollout_blocks)
+
+
+def add_class_repeats(t: argparse.ArgumentParser, item: str) -> None:
+    t.add_argument("--class-repeats", nargs="+", default=[], metavar="CLASS=N",
+                   help=f"show each {item} of these classes N times an epoch (others once), e.g. square=3 "
+                        "triangle=3: more of the training on the classes the model draws worst")
 
 
 def class_repeats(pairs: list[str]) -> dict[str, int]:
@@ -436,7 +453,7 @@ RECIPES: dict[str, TrainCommand] = {
     "classifier": TrainCommand(CLASSIFIER_RUN, add_tokenizer, run_classifier),
     "drafter": TrainCommand(DRAFTER_RUN, add_drafter_args, run_drafter),
     "kl": TrainCommand(KL_RUN, no_arguments, run_kl),
-    "mar": TrainCommand(MAR_RUN, add_mar_args, run_mar, off_cpu=True),
+    "mar": TrainCommand(MAR_RUN, add_mar_args, run_mar, off_cpu=True, check=check_mar),
     "nbp": TrainCommand(NBP_RUN, add_nbp_args, run_nbp, off_cpu=True),
     "nar": TrainCommand(NAR_RUN, add_nar_args, run_nar, off_cpu=True, check=check_nar),
     "blockdiff": TrainCommand(BLOCKDIFF_RUN, add_blockdiff_args, run_blockdiff, off_cpu=True, check=check_blockdiff),

@@ -53,6 +53,7 @@ from vgen.training.trainer import (
     RunDefaults,
     TrainConfig,
     Trainer,
+    class_repeat_counts,
     index_batches,
     latest_checkpoint,
     repeated_items,
@@ -98,11 +99,7 @@ class BlockDiffRecipe:
         for name in ("rollout_blocks", "rollout_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name, repeats in self.class_repeats.items():
-            if name not in CLASS_NAMES:
-                raise ValueError(f"class_repeats names an unknown class {name!r}; classes: {', '.join(CLASS_NAMES)}")
-            if not (isinstance(repeats, int) and repeats >= 1):
-                raise ValueError(f"class_repeats[{name!r}] must be an integer >= 1, got {repeats!r}")
+        class_repeat_counts(self.class_repeats, CLASS_NAMES)
 
 
 def clips_to_tensor(clips: np.ndarray) -> torch.Tensor:
@@ -317,8 +314,7 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
     if started:  # the log says what the run started from
         trainer.log({"step": 0, "init_from": str(init_from),
                      **({"teacher_cfg": teacher_cfg} if teacher_model is not None else {})})
-    items = torch.from_numpy(repeated_items(labels_t.numpy(), {CLASS_NAMES.index(name): repeats
-                                                               for name, repeats in recipe.class_repeats.items()}))
+    items = torch.from_numpy(repeated_items(labels_t.numpy(), class_repeat_counts(recipe.class_repeats, CLASS_NAMES)))
     batches = (items[idx] for idx in index_batches(len(items), recipe.batch_size, train.seed, trainer.step))
     fpb = config.frames_per_block
     rollouts = None

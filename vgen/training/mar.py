@@ -5,6 +5,7 @@ cached next to the run. The loss is MAR's diffusion loss on every token given it
 for the null class that guidance uses. Two sizes are defined: the target (``SHAPES_MAR``) and a much smaller
 draft for CSpD (``SHAPES_MAR_DRAFT``); both share the tokenizer, so their tokens live in the same space. A
 periodic probe samples a few images per class with the EMA model and reports the domain classifier's accuracy.
+``class_repeats`` shows the images of the classes a model draws worst more often.
 
 A target can start from a trained discrete AR model of the same width and depth (``--init-from`` a pipeline folder
 with ``gpt/`` and ``vq/``): its transformer blocks, class table and final norm carry over, and the token MLP is
@@ -17,7 +18,7 @@ trains it further.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vgen.data.shapes import cached_split, to_tensor
+from vgen.data.shapes import CLASS_NAMES, cached_split, to_tensor
 from vgen.eval.quality import class_accuracy
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.llamagen import LlamaGenGPT
@@ -37,9 +38,11 @@ from vgen.training.trainer import (
     RunDefaults,
     TrainConfig,
     Trainer,
+    class_repeat_counts,
     every,
     index_batches,
     latest_checkpoint,
+    repeated_items,
     save_array_atomic,
 )
 
@@ -57,11 +60,18 @@ MAR_RUN = RunDefaults(steps=3000, lr=1e-3, batch_size=32, warmup_steps=100, num_
 
 @dataclass(frozen=True)
 class MARRecipe:
+    """Images, batch, probe interval, ``class_repeats`` (class name -> how many times each of its images is shown
+    an epoch; other classes once) and the token-MLP fit of a warm start."""
+
     num_images: int = 16000
     batch_size: int = 32
     eval_every: int = 500
+    class_repeats: dict[str, int] = field(default_factory=dict)
     fit_images: int = 4000  # images whose token pairs fit the token MLP of a warm start
     fit_steps: int = 1500
+
+    def __post_init__(self) -> None:
+        class_repeat_counts(self.class_repeats, CLASS_NAMES)
 
 
 @torch.no_grad()
@@ -203,7 +213,8 @@ def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         return model.loss(labels_t[idx], tokens_t[idx].float()), {}
 
-    batches = index_batches(len(tokens), recipe.batch_size, train.seed, trainer.step)
+    items = torch.from_numpy(repeated_items(labels, class_repeat_counts(recipe.class_repeats, CLASS_NAMES)))
+    batches = (items[idx] for idx in index_batches(len(items), recipe.batch_size, train.seed, trainer.step))
     trainer.fit(batches, step_fn, max_minutes, every(evaluate, recipe.eval_every))
     save_pretrained(trainer.ema.model, run_dir / "export")
     return trainer.ema.model

@@ -26,7 +26,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 
@@ -404,6 +404,17 @@ def index_batches(n: int, batch_size: int, seed: int, start_step: int = 0) -> It
         for j in range(i, per_epoch):
             yield perm[j * batch_size:(j + 1) * batch_size]
         step = (epoch + 1) * per_epoch
+
+
+def class_repeat_counts(class_repeats: dict[str, int], class_names: Sequence[str]) -> dict[int, int]:
+    """A recipe's ``class_repeats`` (class name -> how many times each of its items is shown an epoch), checked,
+    as class index -> count for :func:`repeated_items`."""
+    for name, repeats in class_repeats.items():
+        if name not in class_names:
+            raise ValueError(f"class_repeats names an unknown class {name!r}; classes: {', '.join(class_names)}")
+        if not (isinstance(repeats, int) and repeats >= 1):
+            raise ValueError(f"class_repeats[{name!r}] must be an integer >= 1, got {repeats!r}")
+    return {list(class_names).index(name): repeats for name, repeats in class_repeats.items()}
 
 
 def repeated_items(labels: np.ndarray, repeats: dict[int, int]) -> np.ndarray:
