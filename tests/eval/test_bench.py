@@ -65,6 +65,8 @@ def result(pipe, real):
     ("graphs=ar:compile=reduce-overhead", SamplerSpec("graphs", "ar", {"compile": "reduce-overhead"})),
     ("c=cspd:draft_length=8,prefill_ratio=0.1", SamplerSpec("c", "cspd", {"draft_length": 8, "prefill_ratio": 0.1})),
     ("plain=gsd", SamplerSpec("plain", "gsd")),
+    ("cool=cspd:temperature=0.5,cfg_scale=4,draft_length=2",
+     SamplerSpec("cool", "cspd", {"draft_length": 2}, sampling={"temperature": 0.5, "cfg_scale": 4.0})),
 ])
 def test_specs_name_a_sampler_its_overrides_and_a_label(text, expected):
     assert parse_sampler_spec(text) == expected
@@ -80,6 +82,8 @@ def test_specs_name_a_sampler_its_overrides_and_a_label(text, expected):
     ("ar:compile=sometimes", "compile must be a bool, got 'sometimes'"),
     ("ar:seed=x", "sampler 'ar:seed=x': seed must be a number, got 'x'"),
     ("ar:seed=1.5", "seed must be a whole number"),
+    ("ar:temperature=-1", r"sampler 'ar:temperature=-1': temperature must be >= 0 \(0 = greedy\), got -1.0"),
+    ("ar:top_k=x", "sampler 'ar:top_k=x': top_k must be a"),
 ])
 def test_bad_specs_are_named(text, message):
     with pytest.raises(ValueError, match=message):
@@ -104,6 +108,8 @@ def test_vanilla_ar_is_the_reference_and_is_added_when_missing():
     fewer = SamplerSpec("steps10", "continuous-ar", {"head_steps": 10})
     plain = SamplerSpec("continuous-ar", "continuous-ar")
     assert with_reference([fewer], "continuous-ar") == ([plain, fewer], "continuous-ar")  # nor other options
+    cooler = SamplerSpec("t05", "ar", sampling={"temperature": 0.5})
+    assert with_reference([cooler]) == ([ar, cooler], "ar")  # nor other sampling settings
     clash = SamplerSpec("ar", "sjd")
     assert with_reference([clash]) == ([SamplerSpec("ar-reference", "ar"), clash], "ar-reference")
 
@@ -174,9 +180,9 @@ def test_samplers_take_turns_batch_by_batch(pipe):
             calls.append((self.name, kwargs["seed"]))
             return pipe(*args, **kwargs)
 
-    plan = SamplePlan(0, 2, (0, 1, 2), balanced=True)
-    runs = [(Recording("ar"), get_sampler("ar"), plan), (Recording("sjd"), get_sampler("sjd"), plan)]
-    draws = draw_interleaved(runs, 3, SamplingParams(**pipe.info.defaults))
+    plan, params = SamplePlan(0, 2, (0, 1, 2), balanced=True), SamplingParams(**pipe.info.defaults)
+    runs = [(Recording("ar"), get_sampler("ar"), plan, params), (Recording("sjd"), get_sampler("sjd"), plan, params)]
+    draws = draw_interleaved(runs, 3)
     first, second = plan.batch_seed(0), plan.batch_seed(1)
     assert calls == [("ar", first), ("sjd", first), ("ar", second), ("sjd", second)]
     assert [len(d.samples) for d in draws] == [3, 3] and [len(d.stats) for d in draws] == [2, 2]
@@ -187,6 +193,15 @@ def test_a_lossless_sampler_under_greedy_decoding_draws_the_same_images(pipe, re
     r = run_bench(pipe, [SamplerSpec("sjd", "sjd")], 4, 0, 2, greedy, real)["results"]
     assert r[0]["label"] == "ar" and r[1]["fid"] == pytest.approx(r[0]["fid"], abs=1e-9)
     assert r[1]["fid_vs_ar"] == pytest.approx(0, abs=1e-6) and r[1]["step_compression"] >= 1
+
+
+def test_a_row_samples_with_its_own_settings(pipe, real):
+    greedy = SamplerSpec("greedy", "ar", sampling={"temperature": 0.0})
+    rows = run_bench(pipe, [greedy], 4, 0, 2, real=real)["results"]
+    alone = run_bench(pipe, [SamplerSpec("ar", "ar")], 4, 0, 2,
+                      SamplingParams(**{**pipe.info.defaults, "temperature": 0.0}), real)["results"][0]
+    assert [r["sampling"] for r in rows] == [{}, {"temperature": 0.0}]
+    assert rows[1]["fid"] == pytest.approx(alone["fid"], abs=1e-9) and rows[0]["fid"] != rows[1]["fid"]
 
 
 def test_real_images_identical_to_ars_give_fid_zero_and_stats_files_give_no_kid(pipe, tmp_path):

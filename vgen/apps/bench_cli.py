@@ -46,7 +46,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     b = p.add_argument_group("benchmark")
     b.add_argument("--samplers", nargs="+", default=None, metavar="SPEC",
                    help="comma-separated names (ar,sjd,lantern,gsd) and/or specs label=name:key=value,... "
-                        "(e.g. sjd8=sjd:window=8,draft_init=vertical; seed=K draws that row with other seeds); "
+                        "(e.g. sjd8=sjd:window=8,draft_init=vertical; seed=K draws that row with other seeds; "
+                        "temperature=, cfg_scale=, top_k=, top_p=, cfg_interval= set that row's sampling); "
                         "vanilla AR is added first if missing (default: every registered sampler for the model)")
     b.add_argument("--reference-model", default=None, metavar="MODEL",
                    help="draw the reference row with this other model (embedded name or pipeline folder) and its "

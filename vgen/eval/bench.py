@@ -35,7 +35,7 @@ import json
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +62,7 @@ from vgen.samplers.options import declarations, parse_option
 from vgen.visualize import scatter_plot
 
 REFERENCE = "ar"
+SAMPLING_FIELDS = declarations(SamplingParams)  # the keys a spec may set for its own row
 PROMPT_SPLIT = "test"  # the scenes split whose held-out prompts (and their images) a text-to-image model is benched on
 OUTPUTS = {"json": "bench.json", "markdown": "bench.md", "plot": "bench.png"}
 COLUMNS = ("sampler", "drafter", "forward passes", "step compression", "wall time (s)", "latency ratio",
@@ -81,13 +82,15 @@ def features_of(samples: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SamplerSpec:
-    """One row of the benchmark: a label, a registered sampler with field overrides, and optionally its own seed
-    (``ar-reseed=ar:seed=1``: vanilla AR on other seeds, the noise floor of the quality columns)."""
+    """One row of the benchmark: a label, a registered sampler with field overrides, optionally its own seed
+    (``ar-reseed=ar:seed=1``: vanilla AR on other seeds, the noise floor of the quality columns) and its own
+    sampling settings (``t07=continuous-ar:temperature=0.7``: :class:`SamplingParams` fields over the run's)."""
 
     label: str
     name: str
     options: dict = field(default_factory=dict)
     seed: int | None = None
+    sampling: dict = field(default_factory=dict)
 
     def sampler(self) -> Sampler:
         return get_sampler(self.name, **self.options)
@@ -95,24 +98,29 @@ class SamplerSpec:
 
 def parse_sampler_spec(spec: str) -> SamplerSpec:
     """``name``, ``name:key=value,...`` or ``label=name:key=value,...`` (e.g. ``sjd8=sjd:window=8``); each value is
-    read as its declared field type (:func:`~vgen.samplers.options.parse_option`), ``seed`` as an integer.
-    Checked against the registry and the fields' valid values (a ValueError naming the spec)."""
+    read as its declared field type (:func:`~vgen.samplers.options.parse_option`), ``seed`` as an integer; a
+    :class:`SamplingParams` field that the sampler does not declare (``temperature``, ``cfg_scale``, ...) sets the
+    row's sampling. Checked against the registry and the fields' valid values (a ValueError naming the spec)."""
     label, sep, rest = spec.partition("=")
     if not sep or ":" in label:
         label, rest = spec, spec
     name, _, opts = rest.partition(":")
     try:
         declared = declarations(type(get_sampler(name)))
-        options = {}
+        options, sampling = {}, {}
         for item in filter(None, opts.split(",")):
             key, eq, value = item.partition("=")
             if not eq or not key:
                 raise ValueError(f"bad sampler option {item!r}: expected key=value")
+            if key not in declared and key in SAMPLING_FIELDS:
+                sampling[key] = parse_option(key, value, SAMPLING_FIELDS[key].kind)
+                continue
             kind = int if key == "seed" else declared[key].kind if key in declared else str
             options[key] = parse_option(key, value, kind)  # an unknown key is refused by the sampler below
         seed = options.pop("seed", None)
-        parsed = SamplerSpec(label, name, options, seed)
+        parsed = SamplerSpec(label, name, options, seed, sampling)
         parsed.sampler()
+        SamplingParams(**sampling)
     except ValueError as e:
         raise ValueError(f"sampler {spec!r}: {e}") from None
     return parsed
@@ -146,7 +154,7 @@ def with_reference(specs: list[SamplerSpec], reference: str = REFERENCE,
                              f"label=name:key=value")
         return [chosen, *specs], chosen.label
     for s in specs:
-        if s.name == reference and s.seed is None and not s.options:
+        if s.name == reference and s.seed is None and not s.options and not s.sampling:
             return specs, s.label
     label = reference if reference not in {s.label for s in specs} else f"{reference}-reference"
     return [SamplerSpec(label, reference), *specs], label
@@ -201,8 +209,8 @@ class Draw:
     labels: list[int] = field(default_factory=list)  # class ids, or the numbers of the plan's prompts
     stats: list = field(default_factory=list)  # the SamplerStats of every batch
 
-    def add(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, k: int, num_samples: int,
-            params: SamplingParams) -> None:
+    def add(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, params: SamplingParams, k: int,
+            num_samples: int) -> None:
         """Draw batch ``k`` of ``plan`` (cut short at ``num_samples``) and keep its samples and stats."""
         indices = plan.batch_indices(k, num_samples)
         out = pipe(**plan.inputs(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
@@ -223,17 +231,17 @@ class Draw:
                 "mean_accepted_length": statistics.mean(lengths) if lengths else 1.0}
 
 
-def draw_interleaved(runs: Sequence[tuple[ImagePipeline, Sampler, SamplePlan]], num_samples: int,
-                     params: SamplingParams, progress: bool = False) -> list[Draw]:
-    """The first ``num_samples`` images (clips) of every ``(pipeline, sampler, plan)``, drawn batch by batch in
+def draw_interleaved(runs: Sequence[tuple[ImagePipeline, Sampler, SamplePlan, SamplingParams]], num_samples: int,
+                     progress: bool = False) -> list[Draw]:
+    """The first ``num_samples`` images (clips) of every ``(pipeline, sampler, plan, params)``, drawn batch by batch in
     turn (batch 0 of every sampler, then batch 1, ...), so that changes in background load reach every sampler's
     wall time alike instead of whichever ran during them."""
     draws = [Draw() for _ in runs]
     batches = runs[0][2].num_batches(num_samples)  # every plan has the same batch size
     with tqdm(total=batches * len(runs), desc="bench", unit="batch", disable=not progress) as bar:
         for k in range(batches):
-            for (pipe, sampler, plan), d in zip(runs, draws):
-                d.add(pipe, sampler, plan, k, num_samples, params)
+            for run, d in zip(runs, draws):
+                d.add(*run, k, num_samples)
                 bar.update()
     return draws
 
@@ -324,13 +332,14 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
     rows, stats_of = [], {}
     start = time.perf_counter()
     runs = [(reference_pipe if reference_pipe is not None and spec.label == reference else pipe, spec.sampler(),
-             plan_of(seed if spec.seed is None else spec.seed)) for spec in specs]
-    draws = draw_interleaved(runs, num_samples, params, progress)
-    for spec, (_, _, plan), d in zip(specs, runs, draws):
+             plan_of(seed if spec.seed is None else spec.seed), replace(params, **spec.sampling)) for spec in specs]
+    draws = draw_interleaved(runs, num_samples, progress)
+    for spec, (_, _, plan, _), d in zip(specs, runs, draws):
         samples = np.stack(d.samples)
         feats = features_of(samples)
         stats = GaussianStats.of(feats)
-        row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed, **d.row(),
+        row = {"label": spec.label, "sampler": spec.name, "options": spec.options, "seed": plan.seed,
+               "sampling": spec.sampling, **d.row(),
                "fid": frechet_distance(real.stats, stats).fid,
                "kid": None if real.features is None else kernel_inception_distance(
                    real.features, feats, subset_size=kid_subset_size_for(min(len(real.features), len(feats))))[0],
@@ -339,8 +348,9 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
         rows.append(row)
     reference_run = next(i for i, spec in enumerate(specs) if spec.label == reference)  # rows follow specs
     base = rows[reference_run]
-    reference_pipe_used, _, reference_plan = runs[reference_run]
-    token_stats = reference_token_statistics(reference_pipe_used, draws[reference_run], reference_plan, params)
+    reference_pipe_used, _, reference_plan, reference_params = runs[reference_run]
+    token_stats = reference_token_statistics(reference_pipe_used, draws[reference_run], reference_plan,
+                                             reference_params)
     for row in rows:
         row["step_compression"] = base["forward_passes"] / row["forward_passes"]
         row["latency_ratio"] = base["wall_time_s"] / row["wall_time_s"]
