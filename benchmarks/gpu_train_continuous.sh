@@ -11,7 +11,8 @@
 # -d .whl diffusers==0.42.1 importlib_metadata`), which use_carried_wheels (gpu_pack.sh) installs first. The run
 # starts from the shipped target (vgen train mar --init-from the pipeline) and ends annealed TRAIN_END_S seconds
 # after the script starts at whatever speed the device runs (train_until in gpu_pack.sh: a probe of PROBE_S
-# seconds, then the cosine laid over the steps that fit, at most STEPS). Then it packages in bf16 and runs `vgen
+# seconds, then the cosine laid over the steps that fit, at most STEPS), with the shipped recipe's class repeats
+# (HARD_CLASSES). Then it packages in bf16 with the shipped sampling defaults (CFG, TEMPERATURE) and runs `vgen
 # quality` on NUM_EVAL samples (the classes in turn). The device returns at most 8 files of at most 16 MiB each,
 # so $OUT gets: train.log, summary.txt (the last loss and the class accuracy), and result.tar (pipe/, log.jsonl,
 # quality.json, grid.png) split into 15 MiB parts result.tar.part-NN with its sha256 in result.tar.sha256; `cat
@@ -20,7 +21,8 @@
 #
 # Environment (defaults): OUT (gpu_continuous_out), DEVICE (cuda), DATA (runs/data-smooth), RUN
 # (runs/gpu-continuous), NUM_IMAGES (32000), STEPS (20000), BATCH (128), LR (3e-4), WARMUP (100), TRAIN_END_S
-# (420), PROBE_S (45), NUM_EVAL (256), QUALITY_BATCH (128), CFG (3.0), PRECISION (bf16), WHEELS (.whl).
+# (420), PROBE_S (45), NUM_EVAL (256), QUALITY_BATCH (128), CFG (3.0), TEMPERATURE (0.7), HARD_CLASSES
+# (square=3 triangle=3 heart=2), PRECISION (bf16), WHEELS (.whl).
 # DEVICE=cpu with small counts is the dry run this script is tested by.
 set -euo pipefail
 
@@ -39,6 +41,8 @@ WARMUP=${WARMUP:-100}
 NUM_EVAL=${NUM_EVAL:-256}
 QUALITY_BATCH=${QUALITY_BATCH:-128}
 CFG=${CFG:-3.0}
+TEMPERATURE=${TEMPERATURE:-0.7}
+read -r -a HARD_CLASSES <<<"${HARD_CLASSES:-square=3 triangle=3 heart=2}"
 PRECISION=${PRECISION:-bf16}
 SHIPPED=vgen/assets/shapes-c2i-continuous
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1
@@ -49,14 +53,15 @@ mkdir -p "$OUT" "$RUN"
 train_until "$END_AT" "$STEPS" "$RUN" "${VGEN[@]}" train mar --size target --run-dir "$RUN" --data-dir "$DATA" \
     --background smooth --tokenizer "$SHIPPED/kl" --init-from "$SHIPPED" --num-images "$NUM_IMAGES" \
     --batch-size "$BATCH" --lr "$LR" --warmup-steps "$WARMUP" --eval-every 0 --device "$DEVICE" \
-    --precision "$PRECISION" 2>&1 | tee -a "$OUT/train.log"
+    --precision "$PRECISION" --class-repeats "${HARD_CLASSES[@]}" 2>&1 | tee -a "$OUT/train.log"
 tail -n 1 "$RUN/log.jsonl" | sed 's/^/last logged step: /' >>"$OUT/summary.txt"
 
 result="$RUN/result"
 rm -rf "$result" && mkdir -p "$result"
 cp "$RUN/log.jsonl" "$result/log.jsonl"
 "${VGEN[@]}" train package --gpt "$RUN/export" --vq "$SHIPPED/kl" --drafter "$SHIPPED/drafter" --data-dir "$DATA" \
-    --out "$result/pipe" --name shapes-c2i-continuous --cfg-scale "$CFG" --dtype bf16
+    --out "$result/pipe" --name shapes-c2i-continuous --cfg-scale "$CFG" \
+    --temperature "$TEMPERATURE" --dtype bf16
 
 pack "$result" "$OUT" "$RUN"
 if "${VGEN[@]}" quality --model "$result/pipe" --num-images "$NUM_EVAL" --batch-size "$QUALITY_BATCH" \

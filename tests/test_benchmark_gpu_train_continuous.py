@@ -25,6 +25,7 @@ def test_dry_run_continues_the_shipped_target_packages_and_measures(tmp_path, un
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     state = json.loads((latest_checkpoint(tmp_path / "run") / "state.json").read_text())
     assert state["step"] == 1 and state["recipe"]["batch_size"] == 4
+    assert state["recipe"]["class_repeats"] == {"square": 3, "triangle": 3, "heart": 2}
     first = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
     assert first["init_from"].endswith("vgen/assets/shapes-c2i-continuous/gpt")  # the shipped target, not a new one
     out_dir = tmp_path / "out"
@@ -33,6 +34,7 @@ def test_dry_run_continues_the_shipped_target_packages_and_measures(tmp_path, un
     result = unpack_device_result(out_dir, tmp_path / "result")
     pipe = pipelines.load(str(result / "pipe"))
     assert pipe.info.name == "shapes-c2i-continuous" and pipe.draft_head is not None
+    assert pipe.info.defaults == {"cfg_scale": 3.0, "temperature": 0.7}
     quality = json.loads((result / "quality.json").read_text())
     assert quality["num_images"] == 2 and 0 <= quality["class_accuracy"] <= 1
     summary = (out_dir / "summary.txt").read_text()

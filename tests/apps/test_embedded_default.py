@@ -84,7 +84,7 @@ def test_the_shipped_model_draws_the_shape_it_is_asked_for():
 @pytest.mark.slow
 def test_the_continuous_default_draws_the_shape_it_is_asked_for():
     """16 target-only samples (2 per class, seed 0, default CFG): the shipped classifier finds the requested shape
-    in most of them (README: 128 samples). Scored against the next class, the same images are near zero."""
+    in most of them (README: 256 samples). Scored against the next class, the same images are near zero."""
     from vgen.eval.bench import domain_class_accuracy
 
     pipe = vgen.load("shapes-c2i-continuous")
