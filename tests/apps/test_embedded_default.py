@@ -83,14 +83,15 @@ def test_the_shipped_model_draws_the_shape_it_is_asked_for():
 
 @pytest.mark.slow
 def test_the_continuous_default_draws_the_shape_it_is_asked_for():
-    """16 target-only samples (2 per class, seed 0, default CFG): the shipped classifier finds the requested shape
-    in most of them (README: 256 samples). Scored against the next class, the same images are near zero."""
+    """16 target-only samples (2 per class, seed 0, default CFG and temperature): the shipped classifier finds the
+    requested shape in most of them (12 of 16; README: 256 samples). Scored against the next class, the same images
+    are near zero (1 of 16)."""
     from vgen.eval.bench import domain_class_accuracy
 
     pipe = vgen.load("shapes-c2i-continuous")
     classes = np.repeat(np.arange(len(CLASS_NAMES)), 2)
     images = np.stack([np.asarray(im) for im in pipe(class_ids=classes.tolist(), seed=0).images])
-    assert domain_class_accuracy(pipe, images, classes) >= 0.4
+    assert domain_class_accuracy(pipe, images, classes) >= 0.5
     assert domain_class_accuracy(pipe, images, (classes + 1) % len(CLASS_NAMES)) <= 0.25
 
 
