@@ -22,6 +22,7 @@ from vgen.eval.bench import (
     parse_sampler_list,
     parse_sampler_spec,
     real_reference,
+    row_name,
     run_bench,
     speed_quality_plot,
     with_reference,
@@ -201,6 +202,7 @@ def test_a_row_samples_with_its_own_settings(pipe, real):
     alone = run_bench(pipe, [SamplerSpec("ar", "ar")], 4, 0, 2,
                       SamplingParams(**{**pipe.info.defaults, "temperature": 0.0}), real)["results"][0]
     assert [r["sampling"] for r in rows] == [{}, {"temperature": 0.0}]
+    assert [row_name(r) for r in rows] == ["ar", "greedy (temperature 0.0)"]
     assert rows[1]["fid"] == pytest.approx(alone["fid"], abs=1e-9) and rows[0]["fid"] != rows[1]["fid"]
 
 

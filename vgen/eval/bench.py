@@ -395,13 +395,19 @@ def table_columns(result: dict) -> tuple[str, ...]:
     return columns + tuple(quality_figures(result["results"][0]))
 
 
+def row_name(row: dict) -> str:
+    """A row's label, with the sampling settings it sets over the run's: ``t05 (temperature 0.5)``."""
+    own = row.get("sampling") or {}
+    return row["label"] + (f" ({', '.join(f'{k} {v}' for k, v in own.items())})" if own else "")
+
+
 def bench_table(result: dict) -> str:
     """The results as a Markdown table, one row per sampler in run order."""
     columns = table_columns(result)
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for r in result["results"]:
         quality = " | ".join(_fmt(None if v is None else 100 * v, ".1f", "%") for v in quality_figures(r).values())
-        lines.append(f"| {r['label']} | {r['drafter'] or '-'} | {r['forward_passes']} | "
+        lines.append(f"| {row_name(r)} | {r['drafter'] or '-'} | {r['forward_passes']} | "
                      f"{r['step_compression']:.2f}x | {r['wall_time_s']:.2f} | {r['latency_ratio']:.2f}x | "
                      f"{r['tokens_per_forward']:.2f} | {r['fid']:.2f} | {_fmt(r['kid'], '.4f')} | "
                      f"{_fmt(r['fid_vs_ar'], '.2f')} | {quality} |")
@@ -415,7 +421,7 @@ def setup_line(result: dict) -> str:
     judged = "; accuracy per attribute from the scene judge" if prompts else ""
     return (f"{s['model']}, {s['num_samples']} samples per sampler ({drawn}), batch {s['batch_size']}, "
             f"seed {s['seed']}, CFG {p['cfg_scale']}, temperature {p['temperature']}, top-k {p['top_k']}, "
-            f"top-p {p['top_p']}; {s['device']} {s['dtype']}, {s['threads']} thread(s); "
+            f"top-p {p['top_p']} (unless a row sets its own); {s['device']} {s['dtype']}, {s['threads']} thread(s); "
             f"{'/'.join(distance_names(s))} in {s['features']} features against {s['real']} ({s['real_count']} "
             f"samples){judged}; ratios against `{s['reference']}`{token_clause(s['reference_token_statistics'])}; "
             f"{s['total_time_s']:.0f} s in all.")
