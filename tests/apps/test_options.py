@@ -27,6 +27,7 @@ from vgen.training.ar import AR_CFG_SCALE
 
 SAMPLER_OPTIONS = declared_options(sampler_classes())
 STREAM_OPTIONS = declared_options([StreamConfig])
+STREAM_FLAGS = [o for o in STREAM_OPTIONS if o.name != "cfg_scale"]  # a token command's --cfg-scale serves both
 
 
 def subcommand(*names: str) -> argparse.ArgumentParser:
@@ -43,9 +44,9 @@ def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 @pytest.mark.parametrize("command, options", [
     ("sample", sampling_options() + SAMPLER_OPTIONS),
-    ("sample-many", sampling_options() + SAMPLER_OPTIONS),
+    ("sample-many", sampling_options() + SAMPLER_OPTIONS + STREAM_FLAGS),
     ("bench", sampling_options()),
-    ("quality", sampling_options()),
+    ("quality", sampling_options() + STREAM_FLAGS),
     ("stream", STREAM_OPTIONS),
 ], ids=["sample", "sample-many", "bench", "quality", "stream"])
 def test_each_declared_option_is_a_flag_with_its_help_and_no_default(command, options) -> None:

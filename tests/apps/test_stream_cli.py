@@ -189,6 +189,22 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
     assert Image.open(grid).size == (6 * 16, 3 * 16)  # a row of 6 frames per class
 
 
+def test_quality_of_a_streaming_model_takes_its_schedule_flags(tiny_stream_pipeline_dir, tmp_path, capsys) -> None:
+    report = tmp_path / "q.json"
+    code = main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "3", "--batch-size", "3",
+                 "--num-frames", "4", "--steps", "1", "--first-steps", "3", "--json", str(report), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    sampling = json.loads(report.read_text())["sampling"]
+    assert (sampling["steps"], sampling["first_steps"], sampling["window_frames"]) == (1, 3, 4)
+
+
+def test_quality_of_a_token_model_refuses_stream_flags(tiny_pipeline_dir, capsys) -> None:
+    assert main(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "1", "--steps", "2",
+                 "--sink-frames", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--steps, --sink-frames set a stream's schedule or context; tiny samples tokens" in err[0]
+
+
 @pytest.mark.parametrize("args, message", [(["--num-frames", "1"], "--num-frames must be >= 2"),
                                            (["--num-frames", "0"], "--num-frames must be >= 2"),
                                            (["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
@@ -196,7 +212,8 @@ def test_quality_of_a_streaming_model_judges_its_clips_like_the_token_video_mode
                                            (["--temperature", "1", "--cfg-interval", "3"],
                                             "--cfg-interval, --temperature sample tokens"),
                                            (["--sampler", "ar"], "--sampler and its options are for token models"),
-                                           (["--window", "4"], "--sampler and its options are for token models")])
+                                           (["--window", "4"], "--sampler and its options are for token models"),
+                                           (["--steps", "0"], "steps must be an integer in [1, 1000], got 0")])
 def test_quality_of_a_streaming_model_refuses_bad_settings(tiny_stream_pipeline_dir, args, message, capsys) -> None:
     assert main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "1", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()

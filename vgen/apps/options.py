@@ -20,6 +20,7 @@ from vgen.pipelines import StreamPipeline
 from vgen.pipelines.inputs import MAX_SAMPLES, check_device
 from vgen.samplers import SamplingParams, available_samplers, get_sampler, samplers_taking
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
+from vgen.samplers.streaming import StreamConfig
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16"}
@@ -270,16 +271,38 @@ def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return set_options(args, sampling_options())
 
 
+def stream_settings() -> list[DeclaredOption]:
+    """A stream's schedule and context settings (:class:`~vgen.samplers.streaming.StreamConfig`)."""
+    return declared_options([StreamConfig])
+
+
+def add_stream_args(parser: argparse.ArgumentParser) -> None:
+    """A streaming model's schedule and context flags, for a command that also samples token models: its guidance
+    is the shared ``--cfg-scale``."""
+    settings = [o for o in stream_settings() if o.name != "cfg_scale"]
+    group = parser.add_argument_group("streaming models: schedule and context (unset = the model's recommended "
+                                      "value; --cfg-scale is the guidance)")
+    add_option_flags(group, settings, recommended_defaults(settings))
+
+
+def refuse_stream_args(args: argparse.Namespace, model: str) -> None:
+    """A token model's command refuses the stream flags (:func:`add_stream_args`) that were set."""
+    flags = ["--" + name.replace("_", "-") for name in set_options(args, stream_settings()) if name != "cfg_scale"]
+    if flags:
+        raise UsageError(f"{', '.join(flags)} set a stream's schedule or context; {model} samples tokens")
+
+
 def stream_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """A streaming model's settings from a token command's flags: ``--cfg-scale`` is the stream's guidance scale
-    (unset: the pipeline's default); the other sampling and sampler flags sample tokens and are refused."""
+    """A streaming model's settings from a token command's flags: the stream flags set (:func:`add_stream_args`)
+    and ``--cfg-scale`` as the stream's guidance scale (unset: the pipeline's defaults); the other sampling and
+    sampler flags sample tokens and are refused."""
     token = sorted((set(sampling_overrides(args)) - {"cfg_scale"}) | set(sampler_options(args)))
     flags = ["--" + name.replace("_", "-") for name in token]
     flags += ["--sampler"] if getattr(args, "sampler", None) else []
     if flags:
         raise UsageError(f"{', '.join(flags)} sample tokens; a streaming model denoises frames (its guidance is "
                          f"--cfg-scale)")
-    return {"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}
+    return set_options(args, stream_settings())
 
 
 def sampling_params(pipe: pipelines.ImagePipeline, args: argparse.Namespace) -> SamplingParams:

@@ -19,10 +19,12 @@ from vgen.apps.options import (
     IMAGE_SUFFIXES,
     UsageError,
     add_sampler_args,
+    add_stream_args,
     check_count,
     check_writable,
     device_name,
     plural,
+    refuse_stream_args,
     sampler_options,
     sampling_params,
     stream_overrides,
@@ -55,7 +57,8 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-images", type=int, default=512, help="images (clips) to sample, the classes in turn")
     p.add_argument("--batch-size", type=int, default=64, help="images (clips) sampled at once")
     p.add_argument("--seed", type=int, default=0, help="random seed of the samples")
-    add_sampler_args(p)  # unset: the model's recommended values; a streaming model takes --cfg-scale only
+    add_sampler_args(p)  # unset: the model's recommended values
+    add_stream_args(p)  # a streaming model takes these and --cfg-scale, no token flags
     p.add_argument("--num-frames", type=int, default=None,
                    help="video models: frames per clip (default: the length the model was trained on; a token "
                         "model draws longer clips window by window)")
@@ -90,6 +93,7 @@ def run_quality(args: argparse.Namespace) -> None:
         return write_quality(pipe, stream_quality(pipe, args), args.json)
     if not isinstance(pipe, pipelines.ImagePipeline):
         raise UsageError(f"vgen quality measures token models (images or clips); {pipe.info.name} is not one")
+    refuse_stream_args(args, pipe.info.name)
     video = hasattr(pipe, "num_frames")
     for flag, value in (("--num-frames", args.num_frames), ("--window-context", args.window_context)):
         if value is not None and not video:

@@ -19,12 +19,14 @@ from vgen.apps.options import (
     add_device_args,
     add_model_args,
     add_sampler_args,
+    add_stream_args,
     check_count,
     check_suffix,
     check_writable,
     class_label,
     load_pipeline,
     plural,
+    refuse_stream_args,
     sampler_options,
     sampling_params,
     stream_overrides,
@@ -47,6 +49,7 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                                    "processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
+    add_stream_args(p)
     gen.add_argument("--num-samples", type=int, required=True,
                      help="images (clips) to draw and pack, exactly: the last batch is cut short")
     gen.add_argument("--class-id", type=class_label, action="append", dest="class_ids", metavar="CLASS",
@@ -62,8 +65,9 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                      help="samples per forward batch on each process (default: 32)")
     gen.add_argument("--num-frames", type=int, default=None,
                      help="a video model's frames per clip (default: the length it was trained on): a streaming "
-                          "(block-diffusion) model streams them with its recommended settings and --cfg-scale as "
-                          "its guidance; a token model draws a longer clip window by window")
+                          "(block-diffusion) model streams them with its recommended settings under the stream "
+                          "flags set and --cfg-scale as its guidance; a token model draws a longer clip window by "
+                          "window")
     gen.add_argument("--window-context", type=int, default=None,
                      help="a video token model's frames each later window continues (default: half the window)")
     out = p.add_argument_group("output")
@@ -94,6 +98,7 @@ def run_sample_many(args: argparse.Namespace) -> None:
                 raise UsageError(f"--window-context is for video token models; {pipe.info.name} streams")
             sampler, params = None, stream_clips(pipe, args)
         else:
+            refuse_stream_args(args, pipe.info.name)
             sampler = get_sampler(args.sampler or default_sampler(pipe.model), **sampler_options(args))
             params = sampling_params(pipe, args)
             if args.num_frames is not None or args.window_context is not None:
@@ -122,7 +127,7 @@ def run_sample_many(args: argparse.Namespace) -> None:
 
 def stream_clips(pipe: StreamPipeline, args: argparse.Namespace) -> StreamClips:
     """A streaming model's clips: --num-frames long (default: its trained length), streamed with its recommended
-    settings and --cfg-scale."""
+    settings under the stream flags set and --cfg-scale."""
     frames = pipe.model.config.train_frames if args.num_frames is None else args.num_frames
     check_count("--num-frames", frames)
     return StreamClips(pipe.stream_config(**stream_overrides(args)), frames)

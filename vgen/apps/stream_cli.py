@@ -24,14 +24,12 @@ from vgen.apps.options import (
     plural,
     recommended_defaults,
     set_options,
+    stream_settings,
 )
 from vgen.interrupts import graceful_stop
 from vgen.pipelines import StreamPipeline
-from vgen.samplers.options import declared_options
-from vgen.samplers.streaming import StreamConfig, StreamControl, StreamProfile
+from vgen.samplers.streaming import StreamControl, StreamProfile
 from vgen.video_io import StreamingVideoWriter
-
-STREAM_SETTINGS = declared_options([StreamConfig])
 
 
 def parse_switch(text: str) -> tuple[int, int | str]:
@@ -55,8 +53,9 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
                    help="change the class from the block holding this frame on (repeatable)")
     p.add_argument("--frames", type=int, default=160, help="frames to generate")
     p.add_argument("--seed", type=int, default=0, help="random seed: the same seed draws the same video")
+    settings = stream_settings()
     add_option_flags(p.add_argument_group("schedule and context (unset = the model's recommended value)"),
-                     STREAM_SETTINGS, recommended_defaults(STREAM_SETTINGS))
+                     settings, recommended_defaults(settings))
     o = p.add_argument_group("output")
     o.add_argument("--out", default="stream.mp4", help=".mp4 (crash-safe, fragmented) or .gif")
     o.add_argument("--fps", type=int, default=8, help="frames per second of the video file")
@@ -79,7 +78,7 @@ def run_stream(args: argparse.Namespace) -> None:
         if frame < 0:
             raise UsageError(f"--switch frame must be >= 0, got {frame}")
     switch_ids = sorted((frame, pipe.class_id(label)) for frame, label in args.switch)
-    options = set_options(args, STREAM_SETTINGS)
+    options = set_options(args, stream_settings())
     control = StreamControl()
     first_class, switches = class_id, list(switch_ids)
     while switches and switches[0][0] < pipe.frames_per_block:  # a switch inside the first block starts it
