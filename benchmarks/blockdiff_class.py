@@ -1,7 +1,8 @@
 """Does a block-diffusion model use its class? Two checks, for a pipeline or a model folder.
 
 1. Class accuracy of sampled clips per CFG scale, overall and per class: `--per-class` clips per class of
-   `--frames` frames (seed 0), every frame judged by the domain classifier.
+   `--frames` frames (seed 0), every frame judged by the domain classifier; per class and block too, to show
+   whether a class is lost in the first block (drawn without context) or in the blocks that continue it.
 2. The class gap: on 32 training clips with the first block noised and the rest clean, the first block's velocity
    MSE with the right class, a wrong class (+3) and the null class. A model that ignores its class scores the same.
 
@@ -71,6 +72,10 @@ def main() -> None:
         figures["class_accuracy_by_cfg"][cfg] = float(right.mean())
         figures.setdefault("class_accuracy_by_class", {})[cfg] = {
             pipe.class_name(c): float(right[np.array(ids) == c].mean()) for c in range(model.num_classes)}
+        by_block = right.reshape(len(ids), -1, pipe.frames_per_block).mean(-1)
+        figures.setdefault("class_accuracy_by_class_and_block", {})[cfg] = {
+            pipe.class_name(c): [round(float(a), 3) for a in by_block[np.array(ids) == c].mean(0)]
+            for c in range(model.num_classes)}
     clips, labels = cached_clips(args.data_dir, "train", 4032, recorded_clips_config(args.data_dir))
     frames = clips_to_tensor(np.asarray(clips[4000:4032])[:, :model.config.train_frames])
     if pipe.tokenizer is not None:  # a latent model denoises the tokenizer's latent frames
