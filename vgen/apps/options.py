@@ -289,7 +289,8 @@ def refuse_stream_args(args: argparse.Namespace, model: str) -> None:
     """A token model's command refuses the stream flags (:func:`add_stream_args`) that were set."""
     flags = ["--" + name.replace("_", "-") for name in set_options(args, stream_settings()) if name != "cfg_scale"]
     if flags:
-        raise UsageError(f"{', '.join(flags)} set a stream's schedule or context; {model} samples tokens")
+        verb = "sets" if len(flags) == 1 else "set"
+        raise UsageError(f"{', '.join(flags)} {verb} a stream's schedule or context; {model} samples tokens")
 
 
 def stream_overrides(args: argparse.Namespace) -> dict[str, Any]:
