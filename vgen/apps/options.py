@@ -276,18 +276,22 @@ def stream_settings() -> list[DeclaredOption]:
     return declared_options([StreamConfig])
 
 
+def stream_flags() -> list[DeclaredOption]:
+    """The stream settings a command that also samples token models adds as its own flags: all but the guidance,
+    which is the shared ``--cfg-scale``."""
+    return [o for o in stream_settings() if o.name != "cfg_scale"]
+
+
 def add_stream_args(parser: argparse.ArgumentParser) -> None:
-    """A streaming model's schedule and context flags, for a command that also samples token models: its guidance
-    is the shared ``--cfg-scale``."""
-    settings = [o for o in stream_settings() if o.name != "cfg_scale"]
+    """A streaming model's schedule and context flags (:func:`stream_flags`)."""
     group = parser.add_argument_group("streaming models: schedule and context (unset = the model's recommended "
                                       "value; --cfg-scale is the guidance)")
-    add_option_flags(group, settings, recommended_defaults(settings))
+    add_option_flags(group, stream_flags(), recommended_defaults(stream_flags()))
 
 
 def refuse_stream_args(args: argparse.Namespace, model: str) -> None:
     """A token model's command refuses the stream flags (:func:`add_stream_args`) that were set."""
-    flags = ["--" + name.replace("_", "-") for name in set_options(args, stream_settings()) if name != "cfg_scale"]
+    flags = [o.flag for o in stream_flags() if getattr(args, o.name, None) is not None]
     if flags:
         verb = "sets" if len(flags) == 1 else "set"
         raise UsageError(f"{', '.join(flags)} {verb} a stream's schedule or context; {model} samples tokens")
