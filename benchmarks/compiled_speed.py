@@ -34,6 +34,7 @@ from PIL import Image
 from speculative_speed import window_cost
 
 import vgen
+from vgen.eval.bench import SamplerSpec, parse_sampler_list
 from vgen.eval.quality import token_statistics
 from vgen.images import image_grid
 from vgen.models.llamagen import GPT_SIZES
@@ -67,8 +68,9 @@ class RandomPipeline:
         self.device, self.num_classes = torch.device(device), self.model.num_classes
 
 
-def vgen_method(pipe, name: str, compile: bool | str, classes: torch.Tensor, params: SamplingParams) -> Method:
-    sampler = get_sampler(name, compile=compile)
+def vgen_method(pipe, spec: SamplerSpec, compile: bool | str, classes: torch.Tensor,
+                params: SamplingParams) -> Method:
+    sampler = get_sampler(spec.name, compile=compile, **spec.options)
 
     def run(seed: int) -> tuple[torch.Tensor, int]:
         generator = torch.Generator(pipe.device).manual_seed(seed)
@@ -93,7 +95,7 @@ def timed(method: Method, seed: int, cuda: bool) -> tuple[float, torch.Tensor, i
     return time.perf_counter() - start, tokens, passes
 
 
-def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[str], repeats: int,
+def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[SamplerSpec], repeats: int,
                 repo: Path | None, mode: str) -> dict:
     """Every method at one batch size: first-call and median seconds, forward passes, tokens."""
     classes = torch.arange(batch, device=pipe.device) % pipe.num_classes
@@ -101,11 +103,12 @@ def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[str], r
     if repo is not None:
         methods[LLAMAGEN] = llamagen(repo, pipe, classes, params, False)
         methods[LLAMAGEN_COMPILED] = llamagen(repo, pipe, classes, params, True)
-    methods[AR] = vgen_method(pipe, "ar", False, classes, params)
-    methods[AR_COMPILED] = vgen_method(pipe, "ar", mode, classes, params)
-    for name in samplers:
-        methods[name] = vgen_method(pipe, name, False, classes, params)
-        methods[f"{name}, compiled"] = vgen_method(pipe, name, mode, classes, params)
+    ar = SamplerSpec("ar", "ar")
+    methods[AR] = vgen_method(pipe, ar, False, classes, params)
+    methods[AR_COMPILED] = vgen_method(pipe, ar, mode, classes, params)
+    for spec in samplers:
+        methods[spec.label] = vgen_method(pipe, spec, False, classes, params)
+        methods[f"{spec.label}, compiled"] = vgen_method(pipe, spec, mode, classes, params)
     cuda = pipe.device.type == "cuda"
     first = {name: timed(method, 0, cuda)[0] for name, method in methods.items()}  # compiles
     seconds: dict[str, list[float]] = {name: [] for name in methods}
@@ -130,21 +133,21 @@ def bench_batch(pipe, batch: int, params: SamplingParams, samplers: list[str], r
         ar_step = rows[AR_COMPILED if "compiled" in name else AR]["median_s"] / n
         row["pass_cost"] = row["median_s"] / row["forward_passes"] / ar_step
     guided_rows = 2 * batch if params.guided else batch
-    cost = window_cost(pipe.model, get_sampler(samplers[0]).window, guided_rows) if samplers else None
+    cost = window_cost(pipe.model, samplers[0].sampler().window, guided_rows) if samplers else None
     return {"batch": batch, "rows": rows, "token_statistics": stats, "window_cost_eager": cost}
 
 
-def profile_passes(pipe, name: str, mode: str, params: SamplingParams, top: int = 10) -> dict:
-    """Where one compiled batch-1 run of sampler ``name`` spends a pass (after a first call that compiles): the
+def profile_passes(pipe, spec: SamplerSpec, mode: str, params: SamplingParams, top: int = 10) -> dict:
+    """Where one compiled batch-1 run of the sampler ``spec`` spends a pass (after a first call that compiles): the
     ``top`` ops by self CPU time, in ms and calls per forward pass (torch.profiler)."""
-    method = vgen_method(pipe, name, mode, torch.zeros(1, dtype=torch.long, device=pipe.device), params)
+    method = vgen_method(pipe, spec, mode, torch.zeros(1, dtype=torch.long, device=pipe.device), params)
     method(0)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         _, passes = method(1)
         seconds = time.perf_counter() - start
     ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    return {"sampler": f"{name}, compiled", "forward_passes": passes, "ms_per_pass": 1e3 * seconds / passes,
+    return {"sampler": f"{spec.label}, compiled", "forward_passes": passes, "ms_per_pass": 1e3 * seconds / passes,
             "ops": [{"op": e.key[:60], "ms_per_pass": e.self_cpu_time_total / 1e3 / passes,
                      "calls_per_pass": e.count / passes} for e in ops]}
 
@@ -193,17 +196,21 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256, help="image tokens of --gpt-model")
     ap.add_argument("--compile-mode", default=None,
                     help="torch.compile mode of the compiled rows (default: reduce-overhead on CUDA, else default)")
-    ap.add_argument("--samplers", nargs="+", default=list(SPECULATIVE), help="speculative presets to time")
+    ap.add_argument("--samplers", nargs="+", default=list(SPECULATIVE), metavar="SPEC",
+                    help="speculative samplers to time: names or vgen bench specs (mcsjd8=mcsjd:window=8)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--llamagen-repo", type=Path, default=None, help="local clone of FoundationVision/LlamaGen")
-    ap.add_argument("--profile", default=None, metavar="SAMPLER",
-                    help="also profile one compiled batch-1 run of this sampler, op by op")
+    ap.add_argument("--profile", default=None, metavar="SPEC",
+                    help="also profile one compiled batch-1 run of this sampler (a name or spec), op by op")
     ap.add_argument("--out", type=Path, required=True, help="folder for compiled_speed.{json,md,png}")
     args = ap.parse_args()
+    samplers = parse_sampler_list(args.samplers)
+    if any(spec.seed is not None or spec.sampling for spec in samplers):
+        ap.error("--samplers: every method draws the same seeds and sampling settings; give sampler options only")
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
@@ -218,12 +225,12 @@ def main() -> None:
              "compile": mode,
              "threads": f"{torch.get_num_threads()} thread(s)" if args.device == "cpu" else args.device,
              "torch": torch.__version__, "repeats": args.repeats,
-             "window": get_sampler(args.samplers[0]).window if args.samplers else None}
+             "window": samplers[0].sampler().window}
     results = []
     for batch in args.batch_sizes:
-        results.append(bench_batch(pipe, batch, params, args.samplers, args.repeats, args.llamagen_repo, mode))
+        results.append(bench_batch(pipe, batch, params, samplers, args.repeats, args.llamagen_repo, mode))
         print(f"{setup_line(setup, results[-1])}\n\n{table(results[-1])}\n", flush=True)
-    profile = profile_passes(pipe, args.profile, mode, params) if args.profile else None
+    profile = profile_passes(pipe, parse_sampler_list([args.profile])[0], mode, params) if args.profile else None
     sections = [f"{setup_line(setup, r)}\n\n{table(r)}" for r in results]
     if profile:
         sections.append(profile_table(profile))

@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from vgen.samplers import ar as ar_module
@@ -18,16 +19,20 @@ def test_one_run_times_every_method_against_compiled_ar(benchmark_module, monkey
     monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_last)
     monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
     monkeypatch.setattr(sys, "argv", ["compiled_speed.py", "--gpt-model", "tiny", "--tokens", "16", "--batch-sizes",
-                                      "1", "2", "--samplers", "mcsjd", "lantern", "--repeats", "2", "--profile",
-                                      "mcsjd", "--out", str(tmp_path)])
+                                      "1", "2", "--samplers", "mcsjd", "lantern4=lantern:window=4", "--repeats", "2",
+                                      "--profile", "mcsjd", "--out", str(tmp_path)])
+    built = []
+    get_sampler = speed.get_sampler
+    monkeypatch.setattr(speed, "get_sampler", lambda name, **kw: built.append((name, kw)) or get_sampler(name, **kw))
     speed.main()
+    assert ("lantern", {"compile": "default", "window": 4}) in built  # the spec's option reaches the sampler
     result = json.loads((tmp_path / "compiled_speed.json").read_text())
     assert [r["batch"] for r in result["results"]] == [1, 2]
     for r in result["results"]:
         rows = r["rows"]
-        assert list(rows) == ["ar", "ar, compiled", "mcsjd", "mcsjd, compiled", "lantern", "lantern, compiled"]
+        assert list(rows) == ["ar", "ar, compiled", "mcsjd", "mcsjd, compiled", "lantern4", "lantern4, compiled"]
         assert rows["ar"]["forward_passes"] == rows["ar, compiled"]["forward_passes"] == 16
-        for name in ("mcsjd", "lantern"):  # the same seeds draw the same tokens in the same passes
+        for name in ("mcsjd", "lantern4"):  # the same seeds draw the same tokens in the same passes
             assert rows[name]["forward_passes"] == rows[f"{name}, compiled"]["forward_passes"] <= 16
         reference = rows["ar, compiled"]["median_s"]
         for row in rows.values():
@@ -39,5 +44,16 @@ def test_one_run_times_every_method_against_compiled_ar(benchmark_module, monkey
     assert profile["sampler"] == "mcsjd, compiled" and len(profile["ops"]) == 10
     assert 0 < sum(op["ms_per_pass"] for op in profile["ops"]) <= 1.01 * profile["ms_per_pass"]
     table = (tmp_path / "compiled_speed.md").read_text()
-    assert "| lantern, compiled |" in table and "Where a pass of `mcsjd, compiled` goes" in table
+    assert "| lantern4, compiled |" in table and "Where a pass of `mcsjd, compiled` goes" in table
     assert Image.open(tmp_path / "compiled_speed.png").size[0] > 500
+
+
+def test_a_sampler_spec_may_not_change_seeds_or_sampling(benchmark_module, monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    speed = benchmark_module("compiled_speed")
+    monkeypatch.setattr(sys, "argv", ["compiled_speed.py", "--gpt-model", "tiny", "--tokens", "16", "--samplers",
+                                      "hot=mcsjd:temperature=2", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        speed.main()
+    assert "give sampler options only" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
