@@ -191,6 +191,24 @@ def test_rows_advancing_independently_equal_the_full_forward(tiny_gpt_factory) -
 
 
 @torch.no_grad()
+def test_static_rows_equal_the_full_forward_over_the_whole_cache_or_up_to_image_end(tiny_gpt_factory) -> None:
+    """The compiled verify pass's form (``static``: attention over every slot under the mask) gives the full
+    forward's logits, and so does attending only up to ``image_end``, the end of the rows' last window."""
+    model = tiny_gpt_factory(CONFIG)
+    tokens = random_tokens(15)
+    full = model(CLASSES, tokens)
+    starts = torch.tensor([3, 6])
+    window = torch.stack([tokens[0, 2:9], tokens[1, 5:12]])
+    for image_end in (None, 13):  # rows 0 and 1 end at image tokens 10 and 13
+        cache = model.new_cache(len(CLASSES), extra=4)
+        model.prefill(CLASSES, cache)
+        model.decode_rows(tokens[:, :6], torch.tensor([1, 1]), cache, static=True, image_end=image_end and 7)
+        got = model.decode_rows(window, starts, cache, static=True, image_end=image_end)
+        torch.testing.assert_close(got[0], full[0, 3:10], atol=ATOL, rtol=0)
+        torch.testing.assert_close(got[1], full[1, 6:13], atol=ATOL, rtol=0)
+
+
+@torch.no_grad()
 def test_rows_window_may_run_past_the_last_token_into_extra_slots(tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(CONFIG)
     tokens = random_tokens(15)

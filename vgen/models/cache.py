@@ -93,16 +93,18 @@ class KVCache:
             self.values[layer][batch, :, rows.slots] = v.transpose(1, 2)
         return self.keys[layer][:, :, :rows.end], self.values[layer][:, :, :rows.end]
 
-    def row_slots(self, starts: torch.Tensor, count: int, static: bool = False) -> RowSlots:
+    def row_slots(self, starts: torch.Tensor, count: int, static: bool = False, span: int | None = None) -> RowSlots:
         """The :class:`RowSlots` of a per-row write of ``count`` positions from ``starts`` [B] (checked to fit).
 
         ``static``: shapes that do not depend on ``starts`` (for compiled verify passes): every write scatters and
-        attention spans the whole buffer under the mask, with no device sync; the caller sized the cache so the
-        writes fit (``new_cache(extra=)``), since checking would need one."""
+        attention spans the whole buffer under the mask, or its first ``span`` slots when the caller knows that
+        every write ends there, with no device sync; the caller sized the cache so the writes fit
+        (``new_cache(extra=)``), since checking would need one."""
         slots = starts[:, None] + torch.arange(count, device=starts.device)
         if static:
-            keys = torch.arange(self.max_len, device=starts.device)
-            return RowSlots(slots, self.max_len, (keys[None, None, :] <= slots[:, :, None])[:, None], None)
+            end = self.max_len if span is None else span
+            keys = torch.arange(end, device=starts.device)
+            return RowSlots(slots, end, (keys[None, None, :] <= slots[:, :, None])[:, None], None)
         first, last = torch.stack([starts.min(), starts.max()]).tolist()  # one device sync
         end = last + count
         if end > self.max_len:

@@ -253,12 +253,16 @@ class JanusT2I(TokenGrid, nn.Module):
         return self._head(h, False)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: JanusKVCache, return_hidden: bool = False,
-                    static: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    static: bool = False,
+                    image_end: int | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Image tokens [B, k] written at slots ``starts[b] ... starts[b] + k - 1`` of each row b, counted as if
         the prefix were one position (slot s holds image token s - 1); logits [B, k, V] (and, with
         ``return_hidden``, the final normed hidden states). Rows advance independently; the caller tracks them.
-        ``static``: one shape for a compiled verify pass (:meth:`KVCache.row_slots`)."""
-        rows = cache.row_slots(starts + (cache.prefix_length - 1), tokens.shape[1], static)
+        ``static``: one shape for a compiled verify pass (:meth:`KVCache.row_slots`), attending up to image token
+        ``image_end`` when given."""
+        shift = cache.prefix_length - 1
+        span = None if image_end is None else image_end + shift
+        rows = cache.row_slots(starts + shift, tokens.shape[1], static, span)
         mask = cache.attendable(rows.attend, rows.end)
         h = self.embed_image_tokens(tokens)
         rope = self._rope(rows.slots)

@@ -468,10 +468,12 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         return self._run(self._embed(tokens, slots), start, cache, mask=mask)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache, return_hidden: bool = False,
-                    static: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    static: bool = False,
+                    image_end: int | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Image tokens [B, k], row b's the image tokens ``starts[b] - 1 ...``; logits [B, k, V] (and, with
         ``return_hidden``, the final normed hidden states [B, k, dim]). ``static``: attention over the whole cache
-        under a mask and no device sync (:meth:`KVCache.row_slots`), one shape for a compiled verify pass.
+        under a mask and no device sync (:meth:`KVCache.row_slots`), one shape for a compiled verify pass; with
+        ``image_end`` (at least ``max(starts) + k``), only over the slots up to that image token.
 
         Rows advance independently, which is what batched speculative decoding needs: row b's cache is valid up
         to its slot of image token ``starts[b] - 1`` and the caller, not ``cache.length``, keeps track of it.
@@ -481,7 +483,8 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         and only need room in the cache (``new_cache(extra=)``).
         """
         shift = self.prefix_len - 1
-        rows = cache.row_slots(starts + shift if shift else starts, tokens.shape[1], static)
+        span = None if image_end is None else image_end + shift
+        rows = cache.row_slots(starts + shift if shift else starts, tokens.shape[1], static, span)
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
         rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]

@@ -421,8 +421,9 @@ def test_compile_takes_a_bool_or_a_torch_compile_mode_on_every_speculative_prese
 def test_compiled_verify_passes_equal_eager_ones_and_compile_once_per_batch_and_window(tiny_gpt_factory,
                                                                                       sampling_table) -> None:
     """torch.compile (inductor, CPU) of the verify pass: the eager run's tokens for the same seed, greedy and
-    sampled, with one graph for every pass of a run and for a later run with another seed; a new window length or
-    batch is a new graph."""
+    sampled; the pass attends only up to the rows' last window, whose end becomes a dynamic size after the first
+    pass, so a rule compiles at most twice for every cache length of every run; a new window length or batch is a
+    new graph."""
     from torch._dynamo.utils import counters
 
     model = tiny_gpt_factory(GRID_GPT)
@@ -434,10 +435,13 @@ def test_compiled_verify_passes_equal_eager_ones_and_compile_once_per_batch_and_
             compiled = static_run(name, model, CLASSES, params, seed, compile=True)
             assert torch.equal(compiled.tokens, eager.tokens)
             assert compiled.stats.accepted_lengths == eager.stats.accepted_lengths
-    assert counters["stats"]["unique_graphs"] == 2  # one per rule
+    graphs = counters["stats"]["unique_graphs"]
+    assert 2 <= graphs <= 4  # per rule: the first pass's graph, then one for every cache length
+    static_run("mcsjd", model, CLASSES, params, 2, compile=True)
+    assert counters["stats"]["unique_graphs"] == graphs
     static_run("mcsjd", model, CLASSES[:2], params, compile=True)
     static_run("mcsjd", model, CLASSES, params, compile=True, window=4)
-    assert counters["stats"]["unique_graphs"] == 4
+    assert counters["stats"]["unique_graphs"] == graphs + 2
 
 
 @pytest.mark.slow

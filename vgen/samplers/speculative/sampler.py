@@ -169,9 +169,11 @@ class Speculative(Sampler):
                 uniforms = pass_uniforms(batch, length, params.greedy, generator, device)
                 if graphs:
                     torch.compiler.cudagraph_mark_step_begin()
+                # where the host reads for free, a compiled pass attends only up to the rows' last window
+                image_end = int(pos.max()) + length if mode is not None and not graphs and check_every == 1 else None
                 tokens, steps, next_pos, p, proposals, accepted, hidden, produced = verify(
                     model, rule, params, mode is not None, drafter.needs_hidden, tokens, steps, pos, passes, drafts,
-                    q, cache, uniforms)
+                    q, cache, uniforms, image_end)
                 produced_by_pass[run] = torch.where(active, produced, -1)
                 drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens, drafts, q, generator))
                 pos = next_pos
@@ -213,7 +215,8 @@ def _written(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, ma
 def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, static: bool, needs_hidden: bool,
                 tokens: torch.Tensor, steps: torch.Tensor, pos: torch.Tensor, passes: torch.Tensor,
                 drafts: torch.Tensor, q: torch.Tensor, cache: KVCache,
-                uniforms: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]) -> tuple:
+                uniforms: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None],
+                image_end: int | None = None) -> tuple:
     """Steps 2-5 of a pass (the module docstring) for windows ``[last token, drafts]`` (drafts [B, L - 1] with
     their draft distributions ``q``) of rows at ``pos`` [B]; ``uniforms`` from :func:`pass_uniforms`.
 
@@ -221,7 +224,8 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
     ``pos``, the target's distributions ``p`` [B, L, V] and proposals [B, L], the accepted lengths, the final
     hidden states (None unless ``needs_hidden``) and the tokens each row produced. Only the cache changes in place.
     ``static``: the form a compiled pass takes, one shape for every pass (attention over the whole cache, every
-    draft judged, the torch references of the ops, whose kernels inductor generates itself).
+    draft judged, the torch references of the ops, whose kernels inductor generates itself); ``image_end`` (at
+    least ``max(pos) + L``) bounds its attention to the cache up to that image token.
     """
     n, batch, length = model.num_tokens, drafts.shape[0], drafts.shape[1] + 1
     probs_op, accept_op, recover_op = ((target_probs.reference, window_accepted_length, recover.reference) if static
@@ -231,7 +235,7 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
         window, starts = torch.cat([window, window]), torch.cat([pos, pos])
     else:
         starts = pos
-    out = model.decode_rows(window, starts, cache, return_hidden=needs_hidden, static=static)
+    out = model.decode_rows(window, starts, cache, return_hidden=needs_hidden, static=static, image_end=image_end)
     logits, hidden = out if needs_hidden else (out, None)
     offsets = torch.arange(length, device=pos.device)
     index = pos[:, None] + offsets  # the image token each window position predicts
@@ -260,8 +264,9 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
 @functools.cache
 def compiled_verify(mode: str):
     """:func:`verify_pass` compiled for ``mode``: one graph per batch, window length, rule and sampling settings
-    (built once per process; graphs are made on first call)."""
-    return torch.compile(verify_pass, mode=mode, dynamic=False, fullgraph=True)
+    (built once per process; graphs are made on first call). Under CUDA graphs every shape is static; otherwise
+    a pass's ``image_end`` turns dynamic once it changes, so one more graph serves every cache length."""
+    return torch.compile(verify_pass, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
 
 
 @register_sampler
