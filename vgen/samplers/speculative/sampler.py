@@ -17,8 +17,9 @@ Rows advance independently (their own accepted lengths); a finished row idles un
 are three ops (``target_probs``, ``accept_drafts``, ``recover``), fused Triton kernels on CUDA (``vgen.kernels``);
 every random number comes from the run's generator through torch, so both sides draw the same tokens.
 
-Steps 2-5 are :func:`verify_pass`. ``compile`` hands it to ``torch.compile`` in its static form (one shape for every
-pass: attention over the whole cache, every draft judged), with the pass's uniform draws made before it
+Steps 2-5 are :func:`verify_pass`. ``compile`` hands it to ``torch.compile`` in its static form (shapes that do not
+depend on the drafts: attention over the cache under a mask, every draft judged), with the pass's uniform draws made
+before it
 (:func:`pass_uniforms`), so a compiled run reads the eager run's random numbers in the same order.
 """
 
@@ -223,9 +224,9 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
     Returns the new ``tokens`` and ``steps`` (the committed tokens marked with pass number ``passes``), the next
     ``pos``, the target's distributions ``p`` [B, L, V] and proposals [B, L], the accepted lengths, the final
     hidden states (None unless ``needs_hidden``) and the tokens each row produced. Only the cache changes in place.
-    ``static``: the form a compiled pass takes, one shape for every pass (attention over the whole cache, every
-    draft judged, the torch references of the ops, whose kernels inductor generates itself); ``image_end`` (at
-    least ``max(pos) + L``) bounds its attention to the cache up to that image token.
+    ``static``: the form a compiled pass takes, shapes that do not depend on the drafts (attention over the whole
+    cache under a mask, or up to image token ``image_end``, at least ``max(pos) + L``; every draft judged; the torch
+    references of the ops, whose kernels inductor generates itself).
     """
     n, batch, length = model.num_tokens, drafts.shape[0], drafts.shape[1] + 1
     probs_op, accept_op, recover_op = ((target_probs.reference, window_accepted_length, recover.reference) if static
