@@ -19,8 +19,7 @@ every random number comes from the run's generator through torch, so both sides 
 
 Steps 2-5 are :func:`verify_pass`. ``compile`` hands it to ``torch.compile`` in its static form (shapes that do not
 depend on the drafts: attention over the cache under a mask, every draft judged), with the pass's uniform draws made
-before it
-(:func:`pass_uniforms`), so a compiled run reads the eager run's random numbers in the same order.
+before it (:func:`pass_uniforms`), so a compiled run reads the eager run's random numbers in the same order.
 """
 
 from __future__ import annotations
