@@ -19,6 +19,7 @@ from vgen.apps.options import (
     sampling_options,
     sampling_overrides,
     shows_default,
+    stream_flags,
 )
 from vgen.apps.train_cli import RECIPES
 from vgen.samplers.options import declarations, declared_options
@@ -27,7 +28,7 @@ from vgen.training.ar import AR_CFG_SCALE
 
 SAMPLER_OPTIONS = declared_options(sampler_classes())
 STREAM_OPTIONS = declared_options([StreamConfig])
-STREAM_FLAGS = [o for o in STREAM_OPTIONS if o.name != "cfg_scale"]  # a token command's --cfg-scale serves both
+STREAM_FLAGS = stream_flags()  # all but the guidance: a token command's --cfg-scale serves both
 
 
 def subcommand(*names: str) -> argparse.ArgumentParser:

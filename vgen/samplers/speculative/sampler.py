@@ -138,6 +138,8 @@ class Speculative(Sampler):
         # with a compiled pass on a device whose values cost a wait, the host asks whether every row is done only
         # every few passes; the passes after a row's last one write nothing
         check_every = DONE_CHECK_PASSES if mode is not None and not reads_are_free(device) else 1
+        # where the host reads for free, a compiled pass attends only up to the rows' last window
+        bounded = mode is not None and not graphs and reads_are_free(device)
 
         tokens = torch.zeros(batch, n + length, dtype=torch.long, device=device)  # room for drafts past the end
         steps = torch.zeros_like(tokens)  # the pass that produced each token (the acceptance map)
@@ -169,8 +171,7 @@ class Speculative(Sampler):
                 uniforms = pass_uniforms(batch, length, params.greedy, generator, device)
                 if graphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                # where the host reads for free, a compiled pass attends only up to the rows' last window
-                image_end = int(pos.max()) + length if mode is not None and not graphs and check_every == 1 else None
+                image_end = int(pos.max()) + length if bounded else None
                 tokens, steps, next_pos, p, proposals, accepted, hidden, produced = verify(
                     model, rule, params, mode is not None, drafter.needs_hidden, tokens, steps, pos, passes, drafts,
                     q, cache, uniforms, image_end)
