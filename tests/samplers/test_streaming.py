@@ -29,8 +29,8 @@ def test_flow_sigmas_run_from_one_to_zero_and_shift_spends_steps_at_high_noise()
 def reference_stream(model, class_ids: list[int], num_blocks: int, config: StreamConfig, seed: int,
                      clamp: bool = True) -> torch.Tensor:
     """Denoise each block with the whole-clip pass over [clean past frames, the noisy block] (no cache), guided on
-    the steps that start at or above ``cfg_min_sigma``; pixel blocks are clamped to [-1, 1] (``clamp``), latent
-    blocks are not."""
+    the steps that start at or above ``cfg_min_sigma``, by Euler steps or by the predicted clean block noised
+    afresh (``config.solver``); pixel blocks are clamped to [-1, 1] (``clamp``), latent blocks are not."""
     g = torch.Generator().manual_seed(seed)
     fpb, size, channels = model.frames_per_block, model.config.frame_size, model.config.channels
     labels = torch.tensor(class_ids)
@@ -45,18 +45,24 @@ def reference_stream(model, class_ids: list[int], num_blocks: int, config: Strea
             if config.cfg_scale > 1 and s >= config.cfg_min_sigma:
                 v_u = model(clip, sigma, model.null_condition(labels))[:, -fpb:]
                 v = v_u + config.cfg_scale * (v - v_u)
-            x = x + (s_next - s) * v
+            if config.solver == "euler":
+                x = x + (s_next - s) * v
+            else:
+                x0 = x - s * v
+                x = x0 if s_next == 0 else (1 - s_next) * x0 + s_next * torch.randn(x.shape, generator=g)
         past = torch.cat([past, x.clamp(-1, 1) if clamp else x], dim=1)
     return past
 
 
-@pytest.mark.parametrize("cfg_scale, cfg_min_sigma", [(1.0, 0.0), (2.5, 0.0), (2.5, 0.7), (2.5, 0.8)])
-def test_stream_equals_denoising_against_the_whole_clip(tiny_blockdiff, cfg_scale, cfg_min_sigma) -> None:
+@pytest.mark.parametrize("cfg_scale, cfg_min_sigma, solver", [
+    (1.0, 0.0, "euler"), (2.5, 0.0, "euler"), (2.5, 0.7, "euler"), (2.5, 0.8, "euler"),
+    (1.0, 0.0, "renoise"), (2.5, 0.7, "renoise")])
+def test_stream_equals_denoising_against_the_whole_clip(tiny_blockdiff, cfg_scale, cfg_min_sigma, solver) -> None:
     """Guided on every step, on none, and inside a guidance interval (the first block's 3 steps start at noise
     levels 1, 0.86 and 0.6 under shift 3: two are guided; the later blocks' 2 steps start at 1 and 0.75: two are,
-    so the interval is also checked at 0.8 where only one is)."""
-    config = StreamConfig(steps=2, first_steps=3, cfg_scale=cfg_scale, cfg_min_sigma=cfg_min_sigma, sink_frames=0,
-                          window_frames=6)
+    so the interval is also checked at 0.8 where only one is); with either solver."""
+    config = StreamConfig(steps=2, first_steps=3, cfg_scale=cfg_scale, cfg_min_sigma=cfg_min_sigma, solver=solver,
+                          sink_frames=0, window_frames=6)
     streamer = BlockStreamer(tiny_blockdiff, config)
     frames = [b.frames for b in streamer.stream([0, 2], num_frames=8, seed=3)]
     got = torch.from_numpy(np.concatenate(frames, axis=1))
@@ -217,6 +223,7 @@ def test_pause_holds_the_stream_until_resume(tiny_blockdiff) -> None:
     ({"cfg_scale": -1.0}, "cfg_scale"),
     ({"cfg_min_sigma": 1.5}, "cfg_min_sigma"),
     ({"refresh": "sometimes"}, "refresh"),
+    ({"solver": "heun"}, "solver"),
     ({"retrieved_blocks": 1}, "bank"),
 ])
 def test_bad_stream_configs_are_rejected(kwargs, message) -> None:

@@ -6,10 +6,12 @@ Per block:
 
 1. the context is read once from the :class:`~vgen.models.rolling_cache.RollingKVCache` (sinks, retrieved
    blocks, local window), and the block takes the frame positions right after it;
-2. fresh noise is denoised by Euler steps of the flow ODE over the chunk-wise schedule (``first_steps`` for
-   the first block, which has no context, ``steps`` after it), with classifier-free guidance if ``cfg_scale > 1``
-   on the steps that start at a noise level >= ``cfg_min_sigma`` (a guidance interval: the later steps run the
-   conditional half alone, at half the cost);
+2. fresh noise is denoised over the chunk-wise schedule (``first_steps`` for the first block, which has no
+   context, ``steps`` after it), by Euler steps of the flow ODE (``solver="euler"``) or, as Self-Forcing and
+   CausVid sample their few-step students, by predicting the clean block and noising it afresh to the next level
+   (``solver="renoise"``); with classifier-free guidance if ``cfg_scale > 1`` on the steps that start at a noise
+   level >= ``cfg_min_sigma`` (a guidance interval: the later steps run the conditional half alone, at half the
+   cost);
 3. one extra forward at noise level ``context_noise`` (0: clean) writes the block's keys/values, which are pushed
    into the cache (Inferix's cache update); the oldest window block is evicted when the window is full;
 4. with ``refresh="recompute"``, an eviction re-encodes the kept blocks from their clean frames, as CausVid
@@ -40,6 +42,7 @@ from vgen.samplers.logits import cfg_merge
 from vgen.samplers.options import check_options, option
 
 REFRESH_MODES = ("none", "recompute")
+SOLVERS = ("euler", "renoise")
 MAX_STEPS = 1000  # denoising steps of one block: distilled streams take 1-8, flow matching rarely above 100
 
 
@@ -68,6 +71,8 @@ class StreamConfig:
     steps: int = option(4, "denoising steps per block", at_least=1, at_most=MAX_STEPS)
     first_steps: int = option(8, "denoising steps of the first block", at_least=1, at_most=MAX_STEPS)
     shift: float = option(3.0, "flow-matching schedule shift", above=0)
+    solver: str = option("euler", "denoising step: Euler on the flow ODE, or predict the clean block and noise it "
+                                  "afresh to the next level (renoise)", choices=SOLVERS)
     context_noise: float = option(0.0, "noise level of the cache-writing forward", at_least=0, below=1)
     cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, at_most=MAX_CFG_SCALE,
                               note="guidance only above 1")
@@ -252,6 +257,18 @@ class BlockStreamer:
             return v
         return cfg_merge(*v.chunk(2), self.config.cfg_scale)
 
+    def _step(self, x: torch.Tensor, v: torch.Tensor, s: float, s_next: float,
+              generator: torch.Generator) -> torch.Tensor:
+        """One denoising step from level ``s`` to ``s_next`` along the path x_s = (1 - s) x_0 + s noise, whose
+        velocity is noise - x_0: Euler on the ODE, or the predicted x_0 = x - s v taken to ``s_next`` with fresh
+        noise (the last step, to 0, is the prediction itself)."""
+        if self.config.solver == "euler":
+            return x + (s_next - s) * v
+        clean = x - s * v
+        if s_next == 0:
+            return clean
+        return (1 - s_next) * clean + s_next * torch.randn(x.shape, generator=generator, device=x.device)
+
     @torch.no_grad()
     def stream(self, class_ids: Sequence[int], num_frames: int, seed: int | None = 0,
                generator: torch.Generator | None = None, control: StreamControl | None = None,
@@ -293,7 +310,7 @@ class BlockStreamer:
                 for s, s_next in zip(sigmas[:-1], sigmas[1:]):
                     if control is not None and control.cancelled:
                         return
-                    x = x + (s_next - s) * self._velocity(x, s, cond, context)
+                    x = self._step(x, self._velocity(x, s, cond, context), s, s_next, generator)
                 clean = x.clamp(-1.0, 1.0) if self.pixels else x
                 self._write_block(cache, clean, cond, context, generator, resident_frames, resident_classes)
                 shown = clean[:, :min(fpb, num_frames - k * fpb)]
