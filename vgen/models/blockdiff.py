@@ -27,6 +27,7 @@ from torch import nn
 
 from vgen.models.conditioning import ClassConditional
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_grid_table, swiglu_hidden_dim
+from vgen.models.linear import Linear
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys and values of one layer, [B, heads, tokens, head_dim]
 
@@ -128,8 +129,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: BlockDiffConfig) -> None:
         super().__init__()
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
-        self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
-        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wqkv = Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.wo = Linear(cfg.dim, cfg.dim, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
 
@@ -169,7 +170,7 @@ class DiTBlock(nn.Module):
         self.attn = Attention(cfg)
         self.norm2 = nn.LayerNorm(cfg.dim, elementwise_affine=False, eps=1e-6)
         self.mlp = FeedForward(cfg.dim, swiglu_hidden_dim(cfg.dim, cfg.multiple_of))
-        self.modulation = nn.Linear(cfg.dim, 6 * cfg.dim)
+        self.modulation = Linear(cfg.dim, 6 * cfg.dim)
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor, rope: torch.Tensor, context: KV | None,
                 mask: torch.Tensor | None) -> tuple[torch.Tensor, KV]:
@@ -189,13 +190,13 @@ class BlockDiffusionTransformer(ClassConditional, nn.Module):
         super().__init__()
         self.config = config
         c = config
-        self.patch_embed = nn.Linear(c.patch_dim, c.dim)
+        self.patch_embed = Linear(c.patch_dim, c.dim)
         self.class_embedding = nn.Embedding(c.num_classes + 1, c.dim)  # the last row is the null class (CFG)
-        self.time_mlp = nn.Sequential(nn.Linear(c.dim, c.dim), nn.SiLU(), nn.Linear(c.dim, c.dim))
+        self.time_mlp = nn.Sequential(Linear(c.dim, c.dim), nn.SiLU(), Linear(c.dim, c.dim))
         self.layers = nn.ModuleList(DiTBlock(c) for _ in range(c.n_layer))
         self.final_norm = nn.LayerNorm(c.dim, elementwise_affine=False, eps=1e-6)
-        self.final_modulation = nn.Linear(c.dim, 2 * c.dim)
-        self.output = nn.Linear(c.dim, c.patch_dim)
+        self.final_modulation = Linear(c.dim, 2 * c.dim)
+        self.output = Linear(c.dim, c.patch_dim)
         # a plain attribute, not a buffer: the rotary table stays fp32 when the model is cast
         self.rope = rope_grid_table((c.train_frames, c.grid_side, c.grid_side), c.head_dim, c.rope_base,
                                     num_prefix=0)

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from vgen.models.linear import Linear
+
 
 @dataclass(frozen=True)
 class ClassifierConfig:
@@ -52,7 +54,7 @@ class ShapesClassifier(nn.Module):
         super().__init__()
         self.config = config
         self.body = _vgg_body(config.widths)
-        self.head = nn.Linear(config.widths[-1], config.num_classes)
+        self.head = Linear(config.widths[-1], config.num_classes)
 
     @property
     def feature_dim(self) -> int:
@@ -111,7 +113,7 @@ class AttributeClassifier(nn.Module):
         self.config = config
         self.body = _vgg_body(config.widths)
         features = config.widths[-1] * POOLED_GRID ** 2
-        self.heads = nn.ModuleDict({name: nn.Linear(features, k) for name, k in config.attributes})
+        self.heads = nn.ModuleDict({name: Linear(features, k) for name, k in config.attributes})
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         # places matter, so the features are pooled to a coarse grid rather than to one vector
@@ -177,8 +179,8 @@ class ShapesVideoClassifier(nn.Module):
             if i < len(config.stages) - 1:
                 layers.append(nn.MaxPool3d(2, ceil_mode=True))
         self.body = nn.Sequential(*layers)
-        self.head = nn.Linear(cin, config.num_classes)
-        self.realness = nn.Linear(cin, 1)
+        self.head = Linear(cin, config.num_classes)
+        self.realness = Linear(cin, 1)
 
     @property
     def feature_dim(self) -> int:

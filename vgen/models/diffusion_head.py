@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from vgen.models.gaussian_diffusion import DiffusionSchedule, cosine_alpha_bar, reverse_step, sampling_timesteps
+from vgen.models.linear import Linear
 
 
 def timestep_embedding(t: torch.Tensor, dim: int = 256, max_period: float = 10000.0) -> torch.Tensor:
@@ -38,8 +39,8 @@ class ResBlock(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
         self.in_ln = nn.LayerNorm(width, eps=1e-6)
-        self.mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
-        self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 3 * width))
+        self.mlp = nn.Sequential(Linear(width, width), nn.SiLU(), Linear(width, width))
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), Linear(width, 3 * width))
 
     def forward(self, x: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``modulation``: this block's ``adaLN_modulation(y)``, shift, scale and gate side by side."""
@@ -51,8 +52,8 @@ class FinalLayer(nn.Module):
     def __init__(self, width: int, out_channels: int) -> None:
         super().__init__()
         self.norm_final = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
-        self.linear = nn.Linear(width, out_channels)
-        self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 2 * width))
+        self.linear = Linear(width, out_channels)
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), Linear(width, 2 * width))
 
     def forward(self, x: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``modulation``: this layer's ``adaLN_modulation(y)``, shift and scale side by side."""
@@ -82,9 +83,9 @@ class DiffusionHead(nn.Module):
         super().__init__()
         self.cfg = cfg
         w = cfg.width
-        self.time_embed = nn.Sequential(nn.Linear(256, w), nn.SiLU(), nn.Linear(w, w))
-        self.cond_embed = nn.Linear(cfg.cond_dim, w)
-        self.input_proj = nn.Linear(cfg.token_channels, w)
+        self.time_embed = nn.Sequential(Linear(256, w), nn.SiLU(), Linear(w, w))
+        self.cond_embed = Linear(cfg.cond_dim, w)
+        self.input_proj = Linear(cfg.token_channels, w)
         self.res_blocks = nn.ModuleList(ResBlock(w) for _ in range(cfg.depth))
         self.final_layer = FinalLayer(w, 2 * cfg.token_channels)
         self._init_weights()

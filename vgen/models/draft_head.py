@@ -17,6 +17,7 @@ from torch import nn
 
 from vgen.models.cache import KVCache
 from vgen.models.layers import RMSNorm, rope_2d_table
+from vgen.models.linear import Linear
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT, TransformerBlock
 
 
@@ -54,7 +55,7 @@ class DraftHead(nn.Module):
         super().__init__()
         self.config = config
         block = config.block_config()
-        self.fc = nn.Linear(2 * config.dim, config.dim, bias=False)
+        self.fc = Linear(2 * config.dim, config.dim, bias=False)
         self.layer = TransformerBlock(block)
         self.norm = RMSNorm(config.dim, config.norm_eps)
         # slot s reads token s, which sits at target position s + 1 of the rope table (slot 0 = class)

@@ -38,6 +38,7 @@ from vgen.models.backbone import BackboneConfig
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid
 from vgen.models.layers import FeedForward, RMSNorm, rope_grid_table
+from vgen.models.linear import Linear
 from vgen.models.llamagen import TransformerBlock
 
 JANUS_PRO_HINT = ("put a Janus-Pro checkpoint in transformers' layout there, e.g. `huggingface-cli download "
@@ -118,8 +119,8 @@ class JanusAligner(nn.Module):
 
     def __init__(self, in_dim: int, dim: int, layers: int, act: str) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(in_dim, dim)
-        self.hidden_layers = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers - 1))
+        self.fc1 = Linear(in_dim, dim)
+        self.hidden_layers = nn.ModuleList(Linear(dim, dim) for _ in range(layers - 1))
         self.act = ACTIVATIONS[act]()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -134,9 +135,9 @@ class JanusHead(nn.Module):
 
     def __init__(self, dim: int, width: int, vocab_size: int, act: str) -> None:
         super().__init__()
-        self.proj_out = nn.Linear(dim, width)
+        self.proj_out = Linear(dim, width)
         self.act = ACTIVATIONS[act]()
-        self.vision_head = nn.Linear(width, vocab_size)
+        self.vision_head = Linear(width, vocab_size)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.vision_head(self.act(self.proj_out(h)))

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vgen.models.linear import Linear
+
 
 def find_multiple(n: int, k: int) -> int:
     return n if n % k == 0 else n + k - (n % k)
@@ -38,9 +40,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden: int, dropout: float = 0.0) -> None:
         super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w1 = Linear(dim, hidden, bias=False)
+        self.w3 = Linear(dim, hidden, bias=False)
+        self.w2 = Linear(hidden, dim, bias=False)
         self.ffn_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

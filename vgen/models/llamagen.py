@@ -49,6 +49,7 @@ from vgen.models.layers import (
     rope_grid_table,
     swiglu_hidden_dim,
 )
+from vgen.models.linear import Linear
 
 MODEL_TYPES = ("c2i", "t2i")
 CAPTION_TOKENS = 120
@@ -173,8 +174,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: BackboneConfig) -> None:
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
-        self.wqkv = nn.Linear(cfg.dim, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
-        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wqkv = Linear(cfg.dim, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
+        self.wo = Linear(cfg.dim, cfg.dim, bias=False)
         self.attn_dropout_p = cfg.attn_dropout_p
         self.resid_dropout = nn.Dropout(cfg.resid_dropout_p)
 
@@ -265,9 +266,9 @@ class CaptionMLP(nn.Module):
 
     def __init__(self, in_features: int, dim: int) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(in_features, dim, bias=False)
+        self.fc1 = Linear(in_features, dim, bias=False)
         self.act = nn.GELU(approximate="tanh")
-        self.fc2 = nn.Linear(dim, dim, bias=False)
+        self.fc2 = Linear(dim, dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act(self.fc1(x)))
@@ -318,7 +319,7 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         self.tok_dropout = nn.Dropout(config.token_dropout_p)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
-        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.output = Linear(config.dim, config.vocab_size, bias=False)
         # a plain attribute, not a buffer: it must stay fp32 when the model is cast to bf16 (as in LlamaGen)
         if config.frames == 1:
             self.rope = rope_2d_table(config.grid_size, config.head_dim, config.rope_base, config.cls_token_num,

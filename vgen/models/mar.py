@@ -24,6 +24,7 @@ from vgen.models.conditioning import ClassConditional, init_llamagen_weights
 from vgen.models.diffusion_head import DiffusionHead, HeadConfig
 from vgen.models.gaussian_diffusion import training_loss
 from vgen.models.layers import RMSNorm, rope_2d_table
+from vgen.models.linear import Linear
 from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
 
@@ -81,9 +82,9 @@ class MARConfig:
 def token_projection(config: MARConfig) -> nn.Module:
     """The map from continuous tokens [.., C] to the transformer width."""
     if config.token_hidden == 0:
-        return nn.Linear(config.token_channels, config.dim)
-    return nn.Sequential(nn.Linear(config.token_channels, config.token_hidden), nn.SiLU(),
-                         nn.Linear(config.token_hidden, config.dim))
+        return Linear(config.token_channels, config.dim)
+    return nn.Sequential(Linear(config.token_channels, config.token_hidden), nn.SiLU(),
+                         Linear(config.token_hidden, config.dim))
 
 
 class ContinuousAR(ClassConditional, nn.Module):

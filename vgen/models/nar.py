@@ -40,6 +40,7 @@ from vgen.models.backbone import AXIS_NAMES, GridConfig
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
 from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets
+from vgen.models.linear import Linear
 from vgen.models.llamagen import LabelEmbedder, TransformerBlock
 
 
@@ -175,7 +176,7 @@ class OutputHead(nn.Module):
     def __init__(self, dim: int, vocab_size: int, eps: float) -> None:
         super().__init__()
         self.norm = RMSNorm(dim, eps)
-        self.output = nn.Linear(dim, vocab_size, bias=False)
+        self.output = Linear(dim, vocab_size, bias=False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.output(self.norm(h)).float()

@@ -45,6 +45,7 @@ from vgen.models.backbone import GridConfig
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
 from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets
+from vgen.models.linear import Linear
 from vgen.models.llamagen import LabelEmbedder, TransformerBlock
 
 BLOCK_KINDS = ("row", "frame")
@@ -126,7 +127,7 @@ class NBPTransformer(TokenGridModel, nn.Module):
         self.tok_dropout = nn.Dropout(config.token_dropout_p)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
-        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.output = Linear(config.dim, config.vocab_size, bias=False)
         if config.rope == "spatial":
             self.frame_embedding = nn.Embedding(config.grid[0], config.dim)
         # plain attributes, not buffers: the rope table stays fp32 when the model is cast (as in LlamaGen)

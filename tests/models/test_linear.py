@@ -1,0 +1,77 @@
+"""vgen's linear layer: fp32 CPU inference with enough rows multiplies through oneDNN when the process uses it,
+with nn.Linear's results and keys; training, short inputs and the MKL choice run F.linear."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from vgen.models import linear as linear_module
+from vgen.models.linear import MIN_ONEDNN_ROWS, Linear, resolve_cpu_matmul, set_cpu_matmul, uses_onednn
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+@pytest.fixture
+def matmul_choice():
+    """Set the process's choice for one test and put the original back."""
+    before = "onednn" if uses_onednn() else "mkl"
+    yield set_cpu_matmul
+    set_cpu_matmul(before)
+
+
+def ops_run(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {event.key for event in prof.key_averages()}
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [False, True])
+def test_inference_with_enough_rows_goes_through_onednn_and_equals_nn_linear(matmul_choice, bias) -> None:
+    matmul_choice("onednn")
+    torch.manual_seed(0)
+    layer, reference = Linear(24, 40, bias=bias), nn.Linear(24, 40, bias=bias)
+    reference.load_state_dict(layer.state_dict())
+    x = torch.randn(2, MIN_ONEDNN_ROWS, 24)
+    with torch.no_grad():
+        ops = ops_run(lambda: layer(x))
+        torch.testing.assert_close(layer(x), reference(x), rtol=1e-5, atol=1e-5)
+    assert "mkldnn::_linear_pointwise" in ops
+
+
+@needs_onednn
+def test_training_short_inputs_and_the_mkl_choice_run_f_linear(matmul_choice) -> None:
+    matmul_choice("onednn")
+    layer = Linear(8, 16, bias=False)
+    x = torch.randn(16, 8)
+    out = layer(x)  # gradients enabled: F.linear, which backpropagates
+    out.sum().backward()
+    assert layer.weight.grad is not None
+    with torch.no_grad():
+        assert "mkldnn::_linear_pointwise" not in ops_run(lambda: layer(x[:MIN_ONEDNN_ROWS - 1]))
+        matmul_choice("mkl")
+        assert "mkldnn::_linear_pointwise" not in ops_run(lambda: layer(x))
+
+
+@needs_onednn
+def test_compiled_inference_equals_eager_through_the_custom_op(matmul_choice) -> None:
+    matmul_choice("onednn")
+    torch.manual_seed(0)
+    layer = Linear(32, 48)
+    x = torch.randn(MIN_ONEDNN_ROWS * 2, 32)
+    with torch.no_grad():
+        compiled = torch.compile(layer, fullgraph=True)
+        torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
+
+
+def test_auto_uses_onednn_on_amd_only_and_bad_choices_are_refused(monkeypatch) -> None:
+    available = torch.backends.mkldnn.is_available()
+    monkeypatch.setattr(linear_module, "cpu_vendor", lambda: "AuthenticAMD")
+    assert resolve_cpu_matmul("auto") is available
+    monkeypatch.setattr(linear_module, "cpu_vendor", lambda: "GenuineIntel")
+    assert resolve_cpu_matmul("auto") is False
+    assert resolve_cpu_matmul("onednn") is available and resolve_cpu_matmul("mkl") is False
+    with pytest.raises(ValueError, match="VGEN_CPU_MATMUL must be one of"):
+        resolve_cpu_matmul("blas")
