@@ -1,5 +1,6 @@
-"""vgen's linear layer: fp32 CPU inference with enough rows multiplies through oneDNN when the process uses it,
-with nn.Linear's results and keys; training, short inputs and the MKL choice run F.linear."""
+"""vgen's linear layer: fp32 CPU inference multiplies through oneDNN with a packed copy of the weight when the
+process uses it, with nn.Linear's results and keys, compiled or not; the copy follows in-place changes of the
+weight; training and the MKL choice run F.linear."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from torch import nn
 
 from vgen.models import linear as linear_module
-from vgen.models.linear import MIN_ONEDNN_ROWS, Linear, resolve_cpu_matmul, set_cpu_matmul, uses_onednn
+from vgen.models.linear import Linear, packed_weight, resolve_cpu_matmul, set_cpu_matmul, uses_onednn
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
@@ -29,12 +30,12 @@ def ops_run(fn) -> set[str]:
 
 @needs_onednn
 @pytest.mark.parametrize("bias", [False, True])
-def test_inference_with_enough_rows_goes_through_onednn_and_equals_nn_linear(matmul_choice, bias) -> None:
+def test_inference_goes_through_onednn_and_equals_nn_linear(matmul_choice, bias) -> None:
     matmul_choice("onednn")
     torch.manual_seed(0)
     layer, reference = Linear(24, 40, bias=bias), nn.Linear(24, 40, bias=bias)
     reference.load_state_dict(layer.state_dict())
-    x = torch.randn(2, MIN_ONEDNN_ROWS, 24)
+    x = torch.randn(2, 3, 24)
     with torch.no_grad():
         ops = ops_run(lambda: layer(x))
         torch.testing.assert_close(layer(x), reference(x), rtol=1e-5, atol=1e-5)
@@ -42,7 +43,7 @@ def test_inference_with_enough_rows_goes_through_onednn_and_equals_nn_linear(mat
 
 
 @needs_onednn
-def test_training_short_inputs_and_the_mkl_choice_run_f_linear(matmul_choice) -> None:
+def test_training_and_the_mkl_choice_run_f_linear(matmul_choice) -> None:
     matmul_choice("onednn")
     layer = Linear(8, 16, bias=False)
     x = torch.randn(16, 8)
@@ -50,7 +51,6 @@ def test_training_short_inputs_and_the_mkl_choice_run_f_linear(matmul_choice) ->
     out.sum().backward()
     assert layer.weight.grad is not None
     with torch.no_grad():
-        assert "mkldnn::_linear_pointwise" not in ops_run(lambda: layer(x[:MIN_ONEDNN_ROWS - 1]))
         matmul_choice("mkl")
         assert "mkldnn::_linear_pointwise" not in ops_run(lambda: layer(x))
 
@@ -60,10 +60,25 @@ def test_compiled_inference_equals_eager_through_the_custom_op(matmul_choice) ->
     matmul_choice("onednn")
     torch.manual_seed(0)
     layer = Linear(32, 48)
-    x = torch.randn(MIN_ONEDNN_ROWS * 2, 32)
+    x = torch.randn(8, 32)
     with torch.no_grad():
         compiled = torch.compile(layer, fullgraph=True)
         torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
+
+
+@needs_onednn
+def test_the_packed_copy_is_made_once_and_again_when_the_weight_changes_in_place(matmul_choice) -> None:
+    matmul_choice("onednn")
+    layer = Linear(16, 32, bias=False)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        layer(x)
+        first = packed_weight(layer.weight)
+        layer(x)
+        assert packed_weight(layer.weight) is first
+        layer.weight.mul_(-2.0)
+        torch.testing.assert_close(layer(x), x @ layer.weight.T, rtol=1e-5, atol=1e-5)
+        assert packed_weight(layer.weight) is not first
 
 
 def test_auto_uses_onednn_on_amd_only_and_bad_choices_are_refused(monkeypatch) -> None:

@@ -1,13 +1,16 @@
 """The linear layer of vgen's models: ``nn.Linear`` whose fp32 inference on a CPU can multiply through oneDNN.
 
-Torch's CPU wheels multiply fp32 matrices with MKL, which takes a generic code path on x86 CPUs not made by Intel:
-on a 2-core AMD EPYC with AVX-512, a [32, 256] x [256, 1408] product ran at 94 GFLOP/s through MKL and at 167
-through oneDNN (which ships in the same wheel and dispatches on the CPU's features), and MKL's time grew with every row
-where oneDNN's barely did. oneDNN reorders the weight on every call, so with fewer than
-:data:`MIN_ONEDNN_ROWS` rows MKL stays the faster one. ``VGEN_CPU_MATMUL`` picks the library: ``auto`` (the
-default: oneDNN on AMD CPUs), ``onednn`` or ``mkl``; :func:`set_cpu_matmul` does the same from Python. Training
-(gradients enabled), other dtypes and other devices run ``F.linear`` unchanged; the state-dict keys are
-``nn.Linear``'s.
+Torch's CPU wheels multiply fp32 matrices with MKL, which takes a generic code path on x86 CPUs not made by Intel.
+oneDNN ships in the same wheel and dispatches on the CPU's features; with its weights reordered once into its
+own blocked layout ("packed"), a decode step of the embedded default (2 rows) spent 1.5 ms in its products against
+MKL's 2.7 ms on a 2-core AMD EPYC with AVX-512, and a 16-position verify pass (32 rows) about half of MKL's time
+(``benchmarks/cpu_matmul.py``). ``VGEN_CPU_MATMUL`` picks the library: ``auto`` (the default: oneDNN on AMD
+CPUs), ``onednn`` or ``mkl``; :func:`set_cpu_matmul` does the same from Python.
+
+The packed copy of a weight is made at its first use and kept beside it (as much memory again as the fp32
+weights), and made again whenever the weight changes in place (its version counter moves, as under an optimizer
+step or ``load_state_dict``). Training (gradients enabled), other dtypes and other devices run ``F.linear``
+unchanged; the state-dict keys are ``nn.Linear``'s.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import os
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 CPU_MATMUL_ENV = "VGEN_CPU_MATMUL"
 CPU_MATMUL_CHOICES = ("auto", "onednn", "mkl")
-MIN_ONEDNN_ROWS = 4  # below this, MKL's fp32 product is the faster one on the CPUs measured
 
 
 def cpu_vendor() -> str:
@@ -45,6 +48,7 @@ def resolve_cpu_matmul(choice: str) -> bool:
 
 
 _ONEDNN = resolve_cpu_matmul(os.environ.get(CPU_MATMUL_ENV, "auto"))
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
 
 
 def set_cpu_matmul(choice: str) -> None:
@@ -54,30 +58,43 @@ def set_cpu_matmul(choice: str) -> None:
 
 
 def uses_onednn() -> bool:
-    """Whether fp32 CPU inference products with enough rows go through oneDNN in this process."""
+    """Whether fp32 CPU inference products go through oneDNN in this process."""
     return _ONEDNN
 
 
-@torch.library.custom_op("vgen::onednn_linear", mutates_args=())
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` through oneDNN. A custom op, so that ``torch.compile`` calls it as it is: Inductor's own
-    lowering of oneDNN's linear wants weights frozen into the graph."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` in oneDNN's blocked layout, made once per version of the weight."""
+    version, packed = _PACKED.get(weight, (None, None))
+    if version != weight._version:
+        version, packed = weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        _PACKED[weight] = (version, packed)
+    return packed
 
 
-@onednn_linear.register_fake
+def linear_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` through oneDNN with the weight's packed copy."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed_weight(weight), bias, "none", [], "")
+
+
+@torch.library.custom_op("vgen::linear_onednn", mutates_args=())
+def compiled_linear_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """:func:`linear_onednn` as a custom op, so that ``torch.compile`` calls it as it is at run time (where the
+    packed copy is looked up): Inductor's own lowering of oneDNN's linear wants weights frozen into the graph."""
+    return linear_onednn(x, weight, bias)
+
+
+@compiled_linear_onednn.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 class Linear(nn.Linear):
-    """``nn.Linear``; in fp32 inference on a CPU with at least :data:`MIN_ONEDNN_ROWS` rows, through oneDNN when
-    this process uses it (:func:`uses_onednn`)."""
+    """``nn.Linear``; in fp32 inference on a CPU, through oneDNN when this process uses it (:func:`uses_onednn`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (_ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
-                and not torch.is_grad_enabled() and x.numel() >= MIN_ONEDNN_ROWS * x.shape[-1]):
+                and not torch.is_grad_enabled()):
             if torch.compiler.is_compiling():
-                return onednn_linear(x, self.weight, self.bias)
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+                return compiled_linear_onednn(x, self.weight, self.bias)
+            return linear_onednn(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
