@@ -7,9 +7,10 @@ MKL's 2.7 ms on a 2-core AMD EPYC with AVX-512, and a 16-position verify pass (3
 (``benchmarks/cpu_matmul.py``). ``VGEN_CPU_MATMUL`` picks the library: ``auto`` (the default: oneDNN on AMD
 CPUs), ``onednn`` or ``mkl``; :func:`set_cpu_matmul` does the same from Python.
 
-The packed copy of a weight is made at its first use and kept beside it (as much memory again as the fp32
-weights), and made again whenever the weight changes in place (its version counter moves, as under an optimizer
-step or ``load_state_dict``). Training (gradients enabled), other dtypes and other devices run ``F.linear``
+The packed copy of a weight is made at its first use and kept as long as the weight lives (as much memory again as
+the fp32 weights), and made again whenever the weight changes: in place (its version counter moves, as under an
+optimizer step or ``load_state_dict``) or by a new tensor under the same parameter (``param.data = ...``, as
+``module.to`` does). Training (gradients enabled), other dtypes and other devices run ``F.linear``
 unchanged; the state-dict keys are ``nn.Linear``'s.
 """
 
@@ -20,6 +21,7 @@ import os
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
 
 CPU_MATMUL_ENV = "VGEN_CPU_MATMUL"
@@ -48,7 +50,7 @@ def resolve_cpu_matmul(choice: str) -> bool:
 
 
 _ONEDNN = resolve_cpu_matmul(os.environ.get(CPU_MATMUL_ENV, "auto"))
-_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (what it was when packed, packed copy)
 
 
 def set_cpu_matmul(choice: str) -> None:
@@ -63,11 +65,13 @@ def uses_onednn() -> bool:
 
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` in oneDNN's blocked layout, made once per version of the weight."""
-    version, packed = _PACKED.get(weight, (None, None))
-    if version != weight._version:
-        version, packed = weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-        _PACKED[weight] = (version, packed)
+    """``weight`` in oneDNN's blocked layout, made once per content of the weight: its storage (held weakly, so
+    that a freed one is never mistaken for a new one at the same address), place in it and version."""
+    state = (StorageWeakRef(weight.untyped_storage()), weight.data_ptr(), weight.shape, weight._version)
+    seen, packed = _PACKED.get(weight, (None, None))
+    if seen is None or seen[0].expired() or seen != state:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        _PACKED[weight] = (state, packed)
     return packed
 
 
