@@ -2,7 +2,7 @@
 
 Torch's CPU wheels multiply fp32 matrices with MKL, which takes a generic code path on x86 CPUs not made by Intel.
 oneDNN ships in the same wheel and dispatches on the CPU's features; with its weights reordered once into its
-own blocked layout ("packed"), a decode step of the embedded default (2 rows) spent 1.5 ms in its products against
+own blocked layout ("packed"), a decode step of the embedded default (2 rows) spent 1.4 ms in its products against
 MKL's 2.7 ms on a 2-core AMD EPYC with AVX-512, and a 16-position verify pass (32 rows) about half of MKL's time
 (``benchmarks/cpu_matmul.py``). ``VGEN_CPU_MATMUL`` picks the library: ``auto`` (the default: oneDNN on AMD
 CPUs), ``onednn`` or ``mkl``; :func:`set_cpu_matmul` does the same from Python.
