@@ -56,7 +56,7 @@ def test_training_and_the_mkl_choice_run_f_linear(matmul_choice) -> None:
 
 
 @needs_onednn
-def test_compiled_inference_equals_eager_through_the_custom_op(matmul_choice) -> None:
+def test_compiled_inference_equals_eager_through_the_library_op(matmul_choice) -> None:
     matmul_choice("onednn")
     torch.manual_seed(0)
     layer = Linear(32, 48)
