@@ -85,6 +85,17 @@ def test_the_packed_copy_is_made_once_and_again_when_the_weight_changes(matmul_c
         assert packed_weight(layer.weight) is not second
 
 
+@needs_onednn
+def test_moving_or_casting_the_layer_drops_its_packed_copy(matmul_choice) -> None:
+    matmul_choice("onednn")
+    layer = Linear(16, 32, bias=False)
+    with torch.no_grad():
+        layer(torch.randn(3, 16))
+    assert layer.weight in linear_module._PACKED  # the store the layer packs into
+    layer.double()
+    assert layer.weight not in linear_module._PACKED
+
+
 def test_auto_uses_onednn_on_amd_only_and_bad_choices_are_refused(monkeypatch) -> None:
     available = torch.backends.mkldnn.is_available()
     monkeypatch.setattr(linear_module, "cpu_vendor", lambda: "AuthenticAMD")

@@ -7,10 +7,10 @@ MKL's 2.7 ms on a 2-core AMD EPYC with AVX-512, and a 16-position verify pass (3
 (``benchmarks/cpu_matmul.py``). ``VGEN_CPU_MATMUL`` picks the library: ``auto`` (the default: oneDNN on AMD
 CPUs), ``onednn`` or ``mkl``; :func:`set_cpu_matmul` does the same from Python.
 
-The packed copy of a weight is made at its first use and kept as long as the weight lives (as much memory again as
-the fp32 weights), and made again whenever the weight changes: in place (its version counter moves, as under an
-optimizer step or ``load_state_dict``) or by a new tensor under the same parameter (``param.data = ...``, as
-``module.to`` does). Training (gradients enabled), other dtypes and other devices run ``F.linear``
+The packed copy of a weight is made at its first use and kept until the layer is moved or cast or the weight dies
+(as much memory again as the fp32 weights), and made again whenever the weight changes: in place (its version
+counter moves, as under an optimizer step or ``load_state_dict``) or by a new tensor under the same parameter
+(``param.data = ...``). Training (gradients enabled), other dtypes and other devices run ``F.linear``
 unchanged; the state-dict keys are ``nn.Linear``'s.
 """
 
@@ -94,7 +94,12 @@ def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch
 
 
 class Linear(nn.Linear):
-    """``nn.Linear``; in fp32 inference on a CPU, through oneDNN when this process uses it (:func:`uses_onednn`)."""
+    """``nn.Linear``; in fp32 inference on a CPU, through oneDNN when this process uses it (:func:`uses_onednn`).
+    Moving or casting the layer (``to``, ``cuda``, ``half``, ...) drops its packed copy."""
+
+    def _apply(self, fn, recurse: bool = True):
+        _PACKED.pop(self.weight, None)
+        return super()._apply(fn, recurse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (_ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
