@@ -4,6 +4,10 @@ weight; training and the MKL choice run F.linear."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -105,3 +109,12 @@ def test_auto_uses_onednn_on_amd_only_and_bad_choices_are_refused(monkeypatch) -
     assert resolve_cpu_matmul("onednn") is available and resolve_cpu_matmul("mkl") is False
     with pytest.raises(ValueError, match="VGEN_CPU_MATMUL must be one of"):
         resolve_cpu_matmul("blas")
+
+
+def test_a_bad_vgen_cpu_matmul_is_the_command_s_error_not_a_traceback(tmp_path) -> None:
+    env = {**os.environ, "VGEN_CPU_MATMUL": "blas"}
+    command = [sys.executable, "-m", "vgen", "sample", "--num-images", "1", "--out", str(tmp_path / "x.png")]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    assert "vgen: error: VGEN_CPU_MATMUL must be one of ['auto', 'onednn', 'mkl'], got 'blas'" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -49,7 +49,7 @@ def resolve_cpu_matmul(choice: str) -> bool:
     return choice == "onednn" or cpu_vendor() == "AuthenticAMD"
 
 
-_ONEDNN = resolve_cpu_matmul(os.environ.get(CPU_MATMUL_ENV, "auto"))
+_ONEDNN: bool | None = None  # read from VGEN_CPU_MATMUL when the first layer is made
 _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (what it was when packed, packed copy)
 
 
@@ -60,7 +60,11 @@ def set_cpu_matmul(choice: str) -> None:
 
 
 def uses_onednn() -> bool:
-    """Whether fp32 CPU inference products go through oneDNN in this process."""
+    """Whether fp32 CPU inference products go through oneDNN in this process (``VGEN_CPU_MATMUL`` unless
+    :func:`set_cpu_matmul` said otherwise)."""
+    global _ONEDNN
+    if _ONEDNN is None:
+        _ONEDNN = resolve_cpu_matmul(os.environ.get(CPU_MATMUL_ENV, "auto"))
     return _ONEDNN
 
 
@@ -96,6 +100,10 @@ def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch
 class Linear(nn.Linear):
     """``nn.Linear``; in fp32 inference on a CPU, through oneDNN when this process uses it (:func:`uses_onednn`).
     Moving or casting the layer (``to``, ``cuda``, ``half``, ...) drops its packed copy."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        uses_onednn()  # reads VGEN_CPU_MATMUL here, where a bad value is an error of the command that builds a model
+        super().__init__(*args, **kwargs)
 
     def _apply(self, fn, recurse: bool = True):
         _PACKED.pop(self.weight, None)
