@@ -395,7 +395,7 @@ def test_the_static_pass_of_a_compiled_run_draws_the_eager_runs_tokens(name, par
     torch references, its random numbers drawn before the pass), here without compiling: for the same seed the
     same tokens, acceptance map and accepted lengths as the eager loop, on rows with captions of different
     lengths that advance apart."""
-    monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
+    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode: step)
     params = {**sampling_table, **PARAMS}[params]
     eager = static_run(name, t2i_model, PROMPTS, params)
     static = static_run(name, t2i_model, PROMPTS, params, compile=True)
@@ -420,10 +420,10 @@ def test_compile_takes_a_bool_or_a_torch_compile_mode_on_every_speculative_prese
 @torch.no_grad()
 def test_compiled_verify_passes_equal_eager_ones_and_compile_once_per_batch_and_window(tiny_gpt_factory,
                                                                                       sampling_table) -> None:
-    """torch.compile (inductor, CPU) of the verify pass: the eager run's tokens for the same seed, greedy and
-    sampled; the pass attends only up to the rows' last window, whose end becomes a dynamic size after the first
-    pass, so a rule compiles at most twice for every cache length of every run; a new window length or batch is a
-    new graph."""
+    """torch.compile (inductor, CPU) of the verify pass and of the Jacobi drafter's steps: the eager run's tokens
+    for the same seed, greedy and sampled; the pass attends only up to the rows' last window, whose end becomes a
+    dynamic size after the first pass, so a rule compiles at most twice for every cache length of every run, and
+    the drafter's two steps (shared by the rules) once; a new window length or batch is a new graph for each."""
     from torch._dynamo.utils import counters
 
     model = tiny_gpt_factory(GRID_GPT)
@@ -436,12 +436,13 @@ def test_compiled_verify_passes_equal_eager_ones_and_compile_once_per_batch_and_
             assert torch.equal(compiled.tokens, eager.tokens)
             assert compiled.stats.accepted_lengths == eager.stats.accepted_lengths
     graphs = counters["stats"]["unique_graphs"]
-    assert 2 <= graphs <= 4  # per rule: the first pass's graph, then one for every cache length
+    assert 2 + 2 <= graphs <= 4 + 2  # verify: per rule the first pass's graph, then one for every cache length
     static_run("mcsjd", model, CLASSES, params, 2, compile=True)
     assert counters["stats"]["unique_graphs"] == graphs
     static_run("mcsjd", model, CLASSES[:2], params, compile=True)
+    assert counters["stats"]["unique_graphs"] == graphs + 3
     static_run("mcsjd", model, CLASSES, params, compile=True, window=4)
-    assert counters["stats"]["unique_graphs"] == graphs + 2
+    assert counters["stats"]["unique_graphs"] == graphs + 6
 
 
 @pytest.mark.slow
@@ -455,7 +456,7 @@ def test_compiled_sjd_matches_the_exact_joint_distribution(chi_square_p, run_sam
 def test_passes_run_past_every_rows_end_change_nothing(t2i_model, sampling_table, monkeypatch) -> None:
     """On a GPU a compiled run asks whether every row is done only every few passes: the passes it runs after a
     row's (or the batch's) end write nothing and count for nothing (checked on the CPU with the GPU's cadence)."""
-    monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
+    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode: step)
     monkeypatch.setattr(sampler_module, "reads_are_free", lambda device: False)
     monkeypatch.setattr(sampler_module, "DONE_CHECK_PASSES", 5)
     params = sampling_table["filtered-cfg"]
@@ -470,7 +471,7 @@ def test_passes_run_past_every_rows_end_change_nothing(t2i_model, sampling_table
 def test_the_cuda_graph_modes_keep_one_cache_per_model_and_window(t2i_model, monkeypatch) -> None:
     """compile="reduce-overhead" (its pass run eagerly here): the cache stays at its addresses from run to run, a
     window of another length gets its own, and the tokens are the eager loop's."""
-    monkeypatch.setattr(sampler_module, "compiled_verify", lambda mode: sampler_module.verify_pass)
+    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode: step)
     monkeypatch.setattr(compiling, "_STATIC_CACHES", weakref.WeakKeyDictionary())
     eager = static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG).tokens
     assert torch.equal(static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG, compile="reduce-overhead").tokens, eager)

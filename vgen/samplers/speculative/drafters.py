@@ -30,20 +30,17 @@ def reads_are_free(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def _gumbel(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    """Standard Gumbel noise: ``argmax(log p + g)`` is then an exact draw from ``p``."""
-    return -torch.log(-torch.log(torch.rand(shape, generator=generator, device=device).clamp_min(1e-20)))
-
-
 @dataclass(frozen=True)
 class DraftContext:
     """What a drafter may need beyond the sampler's options: the run's sampling settings (a draft model forms
     its distributions as the target's are: guidance, temperature, top-k, top-p), the pipeline's draft head, and
-    whether the run is compiled (``static``: a draft model's passes then take the static, sync-free form too)."""
+    whether the run is compiled (``static``: a draft model's passes then take the static, sync-free form too;
+    ``compile``: what wraps a drafter's tensor work in a compiled run, None in an eager one)."""
 
     params: SamplingParams
     draft_head: nn.Module | None = None
     static: bool = False
+    compile: Callable[[Callable], Callable] | None = None
 
 
 @dataclass
@@ -100,70 +97,55 @@ class JacobiDrafter(Drafter):
     position one Gumbel noise vector ``g`` for the whole run and drafts ``argmax(log p + g)``. Each way the draft
     is an exact sample of ``p``, so exact acceptance stays lossless, but coupled drafts change only when their
     distribution does, which keeps the later drafts' context stable.
+
+    The random numbers are drawn eagerly, in the run's order; the tensor work of a pass (:func:`carry_drafts`,
+    :func:`gumbel_refresh`, :func:`draft_window`) goes through ``compile``, which a compiled run sets to
+    ``torch.compile``: a few fused kernels instead of some sixty small ops a pass.
     """
 
     name = "jacobi"
 
-    def __init__(self, vocab_size: int, stride: int, init: str = "random", coupling: str = "none") -> None:
+    def __init__(self, vocab_size: int, stride: int, init: str = "random", coupling: str = "none",
+                 compile: Callable[[Callable], Callable] | None = None) -> None:
         super().__init__()
         if init not in DRAFT_INITS:
             raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {init!r}")
         if coupling not in DRAFT_COUPLINGS:
             raise ValueError(f"draft_coupling must be one of {list(DRAFT_COUPLINGS)}, got {coupling!r}")
         self.vocab_size, self.stride, self.init, self.coupling = vocab_size, stride, init, coupling
+        steps = (carry_drafts, gumbel_carry, draft_window)
+        self.carry, self.gumbel_carry, self.draft = steps if compile is None else tuple(map(compile, steps))
+        self.compiled = compile is not None
         self.carried: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # tokens, probs, count
-        self.noise: torch.Tensor | None = None  # gumbel: [B, L, V] for the tokens of the last window's outputs
+        self.noise: torch.Tensor | None = None  # gumbel: [B, L, V] (as 1 / E) for the last window's outputs
         self.noise_pos: torch.Tensor | None = None  # ... which start at these token indices
+        self.uniforms: torch.Tensor | None = None  # [B, L, V]: the draws behind the fresh part of that noise
 
     def propose(self, tokens: torch.Tensor, pos: torch.Tensor, count: int,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         batch, device = tokens.shape[0], tokens.device
-        index = pos[:, None] + torch.arange(count, device=device)
         if self.carried is None:
-            fresh = torch.ones(batch, count, dtype=torch.bool, device=device)
-            carried_tokens, carried_probs = torch.zeros_like(index), None
+            carried_tokens = torch.zeros(batch, count, dtype=torch.long, device=device)
+            carried_probs = torch.zeros(batch, count, self.vocab_size, device=device)
+            carried_count = torch.zeros(batch, dtype=torch.long, device=device)
         else:
             carried_tokens, carried_probs, carried_count = self.carried
-            fresh = torch.arange(count, device=device)[None] >= carried_count[:, None]
             pad = count - carried_tokens.shape[1]  # after the prefill nothing is carried yet
-            carried_tokens, carried_probs = F.pad(carried_tokens, (0, pad)), F.pad(carried_probs, (0, 0, 0, pad))
-        seq = tokens.clone()
-        seq.scatter_(1, index, carried_tokens)
-        if self.init == "random":
-            guess = torch.randint(self.vocab_size, (batch, count), generator=generator, device=device)
-            seq.scatter_(1, index, torch.where(fresh, guess, carried_tokens))
-        else:
-            seq.scatter_(1, index, torch.where(fresh, seq.gather(1, self.copy_sources(index, pos, fresh)),
-                                               carried_tokens))
-        drafts = seq.gather(1, index)
-        probs = F.one_hot(drafts, self.vocab_size).float()
-        if carried_probs is not None:
-            probs = torch.where(fresh[..., None], probs, carried_probs)
-        return drafts, probs
-
-    def copy_sources(self, index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
-        """The token each fresh draft repeats [B, count]: its left (or vertical) neighbour, followed through
-        neighbours that are fresh drafts themselves (which repeat theirs) by pointer doubling, so a chain of k
-        fresh drafts costs log2(k) vectorised rounds rather than a Python loop over the window. On a CPU the rounds
-        stop once no chain is left; elsewhere asking would wait for the device, so all ceil(log2(count)) + 1 rounds
-        that a chain of at most ``count`` drafts can need are run."""
-        source = index - 1
-        if self.init == "vertical":
-            source = torch.where(index >= self.stride, index - self.stride, source)
-        count = index.shape[1]
-        for _ in range(max(count - 1, 1).bit_length() + 1):
-            rel = source - pos[:, None]  # the source's place in the window (< 0: a committed token)
-            pending = fresh & (rel >= 0) & fresh.gather(1, rel.clamp(0, count - 1))
-            if reads_are_free(index.device) and not bool(pending.any()):
-                break
-            source = torch.where(pending, source.gather(1, rel.clamp(0, count - 1)), source)
-        return source
+            if pad:
+                carried_tokens, carried_probs = F.pad(carried_tokens, (0, pad)), F.pad(carried_probs, (0, 0, 0, pad))
+        guess = (torch.randint(self.vocab_size, (batch, count), generator=generator, device=device)
+                 if self.init == "random" else None)
+        # a chain of fresh drafts is followed until none is left where that costs no wait (eager, on a CPU)
+        early_stop = reads_are_free(device) and not self.compiled
+        return self.draft(tokens, pos, carried_tokens, carried_probs, carried_count, guess, self.vocab_size,
+                          self.init, self.stride, early_stop)
 
     def refresh(self, result: Verification) -> torch.Tensor:
         """New draws [B, L] from this pass's distributions, coupled with the drafts they replace."""
         probs, drafted = result.probs, result.drafts.shape[1]
         if self.coupling == "gumbel":
-            return (probs.log() + self.shifted_noise(result)).argmax(-1)
+            drawn, self.noise = gumbel_refresh(probs, *self.noise_inputs(result))
+            return drawn
         if self.coupling == "none" or drafted == 0:
             return result.proposals
         p, q, x = probs[:, :drafted], result.draft_probs, result.drafts
@@ -172,39 +154,104 @@ class JacobiDrafter(Drafter):
         redrawn = sample_probs(rule.residual(p, q, x, x), result.generator)
         return torch.cat([torch.where(keep, x, redrawn), result.proposals[:, drafted:]], dim=1)
 
-    def shifted_noise(self, result: Verification) -> torch.Tensor:
-        """The Gumbel noise [B, L, V] of the tokens this pass predicted (``pos + j``), kept from the last pass for
-        the tokens it already covered and drawn fresh for the others: on a CPU from the first column any row needs
-        (a window's tail), elsewhere for the whole window (how many columns are new differs by row, and asking
-        would wait for the device)."""
+    def noise_inputs(self, result: Verification) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What :func:`gumbel_refresh` needs for the tokens this pass predicted (``pos + j``): the last pass's
+        noise, how far each row moved since (``shift`` [B]: token ``pos + j`` was its column ``shift + j``), and
+        uniform draws [B, L, V] for the tokens it does not hold. The draws are made here, on a CPU from the first
+        column any row needs (a window's tail; the columns before it keep older draws that no row reads), elsewhere
+        for the whole window (how many columns are new differs by row, and asking would wait for the device)."""
         shape, device = result.probs.shape, result.probs.device
-        if self.noise is None or self.noise.shape != shape:
-            self.noise = _gumbel(shape, result.generator, device)
-        else:
-            # this pass's output j is token pos + j; the last pass's output j' was token noise_pos + j'
-            offset = (result.pos - self.noise_pos)[:, None] + torch.arange(shape[1], device=device)
-            kept = (offset >= 0) & (offset < shape[1])
-            noise = self.noise.gather(1, offset.clamp(0, shape[1] - 1)[..., None].expand(-1, -1, shape[2]))
-            first = 0
-            if reads_are_free(device):
-                needs_fresh = ~kept.all(0)
-                first = int(needs_fresh.int().argmax()) if bool(needs_fresh.any()) else shape[1]
-            if first < shape[1]:
-                fresh = _gumbel((shape[0], shape[1] - first, shape[2]), result.generator, device)
-                noise[:, first:] = torch.where(kept[:, first:, None], noise[:, first:], fresh)
-            self.noise = noise
+        if self.noise is None or self.noise.shape != shape:  # all fresh: a shift past the old noise
+            self.noise_pos = result.pos
+            self.uniforms = torch.rand(shape, generator=result.generator, device=device)
+            return torch.zeros_like(self.uniforms), torch.full_like(result.pos, shape[1]), self.uniforms
+        shift = result.pos - self.noise_pos
+        first = max(shape[1] - int(shift.max()), 0) if reads_are_free(device) else 0
+        self.uniforms[:, first:] = torch.rand((shape[0], shape[1] - first, shape[2]), generator=result.generator,
+                                              device=device)
         self.noise_pos = result.pos
-        return self.noise
+        return self.noise, shift, self.uniforms
 
     def observe(self, result: Verification) -> None:
-        length = result.proposals.shape[1]
-        count = length - 1
-        drawn = self.refresh(result)
-        source = (result.accepted[:, None] + 1 + torch.arange(count, device=result.accepted.device)).clamp(
-            max=length - 1)
-        tokens = drawn.gather(1, source)
-        probs = result.probs.gather(1, source[..., None].expand(-1, -1, result.probs.shape[-1]))
-        self.carried = (tokens, probs, count - result.accepted)
+        if self.coupling == "gumbel" and result.drafts.shape[1] > 0:
+            tokens, probs, count, self.noise = self.gumbel_carry(result.probs, *self.noise_inputs(result),
+                                                                 result.accepted)
+            self.carried = (tokens, probs, count)
+        else:  # the other couplings (their draws made eagerly), or the prefill's single position (not compiled)
+            carry = self.carry if result.drafts.shape[1] > 0 else carry_drafts
+            self.carried = carry(self.refresh(result), result.probs, result.accepted)
+
+
+def copy_sources(index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor, init: str, stride: int,
+                 early_stop: bool) -> torch.Tensor:
+    """The token each fresh draft of windows at token ``index`` [B, count] repeats: its left (``init="left"``) or
+    vertical neighbour, followed through neighbours that are fresh drafts themselves (which repeat theirs) by
+    pointer doubling, so a chain of k fresh drafts costs log2(k) vectorised rounds rather than a Python loop over
+    the window. With ``early_stop`` the rounds stop once no chain is left (a read of the values); otherwise all
+    ceil(log2(count)) + 1 rounds that a chain of at most ``count`` drafts can need are run."""
+    source = index - 1
+    if init == "vertical":
+        source = torch.where(index >= stride, index - stride, source)
+    count = index.shape[1]
+    for _ in range(max(count - 1, 1).bit_length() + 1):
+        rel = source - pos[:, None]  # the source's place in the window (< 0: a committed token)
+        pending = fresh & (rel >= 0) & fresh.gather(1, rel.clamp(0, count - 1))
+        if early_stop and not bool(pending.any()):
+            break
+        source = torch.where(pending, source.gather(1, rel.clamp(0, count - 1)), source)
+    return source
+
+
+def draft_window(tokens: torch.Tensor, pos: torch.Tensor, carried_tokens: torch.Tensor, carried_probs: torch.Tensor,
+                 carried_count: torch.Tensor, guess: torch.Tensor | None, vocab_size: int, init: str, stride: int,
+                 early_stop: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The drafts [B, count] of tokens ``pos .. pos + count - 1`` with their distributions: the first
+    ``carried_count`` of each row carried (``carried_tokens``, ``carried_probs``), the rest fresh with a one-hot
+    distribution, ``guess`` for ``init="random"``, else a repeated neighbour (:func:`copy_sources`)."""
+    count = carried_tokens.shape[1]
+    columns = torch.arange(count, device=pos.device)
+    index = pos[:, None] + columns
+    fresh = columns[None] >= carried_count[:, None]
+    if guess is not None:
+        drafts = torch.where(fresh, guess, carried_tokens)
+    else:
+        seq = tokens.scatter(1, index, carried_tokens)
+        drafts = torch.where(fresh, seq.gather(1, copy_sources(index, pos, fresh, init, stride, early_stop)),
+                             carried_tokens)
+    one_hot = (drafts[..., None] == torch.arange(vocab_size, device=pos.device)).float()
+    return drafts, torch.where(fresh[..., None], one_hot, carried_probs)
+
+
+def carry_drafts(drawn: torch.Tensor, probs: torch.Tensor,
+                 accepted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a pass leaves for the next window: its draws ``drawn`` [B, L] past the first rejection (after the
+    ``accepted`` drafts and the recovered token) with their distributions, and how many there are per row."""
+    length = probs.shape[1]
+    source = (accepted[:, None] + 1 + torch.arange(length - 1, device=accepted.device)).clamp(max=length - 1)
+    return (drawn.gather(1, source), probs.gather(1, source[..., None].expand(-1, -1, probs.shape[-1])),
+            length - 1 - accepted)
+
+
+def gumbel_refresh(probs: torch.Tensor, noise: torch.Tensor, shift: torch.Tensor,
+                   uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gumbel-coupled draws [B, L] from ``probs`` [B, L, V], and the noise they used: output j of row b reads the
+    last pass's ``noise`` at column ``shift[b] + j`` where that lies inside it, else fresh noise made from
+    ``uniforms`` [B, L, V]. The Gumbel-max draw ``argmax(log p + g)`` is taken as ``argmax(p / E)`` with
+    ``E = exp(-g)``, an Exp(1) variable, and the noise is kept as ``1 / E``: the same draw without the logarithms of
+    ``p``."""
+    length = probs.shape[1]
+    offset = shift[:, None] + torch.arange(length, device=shift.device)
+    shifted = noise.gather(1, offset.clamp(max=length - 1)[..., None].expand_as(probs))
+    fresh = -1 / torch.log(uniforms.clamp_min(1e-20))
+    noise = torch.where((offset < length)[..., None], shifted, fresh)
+    return (probs * noise).argmax(-1), noise
+
+
+def gumbel_carry(probs: torch.Tensor, noise: torch.Tensor, shift: torch.Tensor, uniforms: torch.Tensor,
+                 accepted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`gumbel_refresh` then :func:`carry_drafts`, one step for the compiler; the noise comes last."""
+    drawn, noise = gumbel_refresh(probs, noise, shift, uniforms)
+    return (*carry_drafts(drawn, probs, accepted), noise)
 
 
 DrafterFactory = Callable[..., Drafter]
@@ -230,4 +277,4 @@ def build_drafter(name: str, options: object, model: nn.Module, context: DraftCo
 
 
 register_drafter("jacobi", lambda options, model, context: JacobiDrafter(
-    model.vocab_size, math.prod(model.grid[1:]), options.draft_init, options.draft_coupling))
+    model.vocab_size, math.prod(model.grid[1:]), options.draft_init, options.draft_coupling, context.compile))

@@ -19,13 +19,15 @@ every random number comes from the run's generator through torch, so both sides 
 
 Steps 2-5 are :func:`verify_pass`. ``compile`` hands it to ``torch.compile`` in its static form (shapes that do not
 depend on the drafts: attention over the cache under a mask, every draft judged), with the pass's uniform draws made
-before it (:func:`pass_uniforms`), so a compiled run reads the eager run's random numbers in the same order.
+before it (:func:`pass_uniforms`), so a compiled run reads the eager run's random numbers in the same order. The
+drafter's tensor work is compiled too (``DraftContext.compile``), its random numbers drawn eagerly in the same way.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -72,6 +74,8 @@ from vgen.samplers.speculative.rules import (
     window_accepted_length,
 )
 
+# a drafter's step returns what its next step reads, which a replayed CUDA graph would overwrite
+DRAFTING_MODES = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 DONE_CHECK_PASSES = 4  # compiled passes on a GPU between "are all rows done?" checks (each waits for it)
 
 
@@ -128,13 +132,15 @@ class Speculative(Sampler):
         drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
         mode = self.compile_mode
-        drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head, static=mode is not None))
+        drafting = None if mode is None else functools.partial(compile_step, mode=DRAFTING_MODES.get(mode, mode))
+        drafter = build_drafter(drafter_name, self, model,
+                                DraftContext(params, draft_head, static=mode is not None, compile=drafting))
         device, batch, n = cond.device, len(cond), model.num_tokens
         length = min(self.window, max(n - 1, 1))
         graphs = mode in CUDA_GRAPH_MODES
         rows = len(batch_cond)
         cache = take_static_cache(model, rows, extra=length) if graphs else model.new_cache(rows, extra=length)
-        verify = verify_pass if mode is None else compiled_verify(mode)
+        verify = verify_pass if mode is None else compile_step(verify_pass, mode)
         # with a compiled pass on a device whose values cost a wait, the host asks whether every row is done only
         # every few passes; the passes after a row's last one write nothing
         check_every = DONE_CHECK_PASSES if mode is not None and not reads_are_free(device) else 1
@@ -263,11 +269,12 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
 
 
 @functools.cache
-def compiled_verify(mode: str):
-    """:func:`verify_pass` compiled for ``mode``: one graph per batch, window length, rule and sampling settings
-    (built once per process; graphs are made on first call). Under CUDA graphs every shape is static; otherwise
-    a pass's ``image_end`` turns dynamic once it changes, so one more graph serves every cache length."""
-    return torch.compile(verify_pass, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
+def compile_step(step: Callable, mode: str) -> Callable:
+    """``step`` compiled for ``mode``, built once per process (graphs are made on first call): :func:`verify_pass`,
+    with one graph per batch, window length, rule and sampling settings, and a drafter's tensor work. Under CUDA
+    graphs every shape is static; otherwise a size that changes between calls (a pass's ``image_end``, the
+    columns of fresh draft noise) turns dynamic, so one more graph serves every value."""
+    return torch.compile(step, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
 
 
 @register_sampler
