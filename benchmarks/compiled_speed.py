@@ -74,7 +74,8 @@ def vgen_method(pipe, spec: SamplerSpec, compile: bool | str, classes: torch.Ten
 
     def run(seed: int) -> tuple[torch.Tensor, int]:
         generator = torch.Generator(pipe.device).manual_seed(seed)
-        out = sampler.sample(pipe.model, classes, params, generator=generator, tokenizer=pipe.tokenizer)
+        out = sampler.sample(pipe.model, classes, params, generator=generator, tokenizer=pipe.tokenizer,
+                             draft_head=getattr(pipe, "draft_head", None))
         return out.tokens, out.stats.forward_passes
 
     return run

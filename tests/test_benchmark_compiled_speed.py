@@ -4,10 +4,14 @@ reads every ratio against compiled vanilla AR."""
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from PIL import Image
 
+from vgen.eval.bench import SamplerSpec
+from vgen.samplers import SamplingParams
 from vgen.samplers import ar as ar_module
 from vgen.samplers.speculative import sampler as sampler_module
 
@@ -57,3 +61,21 @@ def test_a_sampler_spec_may_not_change_seeds_or_sampling(benchmark_module, monke
         speed.main()
     assert "give sampler options only" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_pipelines_draft_head_reaches_the_samplers(benchmark_module, monkeypatch) -> None:
+    """``speculative:drafter=head`` (and ``auto``) time the head the pipeline ships, as ``vgen sample`` runs it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    speed = benchmark_module("compiled_speed")
+    seen = {}
+
+    class Recorder:
+        def sample(self, model, classes, params, **inputs):
+            seen.update(inputs)
+            return SimpleNamespace(tokens=torch.zeros(1, 4, dtype=torch.long), stats=SimpleNamespace(forward_passes=2))
+
+    monkeypatch.setattr(speed, "get_sampler", lambda name, **options: Recorder())
+    pipe = SimpleNamespace(model=None, tokenizer=None, device=torch.device("cpu"), draft_head="the head")
+    run = speed.vgen_method(pipe, SamplerSpec("head", "speculative", {"drafter": "head"}), False,
+                            torch.zeros(1, dtype=torch.long), SamplingParams())
+    assert run(0)[1] == 2 and seen["draft_head"] == "the head"
