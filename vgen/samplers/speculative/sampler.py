@@ -272,8 +272,8 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
 def compile_step(step: Callable, mode: str) -> Callable:
     """``step`` compiled for ``mode``, built once per process (graphs are made on first call): :func:`verify_pass`,
     with one graph per batch, window length, rule and sampling settings, and a drafter's tensor work. Under CUDA
-    graphs every shape is static; otherwise a size that changes between calls (a pass's ``image_end``, the
-    columns of fresh draft noise) turns dynamic, so one more graph serves every value."""
+    graphs every shape is static; otherwise a size that changes between calls (a pass's ``image_end``) turns
+    dynamic, so one more graph serves every value."""
     return torch.compile(step, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
 
 
