@@ -57,16 +57,39 @@ def test_target_only_sampling_learns_the_toy_distribution(run_sampler, target):
         assert torch.allclose(mean, CLASS_MEANS[k], atol=0.15)
 
 
-def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_every_draft(run_sampler, target):
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_cspd_with_the_target_as_draft_reproduces_target_sampling_and_keeps_every_draft(run_sampler, target,
+                                                                                       schedule):
+    """Under either guidance schedule: the draft guides each position as the target does."""
     classes = torch.tensor([0, 1, 2, 1])
     for params in (SamplingParams(), SamplingParams(cfg_scale=2.0)):
-        ref = run_sampler("continuous-ar", target, classes, params, 3)
-        out = run_sampler(CSpD(draft_length=2, prefill_ratio=0.0), target, classes, params, 3,
-                          draft_head=copy.deepcopy(target))
+        ref = run_sampler(ContinuousARSampler(cfg_schedule=schedule), target, classes, params, 3)
+        out = run_sampler(CSpD(draft_length=2, prefill_ratio=0.0, cfg_schedule=schedule), target, classes, params,
+                          3, draft_head=copy.deepcopy(target))
         assert torch.allclose(out.tokens, ref.tokens, atol=1e-3)
         # 1 prefill token, then one verification gives 2 drafts + 1 bonus = the remaining 3 tokens
         assert out.stats.forward_passes == 2 and out.stats.accepted_lengths == [3] * 4
         assert out.stats.details["median_draft_gap_in_target_stds"] < 0.05
+
+
+def test_the_linear_schedule_ramps_guidance_over_the_tokens_to_the_scale(run_sampler, target, monkeypatch):
+    """MAR's ``cfg_schedule="linear"``: token i of n is guided at 1 + (s - 1)(i + 1) / n, the last at s; the
+    constant schedule guides every token at s."""
+    scales = []
+    sample = target.head.sample
+
+    def recording(z, noise, temperature, cfg_scale, num_steps, guided):
+        scales.append(float(cfg_scale))
+        return sample(z, noise, temperature, cfg_scale, num_steps, guided)
+
+    monkeypatch.setattr(target.head, "sample", recording)
+    params = SamplingParams(cfg_scale=4.0)
+    linear = run_sampler(ContinuousARSampler(cfg_schedule="linear"), target, torch.tensor([1]), params, 0)
+    assert scales == pytest.approx([1.75, 2.5, 3.25, 4.0])
+    scales.clear()
+    constant = run_sampler(ContinuousARSampler(), target, torch.tensor([1]), params, 0)
+    assert scales == [4.0] * 4
+    assert not torch.equal(linear.tokens, constant.tokens)
 
 
 def test_head_steps_shorten_the_target_s_chain_for_both_samplers(run_sampler, target):

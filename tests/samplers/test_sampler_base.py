@@ -69,6 +69,16 @@ def test_cfg_active_counts_decode_steps_like_llamagen() -> None:
     assert not unguided.cfg_active(0) and not unguided.cfg_active(torch.arange(3)).any()
 
 
+def test_the_guidance_schedule_is_the_scale_or_a_ramp_up_to_it() -> None:
+    params = SamplingParams(cfg_scale=3.0)
+    assert params.scheduled_cfg_scale("constant", 1, 4) == 3.0
+    assert [params.scheduled_cfg_scale("linear", done, 4) for done in (1, 2, 4)] == [1.5, 2.0, 3.0]
+    ramp = params.scheduled_cfg_scale("linear", torch.tensor([[1, 4]]), 4)
+    assert torch.equal(ramp, torch.tensor([[1.5, 3.0]]))
+    with pytest.raises(ValueError, match="cfg_schedule must be one of"):
+        params.scheduled_cfg_scale("cosine", 1, 4)
+
+
 def test_kernel_spec_carries_the_settings_and_flags() -> None:
     spec = SamplingParams(temperature=0.9, top_k=100, top_p=0.95, cfg_scale=4.0, cfg_interval=10).kernel_spec()
     assert spec == SamplingSpec(temperature=0.9, top_k=100, top_p=0.95, cfg_scale=4.0, guided=True, greedy=False)

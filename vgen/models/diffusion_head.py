@@ -137,14 +137,18 @@ class DiffusionHead(nn.Module):
             self._sampling[n] = DiffusionSchedule(alpha_bar, sampling_timesteps(self.cfg.num_train_steps, n))
         return self._sampling[n]
 
-    def sample(self, z: torch.Tensor, noise: torch.Tensor, temperature: float = 1.0, cfg_scale: float = 1.0,
-               num_steps: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(self, z: torch.Tensor, noise: torch.Tensor, temperature: float = 1.0,
+               cfg_scale: float | torch.Tensor = 1.0, num_steps: int | None = None,
+               guided: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Denoise one token per row; returns (x0, mean, std) of the last reverse step, each [B, C].
 
         ``noise`` [steps + 1, B, C] holds the initial token and the draw of each reverse step (last step first
-        consumed last). With ``cfg_scale > 1``, ``z`` is [2B, cond_dim] as [cond; uncond] and the guided noise
-        prediction ``uncond + s * (cond - uncond)`` drives both halves; the variance is the conditional half's.
+        consumed last). When ``guided`` (by default: ``cfg_scale > 1``), ``z`` is [2B, cond_dim] as [cond; uncond]
+        and the guided noise prediction ``uncond + s * (cond - uncond)`` drives both halves, ``s`` the scale or
+        a scale per row ([B]); the variance is the conditional half's.
         """
+        if guided is None:
+            guided = isinstance(cfg_scale, torch.Tensor) or cfg_scale > 1
         schedule = self.sampling_schedule(num_steps)
         steps = len(schedule)
         if noise.shape[0] != steps + 1:
@@ -159,7 +163,7 @@ class DiffusionHead(nn.Module):
             modulations = self.modulations(times[chunk][:, None] + condition[None])  # each [steps, rows, *]
             for j, i in enumerate(chunk):
                 x, mean, std = self._reverse_step(x, [m[j] for m in modulations], i, schedule,
-                                                  noise[start + j + 1].to(x.dtype), temperature, cfg_scale)
+                                                  noise[start + j + 1].to(x.dtype), temperature, cfg_scale, guided)
         return x, mean, std
 
     def _steps_per_chunk(self, z: torch.Tensor) -> int:
@@ -169,14 +173,15 @@ class DiffusionHead(nn.Module):
         return max(1, MODULATION_BYTES // per_step)
 
     def _reverse_step(self, x: torch.Tensor, modulations: list[torch.Tensor], i: int, schedule: DiffusionSchedule,
-                      noise: torch.Tensor, temperature: float,
-                      cfg_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      noise: torch.Tensor, temperature: float, cfg_scale: float | torch.Tensor,
+                      guided: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One reverse step of kept step ``i`` with CFG mixing the noise predictions (see :meth:`sample`)."""
-        c, guided = self.cfg.token_channels, cfg_scale > 1
+        c = self.cfg.token_channels
         out = self.predict_modulated(torch.cat([x, x]) if guided else x, modulations).to(x.dtype)
         if guided:
             cond, uncond = out.chunk(2)
-            eps = uncond[:, :c] + cfg_scale * (cond[:, :c] - uncond[:, :c])
+            scale = cfg_scale[:, None] if isinstance(cfg_scale, torch.Tensor) else cfg_scale
+            eps = uncond[:, :c] + scale * (cond[:, :c] - uncond[:, :c])
             v = cond[:, c:]
         else:
             eps, v = out[:, :c], out[:, c:]

@@ -25,6 +25,7 @@ from vgen.samplers.options import check_options, option, short_repr
 MAX_JSON_ELEMENTS = 1 << 16
 # guidance scales in use stay below 20; far above, the guided logits overflow to inf
 MAX_CFG_SCALE = 100.0
+CFG_SCHEDULES = ("constant", "linear")  # guidance over a sample's steps (scheduled_cfg_scale)
 
 
 def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:
@@ -81,6 +82,14 @@ class SamplingParams:
         if isinstance(token_index, torch.Tensor):
             return (token_index <= limit) & self.guided
         return self.guided and token_index <= limit
+
+    def scheduled_cfg_scale(self, schedule: str, done: int | torch.Tensor, total: int) -> float | torch.Tensor:
+        """The guidance scale of a step once ``done`` of ``total`` steps (blocks, tokens) are drawn, this one
+        included (an int or a tensor of them): ``cfg_scale`` for the ``constant`` schedule, or the ``linear`` ramp
+        ``1 + (cfg_scale - 1) done / total`` of MAR and NBP, light on the first steps and full on the last."""
+        if schedule not in CFG_SCHEDULES:
+            raise ValueError(f"cfg_schedule must be one of {list(CFG_SCHEDULES)}, got {schedule!r}")
+        return self.cfg_scale if schedule == "constant" else 1 + (self.cfg_scale - 1) * done / total
 
     def kernel_spec(self) -> SamplingSpec:
         """These settings as the probs kernel applies them."""

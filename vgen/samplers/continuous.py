@@ -35,12 +35,21 @@ from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_condition, register_sampler
+from vgen.samplers.base import (
+    CFG_SCHEDULES,
+    SampleOutput,
+    Sampler,
+    SamplerStats,
+    SamplingParams,
+    prepare_condition,
+    register_sampler,
+)
 from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
 from vgen.samplers.options import check_options, option
 
 TOKEN_ORDER = "continuous"
 HEAD_STEPS_HELP = "reverse steps of the target's diffusion head per token (MAR's sampling steps): fewer run faster"
+CFG_SCHEDULE_HELP = "guidance over the tokens: the same scale (constant) or MAR's ramp from 1 to it (linear)"
 
 
 def check_continuous_params(params: SamplingParams) -> None:
@@ -71,15 +80,19 @@ def _guided(x: torch.Tensor, guided: bool) -> torch.Tensor:
     return torch.cat([x, x]) if guided else x
 
 
-def denoise(model: nn.Module, z: torch.Tensor, noise: torch.Tensor,
-            params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def denoise(model: nn.Module, z: torch.Tensor, noise: torch.Tensor, params: SamplingParams, schedule: str,
+            index: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tokens of several positions per row at once: conditions z [B', P, dim] ([cond; uncond] halves when
-    guided) and trajectory noise [B, P, steps + 1, C] -> (x, mean, std) of the last step of a ``steps``-step
-    reverse chain, each [B, P, C]."""
+    guided), trajectory noise [B, P, steps + 1, C] and the positions' token indices ``index`` (an int, or
+    [B, P]) -> (x, mean, std) of the last step of a ``steps``-step reverse chain, each [B, P, C]. Guidance
+    follows ``schedule`` over the tokens (:meth:`~vgen.samplers.base.SamplingParams.scheduled_cfg_scale`)."""
     b, p, draws, c = noise.shape
     zz = z.reshape(-1, z.shape[-1])  # [cond rows; uncond rows] stays in that order
+    scale = params.scheduled_cfg_scale(schedule, index + 1, model.num_tokens) if params.guided else 1.0
+    if isinstance(scale, torch.Tensor):
+        scale = scale.to(zz.dtype).reshape(-1)  # one per (row, position), in the order of the noise's rows
     x, mean, std = model.head.sample(zz, noise.reshape(b * p, draws, c).transpose(0, 1), params.temperature,
-                                     params.cfg_scale if params.guided else 1.0, draws - 1)
+                                     scale, draws - 1, guided=params.guided)
     return x.reshape(b, p, c), mean.reshape(b, p, c), std.reshape(b, p, c)
 
 
@@ -99,11 +112,11 @@ def chain_draws(target_steps: int, draft_steps: int) -> torch.Tensor:
 
 
 def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch.Tensor, params: SamplingParams,
-                 tokens: torch.Tensor, count: int, bar: tqdm) -> None:
+                 schedule: str, tokens: torch.Tensor, count: int, bar: tqdm) -> None:
     """Target-only generation of the first ``count`` tokens into ``tokens`` [B, >= count, C], starting from the
     prefill's condition ``z``: one head trajectory and (but for the last token) one decode pass per token."""
     for i in range(count):
-        tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params)[0][:, 0]
+        tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params, schedule, i)[0][:, 0]
         bar.update(1)
         if i + 1 < count:
             z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
@@ -122,6 +135,7 @@ class ContinuousARSampler(Sampler):
     name: ClassVar[str] = "continuous-ar"
     token_order: ClassVar[str] = TOKEN_ORDER
     head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, note="0 = the model's")
+    cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -136,7 +150,7 @@ class ContinuousARSampler(Sampler):
         cache, z = _start(model, batch_cond, extra=0)
         tokens = torch.empty(batch, n, model.token_channels, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
-            one_per_pass(model, z, cache, noise, params, tokens, n, bar)
+            one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, n, bar)
         stats = SamplerStats(sampler=self.name, forward_passes=n, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start, batch_size=batch,
                              accept_step=torch.arange(1, n + 1).repeat(batch, 1))
@@ -185,6 +199,7 @@ class CSpD(Sampler):
     draft_steps: int = option(0, "reverse steps of the draft's head chain, reading a subset of the target's "
                                  "trajectory noise; fewer steps draft faster and stay exact", at_least=0,
                               note="0 = the target's")
+    cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -212,7 +227,7 @@ class CSpD(Sampler):
         prefill = max(1, math.ceil(self.prefill_ratio * n))
         cache, z = _start(model, batch_cond, extra=k + 1)
         bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
-        one_per_pass(model, z, cache, noise, params, tokens, prefill, bar)
+        one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, prefill, bar)
         accept_step[:, :prefill] = torch.arange(1, prefill + 1)
         passes = prefill  # the prefill pass, then one decode pass per pre-filled token but the last
         pos = torch.full((batch,), prefill, dtype=torch.long, device=device)  # tokens done per row
@@ -239,7 +254,7 @@ class CSpD(Sampler):
             for j in range(kr):
                 idx = (pos + j).clamp(max=n - 1)[:, None]
                 x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx][:, :, draws],
-                                                          params))
+                                                          params, self.cfg_schedule, idx))
                 drafts.append(x)
                 mean_q.append(m)
                 std_q.append(sd)
@@ -254,7 +269,8 @@ class CSpD(Sampler):
             zp = model.decode_rows(_guided(window, guided), _guided(pos, guided), cache)  # [B', kr + 1, dim]
             passes += 1
             positions = (pos[:, None] + torch.arange(kr + 1, device=device)).clamp(max=n - 1)  # [B, kr + 1]
-            xp, mean_p, std_p = denoise(model, zp, noise[ar[:, None], positions], params)
+            xp, mean_p, std_p = denoise(model, zp, noise[ar[:, None], positions], params, self.cfg_schedule,
+                                        positions)
             # 4. acceptance, left to right
             mq, sq = torch.stack(mean_q, 1), torch.stack(std_q, 1)
             inside = torch.arange(kr, device=device)[None] < room[:, None]  # [B, kr] drafts inside the image

@@ -30,11 +30,17 @@ import torch
 from tqdm.auto import tqdm
 
 from vgen.models.conditioning import Condition
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_condition, register_sampler
+from vgen.samplers.base import (
+    CFG_SCHEDULES,
+    SampleOutput,
+    Sampler,
+    SamplerStats,
+    SamplingParams,
+    prepare_condition,
+    register_sampler,
+)
 from vgen.samplers.logits import apply_cfg, build_processors, cfg_merge, sample_logits
 from vgen.samplers.options import check_options, option
-
-CFG_SCHEDULES = ("constant", "linear")
 
 
 @register_sampler
@@ -58,7 +64,7 @@ class NBPSampler(Sampler):
         if self.cfg_schedule == "constant" or not params.guided:
             return apply_cfg(logits, params, first_token)
         cond, uncond = logits.chunk(2)
-        return cfg_merge(cond, uncond, 1 + (params.cfg_scale - 1) * (block + 1) / num_blocks)
+        return cfg_merge(cond, uncond, params.scheduled_cfg_scale(self.cfg_schedule, block + 1, num_blocks))
 
     @torch.no_grad()
     def sample(self, model: torch.nn.Module, cond: Condition, params: SamplingParams, *,
