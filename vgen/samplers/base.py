@@ -26,6 +26,8 @@ MAX_JSON_ELEMENTS = 1 << 16
 # guidance scales in use stay below 20; far above, the guided logits overflow to inf
 MAX_CFG_SCALE = 100.0
 CFG_SCHEDULES = ("constant", "linear")  # guidance over a sample's steps (scheduled_cfg_scale)
+CFG_SCHEDULE_HELP = ("guidance over the blocks or tokens: the same scale throughout (constant) or ramped up to it "
+                     "as MAR and NBP do (linear)")
 
 
 def _from_fields(cls: type, d: Mapping[str, Any], what: str) -> Any:

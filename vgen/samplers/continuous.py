@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
 from vgen.samplers.base import (
+    CFG_SCHEDULE_HELP,
     CFG_SCHEDULES,
     SampleOutput,
     Sampler,
@@ -49,7 +50,6 @@ from vgen.samplers.options import check_options, option
 
 TOKEN_ORDER = "continuous"
 HEAD_STEPS_HELP = "reverse steps of the target's diffusion head per token (MAR's sampling steps): fewer run faster"
-CFG_SCHEDULE_HELP = "guidance over the tokens: the same scale (constant) or MAR's ramp from 1 to it (linear)"
 
 
 def check_continuous_params(params: SamplingParams) -> None:

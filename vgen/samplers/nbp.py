@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from vgen.models.conditioning import Condition
 from vgen.samplers.base import (
+    CFG_SCHEDULE_HELP,
     CFG_SCHEDULES,
     SampleOutput,
     Sampler,
@@ -51,8 +52,7 @@ class NBPSampler(Sampler):
     name: ClassVar[str] = "nbp"
     token_order: ClassVar[str] = "next-block"
     continues: ClassVar[bool] = True
-    cfg_schedule: str = option("constant", "guidance over the blocks: the same scale (constant) or ramped to it "
-                                           "(linear)", choices=CFG_SCHEDULES)
+    cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
 
     def __post_init__(self) -> None:
         check_options(self)
