@@ -35,12 +35,25 @@ class DraftContext:
     """What a drafter may need beyond the sampler's options: the run's sampling settings (a draft model forms
     its distributions as the target's are: guidance, temperature, top-k, top-p), the pipeline's draft head, and
     whether the run is compiled (``static``: a draft model's passes then take the static, sync-free form too;
-    ``compile``: what wraps a drafter's tensor work in a compiled run, None in an eager one)."""
+    ``compile``: what wraps a drafter's tensor work in a compiled run, None in an eager one; ``fuse``: the
+    sampler runs a drafter's :meth:`Drafter.pass_step` inside its compiled pass where the drafter offers one)."""
 
     params: SamplingParams
     draft_head: nn.Module | None = None
     static: bool = False
     compile: Callable[[Callable], Callable] | None = None
+    fuse: bool = False
+
+
+@dataclass(frozen=True)
+class DraftStep:
+    """A drafter's work after a pass as a pure function of what the pass decided, which the sampler runs inside
+    its compiled pass (one graph instead of the pass's and the drafter's): ``fn(probs, proposals, accepted,
+    tokens, pos, *args)``, with the pass's outputs and the rows' next ``pos``, returns the next window's drafts
+    [B, L - 1], their distributions and the drafter's new state, which go back through :meth:`Drafter.adopt`."""
+
+    fn: Callable
+    args: tuple
 
 
 @dataclass
@@ -78,7 +91,17 @@ class Drafter(ABC):
         """Drafts [B, count] for token indices ``pos[b] + i`` and their draft distributions [B, count, V]."""
 
     def observe(self, result: Verification) -> None:  # noqa: B027 (an optional hook)
-        """Called after every verification (default: nothing to remember)."""
+        """Called after every verification that ran no :meth:`pass_step` (default: nothing to remember)."""
+
+    def pass_step(self, pos: torch.Tensor, length: int, generator: torch.Generator | None) -> DraftStep | None:
+        """Called before a pass over windows of ``length`` at ``pos`` in a fused run (``DraftContext.fuse``): the
+        drafter's work after the pass as a :class:`DraftStep`, its random numbers drawn now, or None (the
+        default) to be told by :meth:`observe` instead."""
+        return None
+
+    def adopt(self, drafts: torch.Tensor, probs: torch.Tensor, *state: torch.Tensor | None) -> None:
+        """What a :class:`DraftStep` returned: the drafts the next :meth:`propose` gives, and the new state."""
+        raise NotImplementedError(f"drafter {self.name!r} offers no pass step")
 
 
 class JacobiDrafter(Drafter):
@@ -100,29 +123,39 @@ class JacobiDrafter(Drafter):
 
     The random numbers are drawn eagerly, in the run's order; the tensor work of a pass (:func:`carry_drafts`,
     :func:`gumbel_refresh`, :func:`draft_window`) goes through ``compile``, which a compiled run sets to
-    ``torch.compile``: a few fused kernels instead of some sixty small ops a pass.
+    ``torch.compile``: a few fused kernels instead of some sixty small ops a pass. With ``fuse`` it joins the
+    sampler's compiled pass instead (:func:`next_window` as the :meth:`pass_step`), where a pass draws nothing
+    that depends on its outcome: coupling ``none`` or ``gumbel``, and fresh drafts that repeat a neighbour (a
+    ``random`` init draws the next window's guesses, and ``maximal`` its redraws, between passes).
     """
 
     name = "jacobi"
 
     def __init__(self, vocab_size: int, stride: int, init: str = "random", coupling: str = "none",
-                 compile: Callable[[Callable], Callable] | None = None) -> None:
+                 compile: Callable[[Callable], Callable] | None = None, fuse: bool = False) -> None:
         super().__init__()
         if init not in DRAFT_INITS:
             raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {init!r}")
         if coupling not in DRAFT_COUPLINGS:
             raise ValueError(f"draft_coupling must be one of {list(DRAFT_COUPLINGS)}, got {coupling!r}")
         self.vocab_size, self.stride, self.init, self.coupling = vocab_size, stride, init, coupling
+        self.fuses = fuse and init != "random" and coupling != "maximal"
+        # fused, the drafter's own steps run once a run (the first window), not worth a graph
+        self.compiled = compile is not None and not self.fuses
         steps = (carry_drafts, gumbel_carry, draft_window)
-        self.carry, self.gumbel_carry, self.draft = steps if compile is None else tuple(map(compile, steps))
-        self.compiled = compile is not None
+        self.carry, self.gumbel_carry, self.draft = tuple(map(compile, steps)) if self.compiled else steps
         self.carried: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # tokens, probs, count
+        self.ready: tuple[torch.Tensor, torch.Tensor] | None = None  # the next window, from a fused pass
         self.noise: torch.Tensor | None = None  # gumbel: [B, L, V] (as 1 / E) for the last window's outputs
         self.noise_pos: torch.Tensor | None = None  # ... which start at these token indices
         self.uniforms: torch.Tensor | None = None  # [B, L, V]: the draws behind the fresh part of that noise
 
     def propose(self, tokens: torch.Tensor, pos: torch.Tensor, count: int,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.ready is not None:
+            drafts, probs = self.ready
+            self.ready = None
+            return drafts, probs
         batch, device = tokens.shape[0], tokens.device
         if self.carried is None:
             carried_tokens = torch.zeros(batch, count, dtype=torch.long, device=device)
@@ -144,7 +177,7 @@ class JacobiDrafter(Drafter):
         """New draws [B, L] from this pass's distributions, coupled with the drafts they replace."""
         probs, drafted = result.probs, result.drafts.shape[1]
         if self.coupling == "gumbel":
-            drawn, self.noise = gumbel_refresh(probs, *self.noise_inputs(result))
+            drawn, self.noise = gumbel_refresh(probs, *self.noise_inputs(result.pos, probs.shape, result.generator))
             return drawn
         if self.coupling == "none" or drafted == 0:
             return result.proposals
@@ -154,28 +187,42 @@ class JacobiDrafter(Drafter):
         redrawn = sample_probs(rule.residual(p, q, x, x), result.generator)
         return torch.cat([torch.where(keep, x, redrawn), result.proposals[:, drafted:]], dim=1)
 
-    def noise_inputs(self, result: Verification) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """What :func:`gumbel_refresh` needs for the tokens this pass predicted (``pos + j``): the last pass's
-        noise, how far each row moved since (``shift`` [B]: token ``pos + j`` was its column ``shift + j``), and
-        uniform draws [B, L, V] for the tokens it does not hold. The draws are made here, on a CPU from the first
-        column any row needs (a window's tail; the columns before it keep older draws that no row reads), elsewhere
-        for the whole window (how many columns are new differs by row, and asking would wait for the device)."""
-        shape, device = result.probs.shape, result.probs.device
+    def noise_inputs(self, pos: torch.Tensor, shape: torch.Size | tuple[int, int, int],
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What :func:`gumbel_refresh` needs for the tokens a pass at ``pos`` predicts (``pos + j``, ``shape``
+        [B, L, V]): the last pass's noise, how far each row moved since (``shift`` [B]: token ``pos + j`` was its
+        column ``shift + j``), and uniform draws [B, L, V] for the tokens it does not hold. The draws are made
+        here, on a CPU from the first column any row needs (a window's tail; the columns before it keep older draws
+        that no row reads), elsewhere for the whole window (how many columns are new differs by row, and asking
+        would wait for the device)."""
+        shape, device = torch.Size(shape), pos.device
         if self.noise is None or self.noise.shape != shape:  # all fresh: a shift past the old noise
-            self.noise_pos = result.pos
-            self.uniforms = torch.rand(shape, generator=result.generator, device=device)
-            return torch.zeros_like(self.uniforms), torch.full_like(result.pos, shape[1]), self.uniforms
-        shift = result.pos - self.noise_pos
+            self.noise_pos = pos
+            self.uniforms = torch.rand(shape, generator=generator, device=device)
+            return torch.zeros_like(self.uniforms), torch.full_like(pos, shape[1]), self.uniforms
+        shift = pos - self.noise_pos
         first = max(shape[1] - int(shift.max()), 0) if reads_are_free(device) else 0
-        self.uniforms[:, first:] = torch.rand((shape[0], shape[1] - first, shape[2]), generator=result.generator,
+        self.uniforms[:, first:] = torch.rand((shape[0], shape[1] - first, shape[2]), generator=generator,
                                               device=device)
-        self.noise_pos = result.pos
+        self.noise_pos = pos
         return self.noise, shift, self.uniforms
+
+    def pass_step(self, pos: torch.Tensor, length: int, generator: torch.Generator | None) -> DraftStep | None:
+        if not self.fuses:
+            return None
+        noise = ((None, None, None) if self.coupling == "none"
+                 else self.noise_inputs(pos, (pos.shape[0], length, self.vocab_size), generator))
+        return DraftStep(next_window, (*noise, self.vocab_size, self.init, self.stride))
+
+    def adopt(self, drafts: torch.Tensor, probs: torch.Tensor, *state: torch.Tensor | None) -> None:
+        self.ready = (drafts, probs)
+        if self.coupling == "gumbel":
+            (self.noise,) = state
 
     def observe(self, result: Verification) -> None:
         if self.coupling == "gumbel" and result.drafts.shape[1] > 0:
-            tokens, probs, count, self.noise = self.gumbel_carry(result.probs, *self.noise_inputs(result),
-                                                                 result.accepted)
+            noise_inputs = self.noise_inputs(result.pos, result.probs.shape, result.generator)
+            tokens, probs, count, self.noise = self.gumbel_carry(result.probs, *noise_inputs, result.accepted)
             self.carried = (tokens, probs, count)
         else:  # the other couplings (their draws made eagerly), or the prefill's single position (not compiled)
             carry = self.carry if result.drafts.shape[1] > 0 else carry_drafts
@@ -254,6 +301,23 @@ def gumbel_carry(probs: torch.Tensor, noise: torch.Tensor, shift: torch.Tensor, 
     return (*carry_drafts(drawn, probs, accepted), noise)
 
 
+def next_window(probs: torch.Tensor, proposals: torch.Tensor, accepted: torch.Tensor, tokens: torch.Tensor,
+                pos: torch.Tensor, noise: torch.Tensor | None, shift: torch.Tensor | None,
+                uniforms: torch.Tensor | None, vocab_size: int, init: str,
+                stride: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The Jacobi drafter's :class:`DraftStep`: a pass's draws past the first rejection carried (Gumbel-coupled
+    with ``noise``, ``shift`` and ``uniforms`` from :meth:`JacobiDrafter.noise_inputs`, else the target's
+    ``proposals``), then the window at the rows' next ``pos`` drafted with fresh drafts repeating a neighbour;
+    the new noise comes last (None without it)."""
+    if noise is None:
+        carried_tokens, carried_probs, count = carry_drafts(proposals, probs, accepted)
+    else:
+        carried_tokens, carried_probs, count, noise = gumbel_carry(probs, noise, shift, uniforms, accepted)
+    drafts, draft_probs = draft_window(tokens, pos, carried_tokens, carried_probs, count, None, vocab_size, init,
+                                       stride, early_stop=False)
+    return drafts, draft_probs, noise
+
+
 DrafterFactory = Callable[..., Drafter]
 _DRAFTERS: dict[str, DrafterFactory] = {}
 
@@ -277,4 +341,5 @@ def build_drafter(name: str, options: object, model: nn.Module, context: DraftCo
 
 
 register_drafter("jacobi", lambda options, model, context: JacobiDrafter(
-    model.vocab_size, math.prod(model.grid[1:]), options.draft_init, options.draft_coupling, context.compile))
+    model.vocab_size, math.prod(model.grid[1:]), options.draft_init, options.draft_coupling, context.compile,
+    context.fuse))

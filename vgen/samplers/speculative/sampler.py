@@ -20,7 +20,9 @@ every random number comes from the run's generator through torch, so both sides 
 Steps 2-5 are :func:`verify_pass`. ``compile`` hands it to ``torch.compile`` in its static form (shapes that do not
 depend on the drafts: attention over the cache under a mask, every draft judged), with the pass's uniform draws made
 before it (:func:`pass_uniforms`), so a compiled run reads the eager run's random numbers in the same order. The
-drafter's tensor work is compiled too (``DraftContext.compile``), its random numbers drawn eagerly in the same way.
+drafter's tensor work is compiled too, its random numbers drawn eagerly in the same way: outside CUDA graphs inside
+the pass's graph where the drafter offers a pure step (:func:`verify_and_draft`; the Jacobi drafter of ``mcsjd``,
+``lantern`` and ``gsd``), else as graphs of its own (``DraftContext.compile``).
 """
 
 from __future__ import annotations
@@ -133,14 +135,16 @@ class Speculative(Sampler):
         rule = build_rule(self.accept, self, model, tokenizer)
         mode = self.compile_mode
         drafting = None if mode is None else functools.partial(compile_step, mode=DRAFTING_MODES.get(mode, mode))
-        drafter = build_drafter(drafter_name, self, model,
-                                DraftContext(params, draft_head, static=mode is not None, compile=drafting))
+        graphs = mode in CUDA_GRAPH_MODES
+        fuse = mode is not None and not graphs  # the drafter's step inside the pass's graph, where it has one
+        drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head, static=mode is not None,
+                                                                        compile=drafting, fuse=fuse))
         device, batch, n = cond.device, len(cond), model.num_tokens
         length = min(self.window, max(n - 1, 1))
-        graphs = mode in CUDA_GRAPH_MODES
         rows = len(batch_cond)
         cache = take_static_cache(model, rows, extra=length) if graphs else model.new_cache(rows, extra=length)
         verify = verify_pass if mode is None else compile_step(verify_pass, mode)
+        verify_drafting = compile_step(verify_and_draft, mode) if fuse else None
         # with a compiled pass on a device whose values cost a wait, the host asks whether every row is done only
         # every few passes; the passes after a row's last one write nothing
         check_every = DONE_CHECK_PASSES if mode is not None and not reads_are_free(device) else 1
@@ -171,18 +175,22 @@ class Speculative(Sampler):
                     bar.update(done - bar.n)
                     if done == batch * n:
                         break
-                active = pos < n
-                passes = passes + active.any()
                 drafts, q = drafter.propose(tokens, pos, length - 1, generator)
                 uniforms = pass_uniforms(batch, length, params.greedy, generator, device)
+                draft_step = drafter.pass_step(pos, length, generator) if fuse else None
                 if graphs:
                     torch.compiler.cudagraph_mark_step_begin()
                 image_end = int(pos.max()) + length if bounded else None
-                tokens, steps, next_pos, p, proposals, accepted, hidden, produced = verify(
-                    model, rule, params, mode is not None, drafter.needs_hidden, tokens, steps, pos, passes, drafts,
-                    q, cache, uniforms, image_end)
-                produced_by_pass[run] = torch.where(active, produced, -1)
-                drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens, drafts, q, generator))
+                inputs = (model, rule, params, mode is not None, drafter.needs_hidden, tokens, steps, pos, passes,
+                          drafts, q, cache, uniforms, image_end)
+                if draft_step is None:
+                    out = verify(*inputs)
+                else:
+                    out, next_drafts = verify_drafting(draft_step.fn, draft_step.args, *inputs)
+                    drafter.adopt(*next_drafts)
+                tokens, steps, next_pos, passes, p, proposals, accepted, hidden, produced_by_pass[run] = out
+                if draft_step is None:
+                    drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens, drafts, q, generator))
                 pos = next_pos
                 run += 1
         if graphs:
@@ -225,16 +233,20 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
                 uniforms: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None],
                 image_end: int | None = None) -> tuple:
     """Steps 2-5 of a pass (the module docstring) for windows ``[last token, drafts]`` (drafts [B, L - 1] with
-    their draft distributions ``q``) of rows at ``pos`` [B]; ``uniforms`` from :func:`pass_uniforms`.
+    their draft distributions ``q``) of rows at ``pos`` [B]; ``uniforms`` from :func:`pass_uniforms`; ``passes``:
+    the passes so far that produced a token.
 
-    Returns the new ``tokens`` and ``steps`` (the committed tokens marked with pass number ``passes``), the next
-    ``pos``, the target's distributions ``p`` [B, L, V] and proposals [B, L], the accepted lengths, the final
-    hidden states (None unless ``needs_hidden``) and the tokens each row produced. Only the cache changes in place.
+    Returns the new ``tokens`` and ``steps`` (the committed tokens marked with this pass's number), the next
+    ``pos``, the new pass count (one more unless every row was done), the target's distributions ``p`` [B, L, V]
+    and proposals [B, L], the accepted lengths, the final hidden states (None unless ``needs_hidden``) and the
+    tokens each row produced (-1 for a row that was done). Only the cache changes in place.
     ``static``: the form a compiled pass takes, shapes that do not depend on the drafts (attention over the whole
     cache under a mask, or up to image token ``image_end``, at least ``max(pos) + L``; every draft judged; the torch
     references of the ops, whose kernels inductor generates itself).
     """
     n, batch, length = model.num_tokens, drafts.shape[0], drafts.shape[1] + 1
+    active = pos < n
+    passes = passes + active.any()
     probs_op, accept_op, recover_op = ((target_probs.reference, window_accepted_length, recover.reference) if static
                                        else (target_probs, accept_drafts, recover))
     window = torch.cat([tokens.gather(1, (pos - 1)[:, None]), drafts], dim=1)
@@ -264,14 +276,24 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
     steps = _written(steps, index[:, :-1], passes.expand_as(drafts), kept)
     tokens = _written(tokens, nxt[:, None], token[:, None], emits[:, None])
     steps = _written(steps, nxt[:, None], passes.expand(batch, 1), emits[:, None])
-    return (tokens, steps, (nxt + emits.long()).clamp(max=n), p, proposals, accepted, hidden,
-            accepted + emits.long())
+    return (tokens, steps, (nxt + emits.long()).clamp(max=n), passes, p, proposals, accepted, hidden,
+            torch.where(active, accepted + emits.long(), -1))
+
+
+def verify_and_draft(draft: Callable, draft_args: tuple, *verify_args) -> tuple[tuple, tuple]:
+    """:func:`verify_pass`, then a drafter's :class:`~vgen.samplers.speculative.drafters.DraftStep` (``draft``
+    with ``draft_args``) on what it decided, as one function for the compiler: the pass's outputs, then the
+    step's."""
+    out = verify_pass(*verify_args)
+    tokens, _, pos, _, p, proposals, accepted, _, _ = out
+    return out, draft(p, proposals, accepted, tokens, pos, *draft_args)
 
 
 @functools.cache
 def compile_step(step: Callable, mode: str) -> Callable:
-    """``step`` compiled for ``mode``, built once per process (graphs are made on first call): :func:`verify_pass`,
-    with one graph per batch, window length, rule and sampling settings, and a drafter's tensor work. Under CUDA
+    """``step`` compiled for ``mode``, built once per process (graphs are made on first call): :func:`verify_pass`
+    or :func:`verify_and_draft`, with one graph per batch, window length, rule, sampling settings and drafter step,
+    and a drafter's tensor work. Under CUDA
     graphs every shape is static; otherwise a size that changes between calls (a pass's ``image_end``) turns
     dynamic, so one more graph serves every value."""
     return torch.compile(step, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
