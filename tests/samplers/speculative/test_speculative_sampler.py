@@ -395,7 +395,7 @@ def test_the_static_pass_of_a_compiled_run_draws_the_eager_runs_tokens(name, par
     torch references, its random numbers drawn before the pass), here without compiling: for the same seed the
     same tokens, acceptance map and accepted lengths as the eager loop, on rows with captions of different
     lengths that advance apart."""
-    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode: step)
+    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode, config=None: step)
     params = {**sampling_table, **PARAMS}[params]
     eager = static_run(name, t2i_model, PROMPTS, params)
     static = static_run(name, t2i_model, PROMPTS, params, compile=True)
@@ -416,7 +416,7 @@ def test_a_compiled_run_drafts_inside_the_pass_where_nothing_is_drawn_between_pa
     model (the head) keep their own steps. The CUDA-graph modes keep them apart too."""
     called = []
 
-    def compile_step(step, mode):
+    def compile_step(step, mode, config=None):
         return lambda *args: called.append((step.__name__, mode)) or step(*args)
 
     monkeypatch.setattr(sampler_module, "compile_step", compile_step)
@@ -468,6 +468,22 @@ def test_compiled_verify_passes_equal_eager_ones_and_compile_once_per_batch_and_
 
 
 @pytest.mark.slow
+@torch.no_grad()
+def test_one_process_compiles_more_configurations_than_dynamos_recompile_limit(tiny_gpt_factory, sampling_table,
+                                                                               monkeypatch) -> None:
+    """Each configuration (options, drafter, window) compiles into a code object of its own, so a window sweep
+    past Dynamo's recompile limit (graphs a code object may hold; lowered here to keep the test short) keeps
+    compiling, and each run is eager's."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
+    model = tiny_gpt_factory(GRID_GPT)
+    params = sampling_table["filtered-cfg"]
+    for window in range(2, 6):
+        eager = static_run("lantern", model, CLASSES, params, window=window)
+        assert torch.equal(static_run("lantern", model, CLASSES, params, window=window, compile=True).tokens,
+                           eager.tokens)
+
+
+@pytest.mark.slow
 def test_compiled_sjd_matches_the_exact_joint_distribution(chi_square_p, run_sampler, tiny_gpt_factory) -> None:
     model = tiny_gpt_factory(SEQ_GPT)
     params = LOSSLESS_PARAMS["cfg-topk-temp"]
@@ -478,7 +494,7 @@ def test_compiled_sjd_matches_the_exact_joint_distribution(chi_square_p, run_sam
 def test_passes_run_past_every_rows_end_change_nothing(t2i_model, sampling_table, monkeypatch) -> None:
     """On a GPU a compiled run asks whether every row is done only every few passes: the passes it runs after a
     row's (or the batch's) end write nothing and count for nothing (checked on the CPU with the GPU's cadence)."""
-    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode: step)
+    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode, config=None: step)
     monkeypatch.setattr(sampler_module, "reads_are_free", lambda device: False)
     monkeypatch.setattr(sampler_module, "DONE_CHECK_PASSES", 5)
     params = sampling_table["filtered-cfg"]
@@ -493,7 +509,7 @@ def test_passes_run_past_every_rows_end_change_nothing(t2i_model, sampling_table
 def test_the_cuda_graph_modes_keep_one_cache_per_model_and_window(t2i_model, monkeypatch) -> None:
     """compile="reduce-overhead" (its pass run eagerly here): the cache stays at its addresses from run to run, a
     window of another length gets its own, and the tokens are the eager loop's."""
-    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode: step)
+    monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode, config=None: step)
     monkeypatch.setattr(compiling, "_STATIC_CACHES", weakref.WeakKeyDictionary())
     eager = static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG).tokens
     assert torch.equal(static_run("mcsjd", t2i_model, PROMPTS, GREEDY_CFG, compile="reduce-overhead").tokens, eager)

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -134,17 +135,19 @@ class Speculative(Sampler):
         drafter_name = self.resolve_drafter(draft_head)
         rule = build_rule(self.accept, self, model, tokenizer)
         mode = self.compile_mode
-        drafting = None if mode is None else functools.partial(compile_step, mode=DRAFTING_MODES.get(mode, mode))
+        device, batch, n = cond.device, len(cond), model.num_tokens
+        length = min(self.window, max(n - 1, 1))
+        config = (self, drafter_name, length)  # the graphs of one configuration, apart from other ones'
+        drafting = None if mode is None else functools.partial(compile_step, mode=DRAFTING_MODES.get(mode, mode),
+                                                               config=config)
         graphs = mode in CUDA_GRAPH_MODES
         fuse = mode is not None and not graphs  # the drafter's step inside the pass's graph, where it has one
         drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head, static=mode is not None,
                                                                         compile=drafting, fuse=fuse))
-        device, batch, n = cond.device, len(cond), model.num_tokens
-        length = min(self.window, max(n - 1, 1))
         rows = len(batch_cond)
         cache = take_static_cache(model, rows, extra=length) if graphs else model.new_cache(rows, extra=length)
-        verify = verify_pass if mode is None else compile_step(verify_pass, mode)
-        verify_drafting = compile_step(verify_and_draft, mode) if fuse else None
+        verify = verify_pass if mode is None else compile_step(verify_pass, mode, config)
+        verify_drafting = compile_step(verify_and_draft, mode, config) if fuse else None
         # with a compiled pass on a device whose values cost a wait, the host asks whether every row is done only
         # every few passes; the passes after a row's last one write nothing
         check_every = DONE_CHECK_PASSES if mode is not None and not reads_are_free(device) else 1
@@ -290,13 +293,19 @@ def verify_and_draft(draft: Callable, draft_args: tuple, *verify_args) -> tuple[
 
 
 @functools.cache
-def compile_step(step: Callable, mode: str) -> Callable:
-    """``step`` compiled for ``mode``, built once per process (graphs are made on first call): :func:`verify_pass`
-    or :func:`verify_and_draft`, with one graph per batch, window length, rule, sampling settings and drafter step,
-    and a drafter's tensor work. Under CUDA
-    graphs every shape is static; otherwise a size that changes between calls (a pass's ``image_end``) turns
-    dynamic, so one more graph serves every value."""
-    return torch.compile(step, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
+def compile_step(step: Callable, mode: str, config: Hashable = None) -> Callable:
+    """``step`` compiled for ``mode`` and a sampler configuration ``config`` (its options, drafter and window),
+    built once per process (graphs are made on first call): :func:`verify_pass` or :func:`verify_and_draft`, with
+    one graph per batch and sampling settings, and a drafter's tensor work. Under CUDA graphs every shape is static;
+    otherwise a size that changes between calls (a pass's ``image_end``) turns dynamic, so one more graph serves
+    every value.
+
+    Each configuration compiles a copy of ``step`` with a code object of its own. Dynamo keeps the graphs of one
+    code object together and, past its recompile limit (8), fails a ``fullgraph`` compile; the drafting code
+    specialises on the window length, so a process sweeping windows or rules would reach it on a shared one."""
+    own = types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__, step.__defaults__,
+                             step.__closure__)
+    return torch.compile(own, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
 
 
 @register_sampler
