@@ -469,12 +469,12 @@ def test_compiled_verify_passes_equal_eager_ones_and_compile_once_per_batch_and_
 
 @pytest.mark.slow
 @torch.no_grad()
-def test_one_process_compiles_more_configurations_than_dynamos_recompile_limit(tiny_gpt_factory, sampling_table,
-                                                                               monkeypatch) -> None:
+@torch._dynamo.config.patch(recompile_limit=3)
+def test_one_process_compiles_more_configurations_than_dynamos_recompile_limit(tiny_gpt_factory,
+                                                                               sampling_table) -> None:
     """Each configuration (options, drafter, window) compiles into a code object of its own, so a window sweep
     past Dynamo's recompile limit (graphs a code object may hold; lowered here to keep the test short) keeps
     compiling, and each run is eager's."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
     model = tiny_gpt_factory(GRID_GPT)
     params = sampling_table["filtered-cfg"]
     for window in range(2, 6):
