@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from vgen.models import llamagen as llamagen_module
 from vgen.models.layers import apply_rope, rope_2d_table, rope_grid_table, swiglu_hidden_dim
-from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config, llamagen_config_for
+from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config, llamagen_config_for, single_query_attention
 
 TINY = GPTConfig(vocab_size=40, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=16)
 
@@ -272,3 +273,39 @@ def test_forward_rejects_sequences_longer_than_the_grid(tiny_gpt_factory) -> Non
 def test_token_layout_properties() -> None:
     model = meta_gpt(llamagen_config_for("GPT-B", 384))
     assert (model.num_tokens, model.grid, model.vocab_size, model.num_classes) == (576, (24, 24), 16384, 1000)
+
+
+# ---- attention of one query (a decode step) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_single_query_attention_equals_the_kernel(masked: bool) -> None:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, n, 16, generator=g) for n in (1, 9, 9))
+    mask = torch.arange(9)[None] <= torch.tensor([[5]]) if masked else None
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(single_query_attention(q, k, v, mask), expected, atol=1e-6, rtol=1e-5)
+    half = single_query_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+@torch.no_grad()
+def test_a_bf16_decode_step_on_a_cpu_multiplies_and_still_equals_the_full_pass(tiny_gpt_factory,
+                                                                              monkeypatch) -> None:
+    """In bf16 a one-token step takes :func:`single_query_attention` (an eager fp32 step keeps the kernel); the
+    cached steps reproduce the full causal pass within bf16's precision."""
+    calls = []
+    monkeypatch.setattr(llamagen_module, "single_query_attention",
+                        lambda *args: calls.append(args[0].dtype) or single_query_attention(*args))
+    tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1))
+    classes = torch.tensor([1, 3])
+    for dtype in (torch.float32, torch.bfloat16):
+        model = tiny_gpt_factory(TINY).to(dtype)
+        full = model(classes, tokens)
+        cache = model.new_cache(2)
+        steps = [model.prefill(classes, cache)]
+        steps += [model.decode(tokens[:, i:i + 1], cache)[:, -1] for i in range(tokens.shape[1] - 1)]
+        torch.testing.assert_close(torch.stack(steps, 1).float(), full[:, :8].float(),
+                                   **({} if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)))
+    assert calls and set(calls) == {torch.bfloat16}
