@@ -181,11 +181,11 @@ def single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def single_query_products_pay(q: torch.Tensor) -> bool:
-    """Whether one query's attention runs faster as :func:`single_query_attention` than through
+    """Whether one query's attention runs as :func:`single_query_attention` rather than through
     ``scaled_dot_product_attention``: on a CPU in bf16 or fp16, where the flash kernel costs about 3x for a single
-    query (180 us against 58 for 2 x 8 heads of 32 over 272 keys, bf16, a 2-core AMD EPYC), and in fp32 inside a
-    compiled graph, which fuses the products and the softmax (compiled AR of the embedded default 13% faster); an
-    eager fp32 step, and any step of 16 queries, is faster through the kernel."""
+    query (``benchmarks/decode_attention.py``: 167 against 54 us for 2 x 8 heads of 32 over 272 keys in bf16 on a
+    2-core AMD EPYC), and in fp32 inside a compiled graph, which fuses the products with the step's other work; an
+    eager fp32 step, and a window of 16 queries, is faster through the kernel."""
     return q.device.type == "cpu" and (q.dtype != torch.float32 or torch.compiler.is_compiling())
 
 
