@@ -3,7 +3,7 @@
 Times one attention call of the embedded default's shape (2 rows: batch 1 with CFG; 8 heads of 32) over a cache
 of ``--keys`` keys, for 1 query (an AR decode step) and 16 (a speculative window), in fp32 and bf16, eagerly and
 inside a compiled function (dynamic shapes, as ``ar``'s compiled step), each the median of ``--repeats`` calls. The
-products are :func:`vgen.models.llamagen.single_query_attention` for one query and the same arithmetic for 16.
+products are :func:`vgen.models.llamagen.single_query_attention`, whose arithmetic serves 16 queries as well.
 
     python benchmarks/decode_attention.py --threads 1 --json attention.json --markdown attention.md
 """
@@ -19,13 +19,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from vgen.models.llamagen import single_query_attention
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Attention as fp32 products and a softmax (``single_query_attention``'s arithmetic, for any query count)."""
-    scores = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
-    return (scores.softmax(-1) @ v.float()).to(q.dtype)
 
 
 def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -51,7 +47,7 @@ def measure(keys: int, queries: int, dtype: torch.dtype, repeats: int, rows: int
     q = torch.randn(rows, heads, queries, head_dim, generator=g).to(dtype)
     k, v = (torch.randn(rows, heads, keys, head_dim, generator=g).to(dtype) for _ in range(2))
     out = {"queries": queries, "keys": keys, "dtype": str(dtype).removeprefix("torch.")}
-    for name, fn in (("kernel", kernel), ("products", products)):
+    for name, fn in (("kernel", kernel), ("products", single_query_attention)):
         out[f"{name}_eager_us"] = time_call(fn, (q, k, v), repeats)
         out[f"{name}_compiled_us"] = time_call(torch.compile(fn, dynamic=True, fullgraph=True), (q, k, v), repeats)
     return out
