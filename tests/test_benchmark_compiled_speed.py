@@ -20,7 +20,7 @@ def test_one_run_times_every_method_against_compiled_ar(benchmark_module, monkey
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # it imports its sibling scripts
     speed = benchmark_module("compiled_speed")
     # compiling for real is what the samplers' slow tests check: here the compiled rows run their forms eagerly
-    monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module._decode_last)
+    monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module.decode_last)
     monkeypatch.setattr(sampler_module, "compile_step", lambda step, mode, config=None: step)
     monkeypatch.setattr(sys, "argv", ["compiled_speed.py", "--gpt-model", "tiny", "--tokens", "16", "--batch-sizes",
                                       "1", "2", "--samplers", "mcsjd", "lantern4=lantern:window=4", "--repeats", "2",

@@ -6,7 +6,7 @@ import torch
 
 from vgen.models import diffusion_head
 from vgen.models.diffusion_head import DiffusionHead, HeadConfig
-from vgen.models.gaussian_diffusion import reverse_step
+from vgen.models.gaussian_diffusion import COEFFICIENTS, reverse_step
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,8 @@ def plain_chain(head, z, noise, temperature, cfg_scale):
             eps, v = uncond[:, :c] + cfg_scale * (cond[:, :c] - uncond[:, :c]), cond[:, c:]
         else:
             eps, v = out[:, :c], out[:, c:]
-        x, mean, std = reverse_step(eps, v.clamp(-1, 1), x, i, schedule, noise[k + 1], temperature,
+        coefficients = [float(getattr(schedule, name)[i]) for name in COEFFICIENTS]
+        x, mean, std = reverse_step(eps, v.clamp(-1, 1), x, coefficients, noise[k + 1], temperature,
                                     head.cfg.clip_x0)
     return x, mean, std
 
@@ -40,7 +41,8 @@ def plain_chain(head, z, noise, temperature, cfg_scale):
 @pytest.mark.parametrize("cfg_scale", [1.0, 2.5])
 @pytest.mark.parametrize("budget", [diffusion_head.MODULATION_BYTES, 1])
 def test_sample_equals_the_step_by_step_chain(head, monkeypatch, cfg_scale, budget):
-    """``budget`` 1 byte computes one step's modulations at a time; the default computes all 12 at once."""
+    """``budget`` 1 byte computes one call's modulations (``STEPS_PER_CALL`` steps) at a time; the default computes
+    all 12 at once."""
     monkeypatch.setattr(diffusion_head, "MODULATION_BYTES", budget)
     g = torch.Generator().manual_seed(1)
     rows = 5

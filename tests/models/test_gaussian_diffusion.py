@@ -71,8 +71,8 @@ def test_reverse_chain_with_the_optimal_denoiser_samples_the_data_distribution()
     for i in reversed(range(len(s))):
         ab = s.alpha_bar[i]
         eps = (1 - ab).sqrt() * (x - ab.sqrt() * m) / (ab * sd ** 2 + 1 - ab)
-        x, mean, std = reverse_step(eps, -torch.ones_like(x), x, i, s, torch.randn(x.shape, generator=g,
-                                                                                   dtype=x.dtype), 1.0)
+        noise = torch.randn(x.shape, generator=g, dtype=x.dtype)
+        x, mean, std = reverse_step(eps, -torch.ones_like(x), x, s.coefficients("cpu", x.dtype)[i], noise, 1.0)
     assert x.mean().item() == pytest.approx(m, abs=0.02)
     assert x.std().item() == pytest.approx(sd, abs=0.02)
     assert torch.all(std > 0)  # the last step keeps its noise: every token has a Gaussian density

@@ -1,11 +1,13 @@
 """Target-only and CSpD sampling of continuous-token AR models: CSpD is lossless against the target."""
 
 import copy
+import dataclasses
 import re
 
 import pytest
 import torch
 from scipy import stats
+from torch._dynamo.utils import counters
 
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
@@ -78,9 +80,9 @@ def test_the_linear_schedule_ramps_guidance_over_the_tokens_to_the_scale(run_sam
     scales = []
     sample = target.head.sample
 
-    def recording(z, noise, temperature, cfg_scale, num_steps, guided):
+    def recording(z, noise, temperature, cfg_scale, num_steps, guided, steps):
         scales.append(float(cfg_scale))
-        return sample(z, noise, temperature, cfg_scale, num_steps, guided)
+        return sample(z, noise, temperature, cfg_scale, num_steps, guided, steps)
 
     monkeypatch.setattr(target.head, "sample", recording)
     params = SamplingParams(cfg_scale=4.0)
@@ -216,6 +218,32 @@ def test_bad_input_is_refused(run_sampler, target, draft):
     with pytest.raises(ValueError, match=re.escape("sampler 'cspd' does not fit LlamaGenGPT (raster tokens); "
                                                    "samplers that do: ar, gsd, lantern, mcsjd, sjd, speculative")):
         run_sampler("cspd", discrete, torch.tensor([0]), params, 0, draft_head=draft)
+
+
+@pytest.mark.slow
+def test_compiled_samplers_draw_the_eager_tokens(run_sampler, target, draft):
+    """``compile=True`` compiles the decode step and the head chains; in fp32 on a CPU the tokens match the eager
+    run's for the same seed, guided (a scale per token under the linear schedule, a chain of 7 steps: one call of
+    5 and one of 2) or not, and CSpD keeps the same drafts."""
+    classes = torch.tensor([0, 2, 1])
+    for sampler, params, inputs in (
+            (ContinuousARSampler(head_steps=7, cfg_schedule="linear"), SamplingParams(cfg_scale=2.0), {}),
+            (CSpD(draft_length=2), SamplingParams(), {"draft_head": draft})):
+        eager = run_sampler(sampler, target, classes, params, 5, **inputs)
+        graphs = counters["stats"]["unique_graphs"]
+        compiled = run_sampler(dataclasses.replace(sampler, compile=True), target, classes, params, 5, **inputs)
+        assert counters["stats"]["unique_graphs"] > graphs  # it did compile
+        assert torch.allclose(compiled.tokens, eager.tokens, atol=1e-4)
+        assert compiled.stats.forward_passes == eager.stats.forward_passes
+
+
+def test_compile_takes_a_mode_without_cuda_graphs():
+    assert ContinuousARSampler(compile="max-autotune-no-cudagraphs").compile == "max-autotune-no-cudagraphs"
+    for sampler in (ContinuousARSampler, CSpD):
+        with pytest.raises(ValueError, match="compile without CUDA graphs; use compile=True"):
+            sampler(compile="reduce-overhead")
+        with pytest.raises(ValueError, match="compile must be a bool"):
+            sampler(compile="fast")
 
 
 @pytest.mark.parametrize("name", ["ar", "sjd", "nar", "nbp"])

@@ -8,12 +8,14 @@ output layers start at zero, so an untrained head predicts zero noise and the mi
 
 :meth:`DiffusionHead.sample` runs the whole reverse chain with the noise it is given (initial token plus one
 draw per step), which lets a draft and a target head follow aligned trajectories; classifier-free guidance
-mixes the noise predictions of a [cond; uncond] batch that shares the noise, as MAR does.
+mixes the noise predictions of a [cond; uncond] batch that shares the noise, as MAR does. The chain's steps run in
+:func:`reverse_steps`, a few at a time, which the continuous samplers can hand to ``torch.compile``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -63,6 +65,11 @@ class FinalLayer(nn.Module):
 
 MODULATION_BYTES = 32 * 2**20
 """Memory a reverse chain may spend on AdaLN modulations computed ahead for several steps at once."""
+
+STEPS_PER_CALL = 5
+"""Reverse steps one call of a chain's step function runs (:func:`reverse_steps`). Compiled, a call is one graph
+(100 steps: 20 graph calls); longer calls unroll into larger graphs, slower to compile
+(``benchmarks/head_chain.py`` times both)."""
 
 
 @dataclass(frozen=True)
@@ -139,45 +146,66 @@ class DiffusionHead(nn.Module):
 
     def sample(self, z: torch.Tensor, noise: torch.Tensor, temperature: float = 1.0,
                cfg_scale: float | torch.Tensor = 1.0, num_steps: int | None = None,
-               guided: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Denoise one token per row; returns (x0, mean, std) of the last reverse step, each [B, C].
+               guided: bool | None = None, steps: ChainSteps | None = None,
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Denoise one token per row; returns (x0, mean, std) of the last reverse step, each [B, C] in fp32.
 
         ``noise`` [steps + 1, B, C] holds the initial token and the draw of each reverse step (last step first
         consumed last). When ``guided`` (by default: ``cfg_scale > 1``), ``z`` is [2B, cond_dim] as [cond; uncond]
         and the guided noise prediction ``uncond + s * (cond - uncond)`` drives both halves, ``s`` the scale or
-        a scale per row ([B]); the variance is the conditional half's.
+        a scale per row ([B]); the variance is the conditional half's. ``steps`` runs the chain
+        :data:`STEPS_PER_CALL` steps at a time: :func:`reverse_steps` or a compiled copy of it.
         """
         if guided is None:
             guided = isinstance(cfg_scale, torch.Tensor) or cfg_scale > 1
         schedule = self.sampling_schedule(num_steps)
-        steps = len(schedule)
-        if noise.shape[0] != steps + 1:
-            raise ValueError(f"noise must hold {steps + 1} draws (initial + {steps} steps), got {noise.shape[0]}")
-        x = noise[0].to(z.dtype)
+        count = len(schedule)
+        if noise.shape[0] != count + 1:
+            raise ValueError(f"noise must hold {count + 1} draws (initial + {count} steps), got {noise.shape[0]}")
+        run = steps or reverse_steps
+        x = noise[0].float()
         mean = std = x
         condition = self.cond_embed(z)
-        times = self.embed_time(schedule.timesteps.to(z.device))
-        order, per_chunk = list(reversed(range(steps))), self._steps_per_chunk(z)
-        for start in range(0, steps, per_chunk):
-            chunk = order[start:start + per_chunk]
-            modulations = self.modulations(times[chunk][:, None] + condition[None])  # each [steps, rows, *]
-            for j, i in enumerate(chunk):
-                x, mean, std = self._reverse_step(x, [m[j] for m in modulations], i, schedule,
-                                                  noise[start + j + 1].to(x.dtype), temperature, cfg_scale, guided)
+        order = list(reversed(range(count)))  # the chain runs from the noisiest kept step down
+        times = self.embed_time(schedule.timesteps.to(z.device))[order]
+        coefficients = schedule.coefficients(z.device)[order]
+        per_chunk = self._steps_per_chunk(z)
+        for start in range(0, count, per_chunk):
+            modulations = self.modulations(times[start:start + per_chunk][:, None] + condition[None])
+            for a in range(0, len(modulations[0]), STEPS_PER_CALL):
+                first, b = start + a, a + STEPS_PER_CALL
+                x, mean, std = run(self, x, [m[a:b] for m in modulations],
+                                   coefficients[first:first + STEPS_PER_CALL],
+                                   noise[1 + first:1 + first + STEPS_PER_CALL], temperature, cfg_scale, guided)
         return x, mean, std
 
     def _steps_per_chunk(self, z: torch.Tensor) -> int:
-        """How many steps' modulations a chain computes at once: as many as fit in ``MODULATION_BYTES``."""
+        """How many steps' modulations a chain computes at once: as many as fit in ``MODULATION_BYTES``, a
+        multiple of :data:`STEPS_PER_CALL` (at least one call's)."""
         layers = [block.adaLN_modulation[-1] for block in self.res_blocks] + [self.final_layer.adaLN_modulation[-1]]
         per_step = z.shape[0] * sum(layer.out_features for layer in layers) * z.element_size()
-        return max(1, MODULATION_BYTES // per_step)
+        return max(1, MODULATION_BYTES // per_step // STEPS_PER_CALL) * STEPS_PER_CALL
 
-    def _reverse_step(self, x: torch.Tensor, modulations: list[torch.Tensor], i: int, schedule: DiffusionSchedule,
-                      noise: torch.Tensor, temperature: float, cfg_scale: float | torch.Tensor,
-                      guided: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One reverse step of kept step ``i`` with CFG mixing the noise predictions (see :meth:`sample`)."""
-        c = self.cfg.token_channels
-        out = self.predict_modulated(torch.cat([x, x]) if guided else x, modulations).to(x.dtype)
+
+ChainSteps = Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""The signature of :func:`reverse_steps`."""
+
+
+def reverse_steps(head: DiffusionHead, x: torch.Tensor, modulations: list[torch.Tensor], coefficients: torch.Tensor,
+                  noise: torch.Tensor, temperature: float, cfg_scale: float | torch.Tensor,
+                  guided: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``len(noise)`` reverse steps of ``head`` from tokens x [B, C] (fp32): step j reads every AdaLN layer's
+    modulation ``[j]`` ([steps, rows, *], rows [cond; uncond] when ``guided``), its schedule's
+    ``coefficients[j]`` (:meth:`~vgen.models.gaussian_diffusion.DiffusionSchedule.coefficients`) and the draw
+    ``noise[j]`` [B, C]; returns (x, mean, std) of the last step (see :meth:`DiffusionHead.sample`).
+
+    A function of its inputs alone, so that ``torch.compile`` makes it one graph (the continuous samplers'
+    ``compile``): a step is some 40 small operations, which eagerly cost more in dispatch than in arithmetic."""
+    c = head.cfg.token_channels
+    dtype = modulations[0].dtype
+    for j in range(len(noise)):
+        h = x.to(dtype)
+        out = head.predict_modulated(torch.cat([h, h]) if guided else h, [m[j] for m in modulations]).float()
         if guided:
             cond, uncond = out.chunk(2)
             scale = cfg_scale[:, None] if isinstance(cfg_scale, torch.Tensor) else cfg_scale
@@ -185,4 +213,6 @@ class DiffusionHead(nn.Module):
             v = cond[:, c:]
         else:
             eps, v = out[:, :c], out[:, c:]
-        return reverse_step(eps, v.clamp(-1, 1), x, i, schedule, noise, temperature, self.cfg.clip_x0)
+        x, mean, std = reverse_step(eps, v.clamp(-1, 1), x, coefficients[j], noise[j].float(), temperature,
+                                    head.cfg.clip_x0)
+    return x, mean, std

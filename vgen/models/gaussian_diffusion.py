@@ -59,6 +59,7 @@ class DiffusionSchedule:
         self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = ab.sqrt(), (1.0 - ab).sqrt()
         self.coef_x0 = self.betas * ab_prev.sqrt() / (1.0 - ab)
         self.coef_xt = (1.0 - ab_prev) * (1.0 - self.betas).sqrt() / (1.0 - ab)
+        self._coefficients: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
     def __len__(self) -> int:
         return len(self.timesteps)
@@ -86,20 +87,41 @@ class DiffusionSchedule:
 
     def p_mean_logvar(self, eps: torch.Tensor, v: torch.Tensor, xt: torch.Tensor, index: torch.Tensor | int,
                       clip_x0: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model's reverse Gaussian from its noise prediction and variance output ``v`` (learned range), at
-        per-row steps ``index`` [B] or one step for every row.
+        """:func:`reverse_gaussian` at per-row steps ``index`` [B] or one step for every row."""
+        return reverse_gaussian(eps, v, xt, [self._at(getattr(self, name), index, xt) for name in COEFFICIENTS],
+                                clip_x0)
 
-        ``clip_x0`` > 0 clamps the implied clean token to [-clip_x0, clip_x0] (improved-diffusion's
-        ``clip_denoised`` for a known latent range): at the noisiest steps the clean estimate divides the noise
-        prediction's error by sqrt(alpha_bar) ~ 5e-5, which a small, briefly trained head cannot afford.
-        """
-        x0 = ((xt - self._at(self.sqrt_one_minus_alpha_bar, index, xt) * eps)
-              / self._at(self.sqrt_alpha_bar, index, xt))
-        if clip_x0 > 0:
-            x0 = x0.clamp(-clip_x0, clip_x0)
-        frac = (v + 1.0) / 2.0
-        logvar = frac * self._at(self.log_betas, index, xt) + (1.0 - frac) * self._at(self.posterior_log_var, index, xt)
-        return self.posterior_mean(x0, xt, index), logvar
+    def coefficients(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """[steps, 6]: the :data:`COEFFICIENTS` of every kept step (row i: step i), what a sampling chain reads
+        (:func:`reverse_step`); made once per device and dtype."""
+        key = (torch.device(device), dtype)
+        if key not in self._coefficients:
+            table = torch.stack([getattr(self, name) for name in COEFFICIENTS], dim=1)
+            self._coefficients[key] = table.to(device=key[0], dtype=dtype)
+        return self._coefficients[key]
+
+
+COEFFICIENTS = ("sqrt_one_minus_alpha_bar", "sqrt_alpha_bar", "log_betas", "posterior_log_var", "coef_x0", "coef_xt")
+"""The schedule tables a reverse step reads, in the order :func:`reverse_gaussian` takes them."""
+
+
+def reverse_gaussian(eps: torch.Tensor, v: torch.Tensor, xt: torch.Tensor,
+                     coefficients: Sequence[torch.Tensor | float] | torch.Tensor,
+                     clip_x0: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's reverse Gaussian (mean, log-variance) from its noise prediction and variance output ``v``
+    (learned range) at a step whose :data:`COEFFICIENTS` are ``coefficients`` (numbers, per-row tensors or a row of
+    :meth:`DiffusionSchedule.coefficients`).
+
+    ``clip_x0`` > 0 clamps the implied clean token to [-clip_x0, clip_x0] (improved-diffusion's ``clip_denoised``
+    for a known latent range): at the noisiest steps the clean estimate divides the noise prediction's error by
+    sqrt(alpha_bar) ~ 5e-5, which a small, briefly trained head cannot afford.
+    """
+    sqrt_one_minus_ab, sqrt_ab, log_beta, posterior_log_var, coef_x0, coef_xt = coefficients
+    x0 = (xt - sqrt_one_minus_ab * eps) / sqrt_ab
+    if clip_x0 > 0:
+        x0 = x0.clamp(-clip_x0, clip_x0)
+    frac = (v + 1.0) / 2.0
+    return coef_x0 * x0 + coef_xt * xt, frac * log_beta + (1.0 - frac) * posterior_log_var
 
 
 def normal_kl(mean1: torch.Tensor, logvar1: torch.Tensor, mean2: torch.Tensor, logvar2: torch.Tensor) -> torch.Tensor:
@@ -137,10 +159,11 @@ def training_loss(head: HeadFn, schedule: DiffusionSchedule, x0: torch.Tensor, c
     return mse + vb
 
 
-def reverse_step(eps: torch.Tensor, v: torch.Tensor, xt: torch.Tensor, i: int, schedule: DiffusionSchedule,
-                 noise: torch.Tensor, temperature: float,
+def reverse_step(eps: torch.Tensor, v: torch.Tensor, xt: torch.Tensor,
+                 coefficients: Sequence[torch.Tensor | float] | torch.Tensor, noise: torch.Tensor, temperature: float,
                  clip_x0: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One reverse step from kept step ``i``: (x_prev, mean, std) with std = exp(logvar / 2) * temperature."""
-    mean, logvar = schedule.p_mean_logvar(eps, v, xt, i, clip_x0)
+    """One reverse step at a step with ``coefficients`` (:func:`reverse_gaussian`): (x_prev, mean, std) with
+    std = exp(logvar / 2) * temperature."""
+    mean, logvar = reverse_gaussian(eps, v, xt, coefficients, clip_x0)
     std = torch.exp(0.5 * logvar) * temperature
     return mean + std * noise, mean, std

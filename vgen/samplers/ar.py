@@ -51,7 +51,9 @@ from vgen.samplers.logits import draw, target_probs
 from vgen.samplers.options import option
 
 
-def _decode_last(model: torch.nn.Module, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+def decode_last(model: torch.nn.Module, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Append tokens [B, k] to ``cache``; the model's output for the last of them (the next token's logits, or a
+    continuous model's condition)."""
     return model.decode(tokens, cache)[:, -1]
 
 
@@ -64,7 +66,7 @@ def compiled_step(mode: str):
     """The compiled per-token step for ``mode`` (built once per process; graphs are made on first call)."""
     if mode in CUDA_GRAPH_MODES:
         return torch.compile(_decode_step, mode=mode, fullgraph=True)
-    return torch.compile(_decode_last, mode=mode, dynamic=True, fullgraph=True)
+    return torch.compile(decode_last, mode=mode, dynamic=True, fullgraph=True)
 
 
 @register_sampler
@@ -95,7 +97,7 @@ class ARSampler(Sampler):
         static = mode in CUDA_GRAPH_MODES
         cache = take_static_cache(model, len(batch_cond)) if static else model.new_cache(len(batch_cond))
         if mode is None:
-            step = functools.partial(_decode_last, model)
+            step = functools.partial(decode_last, model)
         elif static:
             compiled, slot = compiled_step(mode), torch.ones(1, dtype=torch.long, device=device)
 

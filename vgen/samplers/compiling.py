@@ -8,7 +8,10 @@ buffers are marked static and reused by the next call with the same shape, dtype
 
 from __future__ import annotations
 
+import functools
+import types
 import weakref
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -31,6 +34,22 @@ def compile_mode(value: bool | str) -> str | None:
     if isinstance(value, str):
         return value
     return "default" if value else None
+
+
+@functools.cache
+def compile_step(step: Callable, mode: str, config: Hashable = None) -> Callable:
+    """``step`` compiled for ``mode`` and a sampler configuration ``config`` (a sampler's options and what else
+    sets its graphs apart), built once per process; graphs are made on first call. Under CUDA graphs every shape
+    is static; otherwise a size that changes between calls (a verify pass's ``image_end``, a decode step's cache
+    length) turns dynamic, so one more graph serves every value.
+
+    Each configuration compiles a copy of ``step`` with a code object of its own. Dynamo keeps the graphs of one
+    code object together and, past its recompile limit (8), fails a ``fullgraph`` compile; code that specialises
+    on a setting (the speculative drafters on their window length) would reach it on a shared one in a process
+    that sweeps the setting."""
+    own = types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__, step.__defaults__,
+                             step.__closure__)
+    return torch.compile(own, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
 
 
 # one cache per model for the CUDA-graph modes, with the extra slots it was made with; taken out while in use, so

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,6 +36,8 @@ from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
+from vgen.models.diffusion_head import ChainSteps, reverse_steps
+from vgen.samplers.ar import decode_last
 from vgen.samplers.base import (
     CFG_SCHEDULE_HELP,
     CFG_SCHEDULES,
@@ -45,6 +48,7 @@ from vgen.samplers.base import (
     prepare_condition,
     register_sampler,
 )
+from vgen.samplers.compiling import COMPILE_HELP, CUDA_GRAPH_MODES, check_compile, compile_mode, compile_step
 from vgen.samplers.continuous_rules import acceptance_log_ratio, sample_residual
 from vgen.samplers.options import check_options, option
 
@@ -57,6 +61,36 @@ def check_continuous_params(params: SamplingParams) -> None:
     if params.top_k or params.top_p < 1:
         raise ValueError(f"top-k / top-p filter a token vocabulary; continuous-token sampling takes neither "
                          f"(got top_k={params.top_k}, top_p={params.top_p})")
+
+
+def check_continuous_compile(value: bool | str) -> None:
+    """Refuse a ``compile`` setting that is not a mode, and the CUDA-graph modes, which the continuous samplers do
+    not take: a decode step's cache grows every token, which a captured graph cannot follow."""
+    check_compile(value)
+    if compile_mode(value) in CUDA_GRAPH_MODES:
+        raise ValueError(f"the continuous-token samplers compile without CUDA graphs; use compile=True or "
+                         f"'max-autotune-no-cudagraphs', got {value!r}")
+
+
+@dataclass(frozen=True)
+class TokenSteps:
+    """A continuous model's per-token work as a sampler runs it, eagerly or compiled: ``decode(model, tokens,
+    cache)`` appends one token a row and returns the next condition (:func:`~vgen.samplers.ar.decode_last`), and
+    ``chain`` runs its head's reverse steps (:func:`~vgen.models.diffusion_head.reverse_steps`)."""
+
+    decode: Callable[[nn.Module, torch.Tensor, KVCache], torch.Tensor]
+    chain: ChainSteps
+
+
+def token_steps(sampler: Sampler, role: str) -> TokenSteps:
+    """The eager steps, or with the sampler's ``compile`` a compiled copy of each for this sampler configuration
+    and ``role`` (the target or the draft), with dynamic shapes: one graph serves every cache length, one more
+    each batch size and chain length."""
+    mode = compile_mode(sampler.compile)
+    if mode is None:
+        return TokenSteps(decode_last, reverse_steps)
+    config = (sampler, role)
+    return TokenSteps(compile_step(decode_last, mode, config), compile_step(reverse_steps, mode, config))
 
 
 def prepare(sampler: Sampler, model: nn.Module, cond: Condition, params: SamplingParams,
@@ -81,18 +115,20 @@ def _guided(x: torch.Tensor, guided: bool) -> torch.Tensor:
 
 
 def denoise(model: nn.Module, z: torch.Tensor, noise: torch.Tensor, params: SamplingParams, schedule: str,
-            index: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            index: int | torch.Tensor,
+            chain: ChainSteps = reverse_steps) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tokens of several positions per row at once: conditions z [B', P, dim] ([cond; uncond] halves when
     guided), trajectory noise [B, P, steps + 1, C] and the positions' token indices ``index`` (an int, or
     [B, P]) -> (x, mean, std) of the last step of a ``steps``-step reverse chain, each [B, P, C]. Guidance
-    follows ``schedule`` over the tokens (:meth:`~vgen.samplers.base.SamplingParams.scheduled_cfg_scale`)."""
+    follows ``schedule`` over the tokens (:meth:`~vgen.samplers.base.SamplingParams.scheduled_cfg_scale`); ``chain``
+    runs the reverse steps (:class:`TokenSteps`)."""
     b, p, draws, c = noise.shape
     zz = z.reshape(-1, z.shape[-1])  # [cond rows; uncond rows] stays in that order
     scale = params.scheduled_cfg_scale(schedule, index + 1, model.num_tokens) if params.guided else 1.0
     if isinstance(scale, torch.Tensor):
         scale = scale.to(zz.dtype).reshape(-1)  # one per (row, position), in the order of the noise's rows
     x, mean, std = model.head.sample(zz, noise.reshape(b * p, draws, c).transpose(0, 1), params.temperature,
-                                     scale, draws - 1, guided=params.guided)
+                                     scale, draws - 1, guided=params.guided, steps=chain)
     return x.reshape(b, p, c), mean.reshape(b, p, c), std.reshape(b, p, c)
 
 
@@ -112,14 +148,14 @@ def chain_draws(target_steps: int, draft_steps: int) -> torch.Tensor:
 
 
 def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch.Tensor, params: SamplingParams,
-                 schedule: str, tokens: torch.Tensor, count: int, bar: tqdm) -> None:
+                 schedule: str, tokens: torch.Tensor, count: int, bar: tqdm, steps: TokenSteps) -> None:
     """Target-only generation of the first ``count`` tokens into ``tokens`` [B, >= count, C], starting from the
     prefill's condition ``z``: one head trajectory and (but for the last token) one decode pass per token."""
     for i in range(count):
-        tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params, schedule, i)[0][:, 0]
+        tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params, schedule, i, steps.chain)[0][:, 0]
         bar.update(1)
         if i + 1 < count:
-            z = model.decode(_guided(tokens[:, i:i + 1], params.guided), cache)[:, -1]
+            z = steps.decode(model, _guided(tokens[:, i:i + 1], params.guided), cache)
 
 
 def _start(model: nn.Module, batch_cond: Condition, extra: int) -> tuple[KVCache, torch.Tensor]:
@@ -130,15 +166,18 @@ def _start(model: nn.Module, batch_cond: Condition, extra: int) -> tuple[KVCache
 @register_sampler
 @dataclass(frozen=True)
 class ContinuousARSampler(Sampler):
-    """One target forward and one head trajectory per token (the baseline CSpD is lossless against)."""
+    """One target forward and one head trajectory per token (the baseline CSpD is lossless against). ``compile``
+    compiles the decode step and the head chain's steps (:func:`token_steps`)."""
 
     name: ClassVar[str] = "continuous-ar"
     token_order: ClassVar[str] = TOKEN_ORDER
     head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, note="0 = the model's")
     cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
+    compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:
         check_options(self)
+        check_continuous_compile(self.compile)
 
     @torch.no_grad()
     def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
@@ -150,7 +189,8 @@ class ContinuousARSampler(Sampler):
         cache, z = _start(model, batch_cond, extra=0)
         tokens = torch.empty(batch, n, model.token_channels, device=device)
         with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
-            one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, n, bar)
+            one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, n, bar,
+                         token_steps(self, "target"))
         stats = SamplerStats(sampler=self.name, forward_passes=n, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start, batch_size=batch,
                              accept_step=torch.arange(1, n + 1).repeat(batch, 1))
@@ -184,7 +224,8 @@ class CSpD(Sampler):
     target's trajectory noise (see :func:`chain_draws`). The stats' ``details`` count the residual fallbacks and
     the draft's head chains (each over the whole batch), and give ``median_draft_gap_in_target_stds``, how far
     the draft's final means sit from the target's in units of the target's final std: exact acceptance needs it
-    well below 1.
+    well below 1. ``compile`` compiles the target's decode step and both head chains' steps
+    (:func:`token_steps`); the multi-token passes (the draft's and the verification) run eagerly.
     """
 
     name: ClassVar[str] = "cspd"
@@ -200,9 +241,11 @@ class CSpD(Sampler):
                                  "trajectory noise; fewer steps draft faster and stay exact", at_least=0,
                               note="0 = the target's")
     cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
+    compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:
         check_options(self)
+        check_continuous_compile(self.compile)
 
     @torch.no_grad()
     def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
@@ -215,6 +258,7 @@ class CSpD(Sampler):
         target_steps = noise.shape[2] - 1
         draft_steps = self.draft_steps or target_steps
         draws = chain_draws(target_steps, draft_steps).to(device=noise.device)
+        steps, draft_chain = token_steps(self, "target"), token_steps(self, "draft").chain
         device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
         k, rows = self.draft_length, len(batch_cond)
         tokens = torch.zeros(batch, n, model.token_channels, device=device)
@@ -227,7 +271,7 @@ class CSpD(Sampler):
         prefill = max(1, math.ceil(self.prefill_ratio * n))
         cache, z = _start(model, batch_cond, extra=k + 1)
         bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
-        one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, prefill, bar)
+        one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, prefill, bar, steps)
         accept_step[:, :prefill] = torch.arange(1, prefill + 1)
         passes = prefill  # the prefill pass, then one decode pass per pre-filled token but the last
         pos = torch.full((batch,), prefill, dtype=torch.long, device=device)  # tokens done per row
@@ -254,7 +298,7 @@ class CSpD(Sampler):
             for j in range(kr):
                 idx = (pos + j).clamp(max=n - 1)[:, None]
                 x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx][:, :, draws],
-                                                          params, self.cfg_schedule, idx))
+                                                          params, self.cfg_schedule, idx, draft_chain))
                 drafts.append(x)
                 mean_q.append(m)
                 std_q.append(sd)
@@ -270,7 +314,7 @@ class CSpD(Sampler):
             passes += 1
             positions = (pos[:, None] + torch.arange(kr + 1, device=device)).clamp(max=n - 1)  # [B, kr + 1]
             xp, mean_p, std_p = denoise(model, zp, noise[ar[:, None], positions], params, self.cfg_schedule,
-                                        positions)
+                                        positions, steps.chain)
             # 4. acceptance, left to right
             mq, sq = torch.stack(mean_q, 1), torch.stack(std_q, 1)
             inside = torch.arange(kr, device=device)[None] < room[:, None]  # [B, kr] drafts inside the image

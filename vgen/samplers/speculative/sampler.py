@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import functools
 import time
-import types
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -53,6 +52,7 @@ from vgen.samplers.compiling import (
     CUDA_GRAPH_MODES,
     check_compile,
     compile_mode,
+    compile_step,
     keep_static_cache,
     take_static_cache,
 )
@@ -290,22 +290,6 @@ def verify_and_draft(draft: Callable, draft_args: tuple, *verify_args) -> tuple[
     out = verify_pass(*verify_args)
     tokens, _, pos, _, p, proposals, accepted, _, _ = out
     return out, draft(p, proposals, accepted, tokens, pos, *draft_args)
-
-
-@functools.cache
-def compile_step(step: Callable, mode: str, config: Hashable = None) -> Callable:
-    """``step`` compiled for ``mode`` and a sampler configuration ``config`` (its options, drafter and window),
-    built once per process (graphs are made on first call): :func:`verify_pass` or :func:`verify_and_draft`, with
-    one graph per batch and sampling settings, and a drafter's tensor work. Under CUDA graphs every shape is static;
-    otherwise a size that changes between calls (a pass's ``image_end``) turns dynamic, so one more graph serves
-    every value.
-
-    Each configuration compiles a copy of ``step`` with a code object of its own. Dynamo keeps the graphs of one
-    code object together and, past its recompile limit (8), fails a ``fullgraph`` compile; the drafting code
-    specialises on the window length, so a process sweeping windows or rules would reach it on a shared one."""
-    own = types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__, step.__defaults__,
-                             step.__closure__)
-    return torch.compile(own, mode=mode, dynamic=False if mode in CUDA_GRAPH_MODES else None, fullgraph=True)
 
 
 @register_sampler
