@@ -1,12 +1,13 @@
 """The samplers on a CUDA device: ``auto`` runs the Triton kernels inside them and a seeded run draws the same
 tokens as with the torch references; greedy speculative decoding equals greedy vanilla AR token for token (fp32);
-and compiled steps, CUDA graphs included, give eager's tokens: ARSampler's decode step and the speculative
-samplers' verify pass. Models are built on the CPU from
+and compiled steps, CUDA graphs included, give eager's tokens: ARSampler's decode step, the speculative
+samplers' verify pass and the continuous samplers' decode step and head chain. Models are built on the CPU from
 fixed seeds, then moved.
 
 Run them alone, ``pytest -m gpu``: a run that also selects the CPU kernel tests loads Triton's interpreter (see
 tests/kernels/conftest.py), and these skip."""
 
+import dataclasses
 import weakref
 
 import pytest
@@ -17,7 +18,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 from vgen.kernels import use_backend  # noqa: E402 (imports no triton: see launched)
 from vgen.models.llamagen import GPTConfig  # noqa: E402
-from vgen.samplers import ARSampler, SamplingParams, compiling, get_sampler  # noqa: E402
+from vgen.models.mar import ContinuousAR, MARConfig  # noqa: E402
+from vgen.samplers import ARSampler, ContinuousARSampler, CSpD, SamplingParams, compiling, get_sampler  # noqa: E402
 from vgen.samplers.compiling import CUDA_GRAPH_MODES, static_cache  # noqa: E402
 from vgen.samplers.speculative import sampler as sampler_module  # noqa: E402
 from vgen.samplers.speculative.drafters import Drafter  # noqa: E402
@@ -185,3 +187,20 @@ def test_compiled_speculative_samplers_draw_the_eager_tokens_on_cuda(name: str, 
                                                                         generator=generator(5),
                                                                         tokenizer=tokenizer).tokens
             assert torch.equal(compiled, eager), f"{int((compiled != eager).sum())} of {eager.numel()} tokens differ"
+
+
+def test_compiled_continuous_samplers_draw_the_eager_tokens_on_cuda() -> None:
+    """``compile=True`` on the continuous samplers (the decode step and the head chains under inductor): tokens
+    within rounding of the eager run's on the same seed, on the first call (compiling) and the next."""
+    torch.manual_seed(0)
+    config = MARConfig(token_channels=4, grid_size=4, dim=64, n_layer=2, n_head=4, num_classes=5, head_width=64,
+                       head_depth=2, num_sampling_steps=12, dropout_p=0.0)
+    model, draft = ContinuousAR(config).to(CUDA).eval(), ContinuousAR(config).to(CUDA).eval()
+    classes = torch.tensor([0, 3, 1], device=CUDA)
+    params = SamplingParams(cfg_scale=3.0)
+    for sampler in (ContinuousARSampler(), CSpD(draft_length=3)):
+        eager = sampler.sample(model, classes, params, generator=generator(5), draft_head=draft)
+        for _ in range(2):
+            compiled = dataclasses.replace(sampler, compile=True).sample(model, classes, params,
+                                                                         generator=generator(5), draft_head=draft)
+            assert torch.allclose(compiled.tokens, eager.tokens, atol=1e-3)
