@@ -35,6 +35,7 @@ from vgen.eval.quality import attribute_accuracy, class_accuracy, token_statisti
 from vgen.eval.sample_many import SamplePlan, sample_many
 from vgen.pipelines import load
 from vgen.samplers import SamplingParams, get_sampler
+from vgen.samplers import ar as ar_module
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* samples for")  # tiny sets on purpose
 
@@ -187,6 +188,31 @@ def test_samplers_take_turns_batch_by_batch(pipe):
     first, second = plan.batch_seed(0), plan.batch_seed(1)
     assert calls == [("ar", first), ("sjd", first), ("ar", second), ("sjd", second)]
     assert [len(d.samples) for d in draws] == [3, 3] and [len(d.stats) for d in draws] == [2, 2]
+
+
+def test_a_compiling_sampler_first_draws_each_batch_size_untimed(pipe, monkeypatch):
+    """Its first calls compile: batch 0 and the shorter last batch run once before the timed turns, and their
+    seconds are ``compile_s``, not wall time."""
+    monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module.decode_last)  # no real compilation
+    calls = []
+
+    class Recording:
+        def __init__(self, name: str) -> None:
+            self.name, self.model = name, pipe.model
+
+        def __call__(self, *args, **kwargs):
+            calls.append((self.name, kwargs["seed"]))
+            return pipe(*args, **kwargs)
+
+    plan, params = SamplePlan(0, 2, (0, 1, 2), balanced=True), SamplingParams(**pipe.info.defaults)
+    runs = [(Recording("eager"), get_sampler("ar"), plan, params),
+            (Recording("compiled"), get_sampler("ar", compile=True), plan, params)]
+    draws = draw_interleaved(runs, 3)
+    first, second = plan.batch_seed(0), plan.batch_seed(1)
+    assert calls == [("compiled", first), ("compiled", second),
+                     ("eager", first), ("compiled", first), ("eager", second), ("compiled", second)]
+    assert draws[0].compile_s is None and draws[1].compile_s > 0
+    assert [len(d.stats) for d in draws] == [2, 2] and draws[1].row()["compile_s"] == draws[1].compile_s
 
 
 def test_a_lossless_sampler_under_greedy_decoding_draws_the_same_images(pipe, real):

@@ -6,7 +6,8 @@ Every sampler draws the same images: ``num_samples`` of them, classes in turn, i
 run (DESIGN.md's units):
 
 - ``forward_passes`` (target-model calls, each serving a whole batch) and ``step_compression`` = AR's / the
-  sampler's; ``wall_time_s`` (sampling only) and ``latency_ratio`` = AR's / the sampler's. The samplers take
+  sampler's; ``wall_time_s`` (sampling only; a sampler that compiles first draws its first batches untimed,
+  ``compile_s``) and ``latency_ratio`` = AR's / the sampler's. The samplers take
   turns batch by batch, so a change in background load reaches all of them alike;
 - ``tokens_per_forward``: a row's tokens per target pass it took, averaged over rows; ``batch_tokens_per_forward``:
   a batch's tokens per batched target pass (a batch runs until its slowest row is done);
@@ -208,16 +209,27 @@ class Draw:
     tokens: list[torch.Tensor] = field(default_factory=list)  # each batch's token ids (latents for a continuous model)
     labels: list[int] = field(default_factory=list)  # class ids, or the numbers of the plan's prompts
     stats: list = field(default_factory=list)  # the SamplerStats of every batch
+    compile_s: float | None = None  # a compiling sampler's untimed first batches (see draw_interleaved)
 
     def add(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, params: SamplingParams, k: int,
             num_samples: int) -> None:
         """Draw batch ``k`` of ``plan`` (cut short at ``num_samples``) and keep its samples and stats."""
-        indices = plan.batch_indices(k, num_samples)
-        out = pipe(**plan.inputs(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
+        out = draw_batch(pipe, sampler, plan, params, k, num_samples)
         self.samples += samples_of(out)
         self.tokens.append(out.tokens)
-        self.labels += plan.labels(indices)
+        self.labels += plan.labels(plan.batch_indices(k, num_samples))
         self.stats.append(out.stats)
+
+    def warm_up(self, pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, params: SamplingParams,
+                num_samples: int) -> None:
+        """Draw, untimed and discarded, batch 0 and (when shorter) the last batch: the calls in which a compiling
+        sampler compiles its graphs for each batch size it will meet. Their seconds are ``compile_s``."""
+        last = plan.num_batches(num_samples) - 1
+        sizes = {len(plan.batch_indices(k, num_samples)): k for k in (last, 0)}  # batch 0 wins a tie
+        start = time.perf_counter()
+        for k in sorted(sizes.values()):
+            draw_batch(pipe, sampler, plan, params, k, num_samples)
+        self.compile_s = time.perf_counter() - start
 
     def row(self) -> dict:
         """The cost columns of the benchmark row, summed over batches."""
@@ -228,15 +240,26 @@ class Draw:
                 "wall_time_s": sum(x.wall_time_s for x in s),
                 "tokens_per_forward": sum(x.tokens_per_forward * x.batch_size for x in s) / rows,
                 "batch_tokens_per_forward": sum(x.tokens for x in s) / sum(x.forward_passes for x in s),
-                "mean_accepted_length": statistics.mean(lengths) if lengths else 1.0}
+                "mean_accepted_length": statistics.mean(lengths) if lengths else 1.0, "compile_s": self.compile_s}
+
+
+def draw_batch(pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, params: SamplingParams, k: int,
+               num_samples: int):
+    """The pipeline's output for batch ``k`` of ``plan`` (cut short at ``num_samples``)."""
+    indices = plan.batch_indices(k, num_samples)
+    return pipe(**plan.inputs(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
 
 
 def draw_interleaved(runs: Sequence[tuple[ImagePipeline, Sampler, SamplePlan, SamplingParams]], num_samples: int,
                      progress: bool = False) -> list[Draw]:
     """The first ``num_samples`` images (clips) of every ``(pipeline, sampler, plan, params)``, drawn batch by batch in
     turn (batch 0 of every sampler, then batch 1, ...), so that changes in background load reach every sampler's
-    wall time alike instead of whichever ran during them."""
+    wall time alike instead of whichever ran during them. A sampler that compiles (its ``compile`` set) first warms
+    up (:meth:`Draw.warm_up`), so that its wall time is sampling, not compilation."""
     draws = [Draw() for _ in runs]
+    for run, d in zip(runs, draws):
+        if getattr(run[1], "compile", False):
+            d.warm_up(*run, num_samples)
     batches = runs[0][2].num_batches(num_samples)  # every plan has the same batch size
     with tqdm(total=batches * len(runs), desc="bench", unit="batch", disable=not progress) as bar:
         for k in range(batches):
