@@ -47,6 +47,20 @@ def test_inference_goes_through_onednn_and_equals_nn_linear(matmul_choice, bias)
 
 
 @needs_onednn
+def test_a_reused_layer_runs_its_small_products_through_f_linear(matmul_choice) -> None:
+    """A diffusion head's layers: a product of at most SMALL_PRODUCT_MACS multiply-adds through F.linear, a larger
+    one through oneDNN; a layer not marked reused takes oneDNN for both."""
+    matmul_choice("onednn")
+    reused, plain = Linear(256, 256, reused=True), Linear(256, 256)
+    small, large = torch.randn(4, 256), torch.randn(5, 256)  # 4 x 256 x 256 = SMALL_PRODUCT_MACS
+    assert 4 * 256 * 256 == linear_module.SMALL_PRODUCT_MACS
+    with torch.no_grad():
+        assert "mkldnn::_linear_pointwise" not in ops_run(lambda: reused(small))
+        assert "mkldnn::_linear_pointwise" in ops_run(lambda: reused(large))
+        assert "mkldnn::_linear_pointwise" in ops_run(lambda: plain(small))
+
+
+@needs_onednn
 def test_training_and_the_mkl_choice_run_f_linear(matmul_choice) -> None:
     matmul_choice("onednn")
     layer = Linear(8, 16, bias=False)

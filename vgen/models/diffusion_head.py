@@ -41,8 +41,8 @@ class ResBlock(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
         self.in_ln = nn.LayerNorm(width, eps=1e-6)
-        self.mlp = nn.Sequential(Linear(width, width), nn.SiLU(), Linear(width, width))
-        self.adaLN_modulation = nn.Sequential(nn.SiLU(), Linear(width, 3 * width))
+        self.mlp = nn.Sequential(Linear(width, width, reused=True), nn.SiLU(), Linear(width, width, reused=True))
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), Linear(width, 3 * width, reused=True))
 
     def forward(self, x: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``modulation``: this block's ``adaLN_modulation(y)``, shift, scale and gate side by side."""
@@ -54,8 +54,8 @@ class FinalLayer(nn.Module):
     def __init__(self, width: int, out_channels: int) -> None:
         super().__init__()
         self.norm_final = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
-        self.linear = Linear(width, out_channels)
-        self.adaLN_modulation = nn.Sequential(nn.SiLU(), Linear(width, 2 * width))
+        self.linear = Linear(width, out_channels, reused=True)
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), Linear(width, 2 * width, reused=True))
 
     def forward(self, x: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``modulation``: this layer's ``adaLN_modulation(y)``, shift and scale side by side."""
@@ -90,9 +90,9 @@ class DiffusionHead(nn.Module):
         super().__init__()
         self.cfg = cfg
         w = cfg.width
-        self.time_embed = nn.Sequential(Linear(256, w), nn.SiLU(), Linear(w, w))
-        self.cond_embed = Linear(cfg.cond_dim, w)
-        self.input_proj = Linear(cfg.token_channels, w)
+        self.time_embed = nn.Sequential(Linear(256, w, reused=True), nn.SiLU(), Linear(w, w, reused=True))
+        self.cond_embed = Linear(cfg.cond_dim, w, reused=True)
+        self.input_proj = Linear(cfg.token_channels, w, reused=True)
         self.res_blocks = nn.ModuleList(ResBlock(w) for _ in range(cfg.depth))
         self.final_layer = FinalLayer(w, 2 * cfg.token_channels)
         self._init_weights()

@@ -49,6 +49,11 @@ def resolve_cpu_matmul(choice: str) -> bool:
     return choice == "onednn" or cpu_vendor() == "AuthenticAMD"
 
 
+SMALL_PRODUCT_MACS = 2**18
+"""A reused layer's products of at most this many multiply-adds (rows x in x out) stay with ``F.linear``: with
+its weight in cache, a oneDNN call's fixed cost (about 10 us more than MKL's) outweighs its faster arithmetic
+(``benchmarks/cpu_matmul.py``: a 256 x 256 weight on 2 rows takes 7 us through MKL, 16 through oneDNN)."""
+
 _ONEDNN: bool | None = None  # read from VGEN_CPU_MATMUL when the first layer is made
 _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (what it was when packed, packed copy)
 
@@ -99,11 +104,16 @@ def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch
 
 class Linear(nn.Linear):
     """``nn.Linear``; in fp32 inference on a CPU, through oneDNN when this process uses it (:func:`uses_onednn`).
-    Moving or casting the layer (``to``, ``cuda``, ``half``, ...) drops its packed copy."""
+    Moving or casting the layer (``to``, ``cuda``, ``half``, ...) drops its packed copy.
 
-    def __init__(self, *args, **kwargs) -> None:
+    ``reused``: the layer runs many times back to back on a few rows (a diffusion head's reverse chain), so its
+    weight stays in cache and its small products (:data:`SMALL_PRODUCT_MACS`) go through ``F.linear``. A model's
+    other layers stream their weights from memory, where oneDNN is faster even on one row."""
+
+    def __init__(self, *args, reused: bool = False, **kwargs) -> None:
         uses_onednn()  # reads VGEN_CPU_MATMUL here, where a bad value is an error of the command that builds a model
         super().__init__(*args, **kwargs)
+        self.reused = reused
 
     def _apply(self, fn, recurse: bool = True):
         _PACKED.pop(self.weight, None)
@@ -111,7 +121,8 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (_ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and self.weight.dtype == torch.float32
-                and not torch.is_grad_enabled()):
+                and not torch.is_grad_enabled()
+                and not (self.reused and x.numel() // x.shape[-1] * self.weight.numel() <= SMALL_PRODUCT_MACS)):
             if torch.compiler.is_compiling():
                 return torch.ops.vgen.linear_onednn(x, self.weight, self.bias)
             return linear_onednn(x, self.weight, self.bias)
