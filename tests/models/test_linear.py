@@ -52,8 +52,8 @@ def test_a_reused_layer_runs_its_small_products_through_f_linear(matmul_choice) 
     one through oneDNN; a layer not marked reused takes oneDNN for both."""
     matmul_choice("onednn")
     reused, plain = Linear(256, 256, reused=True), Linear(256, 256)
-    small, large = torch.randn(4, 256), torch.randn(5, 256)  # 4 x 256 x 256 = SMALL_PRODUCT_MACS
-    assert 4 * 256 * 256 == linear_module.SMALL_PRODUCT_MACS
+    small, large = torch.randn(8, 256), torch.randn(9, 256)  # 8 x 256 x 256 = SMALL_PRODUCT_MACS
+    assert 8 * 256 * 256 == linear_module.SMALL_PRODUCT_MACS
     with torch.no_grad():
         assert "mkldnn::_linear_pointwise" not in ops_run(lambda: reused(small))
         assert "mkldnn::_linear_pointwise" in ops_run(lambda: reused(large))

@@ -49,10 +49,12 @@ def resolve_cpu_matmul(choice: str) -> bool:
     return choice == "onednn" or cpu_vendor() == "AuthenticAMD"
 
 
-SMALL_PRODUCT_MACS = 2**18
+SMALL_PRODUCT_MACS = 2**19
 """A reused layer's products of at most this many multiply-adds (rows x in x out) stay with ``F.linear``: with
-its weight in cache, a oneDNN call's fixed cost (about 10 us more than MKL's) outweighs its faster arithmetic
-(``benchmarks/cpu_matmul.py``: a 256 x 256 weight on 2 rows takes 7 us through MKL, 16 through oneDNN)."""
+its weight in cache, a oneDNN call's fixed cost (about 10 us more than MKL's) outweighs its faster arithmetic.
+``benchmarks/cpu_matmul.py`` (weights in cache) on the 2-core AMD EPYC: MKL is faster for every product of the
+embedded models' shapes up to 2^19 multiply-adds (a 256 x 256 weight on 2 rows: 7 against 16 us; on 8 rows: 15
+against 17), oneDNN for every larger one."""
 
 _ONEDNN: bool | None = None  # read from VGEN_CPU_MATMUL when the first layer is made
 _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (what it was when packed, packed copy)
