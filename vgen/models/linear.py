@@ -5,7 +5,8 @@ oneDNN ships in the same wheel and dispatches on the CPU's features; with its we
 own blocked layout ("packed"), a decode step of the embedded default (2 rows) spent 1.4 ms in its products against
 MKL's 2.7 ms on a 2-core AMD EPYC with AVX-512, and a 16-position verify pass (32 rows) about half of MKL's time
 (``benchmarks/cpu_matmul.py``). ``VGEN_CPU_MATMUL`` picks the library: ``auto`` (the default: oneDNN on AMD
-CPUs), ``onednn`` or ``mkl``; :func:`set_cpu_matmul` does the same from Python.
+CPUs), ``onednn`` or ``mkl``; :func:`set_cpu_matmul` does the same from Python. A layer marked ``reused`` (a
+diffusion head's, whose weights stay in cache over its reverse chain) keeps MKL for its small products.
 
 The packed copy of a weight is made at its first use and kept until the layer is moved or cast or the weight dies
 (as much memory again as the fp32 weights), and made again whenever the weight changes: in place (its version
