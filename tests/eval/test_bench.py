@@ -169,21 +169,22 @@ def test_quality_equals_an_independent_computation_on_sample_many_images(pipe, r
     assert ar["class_accuracy"] == expected and result["results"][1]["class_accuracy"] is not None
 
 
+class Recording:
+    """A pipeline that notes in ``calls`` which run called it for which batch seed."""
+
+    def __init__(self, pipe, name: str, calls: list) -> None:
+        self.pipe, self.name, self.calls, self.model = pipe, name, calls, pipe.model
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((self.name, kwargs["seed"]))
+        return self.pipe(*args, **kwargs)
+
+
 def test_samplers_take_turns_batch_by_batch(pipe):
     calls = []
-
-    class Recording:
-        """The pipeline, noting which run called it for which batch seed."""
-
-        def __init__(self, name: str) -> None:
-            self.name, self.model = name, pipe.model
-
-        def __call__(self, *args, **kwargs):
-            calls.append((self.name, kwargs["seed"]))
-            return pipe(*args, **kwargs)
-
     plan, params = SamplePlan(0, 2, (0, 1, 2), balanced=True), SamplingParams(**pipe.info.defaults)
-    runs = [(Recording("ar"), get_sampler("ar"), plan, params), (Recording("sjd"), get_sampler("sjd"), plan, params)]
+    runs = [(Recording(pipe, "ar", calls), get_sampler("ar"), plan, params),
+            (Recording(pipe, "sjd", calls), get_sampler("sjd"), plan, params)]
     draws = draw_interleaved(runs, 3)
     first, second = plan.batch_seed(0), plan.batch_seed(1)
     assert calls == [("ar", first), ("sjd", first), ("ar", second), ("sjd", second)]
@@ -195,18 +196,9 @@ def test_a_compiling_sampler_first_draws_each_batch_size_untimed(pipe, monkeypat
     seconds are ``compile_s``, not wall time."""
     monkeypatch.setattr(ar_module, "compiled_step", lambda mode: ar_module.decode_last)  # no real compilation
     calls = []
-
-    class Recording:
-        def __init__(self, name: str) -> None:
-            self.name, self.model = name, pipe.model
-
-        def __call__(self, *args, **kwargs):
-            calls.append((self.name, kwargs["seed"]))
-            return pipe(*args, **kwargs)
-
     plan, params = SamplePlan(0, 2, (0, 1, 2), balanced=True), SamplingParams(**pipe.info.defaults)
-    runs = [(Recording("eager"), get_sampler("ar"), plan, params),
-            (Recording("compiled"), get_sampler("ar", compile=True), plan, params)]
+    runs = [(Recording(pipe, "eager", calls), get_sampler("ar"), plan, params),
+            (Recording(pipe, "compiled", calls), get_sampler("ar", compile=True), plan, params)]
     draws = draw_interleaved(runs, 3)
     first, second = plan.batch_seed(0), plan.batch_seed(1)
     assert calls == [("compiled", first), ("compiled", second),

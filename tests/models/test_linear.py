@@ -53,7 +53,7 @@ def test_a_reused_layer_runs_its_small_products_through_f_linear(matmul_choice) 
     matmul_choice("onednn")
     reused, plain = Linear(256, 256, reused=True), Linear(256, 256)
     small, large = torch.randn(8, 256), torch.randn(9, 256)  # 8 x 256 x 256 = SMALL_PRODUCT_MACS
-    assert 8 * 256 * 256 == linear_module.SMALL_PRODUCT_MACS
+    assert linear_module.SMALL_PRODUCT_MACS == 8 * 256 * 256
     with torch.no_grad():
         assert "mkldnn::_linear_pointwise" not in ops_run(lambda: reused(small))
         assert "mkldnn::_linear_pointwise" in ops_run(lambda: reused(large))
