@@ -69,7 +69,7 @@ MODULATION_BYTES = 32 * 2**20
 STEPS_PER_CALL = 5
 """Reverse steps one call of a chain's step function runs (:func:`reverse_steps`). Compiled, a call is one graph
 (100 steps: 20 graph calls); longer calls unroll into larger graphs, slower to compile
-(``benchmarks/head_chain.py`` times both)."""
+(``benchmarks/continuous_compiled.py`` times both)."""
 
 
 @dataclass(frozen=True)
