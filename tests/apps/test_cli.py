@@ -219,6 +219,7 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
     ("blockdiff", ["--class-repeats", "square=2", "square=3"], "--class-repeats names 'square' twice"),
     ("mar", ["--class-repeats", "hexagon=2"], "class_repeats names an unknown class 'hexagon'"),
     ("mar", ["--class-repeats", "heart=x"], "--class-repeats takes CLASS=N pairs with an integer N, got 'heart=x'"),
+    ("mar", ["--context-noise", "1.5"], "context_noise is a standard deviation in token units in [0, 1], got 1.5"),
 ])
 def test_train_refuses_bad_settings_before_writing_anything(tmp_path, capsys, recipe, extra, message):
     threads = torch.get_num_threads()

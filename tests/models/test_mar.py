@@ -59,6 +59,26 @@ def test_the_loss_falls_when_training_on_class_dependent_tokens():
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
 
 
+def test_context_noise_perturbs_the_prefix_the_trunk_reads_and_not_the_tokens_the_head_learns(model, monkeypatch):
+    import vgen.models.mar as mar
+
+    cls, x = torch.tensor([0, 1, 2, 3]), torch.randn(4, 9, 3)
+    read, learnt = [], []
+    forward, loss = ContinuousAR.forward, mar.training_loss
+    monkeypatch.setattr(ContinuousAR, "forward", lambda self, c, t=None: read.append(t) or forward(self, c, t))
+    monkeypatch.setattr(mar, "training_loss",
+                        lambda head, schedule, x0, *a: learnt.append(x0) or loss(head, schedule, x0, *a))
+    clean = model.loss(cls, x, torch.Generator().manual_seed(0))
+    same = model.loss(cls, x, torch.Generator().manual_seed(0), context_noise=0.0)
+    noisy = model.loss(cls, x, torch.Generator().manual_seed(0), context_noise=0.3)
+    assert torch.equal(clean, same) and not torch.equal(clean, noisy)
+    assert torch.equal(read[0], x[:, :-1]) and torch.equal(read[1], x[:, :-1])
+    offsets = read[2] - x[:, :-1]
+    per_image = offsets.flatten(1).std(1)
+    assert (per_image > 0).all() and (per_image < 0.3 * 1.3).all() and per_image.std() > 0.01, per_image
+    assert all(torch.equal(t, learnt[0]) for t in learnt), "the head learns the clean tokens in every case"
+
+
 def test_save_and_load_round_trip(model, tmp_path):
     save_pretrained(model, tmp_path / "m")
     loaded = from_pretrained(tmp_path / "m")

@@ -153,23 +153,24 @@ def test_a_run_trains_where_it_is_told_and_exports_to_the_cpu(tmp_path, device):
     assert next(model.parameters()).device.type == "cpu"
 
 
-def test_class_repeats_show_the_named_classes_that_many_times_more_often(tmp_path, monkeypatch):
+def test_class_repeats_and_context_noise_reach_every_step_and_the_run_record(tmp_path, monkeypatch):
     from vgen.data.shapes import CLASS_NAMES, cached_split
     from vgen.tokenizers.kl import KLConfig
     from vgen.training.kl import KLRecipe, train_kl
 
-    seen = []
+    seen, noise = [], []
     loss = ContinuousAR.loss
 
-    def recording_loss(self, class_ids, tokens):
+    def recording_loss(self, class_ids, tokens, **options):
         seen.append(class_ids.clone())
-        return loss(self, class_ids, tokens)
+        noise.append(options["context_noise"])
+        return loss(self, class_ids, tokens, **options)
 
     monkeypatch.setattr(ContinuousAR, "loss", recording_loss)
     train_kl(tmp_path / "kl", tmp_path / "data", TrainConfig(steps=1, warmup_steps=1, bf16=False),
              KLRecipe(num_images=16, batch_size=8, scale_images=16),
              KLConfig(block_out_channels=(8, 8, 8), norm_num_groups=4, latent_channels=2))
-    recipe = MARRecipe(num_images=48, batch_size=8, class_repeats={"heart": 4})
+    recipe = MARRecipe(num_images=48, batch_size=8, class_repeats={"heart": 4}, context_noise=0.2)
     train_mar(tmp_path / "run", tmp_path / "kl" / "export", tmp_path / "data",
               TrainConfig(steps=30, lr=1e-3, warmup_steps=2, log_every=10, bf16=False), recipe,
               MARConfig(token_channels=2, grid_size=16, dim=16, n_layer=1, n_head=2, multiple_of=16, num_classes=8,
@@ -180,6 +181,9 @@ def test_class_repeats_show_the_named_classes_that_many_times_more_often(tmp_pat
     shown = float((torch.cat(seen) == heart).float().mean())
     assert (labels == heart).sum() > 0 and abs(shown - expected) < 0.05, (shown, expected)
     state = json.loads((latest_checkpoint(tmp_path / "run") / "state.json").read_text())
-    assert state["recipe"]["class_repeats"] == {"heart": 4}
+    assert state["recipe"]["class_repeats"] == {"heart": 4} and state["recipe"]["context_noise"] == 0.2
+    assert noise == [0.2] * 30
     with pytest.raises(ValueError, match="class_repeats names an unknown class 'hexagon'"):
         MARRecipe(class_repeats={"hexagon": 2})
+    with pytest.raises(ValueError, match="context_noise is a standard deviation in token units in"):
+        MARRecipe(context_noise=-0.1)

@@ -188,12 +188,16 @@ def add_mar_args(t: argparse.ArgumentParser) -> None:
     add_classifier(t)
     add_eval_every(t, MARRecipe.eval_every)
     add_class_repeats(t, "image")
+    t.add_argument("--context-noise", type=float, default=MARRecipe.context_noise, metavar="SIGMA",
+                   help="perturb the prefix the trunk reads with Gaussian noise of a std drawn per image from "
+                        "[0, SIGMA] (token units; the targets stay clean), so that the trunk learns to read "
+                        "imperfect tokens as it does when sampling; 0 trains on exact prefixes")
 
 
 def mar_recipe(args: argparse.Namespace) -> MARRecipe:
-    """The recipe the flags ask for (it checks the class repeats)."""
+    """The recipe the flags ask for (it checks the class repeats and the context noise)."""
     return MARRecipe(num_images=args.num_images, batch_size=args.batch_size, eval_every=args.eval_every or 1,
-                     class_repeats=class_repeats(args.class_repeats))
+                     class_repeats=class_repeats(args.class_repeats), context_noise=args.context_noise)
 
 
 def check_mar(args: argparse.Namespace) -> None:

@@ -150,11 +150,20 @@ class ContinuousAR(ClassConditional, nn.Module):
             raise ValueError(f"sequence of {h.shape[1]} positions exceeds 1 + {self.num_tokens} tokens")
         return self._run(h, self._rope(h.device)[:h.shape[1]], None)
 
-    def loss(self, class_ids: torch.Tensor, tokens: torch.Tensor,
-             generator: torch.Generator | None = None) -> torch.Tensor:
-        """Mean diffusion loss of every token given its prefix (each token noised ``diffusion_batch_mul`` times)."""
+    def loss(self, class_ids: torch.Tensor, tokens: torch.Tensor, generator: torch.Generator | None = None,
+             context_noise: float = 0.0) -> torch.Tensor:
+        """Mean diffusion loss of every token given its prefix (each token noised ``diffusion_batch_mul`` times).
+
+        ``context_noise`` > 0 perturbs the prefix the trunk reads (not the tokens the head learns) with Gaussian
+        noise of a standard deviation drawn per image from ``[0, context_noise]``: sampling feeds the trunk its
+        own imperfect tokens, and a trunk trained only on exact ones is thrown off by small errors.
+        """
         b, n, c = tokens.shape
-        z = self(class_ids, tokens[:, :-1])
+        context = tokens[:, :-1]
+        if context_noise > 0:
+            sigma = context_noise * torch.rand(b, 1, 1, device=tokens.device, generator=generator)
+            context = context + sigma * torch.randn(context.shape, device=tokens.device, generator=generator)
+        z = self(class_ids, context)
         mul = self.config.diffusion_batch_mul
         x0 = tokens.reshape(b * n, c).repeat(mul, 1).float()
         cond = z.reshape(b * n, -1).repeat(mul, 1)

@@ -5,7 +5,8 @@ cached next to the run. The loss is MAR's diffusion loss on every token given it
 for the null class that guidance uses. Two sizes are defined: the target (``SHAPES_MAR``) and a much smaller
 draft for CSpD (``SHAPES_MAR_DRAFT``); both share the tokenizer, so their tokens live in the same space. A
 periodic probe samples a few images per class with the EMA model and reports the domain classifier's accuracy.
-``class_repeats`` shows the images of the classes a model draws worst more often.
+``class_repeats`` shows the images of the classes a model draws worst more often; ``context_noise`` trains the
+trunk on perturbed prefixes, closer to the imperfect ones it reads when sampling.
 
 A target can start from a trained discrete AR model of the same width and depth (``--init-from`` a pipeline folder
 with ``gpt/`` and ``vq/``): its transformer blocks, class table and final norm carry over, and the token MLP is
@@ -69,9 +70,13 @@ class MARRecipe:
     class_repeats: dict[str, int] = field(default_factory=dict)
     fit_images: int = 4000  # images whose token pairs fit the token MLP of a warm start
     fit_steps: int = 1500
+    context_noise: float = 0.0  # largest std of the noise on the prefix the trunk reads (ContinuousAR.loss)
 
     def __post_init__(self) -> None:
         class_repeat_counts(self.class_repeats, CLASS_NAMES)
+        if not 0 <= self.context_noise <= 1:
+            raise ValueError(f"context_noise is a standard deviation in token units in [0, 1], "
+                             f"got {self.context_noise}")
 
 
 @torch.no_grad()
@@ -211,7 +216,7 @@ def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
         trainer.log({"step": 0, **started})
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        return model.loss(labels_t[idx], tokens_t[idx].float()), {}
+        return model.loss(labels_t[idx], tokens_t[idx].float(), context_noise=recipe.context_noise), {}
 
     items = torch.from_numpy(repeated_items(labels, class_repeat_counts(recipe.class_repeats, CLASS_NAMES)))
     batches = (items[idx] for idx in index_batches(len(items), recipe.batch_size, train.seed, trainer.step))
