@@ -158,11 +158,17 @@ class ContinuousAR(ClassConditional, nn.Module):
         noise of a standard deviation drawn per image from ``[0, context_noise]``: sampling feeds the trunk its
         own imperfect tokens, and a trunk trained only on exact ones is thrown off by small errors.
         """
-        b, n, c = tokens.shape
         context = tokens[:, :-1]
         if context_noise > 0:
-            sigma = context_noise * torch.rand(b, 1, 1, device=tokens.device, generator=generator)
+            sigma = context_noise * torch.rand(len(tokens), 1, 1, device=tokens.device, generator=generator)
             context = context + sigma * torch.randn(context.shape, device=tokens.device, generator=generator)
+        return self.prefix_loss(class_ids, tokens, context, generator)
+
+    def prefix_loss(self, class_ids: torch.Tensor, tokens: torch.Tensor, context: torch.Tensor,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+        """Mean diffusion loss of every token of ``tokens`` [B, L, C] when the trunk reads ``context`` [B, L-1, C]
+        as the prefix (``tokens[:, :-1]`` itself, or a perturbed copy)."""
+        b, n, c = tokens.shape
         z = self(class_ids, context)
         mul = self.config.diffusion_batch_mul
         x0 = tokens.reshape(b * n, c).repeat(mul, 1).float()
