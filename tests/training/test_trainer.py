@@ -157,6 +157,22 @@ def test_a_resume_refuses_other_settings_naming_each_difference(tmp_path, change
     assert text.count("->") == 1  # only what differs
 
 
+def test_a_run_recorded_before_an_option_existed_resumes_at_the_option_default(tmp_path):
+    """A record without a setting ran with its default: the same value resumes, another is named as a change."""
+    _fit(_trainer(tmp_path), stop_at=4)
+    state_file = latest_checkpoint(tmp_path) / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["recipe"]["batch_size"], state["train_config"]["grad_clip"], state["train_config"]["ema_decay"]
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r"other settings \(ema_decay 0.999 -> 0.9\)"):
+        _trainer(tmp_path)  # the record's ema_decay is gone: its default, not the 0.9 the run had
+    state["train_config"]["ema_decay"] = 0.9
+    state_file.write_text(json.dumps(state))
+    assert _trainer(tmp_path).step == 4
+    with pytest.raises(CheckpointError, match=r"other settings \(batch_size 8 -> 4\)"):
+        _trainer(tmp_path, recipe=ToyRecipe(batch_size=4))
+
+
 def test_a_resume_takes_other_runtime_settings(tmp_path):
     """Where and how often it logs, checkpoints and evaluates, and the precision, may change on a resume."""
     _fit(_trainer(tmp_path), stop_at=4)

@@ -27,7 +27,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import MISSING, asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 
 import numpy as np
@@ -203,12 +203,26 @@ def run_settings(cfg: TrainConfig, model: nn.Module, recipe: object | None = Non
     return json.loads(json.dumps(settings))
 
 
-def changed_settings(recorded: dict, current: dict) -> list[str]:
+def setting_defaults(settings: object | None) -> dict:
+    """The default of every field of a dataclass instance (JSON types): what a run recorded before a field existed
+    ran with."""
+    defaults = {}
+    for f in fields(settings) if is_dataclass(settings) else ():
+        if f.default is not MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            defaults[f.name] = f.default_factory()
+    return json.loads(json.dumps(defaults))
+
+
+def changed_settings(recorded: dict, current: dict, defaults: dict | None = None) -> list[str]:
     """``"name old -> new"`` for each setting of :func:`run_settings` that differs, :data:`RUNTIME_SETTINGS` aside
-    (model config fields are named ``model.<field>``)."""
+    (model config fields are named ``model.<field>``). A setting the record lacks counts as its value in
+    ``defaults[section]`` (:func:`setting_defaults`), so a run recorded before an option existed resumes."""
     changes = []
     for section, prefix in (("train_config", ""), ("recipe", ""), ("model_config", "model.")):
         old, new = recorded.get(section) or {}, current.get(section) or {}
+        old = {**(defaults or {}).get(section, {}), **old}
         for key in [*new, *(k for k in old if k not in new)]:
             if (prefix or key not in RUNTIME_SETTINGS) and old.get(key) != new.get(key):
                 changes.append(f"{prefix}{key} {old.get(key, 'unset')} -> {new.get(key, 'unset')}")
@@ -236,7 +250,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.optimizer = torch.optim.AdamW(self._decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
         self.ema = EMA(model, cfg.ema_decay)
-        self.settings = run_settings(cfg, model, recipe)
+        self.settings, self.recipe = run_settings(cfg, model, recipe), recipe
         self.step = 0
         self._saved_step: int | None = None  # the step of the checkpoint on disk
         self._resume()
@@ -268,7 +282,8 @@ class Trainer:
             (self.run_dir / LOG).unlink(missing_ok=True)  # records of a run that never checkpointed
             return
         state = json.loads((folder / STATE).read_text())
-        changes = changed_settings(state, self.settings)
+        defaults = {"train_config": setting_defaults(self.cfg), "recipe": setting_defaults(self.recipe)}
+        changes = changed_settings(state, self.settings, defaults)
         if changes and not self.cfg.override_config:
             raise CheckpointError(f"{self.run_dir} was trained with other settings ({', '.join(changes)}): rerun "
                                   f"with those, or override them (--override-config) to go on with these")
