@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 import vgen
-from vgen.data.shapes import SPLIT_SEEDS, ShapesConfig, render_batch, to_tensor
+from vgen.data.shapes import SPLIT_SEEDS, ShapesConfig, render_batch
+from vgen.training.mar import encode_split
 
 DEFAULT_SIGMAS = [0.0, 0.05, 0.1, 0.2, 0.3]
 
@@ -45,10 +46,8 @@ def measure(name: str, sigmas: list[float], num_images: int, batch_size: int) ->
     if pipe.info.data is None:
         raise SystemExit(f"{name} records no data settings: it was not packaged from a shapes data folder")
     images, labels = render_batch(SPLIT_SEEDS["val"], 0, num_images, ShapesConfig(**pipe.info.data))
-    model, tokenizer = pipe.model.float().eval(), pipe.tokenizer.float().eval()
-    with torch.no_grad():
-        tokens = torch.cat([tokenizer.encode(to_tensor(images[i:i + batch_size])).float()
-                            for i in range(0, num_images, batch_size)])
+    model = pipe.model.float().eval()
+    tokens = torch.from_numpy(encode_split(pipe.tokenizer.float(), images, batch_size)).float()  # as training caches
     losses = prefix_noise_losses(model, tokens, torch.as_tensor(labels), sigmas, batch_size)
     return {"model": name, "num_images": num_images, "sigmas": sigmas, "losses": losses}
 

@@ -250,7 +250,8 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.optimizer = torch.optim.AdamW(self._decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
         self.ema = EMA(model, cfg.ema_decay)
-        self.settings, self.recipe = run_settings(cfg, model, recipe), recipe
+        self.settings = run_settings(cfg, model, recipe)
+        self._defaults = {"train_config": setting_defaults(cfg), "recipe": setting_defaults(recipe)}
         self.step = 0
         self._saved_step: int | None = None  # the step of the checkpoint on disk
         self._resume()
@@ -282,8 +283,7 @@ class Trainer:
             (self.run_dir / LOG).unlink(missing_ok=True)  # records of a run that never checkpointed
             return
         state = json.loads((folder / STATE).read_text())
-        defaults = {"train_config": setting_defaults(self.cfg), "recipe": setting_defaults(self.recipe)}
-        changes = changed_settings(state, self.settings, defaults)
+        changes = changed_settings(state, self.settings, self._defaults)
         if changes and not self.cfg.override_config:
             raise CheckpointError(f"{self.run_dir} was trained with other settings ({', '.join(changes)}): rerun "
                                   f"with those, or override them (--override-config) to go on with these")
