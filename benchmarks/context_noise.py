@@ -43,6 +43,8 @@ def prefix_noise_losses(model, tokens: torch.Tensor, class_ids: torch.Tensor, si
 
 def measure(name: str, sigmas: list[float], num_images: int, batch_size: int) -> dict:
     pipe = vgen.load(name)
+    if not hasattr(pipe.model, "prefix_loss"):
+        raise SystemExit(f"{name} is not a continuous-token model (its tokens are codes, not latents to perturb)")
     if pipe.info.data is None:
         raise SystemExit(f"{name} records no data settings: it was not packaged from a shapes data folder")
     images, labels = render_batch(SPLIT_SEEDS["val"], 0, num_images, ShapesConfig(**pipe.info.data))
