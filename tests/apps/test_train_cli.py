@@ -193,6 +193,15 @@ def test_the_checkpoint_interval_flags_default_to_the_train_config_and_reach_the
     assert (recorded["checkpoint_every_steps"], recorded["checkpoint_every_minutes"]) == (1, 0.5)
 
 
+def test_the_head_depth_flag_sets_the_diffusion_head_of_a_mar_run(inputs, tmp_path, capsys):
+    assert _train(RECIPES["mar"][0], inputs, tmp_path, "--head-depth", "3") == 0
+    assert from_pretrained(tmp_path / "run" / "export").config.head_depth == 3
+    capsys.readouterr()
+    assert _train(RECIPES["mar"][0], inputs, tmp_path / "other", "--head-depth", "0") == 2
+    assert capsys.readouterr().err.strip() == "vgen: error: --head-depth must be >= 1, got 0"
+    assert not (tmp_path / "other" / "run").exists()
+
+
 def test_a_negative_checkpoint_interval_is_refused_in_one_line(inputs, tmp_path, capsys):
     assert _train(RECIPES["blockdiff"][0], inputs, tmp_path, "--checkpoint-every-steps", "-1") == 2
     assert capsys.readouterr().err.strip() == ("vgen: error: checkpoint_every_steps must be an integer >= 0 (0 = "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from vgen.hub import CheckpointError, save_pretrained
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.tokenizers.vq import VQConfig
-from vgen.training.mar import MARRecipe, fit_token_projection, load_trunk, mar_probe, train_mar
+from vgen.training.mar import MARRecipe, fit_token_projection, load_continuous, load_trunk, mar_probe, train_mar
 from vgen.training.trainer import TrainConfig, latest_checkpoint
 
 VOCAB = 64
@@ -113,6 +114,28 @@ def test_a_new_run_starts_from_a_discrete_pipeline_and_a_resume_ignores_it(tmp_p
     with pytest.raises(CheckpointError, match="gpt/ and vq/"):
         train_mar(tmp_path / "run3", tmp_path / "kl" / "export", tmp_path / "data", TrainConfig(steps=0, bf16=False),
                   recipe, config, init_from=tmp_path / "pipe" / "gpt")
+
+
+def test_a_target_loads_into_a_deeper_head_whose_added_blocks_start_as_identities():
+    source = mar(2)
+    with torch.no_grad():  # a trained-looking head: its own blocks' gates are open
+        for p in source.head.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    torch.manual_seed(5)
+    grown = ContinuousAR(replace(source.config, head_depth=3)).eval()
+    assert load_continuous(grown, source, "source") == {"head_blocks_added": 2}
+    classes, tokens = torch.tensor([0, 3]), torch.randn(2, 9, 2)
+    z = source(classes, tokens[:, :-1])
+    assert torch.equal(grown(classes, tokens[:, :-1]), z)
+    x, t = torch.randn(18, 2), torch.randint(0, 1000, (18,))
+    assert torch.allclose(grown.head(x, t, z.reshape(18, -1)), source.head(x, t, z.reshape(18, -1)), atol=1e-6)
+    assert grown.head.res_blocks[2].mlp[0].weight.abs().sum() > 0  # the added blocks can learn: only gates are 0
+    # the same depth loads as it is; a shallower head, or any other difference, is refused by name
+    assert load_continuous(mar(2), source, "source") == {}
+    with pytest.raises(CheckpointError, match="unexpected.*head.res_blocks.1"):
+        load_continuous(ContinuousAR(replace(source.config, head_depth=1)), grown, "grown")
+    with pytest.raises(CheckpointError, match="source does not match"):
+        load_continuous(ContinuousAR(replace(source.config, head_depth=3, head_width=32)), source, "source")
 
 
 SHIPPED = Path(__file__).parents[2] / "vgen" / "assets"

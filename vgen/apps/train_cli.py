@@ -33,6 +33,7 @@ from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
 from vgen.hub import from_pretrained
 from vgen.models.backbone import ROPE_KINDS
+from vgen.models.mar import MARConfig
 from vgen.models.nbp import BLOCK_KINDS
 from vgen.pipelines import ImagePipeline, PipelineInfo, StreamPipeline, VideoPipeline
 from vgen.samplers import SamplingParams
@@ -185,6 +186,10 @@ def add_mar_args(t: argparse.ArgumentParser) -> None:
                         "codes")
     t.add_argument("--size", choices=("target", "draft"), default="target",
                    help="the target model or the small CSpD draft model")
+    t.add_argument("--head-depth", type=int, default=None, metavar="N",
+                   help="residual blocks of the diffusion head (default: the size's, 3 for the target and 2 for the "
+                        "draft; MAR-B has 6); with --init-from a continuous target of a shallower head, the added "
+                        "blocks start as identities, so the run starts from that model's samples")
     add_classifier(t)
     add_eval_every(t, MARRecipe.eval_every)
     add_class_repeats(t, "image")
@@ -200,7 +205,18 @@ def mar_recipe(args: argparse.Namespace) -> MARRecipe:
                      class_repeats=class_repeats(args.class_repeats), context_noise=args.context_noise)
 
 
+def mar_config(args: argparse.Namespace) -> MARConfig:
+    """The model size the flags ask for (``--size``, with ``--head-depth`` in place of its head depth)."""
+    config = SIZES[args.size]
+    if args.head_depth is None:
+        return config
+    if args.head_depth < 1:
+        raise UsageError(f"--head-depth must be >= 1, got {args.head_depth}")
+    return replace(config, head_depth=args.head_depth)
+
+
 def check_mar(args: argparse.Namespace) -> None:
+    mar_config(args)
     try:
         mar_recipe(args)
     except ValueError as e:
@@ -209,7 +225,7 @@ def check_mar(args: argparse.Namespace) -> None:
 
 def run_mar(args: argparse.Namespace, train: TrainConfig) -> None:
     probe = mar_probe(args.tokenizer, args.classifier) if args.eval_every else None
-    train_mar(args.run_dir, args.tokenizer, args.data_dir, train, mar_recipe(args), SIZES[args.size],
+    train_mar(args.run_dir, args.tokenizer, args.data_dir, train, mar_recipe(args), mar_config(args),
               max_minutes=args.max_minutes, evaluate=probe, init_from=args.init_from)
 
 

@@ -13,13 +13,14 @@ with ``gpt/`` and ``vq/``): its transformer blocks, class table and final norm c
 first fitted to map each latent to the AR model's embedding of the VQ code at the same grid position, so the
 trunk sees inputs close to the ones it was trained on. A linear projection cannot do that from 4 latent channels
 (docs/models/shapes-c2i-continuous.md), hence the MLP of ``SHAPES_MAR``. ``--init-from`` a continuous target
-trains it further.
+trains it further, optionally with a deeper diffusion head (``--head-depth``) whose added blocks start as
+identities.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,19 @@ def warm_start_from_ar(model: ContinuousAR, gpt: nn.Module, vq_dir: Path, data_d
     return {"token_projection_r2": r2}
 
 
+def load_continuous(model: ContinuousAR, source: ContinuousAR, name: str) -> dict:
+    """Load a trained continuous target into ``model``, which may have a deeper diffusion head than ``source``
+    (and must match it otherwise): the added residual blocks keep their initialisation, whose zero AdaLN gates make
+    each an identity, so the grown model starts out computing exactly what ``source`` computes. Returns what the run
+    logs about it."""
+    added = model.config.head_depth - source.config.head_depth
+    state = source.state_dict()
+    if added > 0 and replace(source.config, head_depth=model.config.head_depth) == model.config:
+        state = {**{k: v for k, v in model.state_dict().items() if k.startswith("head.res_blocks.")}, **state}
+    load_weights(model, state, source=name)
+    return {"head_blocks_added": added} if added > 0 else {}
+
+
 def start_from(model: ContinuousAR, init_from: str | Path, data_dir: str | Path, tokens: np.ndarray, run_dir: Path,
                recipe: MARRecipe) -> dict:
     """A new run's first weights, from a model folder or a pipeline folder (its ``gpt/``): a continuous target
@@ -186,8 +200,7 @@ def start_from(model: ContinuousAR, init_from: str | Path, data_dir: str | Path,
     folder = init_from / "gpt" if (init_from / "gpt").is_dir() else init_from
     source = from_pretrained(folder)
     if isinstance(source, ContinuousAR):
-        load_weights(model, source.state_dict(), source=str(folder))
-        return {"init_from": str(folder)}
+        return {"init_from": str(folder), **load_continuous(model, source, str(folder))}
     if isinstance(source, LlamaGenGPT):
         return {"warm_start": str(init_from), **warm_start_from_ar(model, source, init_from / "vq", data_dir, tokens,
                                                                    run_dir, recipe)}
