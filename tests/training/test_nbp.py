@@ -25,7 +25,7 @@ from vgen.training.clip_codes import (
     with_first_frames,
     with_time_reversed,
 )
-from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp
+from vgen.training.nbp import SHAPES_VIDEO_NBP, train_nbp, warm_start
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
 from vgen.training.trainer import TrainConfig, latest_checkpoint, token_grid_loss
 
@@ -194,3 +194,23 @@ def test_a_new_run_starts_from_a_next_token_image_model_of_the_frame_grid(tiny_v
     with pytest.raises(CheckpointError, match="not an NBP model or a next-token image model"):
         train_nbp(tmp_path / "other2", tiny_vq_dir, data, TrainConfig(steps=0, **train),
                   ClipRecipe(num_clips=8, batch_size=4), config, CLIPS, init_from=tmp_path / "video-gpt")
+
+
+@torch.no_grad()
+def test_a_model_of_fewer_frames_starts_a_longer_one_that_computes_its_frames_as_it_does() -> None:
+    """An NBP model trained on 2 frames starts a 4-frame one (an 8-frame model a 16-frame one): every weight by name,
+    the later frames' embeddings the source's last frame's. Over the source's frames the longer model's logits are
+    the source's; a source of more frames than the model is refused."""
+    torch.manual_seed(0)
+    spatial = dict(block="row", hybrid=True, hybrid_blocks=2, rope="spatial", vocab_size=32, **TOY)
+    short = NBPTransformer(NBPConfig(grid=(2, 2, 2), **spatial)).eval()
+    torch.nn.init.normal_(short.frame_embedding.weight)
+    torch.nn.init.normal_(short.output.weight, std=0.02)
+    long = NBPTransformer(NBPConfig(grid=(4, 2, 2), **spatial)).eval()
+    warm_start(long, short.state_dict(), source="2-frame NBP")
+    learnt = short.frame_embedding.weight
+    torch.testing.assert_close(long.frame_embedding.weight, torch.cat([learnt, learnt[-1:], learnt[-1:]]))
+    classes, tokens = torch.tensor([1, 5]), torch.randint(0, 32, (2, 16))
+    torch.testing.assert_close(long(classes, tokens)[:, :8], short(classes, tokens[:, :8]))
+    with pytest.raises(CheckpointError, match="trained on 4 frames; it can start a model of as many frames or more"):
+        warm_start(short, long.state_dict(), source="4-frame NBP")

@@ -67,6 +67,8 @@ def warm_start(model: NBPTransformer, state: dict[str, torch.Tensor], source: st
 
     - Another NBP model, which may have another block kind (frame blocks into row blocks): as many begin-of-video
       rows as both have (a row model has W, a frame model H * W; rows the source lacks keep their initialisation).
+      It may also have fewer frames (an 8-frame model starts a 16-frame one): the later frames' embeddings start as
+      the source's last frame's, so each later frame starts out placed as the last frame the source was trained on.
     - A next-token image model (LlamaGen's GPT) of the frame grid: its blocks, embeddings, final norm and output
       layer; the begin-of-video slots (and a ``rope="spatial"`` model's per-frame embedding, zero) keep their
       initialisation. With ``rope="spatial"`` the hybrid block 0 is then that image model's own computation, each
@@ -84,7 +86,22 @@ def warm_start(model: NBPTransformer, state: dict[str, torch.Tensor], source: st
     bov = model.bov.detach().clone()
     rows = min(len(bov), len(state["bov"]))
     bov[:rows] = state["bov"][:rows]
-    load_weights(model, {**own, **state, "bov": bov}, source=source)
+    load_weights(model, {**own, **state, "bov": bov, **longer_frame_embedding(model, state, source)}, source=source)
+
+
+def longer_frame_embedding(model: NBPTransformer, state: dict[str, torch.Tensor],
+                           source: str) -> dict[str, torch.Tensor]:
+    """The per-frame embedding of a ``rope="spatial"`` model over more frames than the NBP ``state`` it starts
+    from: the source's rows, then its last row for every later frame ({} where either model has none). A source of
+    more frames than the model is a :class:`~vgen.hub.CheckpointError`."""
+    key = "frame_embedding.weight"
+    if key not in state or not hasattr(model, "frame_embedding"):
+        return {}
+    frames, learnt = model.frame_embedding.num_embeddings, state[key]
+    if len(learnt) > frames:
+        raise CheckpointError(f"{source} was trained on {len(learnt)} frames; it can start a model of as many frames "
+                              f"or more, not one of {frames}")
+    return {key: torch.cat([learnt, learnt[-1:].expand(frames - len(learnt), -1)])}
 
 
 def train_nbp(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,

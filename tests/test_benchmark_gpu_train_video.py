@@ -1,6 +1,7 @@
-"""benchmarks/gpu_train_video_nar.sh, dry-run on the CPU: from carried clip codes it trains the shipped video NAR
-model, packages it with its weights split into parts small enough to come back from a device, and measures it at
-each sampling asked for; without the carried files it stops before doing anything."""
+"""benchmarks/gpu_train_video.sh, dry-run on the CPU: from carried clip codes it trains the shipped video NAR model
+(or the NBP model, on the carried clips' 16 frames), packages it with its weights split into parts small enough to
+come back from a device, and measures it at each sampling asked for; without the carried files it stops before doing
+anything."""
 
 import json
 import os
@@ -12,10 +13,10 @@ import numpy as np
 import pytest
 
 from vgen import pipelines
-from vgen.data.clips import SHAPES_CLIPS_64
+from vgen.data.clips import SHAPES_CLIPS_64, SHAPES_CLIPS_64_LONG, ClipsConfig
 from vgen.training.trainer import latest_checkpoint
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_train_video_nar.sh"
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_train_video.sh"
 
 
 def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -26,11 +27,11 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
                           text=True, timeout=900)
 
 
-def carry(tmp_path: Path, clips: int = 4) -> None:
+def carry(tmp_path: Path, clips: int = 4, geometry: ClipsConfig = SHAPES_CLIPS_64) -> None:
     folder = tmp_path / "carry"
     folder.mkdir()
-    (folder / "clips.json").write_text(json.dumps(asdict(SHAPES_CLIPS_64)))
-    codes = np.random.default_rng(0).integers(0, 4096, (clips, 8 * 16 * 16)).astype(np.int16)
+    (folder / "clips.json").write_text(json.dumps(asdict(geometry)))
+    codes = np.random.default_rng(0).integers(0, 4096, (clips, geometry.num_frames * 16 * 16)).astype(np.int16)
     np.save(folder / f"train_clip_codes_{clips}.npy", codes)
 
 
@@ -59,6 +60,20 @@ def test_dry_run_trains_packages_splits_and_measures(tmp_path, unpack_device_res
 
 
 @pytest.mark.slow
+def test_nbp_on_carried_16_frame_codes_trains_a_16_frame_model_from_the_shipped_8_frame_one(
+        tmp_path, unpack_device_result) -> None:
+    carry(tmp_path, clips=2, geometry=SHAPES_CLIPS_64_LONG)
+    out = run(tmp_path, KIND="nbp", NUM_CLIPS="1", QUALITY_BATCH="1", SAMPLINGS="1.0:0")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    result = unpack_device_result(tmp_path / "out", tmp_path / "result")
+    pipe = pipelines.load(str(result / "pipe"))
+    assert pipe.model.grid == (16, 16, 16) and pipe.model.num_steps == 256 + 15 * 16
+    quality = json.loads((result / "quality_t1.0_k0.json").read_text())
+    assert quality["num_clips"] == 1 and quality["num_frames"] == 16
+    assert "quality_t1.0_k0 {'class_accuracy'" in (tmp_path / "out" / "summary.txt").read_text()
+
+
+@pytest.mark.slow
 def test_a_failed_measurement_still_returns_the_packaged_weights(tmp_path, unpack_device_result) -> None:
     carry(tmp_path)
     out = run(tmp_path, QUALITY_BATCH="0", SAMPLINGS="0.7:40")  # vgen quality refuses a batch of 0
@@ -83,8 +98,10 @@ def test_two_codes_files_are_refused_rather_than_one_picked(tmp_path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-def test_an_unknown_layout_is_refused(tmp_path) -> None:
+def test_an_unknown_layout_or_kind_is_refused(tmp_path) -> None:
     carry(tmp_path)
     out = run(tmp_path, LAYOUT="raster")
     assert out.returncode == 2 and "LAYOUT must be image-first or 3d, got raster" in out.stderr
+    out = run(tmp_path, KIND="mar")
+    assert out.returncode == 2 and "KIND must be nar or nbp, got mar" in out.stderr
     assert not (tmp_path / "run").exists()
