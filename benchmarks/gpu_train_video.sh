@@ -2,7 +2,7 @@
 # Train a video token model on one CUDA GPU in one call, package it and measure it on 200 clips, so that a device
 # lent for 15 minutes spends them on training rather than setup. KIND picks the model: nar (docs/models/
 # shapes-video-nar.md) or nbp (docs/models/shapes-video-nbp.md; from the shipped 8-frame model, carried 16-frame
-# codes train a model of 16 frames, docs/video.md#clips-longer-than-the-window).
+# codes train a model of 16 frames, docs/video.md#a-model-of-16-frames).
 #
 #   CARRY=runs/device bash benchmarks/gpu_train_video.sh
 #   KIND=nbp CARRY=runs/device16 bash benchmarks/gpu_train_video.sh
