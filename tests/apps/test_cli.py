@@ -369,9 +369,31 @@ def test_quality_prints_a_short_summary_with_classes_by_name(tiny_pipeline_dir, 
     assert lines[0] == ("tiny: 3 images, seed 0, ar (temperature 1.0, top_k 0, top_p 1.0, cfg_scale 2.0, "
                         "cfg_interval -1)")
     assert lines[1].startswith("class_accuracy ") and "mean_entropy_nats" in printed and "confusion" not in printed
-    assert lines[-2].split() == ["class", "a", "b", "c"] and lines[-1].split()[0] == "accuracy" and len(lines) <= 6
+    assert lines[-2].split() == ["class", "a", "b", "c"] and lines[-1].split()[0] == "accuracy" and len(lines) <= 8
     figures = json.loads(report.read_text())
     assert list(figures["per_class"]) == ["a", "b", "c"] and len(figures["confusion"]) == 8
+    assert ("misread: " in printed) == (figures["class_accuracy"] < 1)
+
+
+def test_the_summary_names_what_each_missed_class_was_seen_as_most_often_first(tiny_pipeline_dir):
+    from vgen.apps.quality_cli import misread
+    from vgen.pipelines import load
+
+    confusion = [[0] * 8 for _ in range(8)]
+    confusion[0][0], confusion[0][1], confusion[0][5], confusion[2][2] = 3, 1, 2, 4  # class "a" missed 3 times
+    assert misread(load(tiny_pipeline_dir), confusion) == "a as ring 2, square 1"
+    confusion[1][0:8] = [1, 0, 1, 1, 1, 1, 1, 1]
+    assert misread(load(tiny_pipeline_dir), confusion, most=2).endswith("; b as circle 1, triangle 1")
+
+
+def test_quality_skips_the_token_statistics_when_told(tiny_pipeline_dir, tmp_path, capsys):
+    report = tmp_path / "q.json"
+    code, printed, err = run(["quality", "--model", str(tiny_pipeline_dir), "--num-images", "2", "--batch-size", "2",
+                              "--no-token-stats", "--json", str(report)], capsys)
+    assert code == 0, err
+    figures = json.loads(report.read_text())
+    assert "mean_entropy_nats" not in figures and "tokens_measured" not in figures
+    assert "class_accuracy" in figures and "mean_entropy_nats" not in printed
 
 
 @pytest.mark.parametrize("args, message", [

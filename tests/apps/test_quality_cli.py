@@ -49,6 +49,18 @@ def test_quality_of_a_text_model_reads_every_attribute_of_held_out_prompts(tiny_
 
 
 
+def test_quality_of_a_text_model_skips_the_token_statistics_when_told(tiny_t2i_pipeline_dir, judge_dir, tmp_path,
+                                                                     capsys):
+    figures = tmp_path / "q.json"
+    code = main(["quality", "--model", str(tiny_t2i_pipeline_dir), "--judge", str(judge_dir), "--num-images", "2",
+                 "--no-token-stats", "--json", str(figures), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    result = json.loads(figures.read_text())
+    assert "tokens_measured" not in result and "attribute_accuracy" in result
+    assert "mean_entropy_nats" not in out and "2 held-out prompts" in out
+
+
 def test_a_judge_is_for_text_models_only(tiny_pipeline_dir, judge_dir, capsys):
     assert main(["quality", "--model", str(tiny_pipeline_dir), "--judge", str(judge_dir), "--num-images", "1"]) == 2
     assert "--judge reads text-to-image samples" in capsys.readouterr().err

@@ -114,6 +114,16 @@ def test_real_clips_show_their_class_in_every_frame_and_a_wrong_label_scores_nea
     assert clip_class_accuracy(clips, (labels + 3) % 8)["class_accuracy"] <= 1 / 16
 
 
+def test_clip_confusion_counts_say_what_each_requested_class_was_seen_as(real_clips) -> None:
+    clips, labels = real_clips
+    right = clip_class_accuracy(clips, labels)
+    confusion = np.array(right["confusion"])
+    assert confusion.shape == (8, 8) and confusion.sum() == 16 and (confusion.sum(1) == 2).all()
+    assert np.trace(confusion) / 16 == right["class_accuracy"]
+    relabelled = np.array(clip_class_accuracy(clips, (labels + 3) % 8)["confusion"])
+    assert (relabelled == np.roll(confusion, 3, axis=0)).all()  # requested c + 3, still seen as c
+
+
 def test_a_clip_that_turns_into_another_shape_halfway_loses_identity(real_clips) -> None:
     clips, labels = real_clips
     morphing = np.concatenate([clips[:8, :8], clips[8:, :8][[3, 4, 5, 6, 7, 0, 1, 2]]], axis=1)  # 8 + 8 frames

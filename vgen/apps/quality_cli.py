@@ -31,7 +31,7 @@ from vgen.apps.options import (
 )
 from vgen.data.clips import ClipsConfig
 from vgen.data.scenes import evaluation_prompts, render_scenes
-from vgen.data.shapes import SPLIT_SEEDS
+from vgen.data.shapes import CLASS_NAMES, SPLIT_SEEDS
 from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
 from vgen.eval.quality import accuracy_by_request, attribute_accuracy, class_accuracy, clip_quality, token_statistics
 from vgen.hub import from_pretrained
@@ -67,6 +67,9 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
     p.add_argument("--json", default=None, help="write every figure here (JSON), the confusion matrix included")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-token-stats", action="store_true",
+                   help="skip the token statistics, whose teacher-forced pass over every sample costs about as "
+                        "much as sampling on long clips")
     p.add_argument("--device", type=device_name, default="cpu",
                    help="where the model samples (the judges run on the CPU)")
     p.add_argument("--judge", default=None,
@@ -118,7 +121,8 @@ def run_quality(args: argparse.Namespace) -> None:
         tokens_t = tokens_t[:, :pipe.model.num_tokens]
     figures = {"model": pipe.info.name, "sampler": sampler_figures(sampler), "sampling": params.to_dict(),
                "seed": args.seed}
-    if not tokens_t.is_floating_point():  # continuous tokens are drawn from densities: no entropy or top-1 here
+    # continuous tokens are drawn from densities: no entropy or top-1 there
+    if not (args.no_token_stats or tokens_t.is_floating_point()):
         figures.update(token_statistics(pipe.model, tokens_t, torch.tensor(classes), params))
     if video:
         figures.update(clip_figures(pipe, np.stack(images), classes, args.grid))
@@ -156,11 +160,24 @@ def write_quality(pipe, figures: dict, path: str | None) -> None:
     figures["per_class"] = {pipe.class_name(int(c)): v for c, v in figures["per_class"].items()}
     if path:
         Path(path).write_text(json.dumps(figures, indent=1))
-    print(quality_summary(figures))
+    print(quality_summary(figures, misread(pipe, figures["confusion"])))
 
 
-def quality_summary(figures: dict) -> str:
-    """A few lines: what was sampled and how, the figures, and a table of the per-class accuracy."""
+def misread(pipe, confusion: list[list[int]], most: int = 3) -> str:
+    """``square as circle 9, heart 4; triangle as crescent 7``: the classes (of the domain classifier) that samples
+    of each requested class were seen as instead, at most ``most`` of them, the most frequent first."""
+    parts = []
+    for wanted, row in enumerate(confusion):
+        wrong = sorted(((n, seen) for seen, n in enumerate(row) if seen != wanted and n), key=lambda x: -x[0])
+        if wrong:
+            parts.append(f"{pipe.class_name(wanted)} as " + ", ".join(f"{CLASS_NAMES[seen]} {n}"
+                                                                      for n, seen in wrong[:most]))
+    return "; ".join(parts)
+
+
+def quality_summary(figures: dict, misreadings: str = "") -> str:
+    """A few lines: what was sampled and how, the figures, what the missed classes were seen as (``misreadings``), and
+    a table of the per-class accuracy."""
     count = plural(figures["num_clips"], "clip") if "num_clips" in figures else plural(figures["num_images"], "image")
     settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
     skip = ("model", "sampler", "sampling", "seed", "per_class", "confusion", "num_images", "num_clips")
@@ -170,6 +187,7 @@ def quality_summary(figures: dict) -> str:
              "; ".join(f"{k} {_figure(v)}" for k, v in shown.items() if not isinstance(v, dict))]
     lines += [f"{k}: " + "; ".join(f"{name} {_figure(x)}" for name, x in v.items())
               for k, v in shown.items() if isinstance(v, dict)]
+    lines += [f"misread: {misreadings}"] if misreadings else []
     text = "\n".join(textwrap.fill(line, 110, subsequent_indent="  ") for line in lines)
     names = list(figures["per_class"])
     widths = [max(len(name), 4) for name in names]
@@ -204,7 +222,8 @@ def prompt_quality(pipe, args: argparse.Namespace) -> dict:
                "attribute_accuracy": attribute_accuracy(judge, pixels, attributes),
                "by_request": accuracy_by_request(judge, pixels, attributes),
                "ceiling": scene_ceiling(pipe, judge, attributes)}
-    figures.update(token_statistics(pipe.model, torch.cat(tokens), cat_conditions(conds), params))
+    if not args.no_token_stats:
+        figures.update(token_statistics(pipe.model, torch.cat(tokens), cat_conditions(conds), params))
     if args.grid:
         image_grid(images[:64], 8).save(args.grid)
     return figures
@@ -227,10 +246,10 @@ def write_prompt_quality(figures: dict, path: str | None) -> None:
         Path(path).write_text(json.dumps(figures, indent=1))
     settings = ", ".join(f"{k} {v}" for k, v in figures["sampling"].items())
     accuracy = figures["attribute_accuracy"]
+    statistics = (f"mean_entropy_nats {_figure(figures['mean_entropy_nats'])}; median_top1_prob "
+                  f"{_figure(figures['median_top1_prob'])}\n" if "mean_entropy_nats" in figures else "")
     print(f"{figures['model']}: {plural(figures['num_images'], 'held-out prompt')}, seed {figures['seed']}, "
-          f"{sampler_text(figures)} ({settings})\n"
-          f"mean_entropy_nats {_figure(figures['mean_entropy_nats'])}; median_top1_prob "
-          f"{_figure(figures['median_top1_prob'])}\n"
+          f"{sampler_text(figures)} ({settings})\n" + statistics
           + "attribute  " + "  ".join(name.rjust(max(10, len(name))) for name in accuracy) + "\n"
           + "accuracy   " + "  ".join(f"{x:.2f}".rjust(max(10, len(name))) for name, x in accuracy.items()))
     by_request = figures["by_request"]

@@ -67,10 +67,14 @@ def class_accuracy(classifier: ShapesClassifier, images: torch.Tensor, class_ids
     preds = classifier.predict(images).cpu().numpy()
     wanted = np.asarray(class_ids)
     per_class = {int(c): float((preds[wanted == c] == c).mean()) for c in np.unique(wanted)}
-    n = classifier.config.num_classes
-    confusion = np.bincount(wanted * n + preds, minlength=n * n).reshape(n, n)
     return {"class_accuracy": float((preds == wanted).mean()), "per_class": per_class,
-            "confusion": confusion.tolist(), "num_images": len(wanted)}
+            "confusion": confusion_counts(wanted, preds, classifier.config.num_classes), "num_images": len(wanted)}
+
+
+def confusion_counts(wanted: np.ndarray, seen: np.ndarray, num_classes: int) -> list[list[int]]:
+    """Counts [requested class][class seen] of int class ids ``wanted`` and ``seen`` [N]."""
+    flat = np.asarray(wanted) * num_classes + np.asarray(seen)
+    return np.bincount(flat, minlength=num_classes ** 2).reshape(num_classes, num_classes).tolist()
 
 
 @torch.no_grad()
@@ -120,8 +124,9 @@ def clip_class_accuracy(videos: np.ndarray, class_ids: Sequence[int]) -> dict:
     """Per-frame domain classifier on clips uint8 [N, T, H, W, 3]: ``class_accuracy`` (the class of highest mean
     probability over a clip's frames is the requested one), ``frame_accuracy`` (share of frames of the requested
     class) and ``identity_kept`` (mean share of a clip's frames that agree with its own majority class, whatever
-    it is: a shape that morphs into another lowers it). Clips of two or more :data:`CLIP_CHUNK_FRAMES` chunks also
-    get ``class_accuracy_by_chunk``: the class accuracy of each chunk judged as a clip of its own."""
+    it is: a shape that morphs into another lowers it) and the ``confusion`` counts of clips (row: requested class,
+    column: the clip's class). Clips of two or more :data:`CLIP_CHUNK_FRAMES` chunks also get
+    ``class_accuracy_by_chunk``: the class accuracy of each chunk judged as a clip of its own."""
     n, t = videos.shape[:2]
     probs = class_probabilities(np.ascontiguousarray(videos).reshape(n * t, *videos.shape[2:])).reshape(n, t, -1)
     wanted = np.asarray(class_ids)
@@ -130,7 +135,8 @@ def clip_class_accuracy(videos: np.ndarray, class_ids: Sequence[int]) -> dict:
     per_class = {int(c): float((clip_pred[wanted == c] == c).mean()) for c in np.unique(wanted)}
     figures = {"class_accuracy": float((clip_pred == wanted).mean()),
                "frame_accuracy": float((frame_pred == wanted[:, None]).mean()),
-               "identity_kept": float(majority.mean()), "per_class": per_class, "num_clips": int(n)}
+               "identity_kept": float(majority.mean()), "per_class": per_class,
+               "confusion": confusion_counts(wanted, clip_pred, probs.shape[-1]), "num_clips": int(n)}
     if t >= 2 * CLIP_CHUNK_FRAMES:
         figures["class_accuracy_by_chunk"] = {
             f"frames {a}-{b - 1}": float((probs[:, a:b].mean(1).argmax(-1) == wanted).mean())
@@ -162,5 +168,5 @@ def clip_quality(videos: np.ndarray, class_ids: Sequence[int], clips: ClipsConfi
     real, real_classes = render_clips(SPLIT_SEEDS["val"], 0, len(videos), clips)
     figures = clip_class_accuracy(videos, class_ids)
     figures["real_clips"] = {k: v for k, v in clip_class_accuracy(real, real_classes).items()
-                             if k not in ("per_class", "class_accuracy_by_chunk")}
+                             if k not in ("per_class", "confusion", "class_accuracy_by_chunk")}
     return {**figures, **clip_collapse(videos), **motion_check(videos, real)}
