@@ -41,6 +41,13 @@ def test_gif_output_and_a_class_switch(tiny_stream_pipeline_dir, tmp_path, capsy
     assert code == 0 and read_video(out).shape == (8, 16, 16, 3)
 
 
+def test_the_length_may_be_given_as_num_frames_as_the_other_commands_spell_it(tiny_stream_pipeline_dir, tmp_path,
+                                                                              capsys) -> None:
+    out = tmp_path / "s.gif"
+    code, _, _ = run(["--model", str(tiny_stream_pipeline_dir), "--num-frames", "6", "--out", str(out)], capsys)
+    assert code == 0 and read_video(out).shape == (6, 16, 16, 3)
+
+
 def test_classes_go_by_name_as_well_as_by_id(tiny_stream_pipeline_dir, tmp_path, capsys) -> None:
     out, profile = tmp_path / "s.gif", tmp_path / "p.json"
     code, printed, err = run(["--model", str(tiny_stream_pipeline_dir), "--frames", "5", "--class-id", "c",

@@ -51,7 +51,8 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
                    help="class of the video, by id or name (`vgen models` lists the names)")
     p.add_argument("--switch", type=parse_switch, action="append", default=[], metavar="FRAME:CLASS",
                    help="change the class from the block holding this frame on (repeatable)")
-    p.add_argument("--frames", type=int, default=160, help="frames to generate")
+    p.add_argument("--frames", "--num-frames", dest="frames", type=int, default=160,
+                   help="frames to generate (--num-frames, as the other commands spell it, is the same flag)")
     p.add_argument("--seed", type=int, default=0, help="random seed: the same seed draws the same video")
     settings = stream_settings()
     add_option_flags(p.add_argument_group("schedule and context (unset = the model's recommended value)"),
