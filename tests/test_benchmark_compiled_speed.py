@@ -42,6 +42,9 @@ def test_one_run_times_every_method_against_compiled_ar(benchmark_module, monkey
         for row in rows.values():
             assert row["vs_compiled_ar"] == reference / row["median_s"]
             assert min(row["seconds"]) <= row["median_s"] <= max(row["seconds"]) and len(row["seconds"]) == 2
+            paired = [a / b for a, b in zip(rows["ar, compiled"]["seconds"], row["seconds"])]  # round by round
+            assert row["vs_compiled_ar_paired"] == {"median": sum(paired) / 2, "low": min(paired),
+                                                    "high": max(paired)}
         assert 0 < r["token_statistics"]["median_top1_prob"] <= 1 and r["window_cost_eager"] > 0
     assert result["setup"]["compile"] == "default"
     profile = result["profile"]
