@@ -59,7 +59,8 @@ def test_classes_go_by_name_as_well_as_by_id(tiny_stream_pipeline_dir, tmp_path,
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--frames", "0"], "--frames must be in [1, 10000000], got 0"),
+    (["--frames", "0"], "--frames (--num-frames) must be in [1, 10000000], got 0"),
+    (["--num-frames", "-3"], "--frames (--num-frames) must be in [1, 10000000], got -3"),
     (["--seed", "-1"], "seed must be an integer in [0, 2**64), got -1"),
     (["--class-id", "3"], "class id 3 is out of range"),
     (["--switch", "4:7"], "class id 7 is out of range"),

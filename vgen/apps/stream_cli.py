@@ -68,7 +68,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
 def run_stream(args: argparse.Namespace) -> None:
     check_writable(args.out, {".mp4", ".gif"})
     check_writable(args.profile, {".json"})
-    check_count("--frames", args.frames)
+    check_count("--frames (--num-frames)", args.frames)
     if args.fps <= 0:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
     pipe = load_pipeline(args, streaming=True)
