@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from vgen.data.prompts import read_prompt_set
 from vgen.samplers.options import Option, short_repr
 
 ClassLabel = int | str  # a class id, or one of the pipeline's class names
@@ -133,14 +134,6 @@ def _scalar(x: Any) -> bool:
 
 def read_prompt_file(path: str | Path) -> list[str]:
     """The prompts of a text file, one a line (surrounding spaces stripped, blank lines skipped); a ValueError
-    naming the file when it cannot be read, is not UTF-8 text, or holds no prompt."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"prompt file {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
-    except OSError as e:
-        raise ValueError(f"cannot read prompt file {path}: {e.strerror or e}") from None
-    prompts = [line.strip() for line in text.splitlines() if line.strip()]
-    if not prompts:
-        raise ValueError(f"prompt file {path} holds no prompts: write one prompt a line")
-    return prompts
+    naming the file when it cannot be read, is not UTF-8 text, or holds no prompt. :mod:`vgen.data.prompts` reads
+    it, as it reads the other prompt sets."""
+    return list(read_prompt_set(path, "text").prompts)
