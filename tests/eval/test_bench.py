@@ -250,18 +250,40 @@ def test_the_table_is_the_json(result, tmp_path):
     paths = write_outputs(result, tmp_path / "out")
     assert json.loads(paths["json"].read_text()) == result
     lines = [line for line in paths["markdown"].read_text().splitlines() if line.startswith("|")]
-    assert lines[0] == "| " + " | ".join(COLUMNS) + " |" and len(lines) == 2 + len(result["results"])
+    columns = tuple(c for c in COLUMNS if c != "CLIP score") + ("class accuracy",)  # no CLIP model was given
+    assert lines[0] == "| " + " | ".join(columns) + " |" and len(lines) == 2 + len(result["results"])
     for line, r in zip(lines[2:], result["results"]):
-        cells = dict(zip(COLUMNS, (c.strip() for c in line.strip("|").split("|"))))
+        cells = dict(zip(columns, (c.strip() for c in line.strip("|").split("|"))))
         assert cells["sampler"] == r["label"] and int(cells["forward passes"]) == r["forward_passes"]
         assert cells["step compression"] == f"{r['step_compression']:.2f}x"
         assert cells["latency ratio"] == f"{r['latency_ratio']:.2f}x"
+        assert cells["tokens / s"] == f"{r['tokens_per_second']:.0f}"
         assert float(cells["tokens / forward"]) == pytest.approx(r["tokens_per_forward"], abs=0.005)
+        assert cells["entropy (nats)"] == f"{r['mean_entropy_nats']:.2f}"
+        assert cells["top-1"] == f"{r['median_top1_prob']:.2f}"
         assert float(cells["FID vs real"]) == pytest.approx(r["fid"], abs=0.005)
         assert cells["FID vs AR"] == ("-" if r["fid_vs_ar"] is None else f"{r['fid_vs_ar']:.2f}")
         assert cells["class accuracy"] == f"{100 * r['class_accuracy']:.1f}%"
     assert bench_table(result) in paths["markdown"].read_text()
     assert Image.open(paths["plot"]).size == (1560, 400)  # FID over passes and time, accuracy over time
+
+
+def test_every_row_carries_the_token_statistics_of_its_own_tokens_and_its_tokens_per_second(pipe, real):
+    """Entropy and top-1 of the distributions each row drew from, teacher-forced on that row's own tokens with its
+    own settings (here a greedy row beside the reference's sampling)."""
+    greedy = SamplerSpec("greedy", "sjd", sampling={"temperature": 0.0})
+    result = run_bench(pipe, [greedy], 4, 0, 2, real=real)
+    plan = SamplePlan(0, 2, (0, 1, 2), balanced=True)
+    for row, temperature in zip(result["results"], (None, 0.0)):
+        params = SamplingParams(**{**pipe.info.defaults, **({} if temperature is None else
+                                                            {"temperature": temperature})})
+        drawn = [pipe(plan.labels(plan.batch_indices(k, 4)), sampler=row["sampler"], seed=plan.batch_seed(k),
+                      **params.to_dict()) for k in range(2)]
+        expected = token_statistics(pipe.model, torch.cat([d.tokens for d in drawn]),
+                                    torch.tensor(plan.labels(range(4))), params)
+        assert row["mean_entropy_nats"] == pytest.approx(expected["mean_entropy_nats"])
+        assert row["median_top1_prob"] == pytest.approx(expected["median_top1_prob"])
+        assert row["tokens_per_second"] == pytest.approx(4 * 16 / row["wall_time_s"])
 
 
 def test_the_setup_carries_the_reference_rows_token_statistics(pipe, result, tmp_path):

@@ -25,6 +25,13 @@ from vgen.samplers.options import check_options, option, short_repr
 MAX_JSON_ELEMENTS = 1 << 16
 # guidance scales in use stay below 20; far above, the guided logits overflow to inf
 MAX_CFG_SCALE = 100.0
+# every numeric option has an upper bound that fits its meaning, generous for real models:
+# tokens of one image or clip (LlamaGen's 384 / 512 px grids hold 576 / 1024, Emu3's 1024 px grid 16384)
+MAX_TOKENS = 2**16
+# entries of a codebook or token vocabulary (LlamaGen's VQ 16384; Chameleon's and Emu3's vocabularies 2**16 to 2**18)
+MAX_VOCAB = 2**18
+# logits that spread over tens of nats are all but uniform at temperature 100
+MAX_TEMPERATURE = 100
 CFG_SCHEDULES = ("constant", "linear")  # guidance over a sample's steps (scheduled_cfg_scale)
 CFG_SCHEDULE_HELP = ("guidance over the blocks or tokens: the same scale throughout (constant) or ramped up to it "
                      "as MAR and NBP do (linear)")
@@ -53,14 +60,14 @@ class SamplingParams:
     from the token after the prefill's), -1 keeps it on for every token.
     """
 
-    temperature: float = option(1.0, "sampling temperature", at_least=0, note="0 = greedy")
-    top_k: int = option(0, "keep the k most likely tokens", at_least=0, note="0 = off")
+    temperature: float = option(1.0, "sampling temperature", at_least=0, at_most=MAX_TEMPERATURE, note="0 = greedy")
+    top_k: int = option(0, "keep the k most likely tokens", at_least=0, at_most=MAX_VOCAB, note="0 = off")
     top_p: float = option(1.0, "keep the smallest set of tokens with this much probability", above=0, at_most=1,
                           note="1 = off")
     cfg_scale: float = option(1.0, "classifier-free guidance scale", at_least=0, at_most=MAX_CFG_SCALE,
                               note="guidance only above 1")
     cfg_interval: int = option(-1, "guide the image tokens up to this decode step only", at_least=-1,
-                               note="-1 = guide every token")
+                               at_most=MAX_TOKENS, note="-1 = guide every token")
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -128,15 +135,21 @@ class SamplerStats:
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def tokens_per_forward(self) -> float:
-        """Mean over rows of a row's tokens per target pass it took (up to the pass that produced its last token,
-        from ``accept_step``; every pass of the run without it): 1.0 for vanilla AR, at any batch size."""
+    def row_tokens_per_forward(self) -> list[float]:
+        """Each row's tokens per target pass it took (up to the pass that produced its last token, from
+        ``accept_step``; every pass of the run without it): 1.0 for vanilla AR, at any batch size."""
         if not self.forward_passes:
-            return 0.0
+            return [0.0] * self.batch_size
         row_tokens = self.tokens / self.batch_size
         if self.accept_step is None:
-            return row_tokens / self.forward_passes
-        return float((row_tokens / self.accept_step.amax(dim=1).clamp(min=1).double()).mean())
+            return [row_tokens / self.forward_passes] * self.batch_size
+        return (row_tokens / self.accept_step.amax(dim=1).clamp(min=1).double()).tolist()
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Mean over rows of :attr:`row_tokens_per_forward`."""
+        rows = self.row_tokens_per_forward
+        return float(sum(rows) / len(rows)) if rows else 0.0
 
     @property
     def batch_tokens_per_forward(self) -> float:
