@@ -402,6 +402,44 @@ def llamagen_t2i_release(tmp_path, monkeypatch):
 # ---- end text-to-image -------------------------------------------------------------------------------------
 
 
+# ---- text-to-image: a tiny random CLIP with its processor, in transformers' layout -------------------------
+TINY_CLIP_IMAGE_SIZE = 32
+
+
+def make_tiny_clip_dir(folder, seed: int = 0):
+    """Save a random ``CLIPModel`` (text and vision width 32, 2 layers, projection dim 16, 32-px images in 8-px
+    patches, 77 text positions) and a ``CLIPProcessor`` into ``folder``, laid out as openai/clip-vit-large-patch14:
+    OpenAI's image mean and std, shortest edge resized to 32 then center-cropped; a byte-level BPE tokenizer over
+    single letters (a letter ending a word is ``x</w>``), the start and end tokens last and the config's
+    ``eos_token_id`` 2, so that the text is pooled at its highest token id as OpenAI's checkpoints are."""
+    transformers = pytest.importorskip("transformers", reason="the CLIP score needs transformers "
+                                                              "(pip install -e '.[t2i]')")
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = [*letters, *(c + "</w>" for c in letters), "<|startoftext|>", "<|endoftext|>"]
+    tokenizer = transformers.CLIPTokenizer(vocab={w: i for i, w in enumerate(words)}, merges=[])
+    size = TINY_CLIP_IMAGE_SIZE
+    image_processor = transformers.CLIPImageProcessorPil(size={"shortest_edge": size},
+                                                         crop_size={"height": size, "width": size})
+    config = transformers.CLIPConfig(
+        text_config=dict(vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=77, bos_token_id=0, pad_token_id=1,
+                         eos_token_id=2),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=size, patch_size=8),
+        projection_dim=16)
+    torch.manual_seed(seed)
+    transformers.CLIPModel(config).save_pretrained(folder)
+    transformers.CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_dir(tmp_path_factory):
+    """A saved tiny random CLIP folder (:func:`make_tiny_clip_dir`); treat it as read-only."""
+    return make_tiny_clip_dir(tmp_path_factory.mktemp("clip") / "tiny")
+# ---- end text-to-image -------------------------------------------------------------------------------------
+
+
 @pytest.fixture(scope="session")
 def benchmark_module():
     """``benchmark_module("name")``: ``benchmarks/name.py`` imported as a module, to test its functions."""
