@@ -1,4 +1,5 @@
-"""``vgen eval fid|fvd|stats``: FID / FVD (and KID / KVD) between two sets, and reference statistics.
+"""``vgen eval fid|fvd|stats|clip``: FID / FVD (and KID / KVD) between two sets, reference statistics, and the
+CLIP score of images against their prompts.
 
 Every command prints its result as one line of text; with ``--json`` it prints exactly one JSON object on one line
 of stdout instead (``--json PATH`` also writes it to PATH). Warnings go to stderr as ``vgen: warning: ...`` and into
@@ -13,7 +14,11 @@ import sys
 from pathlib import Path
 
 from vgen.apps.options import UsageError, check_writable, device_name, plural
+from vgen.eval.clip import check_clip_folder, check_pairs, clip_score, load_clip
 from vgen.eval.evaluate import EvalSettings, compute_stats, frechet_report
+from vgen.eval.features import load_images
+from vgen.eval.fid import npz_keys, read_npz
+from vgen.pipelines.inputs import read_prompt_file
 
 JSON_HELP = "print the result as one JSON object on one line (and write it to PATH if given)"
 
@@ -35,7 +40,16 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     _add_features(stats, "shapes, inception (images) or i3d (videos); default shapes")
     stats.add_argument("--num-frames", type=int, default=16, help="frames per clip for --videos")
     _add_trust(stats)
-    for parser, func in ((fid, run_eval_fid), (fvd, run_eval_fvd), (stats, run_eval_stats)):
+    clip = esub.add_parser("clip", help="CLIP score of images against their prompts (torchmetrics' CLIPScore)")
+    clip.add_argument("--images", required=True, help="image set: folder, .npz (arr_0) or .npy")
+    clip.add_argument("--prompts", default=None,
+                      help="text file, one prompt a line, in the images' order (default: the 'prompts' array of an "
+                           "--images .npz, as vgen sample-many packs it)")
+    clip.add_argument("--clip", required=True, help="CLIP folder in transformers' layout, e.g. a download of "
+                                                    "openai/clip-vit-large-patch14")
+    clip.add_argument("--device", type=device_name, default="cpu", help="where CLIP runs")
+    clip.add_argument("--batch-size", type=int, default=64, help="images per CLIP batch")
+    for parser, func in ((fid, run_eval_fid), (fvd, run_eval_fvd), (stats, run_eval_stats), (clip, run_eval_clip)):
         parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help=JSON_HELP)
         parser.set_defaults(func=func)
 
@@ -119,3 +133,33 @@ def run_eval_stats(args: argparse.Namespace) -> None:
     result = compute_stats(args.images or args.videos, args.out, _settings(args, media))
     _emit(result, args, f"wrote statistics of {plural(result['count'], media[:-1])} ({result['features']} "
                         f"features) to {args.out}")
+
+
+def clip_prompts(images: str, prompts: str | None) -> tuple[list[str], str]:
+    """The prompts of ``--prompts``, or else of the ``prompts`` array of an ``--images`` .npz; and where they are."""
+    if prompts is not None:
+        return read_prompt_file(prompts), prompts
+    if Path(images).suffix == ".npz" and Path(images).is_file() and "prompts" in npz_keys(images):
+        return [str(p) for p in read_npz(images, ["prompts"])["prompts"].reshape(-1)], f"{images}:prompts"
+    raise UsageError(f"give --prompts: {images} is not an .npz holding a 'prompts' array (as vgen sample-many "
+                     f"writes for a text-to-image model)")
+
+
+def clip_line(result: dict) -> str:
+    """``vgen eval clip``'s result in one line: the score, the image count, the model and the prompts cut."""
+    cut = result["truncated"] and f"; {plural(result['truncated'], 'prompt')} cut to {result['max_tokens']} tokens"
+    return (f"CLIP score {result['clip_score']:.4f} over {plural(result['count'], 'image')} "
+            f"({Path(result['clip']).name}{cut or ''})")
+
+
+def run_eval_clip(args: argparse.Namespace) -> None:
+    check_writable(None if args.json in (None, "-") else args.json, {".json"})
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    check_clip_folder(args.clip)
+    prompts, prompts_from = clip_prompts(args.images, args.prompts)
+    images = load_images(args.images)
+    check_pairs(images, prompts, args.images, prompts_from)
+    result = clip_score(images, prompts, load_clip(args.clip, args.device), args.batch_size, progress=True)
+    result.update(images=args.images, prompts=prompts_from)
+    _emit(result, args, clip_line(result))
