@@ -176,3 +176,12 @@ def test_a_folder_that_is_not_a_clip_model_is_a_one_line_error(tmp_path, tiny_cl
     (bare / "config.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="config.json is not a model config"):
         load_clip(bare)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_scores_on_cuda_are_the_scores_on_the_cpu(scorer, tiny_clip_dir):
+    images = random_images(len(PROMPTS))
+    on_cuda = load_clip(tiny_clip_dir, device="cuda").scores(images, PROMPTS, batch_size=4)
+    # cuDNN may run the patch convolution in TF32 (about 1e-3 relative): scores of 100 cos within 0.05
+    np.testing.assert_allclose(on_cuda, scorer.scores(images, PROMPTS, batch_size=4), rtol=0, atol=0.05)
