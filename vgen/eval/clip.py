@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -125,8 +124,8 @@ class ClipScorer:
         return self.processor(images=list(images), return_tensors="pt")["pixel_values"]
 
     def text_inputs(self, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
-        """``input_ids`` and ``attention_mask`` of ``prompts`` as torchmetrics makes them: tokenized unpadded, padded
-        to the longest, then cut to :attr:`max_tokens` columns."""
+        """``input_ids`` and ``attention_mask`` of ``prompts`` as torchmetrics makes them: tokenized without
+        truncation, padded to the longest, then cut to :attr:`max_tokens` columns."""
         batch = self.processor(text=list(prompts), padding=True, return_tensors="pt", verbose=False)
         return {key: batch[key][:, :self.max_tokens] for key in ("input_ids", "attention_mask")}
 
@@ -140,7 +139,7 @@ class ClipScorer:
         """float64 [N]: ``100 * cos`` of each image's and its prompt's CLIP embeddings, not clamped (the set's score
         is :func:`clip_mean` of these). Prompts over :attr:`max_tokens` tokens are cut, with one
         :class:`PromptTruncatedWarning` that counts them (:meth:`truncated`)."""
-        images, prompts = np.asarray(images), [str(p) if isinstance(p, str) else p for p in prompts]
+        images, prompts = np.asarray(images), list(prompts)
         check_pairs(images, prompts)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -172,22 +171,15 @@ def load_clip(folder: str | Path, device: str | torch.device = "cpu") -> ClipSco
     return ClipScorer(model, processor, path)
 
 
-@dataclass(frozen=True)
-class ClipWeights:
-    """Which weights a CLIP folder holds: the file's name and SHA-256 (None for sharded weights)."""
-
-    name: str
-    sha256: str | None
-
-    @classmethod
-    def of(cls, folder: Path) -> ClipWeights:
-        for pattern in WEIGHT_PATTERNS:
-            files = sorted(folder.glob(pattern))
-            if len(files) == 1:
-                return cls(files[0].name, sha256_of(files[0]))
-            if files:
-                return cls(f"{len(files)} files {pattern}", None)
-        raise FileNotFoundError(f"the CLIP folder {folder} has no weights")
+def weights_of(folder: Path) -> tuple[str, str | None]:
+    """The weights file of a CLIP folder and its SHA-256 (sharded weights: their count and pattern, and None)."""
+    for pattern in WEIGHT_PATTERNS:
+        files = sorted(folder.glob(pattern))
+        if len(files) == 1:
+            return files[0].name, sha256_of(files[0])
+        if files:
+            return f"{len(files)} files {pattern}", None
+    raise FileNotFoundError(f"the CLIP folder {folder} has no weights")
 
 
 def clip_score(images: np.ndarray, prompts: Sequence[str], clip: ClipScorer | str | Path, batch_size: int = 64,
@@ -199,9 +191,9 @@ def clip_score(images: np.ndarray, prompts: Sequence[str], clip: ClipScorer | st
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
         scores = scorer.scores(images, prompts, batch_size, progress)
-    weights = ClipWeights.of(scorer.folder) if scorer.folder is not None else None
+    weights, sha256 = weights_of(scorer.folder) if scorer.folder is not None else (None, None)
     return {"clip_score": clip_mean(scores), "count": len(scores), "truncated": scorer.truncated(prompts),
             "max_tokens": scorer.max_tokens, "clip": None if scorer.folder is None else str(scorer.folder),
-            "weights": weights and weights.name, "weights_sha256": weights and weights.sha256,
+            "weights": weights, "weights_sha256": sha256,
             "versions": {**versions(), "transformers": version("transformers")},
             "warnings": [str(r.message) for r in records]}
