@@ -5,6 +5,7 @@ accuracy per attribute on held-out prompts), and a table that is the JSON."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -452,3 +453,114 @@ def test_a_missing_scene_judge_fails_before_any_sampling(t2i, t2i_result, monkey
     monkeypatch.setattr(bench, "draw_interleaved", lambda *a, **k: pytest.fail("sampled without a judge"))
     with pytest.raises(CheckpointError, match="shapes-scene-judge"):
         run_bench(t2i, [SamplerSpec("ar", "ar")], 2, real=t2i_result[1])
+
+
+# ---- a text model of another domain: a prompt set, the CLIP score, no judge of its own ------------------------
+
+PARTI = "Prompt\tCategory\tChallenge\tNote\na red cat\tAnimals\tBasic\t\na blue dog on the mat\tAnimals\tBasic\t\n" \
+        "a map of the river\tArtifacts\tComplex\t\n"
+
+
+@pytest.fixture
+def llamagen_t2i(llamagen_t2i_release, tiny_t5_dir, tmp_path):
+    """A LlamaGen-T2I folder (``vgen t2i-config``) of 64-px images (4 x 4 tokens) over the tiny T5, loaded."""
+    from vgen.models.llamagen import LlamaGenGPT, llamagen_t2i_config_for
+    from vgen.pipelines import write_llamagen_t2i_config
+
+    _, _, vq = llamagen_t2i_release(32)
+    torch.manual_seed(1)
+    gpt = LlamaGenGPT(llamagen_t2i_config_for(64, caption_dim=32))
+    with torch.no_grad():
+        for p in gpt.parameters():
+            p.normal_(std=0.2)  # far from the zero-initialised output layer's flat distributions
+    torch.save({"model": gpt.state_dict()}, tmp_path / "t2i_tiny_64.pt")
+    return load(write_llamagen_t2i_config(tmp_path / "folder", tmp_path / "t2i_tiny_64.pt", vq, t5_path=tiny_t5_dir,
+                                          image_size=64, caption_dim=32))
+
+
+@pytest.fixture
+def parti(tmp_path):
+    from vgen.data.prompts import read_prompt_set
+
+    (tmp_path / "parti.tsv").write_text(PARTI)
+    return read_prompt_set(tmp_path / "parti.tsv")
+
+
+def test_a_text_model_of_another_domain_draws_a_prompt_set_scored_by_clip(llamagen_t2i, parti, tiny_clip_dir,
+                                                                          tmp_path):
+    """The prompts in turn, the CLIP score of each row equal to CLIP's own on the same images, no Fréchet
+    distance without a feature set, and the table and plot built of what there is."""
+    from vgen.eval.clip import clip_mean, load_clip
+
+    clip = load_clip(tiny_clip_dir)
+    result = run_bench(llamagen_t2i, [SamplerSpec("sjd", "sjd")], 4, 0, 2, prompts=parti, clip=clip)
+    plan, params = SamplePlan(0, 2, prompts=parti.prompts), SamplingParams(**llamagen_t2i.info.defaults)
+    drawn = [llamagen_t2i(**plan.inputs(plan.batch_indices(k, 4)), sampler="ar", seed=plan.batch_seed(k),
+                          **params.to_dict()) for k in range(2)]
+    images = np.stack([np.asarray(im) for d in drawn for im in d.images])
+    prompts = [parti.prompts[j] for j in plan.labels(range(4))]
+    ar, sjd = result["results"]
+    assert prompts[3] == prompts[0] and ar["clip_score"] == pytest.approx(clip_mean(clip.scores(images, prompts)))
+    assert sjd["clip_score"] is not None and sjd["mean_entropy_nats"] > 0
+    assert all(r[key] is None for r in (ar, sjd) for key in ("fid", "kid", "fid_vs_ar", "class_accuracy",
+                                                              "attribute_accuracy"))
+    setup = result["setup"]
+    assert setup["features"] is None and setup["real"] is None and setup["clip"] == str(tiny_clip_dir)
+    assert setup["prompt_set"] == {"source": str(tmp_path / "parti.tsv"), "format": "parti", "count": 3}
+    paths = write_outputs(result, tmp_path / "out")
+    text = paths["markdown"].read_text()
+    assert "(parti prompts of parti.tsv in turn (3 prompts))" in text and "no Fréchet distances" in text
+    header = [line for line in text.splitlines() if line.startswith("|")][0]
+    assert header == ("| sampler | drafter | forward passes | step compression | wall time (s) | latency ratio | "
+                      "tokens / s | tokens / forward | entropy (nats) | top-1 | CLIP score |")
+    assert Image.open(paths["plot"]).size == (1040, 400)  # the CLIP score over passes and over time
+
+
+def test_a_feature_set_without_real_images_gives_the_distance_to_ars_samples(llamagen_t2i, parti):
+    from vgen.eval.features import load_extractor
+
+    rows = run_bench(llamagen_t2i, [SamplerSpec("sjd", "sjd")], 4, 0, 2, prompts=parti,
+                     extractor=load_extractor("shapes"))["results"]
+    assert rows[0]["fid"] is None and rows[0]["fid_vs_ar"] is None
+    assert rows[1]["fid"] is None and rows[1]["fid_vs_ar"] >= 0
+
+
+def test_the_breakdown_by_category_is_each_categorys_own_samples(llamagen_t2i, parti, tiny_clip_dir, tmp_path):
+    from vgen.eval.clip import clip_mean, load_clip
+
+    clip = load_clip(tiny_clip_dir)
+    result = run_bench(llamagen_t2i, [SamplerSpec("sjd", "sjd")], 6, 0, 3, prompts=parti, clip=clip,
+                       by_category=True)
+    plan, params = SamplePlan(0, 3, prompts=parti.prompts), SamplingParams(**llamagen_t2i.info.defaults)
+    drawn = [llamagen_t2i(**plan.inputs(plan.batch_indices(k, 6)), sampler="sjd", seed=plan.batch_seed(k),
+                          **params.to_dict()) for k in range(2)]
+    images = np.stack([np.asarray(im) for d in drawn for im in d.images])
+    labels = plan.labels(range(6))
+    scores = clip.scores(images, [parti.prompts[j] for j in labels])
+    per_row = [v for d in drawn for v in d.stats.row_tokens_per_forward]
+    categories = result["categories"]
+    assert list(categories) == ["Animals", "Artifacts"] and list(categories["Animals"]) == ["ar", "sjd"]
+    for category, count in (("Animals", 4), ("Artifacts", 2)):
+        mine = [i for i, j in enumerate(labels) if parti.categories[j] == category]
+        assert len(mine) == count and categories[category]["ar"]["tokens_per_forward"] == 1
+        sjd = categories[category]["sjd"]
+        assert sjd["samples"] == count and sjd["clip_score"] == pytest.approx(clip_mean(scores[mine]))
+        assert sjd["tokens_per_forward"] == pytest.approx(np.mean([per_row[i] for i in mine]))
+    text = write_outputs(result, tmp_path)["markdown"].read_text()
+    assert "By category:" in text
+    assert "| category | sampler | samples | tokens / forward | CLIP score | vs reference |" in text
+    with pytest.raises(ValueError, match="a breakdown by category needs a prompt set with categories"):
+        run_bench(llamagen_t2i, [], 2, prompts=replace(parti, categories=None), by_category=True)
+
+
+def test_a_text_model_needs_a_prompt_set_and_a_class_model_refuses_one(llamagen_t2i, pipe, parti, real):
+    with pytest.raises(ValueError, match="is a text-to-image model: give it a prompt set .*--prompts FILE"):
+        run_bench(llamagen_t2i, [SamplerSpec("ar", "ar")], 2)
+    with pytest.raises(ValueError, match="tiny is class-conditional: it draws classes, not a prompt set"):
+        run_bench(pipe, [SamplerSpec("ar", "ar")], 2, prompts=parti, real=real)
+
+
+def test_statistics_of_other_features_are_refused(pipe, tmp_path):
+    GaussianStats(np.zeros(2), np.eye(2), 4, features="inception").save(str(tmp_path / "stats.npz"))
+    with pytest.raises(ValueError, match="holds statistics of inception features, not shapes"):
+        real_reference(pipe, tmp_path / "stats.npz")

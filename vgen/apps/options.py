@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import torch
 
 from vgen import pipelines
+from vgen.data.prompts import FORMATS, PromptSet, read_prompt_set
 from vgen.models.llamagen import LLAMAGEN_T2I_CHECKPOINTS
 from vgen.pipelines import StreamPipeline
 from vgen.pipelines.inputs import MAX_SAMPLES, check_device
@@ -26,12 +27,23 @@ DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16
           "fp16": "float16", "float16": "float16"}
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
 MAX_MESSAGE = 1000  # characters of an error line; a longer one is cut
-MAX_QUOTED = 60  # characters of a value argparse quotes in its message; a longer one is cut
+MAX_QUOTED = 60  # characters of a value a message quotes, or of a number in it; a longer one is cut
 RUNS = Path(os.environ.get("VGEN_RUNS", Path.home() / ".cache" / "vgen" / "runs"))
 
 
 class UsageError(Exception):
     """A problem with the command line itself, reported without a traceback."""
+
+
+def cut_values(message: str) -> str:
+    """``message`` with every value it quotes and every number in it cut to :data:`MAX_QUOTED` characters, the
+    length said (a message never echoes a long input whole)."""
+    def cut(match: re.Match) -> str:
+        value = match.group()
+        quoted = value[0] in "'\""
+        return f"{value[:MAX_QUOTED]}... ({len(value) - 2 * quoted} {'characters' if quoted else 'digits'})"
+
+    return re.sub(rf"'[^']{{{MAX_QUOTED},}}'|\"[^\"]{{{MAX_QUOTED},}}\"|\d{{{MAX_QUOTED + 1},}}", cut, message)
 
 
 def one_line(text: str) -> str:
@@ -75,13 +87,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """One ``vgen: error: ...`` line that points at ``--help`` (instead of the usage, which runs to dozens of
-        lines), a long quoted value cut, and exit status 2."""
-        def cut(match: re.Match) -> str:
-            quoted = match.group()
-            return f"{quoted[:MAX_QUOTED]}... ({len(quoted) - 2} characters)"
-
-        message = re.sub(rf"'[^']{{{MAX_QUOTED},}}'|\"[^\"]{{{MAX_QUOTED},}}\"", cut, message)
-        self.exit(2, f"vgen: error: {one_line(message)} (see: {self.prog} --help)\n")
+        lines), a long value cut (:func:`cut_values`), and exit status 2."""
+        self.exit(2, f"vgen: error: {one_line(cut_values(message))} (see: {self.prog} --help)\n")
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
@@ -242,11 +249,58 @@ def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     gen.add_argument("--sampler", default=None,
                      help="sampler name (see `vgen samplers`; default: the model's plain sampler: ar, or "
                           "continuous-ar, nar, nbp for those models)")
+    add_sampler_option_flags(p)
+    return gen
+
+
+def add_sampler_option_flags(p: argparse.ArgumentParser, applies_to: str = "the sampler") -> None:
+    """One flag per option of the registered samplers (read by :func:`sampler_options`), grouped by the samplers
+    that take them; ``applies_to`` says in the groups' titles what a flag set applies to."""
     defaults = sampler_defaults()
     for takers, options in sampler_option_groups().items():
-        add_option_flags(p.add_argument_group(f"options of {', '.join(takers)} (unset = the sampler's own value)"),
-                         options, defaults)
-    return gen
+        add_option_flags(p.add_argument_group(f"options of {', '.join(takers)} (for {applies_to}; unset = the "
+                                              f"sampler's own value)"), options, defaults)
+
+
+def add_prompt_set_args(group: argparse._ArgumentGroup) -> None:
+    """A text-to-image model's prompt set: --prompts (or --prompt-file), --format, --subset and --subset-seed (read
+    by :func:`read_prompt_set_args`)."""
+    files = group.add_mutually_exclusive_group()
+    files.add_argument("--prompts", default=None, metavar="FILE",
+                       help="a text-to-image model's prompt set: MS-COCO caption annotations (.json: one caption "
+                            "per image), PartiPrompts' TSV (.tsv), GenEval's evaluation_metadata.jsonl (.jsonl) or "
+                            "one prompt a line (.txt; other suffixes by their content); taken in turn: sample i gets "
+                            "prompt i mod the number of prompts")
+    files.add_argument("--prompt-file", default=None, metavar="FILE",
+                       help="a plain-text prompt file, one prompt a line (blank lines skipped), as vgen sample "
+                            "reads it: the same as --prompts FILE --format text")
+    group.add_argument("--format", choices=FORMATS, default=None,
+                       help="the --prompts file's format (default: from its suffix and content)")
+    group.add_argument("--subset", type=int, default=None, metavar="N",
+                       help="draw N prompts of the set (COCO: N images, one caption each), seeded by --subset-seed "
+                            "and kept in the file's order (default: every prompt; COCO: every image)")
+    group.add_argument("--subset-seed", type=int, default=None, metavar="S",
+                       help="seed of the --subset draw and of COCO's caption per image, apart from --seed, so that "
+                            "one prompt subset can be drawn with several sampling seeds (default: 0)")
+
+
+def read_prompt_set_args(args: argparse.Namespace) -> PromptSet | None:
+    """The prompt set of --prompts (in --format, or detected) or --prompt-file (plain text), with its --subset drawn
+    by --subset-seed; None without a prompt file."""
+    path = args.prompts if args.prompts is not None else args.prompt_file
+    if path is None:
+        given = [flag for flag, value in (("--format", args.format), ("--subset", args.subset),
+                                          ("--subset-seed", args.subset_seed)) if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for a prompt set: give "
+                             f"--prompts FILE")
+        return None
+    if args.prompt_file is not None and args.format not in (None, "text"):
+        raise UsageError(f"--prompt-file is plain text, one prompt a line: give --prompts {path} --format "
+                         f"{args.format}")
+    fmt = "text" if args.prompt_file is not None else args.format
+    seed = 0 if args.subset_seed is None else args.subset_seed
+    return read_prompt_set(path, fmt, args.subset, seed)
 
 
 def add_device_args(group: argparse._ArgumentGroup) -> None:

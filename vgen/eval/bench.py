@@ -51,7 +51,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -60,10 +59,12 @@ from tqdm.auto import tqdm
 
 from vgen.data.clips import SPLIT_SEEDS as CLIP_SPLIT_SEEDS
 from vgen.data.clips import ClipsConfig, render_clips
+from vgen.data.prompts import PromptSet
 from vgen.data.scenes import evaluation_prompts, render_scenes
 from vgen.data.shapes import SPLIT_SEEDS as SHAPE_SPLIT_SEEDS
 from vgen.data.shapes import ShapesConfig, render_batch
 from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
+from vgen.eval.clip import ClipScorer, clip_mean
 from vgen.eval.features import SHAPES_VIDEO, Extractor, is_stats_file, load_extractor, load_images
 from vgen.eval.fid import (
     GaussianStats,
@@ -82,10 +83,6 @@ from vgen.pipelines import ImagePipeline, default_sampler
 from vgen.samplers import Sampler, SamplingParams, get_sampler
 from vgen.samplers.options import declarations, parse_option
 from vgen.visualize import scatter_plot
-
-if TYPE_CHECKING:
-    from vgen.data.prompts import PromptSet
-    from vgen.eval.clip import ClipScorer
 
 REFERENCE = "ar"
 SAMPLING_FIELDS = declarations(SamplingParams)  # the keys a spec may set for its own row
@@ -462,7 +459,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
         scores = None
         if clip is not None:
             scores = clip.scores(samples, [plan.prompts[j] for j in d.labels])
-            row["clip_score"] = float(np.mean(scores))
+            row["clip_score"] = clip_mean(scores)
         per_sample[spec.label] = {"labels": d.labels, "tokens_per_forward": d.row_tokens_per_forward(),
                                   "clip_score": scores}
         rows.append(row)
@@ -482,7 +479,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
              "sampling": params.to_dict(), "reference": reference,
              "real": None if real is None else real.source, "real_count": None if real is None else real.stats.count,
              "features": None if extractor is None else extractor.name,
-             "clip": None if clip is None else clip.source,
+             "clip": None if clip is None else str(clip.folder),
              "device": str(pipe.device),
              "dtype": str(next(pipe.model.parameters()).dtype).removeprefix("torch."),
              "threads": torch.get_num_threads(),
@@ -517,7 +514,7 @@ def category_breakdown(prompts: PromptSet, per_sample: dict[str, dict]) -> dict[
             breakdown[category][label] = {
                 "samples": len(mine),
                 "tokens_per_forward": statistics.mean(sample["tokens_per_forward"][i] for i in mine),
-                "clip_score": None if scores is None else float(np.mean(scores[mine]))}
+                "clip_score": None if scores is None else clip_mean(scores[mine])}
     return {category: rows for category, rows in breakdown.items() if rows}
 
 
