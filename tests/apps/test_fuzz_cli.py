@@ -30,7 +30,7 @@ import torch
 from vgen.apps import gradio_app, train_cli
 from vgen.apps.cli import build_parser, main
 from vgen.apps.options import sampler_classes
-from vgen.eval import bench, evaluate
+from vgen.eval import bench, clip, evaluate
 from vgen.samplers.streaming import BlockStreamer
 
 SEED = 45
@@ -65,6 +65,7 @@ def no_work(monkeypatch):
     for name in ("render_batch", "render_clips", "features_of"):
         monkeypatch.setattr(bench, name, reached)
     monkeypatch.setattr(evaluate, "side_stats", reached)
+    monkeypatch.setattr(clip.ClipScorer, "scores", reached)
     for name in [n for n in vars(train_cli) if n.startswith("train_") and callable(getattr(train_cli, n))]:
         monkeypatch.setattr(train_cli, name, reached)
     monkeypatch.setattr(gradio_app, "build_app", reached)
@@ -75,12 +76,14 @@ def no_work(monkeypatch):
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
-    """What the base commands read: small image and clip sets, a prompt file, and stand-ins for LlamaGen checkpoint
-    files."""
+    """What the base commands read: small image and clip sets, images with their prompts, a prompt file, and
+    stand-ins for LlamaGen checkpoint files."""
     folder = tmp_path_factory.mktemp("inputs")
     rng = np.random.default_rng(0)
     np.savez(folder / "images.npz", arr_0=rng.integers(0, 256, (4, 16, 16, 3), dtype=np.uint8))
     np.savez(folder / "clips.npz", arr_0=rng.integers(0, 256, (4, 4, 16, 16, 3), dtype=np.uint8))
+    np.savez(folder / "captioned.npz", arr_0=rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8),
+             prompts=np.array(["a red star", "a large blue ring"]))
     for name in ("gpt.pt", "vq.pt"):
         (folder / name).write_bytes(b"")
     (folder / "prompts.txt").write_text("a red star\na large blue ring\n")
@@ -88,7 +91,7 @@ def inputs(tmp_path_factory) -> Path:
 
 
 def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuous: Path,
-                  t2i: Path) -> dict[str, list[str]]:
+                  t2i: Path, clip_dir: Path) -> dict[str, list[str]]:
     """A valid command line of every subcommand (outputs in the current folder): the fuzz adds flags to it."""
     vq, kl = str(tiny / "vq"), str(continuous / "kl")
     tokenizer = {"ar": vq, "nbp": vq, "nar": vq, "classifier": vq, "drafter": vq, "t2i": vq, "scene-judge": vq,
@@ -111,6 +114,7 @@ def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuou
         "eval fvd": ["eval", "fvd", "--real", str(inputs / "clips.npz"), "--fake", str(inputs / "clips.npz"),
                      "--num-frames", "4"],
         "eval stats": ["eval", "stats", "--images", str(inputs / "images.npz"), "--out", "stats.npz"],
+        "eval clip": ["eval", "clip", "--images", str(inputs / "captioned.npz"), "--clip", str(clip_dir)],
         "train package": ["train", "package", "--gpt", str(tiny / "gpt"), "--vq", vq, "--out", "pkg"],
         "t2i-config": ["t2i-config", "t2i", "--gpt-ckpt", str(inputs / "gpt.pt"), "--vq-ckpt",
                        str(inputs / "vq.pt"), "--image-size", "256"],
@@ -241,12 +245,12 @@ def cases(commands: dict[str, list[str]], rng: random.Random, each: int,
 
 @pytest.fixture
 def world(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
-          tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tmp_path, monkeypatch, no_work):
+          tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tiny_clip_dir, tmp_path, monkeypatch, no_work):
     """The base command lines, run from a fresh folder (:func:`make_workdir`)."""
     make_workdir(tmp_path)
     monkeypatch.chdir(tmp_path)
     return base_commands(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
-                         tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir)
+                         tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tiny_clip_dir)
 
 
 def test_every_base_command_is_accepted(world, capsys, tmp_path):
