@@ -399,6 +399,24 @@ def llamagen_t2i_release(tmp_path, monkeypatch):
         return gpt, folder / "t2i_XL_stage1_256.pt", folder / "vq_ds16_t2i.pt"
 
     return write
+
+
+@pytest.fixture
+def llamagen_t2i_folder(llamagen_t2i_release, tiny_t5_dir, tmp_path):
+    """A LlamaGen-T2I folder (``vgen t2i-config``) of 64-px images (4 x 4 tokens) over the tiny T5, its GPT's
+    weights N(0, 0.2) so that its next-token distributions are far from LlamaGen's zero-initialised flat ones."""
+    from vgen.models.llamagen import LlamaGenGPT, llamagen_t2i_config_for
+    from vgen.pipelines import write_llamagen_t2i_config
+
+    _, _, vq = llamagen_t2i_release(TINY_T5_DIM)
+    torch.manual_seed(1)
+    gpt = LlamaGenGPT(llamagen_t2i_config_for(64, caption_dim=TINY_T5_DIM))
+    with torch.no_grad():
+        for p in gpt.parameters():
+            p.normal_(std=0.2)
+    torch.save({"model": gpt.state_dict()}, tmp_path / "t2i_tiny_64.pt")
+    return write_llamagen_t2i_config(tmp_path / "llamagen-t2i", tmp_path / "t2i_tiny_64.pt", vq, t5_path=tiny_t5_dir,
+                                     image_size=64, caption_dim=TINY_T5_DIM)
 # ---- end text-to-image -------------------------------------------------------------------------------------
 
 

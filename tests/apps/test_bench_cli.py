@@ -48,7 +48,7 @@ def test_default_samplers_are_every_registered_one_for_the_model(tiny_shapes_pip
 
 @pytest.mark.parametrize("args, message", [
     (["--samplers", "ar,nope"], "sampler 'nope': unknown sampler 'nope'; available: "),
-    (["--samplers", "sjd:window=0"], "window must be an integer >= 1"),
+    (["--samplers", "sjd:window=0"], "window must be an integer in [1, "),
     (["--samplers", "sjd,sjd"], "labels must be unique; repeated: sjd"),
     (["--num-samples", "1"], "--num-samples must be in [2, 10000000], got 1"),
     (["--real", "/no/such/images"], "--real /no/such/images does not exist"),
@@ -94,3 +94,63 @@ def test_a_text_model_whose_judge_is_missing_gets_one_line_before_sampling(tiny_
                         "--out", tmp_path / "b"], capsys)
     assert code == 2 and err.count("\n") == 1 and "no config.json in " in err and "shapes-scene-judge" in err, err
     assert not (tmp_path / "b").exists()
+
+
+PARTI = "Prompt\tCategory\tChallenge\tNote\na red cat\tAnimals\tBasic\t\na map of the river\tArtifacts\tComplex\t\n"
+
+
+@pytest.fixture
+def no_inception_weights(tmp_path, monkeypatch):
+    """No Inception-v3 weights file where vgen looks for one."""
+    from vgen.eval import weights
+
+    monkeypatch.setenv(weights.WEIGHTS_ENV, str(tmp_path / "no-weights"))
+    monkeypatch.setattr(weights, "CACHE_DIR", tmp_path / "no-cache")
+
+
+def test_any_text_model_is_benched_on_a_prompt_set_with_the_clip_score(llamagen_t2i_folder, tiny_clip_dir, tmp_path,
+                                                                       no_inception_weights, capsys):
+    (tmp_path / "parti.tsv").write_text(PARTI)
+    code, out, err = run(["--model", llamagen_t2i_folder, "--prompts", tmp_path / "parti.tsv", "--clip", tiny_clip_dir,
+                          "--samplers", "ar,sjd", "--window", 3, "--batch-size", 2, "--num-samples", 4,
+                          "--by-category", "--out", tmp_path / "b"], capsys)
+    assert code == 0, err
+    result = json.loads((tmp_path / "b" / "bench.json").read_text())
+    ar, sjd = result["results"]
+    assert sjd["options"] == {"window": 3} and ar["options"] == {}  # the flag reaches the rows that take it
+    assert ar["clip_score"] is not None and sjd["mean_entropy_nats"] is not None and ar["fid"] is None
+    assert list(result["categories"]) == ["Animals", "Artifacts"]
+    assert result["setup"]["num_samples"] == 4 and result["setup"]["prompt_set"]["count"] == 2
+    assert "vgen: warning: no FID columns: Inception-v3" in err and "put the file there" in err
+    assert "By category:" in out and "| CLIP score |" in out
+    assert Image.open(tmp_path / "b" / "bench.png").size == (1040, 400)
+
+
+def test_one_image_per_prompt_by_default(llamagen_t2i_folder, tmp_path, no_inception_weights, capsys):
+    (tmp_path / "prompts.txt").write_text("a red cat\na blue dog\na map\n")
+    code, _, err = run(["--model", llamagen_t2i_folder, "--prompts", tmp_path / "prompts.txt", "--samplers", "ar",
+                        "--batch-size", 3, "--out", tmp_path / "b"], capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "b" / "bench.json").read_text())["setup"]["num_samples"] == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--samplers", "ar", "--window", 4], "--window: none of the benchmarked samplers (ar) takes it"),
+    (["--prompts", "{tmp}/prompts.txt", "--by-category"], "--by-category needs a --prompts set with categories"),
+    (["--clip", "{tmp}/nowhere"], "--clip {tmp}/nowhere does not exist"),
+    (["--subset", 2], "--subset is for a prompt set: give --prompts FILE"),
+    (["--features", "inception", "--weights", "{tmp}/none.pth"], "weights file not found: {tmp}/none.pth"),
+])
+def test_bad_text_benchmark_input_gets_one_line(llamagen_t2i_folder, tmp_path, args, message, capsys):
+    (tmp_path / "prompts.txt").write_text("a red cat\n")
+    args = [str(a).format(tmp=tmp_path) for a in args]
+    code, _, err = run(["--model", llamagen_t2i_folder, "--num-samples", 2, "--out", tmp_path / "b", *args], capsys)
+    assert code == 2 and err.count("vgen: error") == 1 and message.format(tmp=tmp_path) in err, err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_class_model_refuses_a_prompt_set(tiny_shapes_pipeline_dir, tmp_path, capsys):
+    (tmp_path / "prompts.txt").write_text("a red cat\n")
+    code, _, err = run(["--model", tiny_shapes_pipeline_dir, "--prompts", tmp_path / "prompts.txt", "--num-samples",
+                        2, "--num-real", 4, "--out", tmp_path / "b"], capsys)
+    assert code == 2 and "is class-conditional: it draws classes, not a prompt set" in err, err

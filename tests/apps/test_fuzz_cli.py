@@ -62,7 +62,7 @@ def no_work(monkeypatch):
     for cls in sampler_classes():
         monkeypatch.setattr(cls, "sample", reached)
     monkeypatch.setattr(BlockStreamer, "stream", reached)
-    for name in ("render_batch", "render_clips", "features_of"):
+    for name in ("render_batch", "render_clips", "measured"):
         monkeypatch.setattr(bench, name, reached)
     monkeypatch.setattr(evaluate, "side_stats", reached)
     monkeypatch.setattr(clip.ClipScorer, "scores", reached)
@@ -108,8 +108,8 @@ def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuou
                                "--no-progress"],
         "sample-many t2i": ["sample-many", "--model", str(t2i), "--prompt-file", str(inputs / "prompts.txt"),
                             "--num-samples", "2", "--out", "run", "--no-progress"],
-        "bench": ["bench", "--model", str(tiny), "--real", str(inputs / "images.npz"), "--num-samples", "2",
-                  "--out", "bench", "--no-progress"],
+        "bench": ["bench", "--model", str(tiny), "--real", str(inputs / "images.npz"), "--features", "shapes",
+                  "--num-samples", "2", "--out", "bench", "--no-progress"],
         "eval fid": ["eval", "fid", "--real", str(inputs / "images.npz"), "--fake", str(inputs / "images.npz")],
         "eval fvd": ["eval", "fvd", "--real", str(inputs / "clips.npz"), "--fake", str(inputs / "clips.npz"),
                      "--num-frames", "4"],

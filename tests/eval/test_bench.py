@@ -462,20 +462,8 @@ PARTI = "Prompt\tCategory\tChallenge\tNote\na red cat\tAnimals\tBasic\t\na blue 
 
 
 @pytest.fixture
-def llamagen_t2i(llamagen_t2i_release, tiny_t5_dir, tmp_path):
-    """A LlamaGen-T2I folder (``vgen t2i-config``) of 64-px images (4 x 4 tokens) over the tiny T5, loaded."""
-    from vgen.models.llamagen import LlamaGenGPT, llamagen_t2i_config_for
-    from vgen.pipelines import write_llamagen_t2i_config
-
-    _, _, vq = llamagen_t2i_release(32)
-    torch.manual_seed(1)
-    gpt = LlamaGenGPT(llamagen_t2i_config_for(64, caption_dim=32))
-    with torch.no_grad():
-        for p in gpt.parameters():
-            p.normal_(std=0.2)  # far from the zero-initialised output layer's flat distributions
-    torch.save({"model": gpt.state_dict()}, tmp_path / "t2i_tiny_64.pt")
-    return load(write_llamagen_t2i_config(tmp_path / "folder", tmp_path / "t2i_tiny_64.pt", vq, t5_path=tiny_t5_dir,
-                                          image_size=64, caption_dim=32))
+def llamagen_t2i(llamagen_t2i_folder):
+    return load(llamagen_t2i_folder)
 
 
 @pytest.fixture

@@ -112,7 +112,8 @@ def run_bench_command(args: argparse.Namespace) -> None:
     check_count("--num-real", args.num_real, at_least=2)
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    specs = parse_sampler_list(args.samplers) if args.samplers else None  # bad specs fail before the model loads
+    # bad specs and sampler flags fail before the model loads
+    specs = with_flag_options(parse_sampler_list(args.samplers), sampler_options(args)) if args.samplers else None
     reference_spec = parse_sampler_spec(args.reference) if args.reference else None
     if reference_spec is not None and args.reference_model:
         raise UsageError("--reference picks the reference row's sampler and --reference-model its model; give one")
@@ -136,8 +137,8 @@ def run_bench_command(args: argparse.Namespace) -> None:
         reference_pipe = load_pipeline(argparse.Namespace(**{**vars(args), "model": args.reference_model,
                                                              "gpt_ckpt": None, "vq_ckpt": None}))
     if specs is None:
-        specs = parse_sampler_list([",".join(available_samplers(getattr(pipe.model, "token_order", "raster")))])
-    specs = with_flag_options(specs, sampler_options(args))
+        specs = with_flag_options(parse_sampler_list([",".join(available_samplers(
+            getattr(pipe.model, "token_order", "raster")))]), sampler_options(args))
     params = sampling_params(pipe, args)
     with warnings.catch_warnings(record=True) as caught:  # e.g. fewer samples than feature dimensions
         warnings.simplefilter("always")
