@@ -1,13 +1,16 @@
 """``vgen sample-many``: two gloo processes under torchrun pack the same .npz as one process, resume after lost
-files or a stop; the label options (class ids or names) hold in the packed file; a text-to-image model draws a
-prompt file's prompts in turn; every embedded model kind samples, a streaming model clips of --num-frames; the
-README's command works in a fresh folder; damaged files, a full disk and prompt-file mistakes get one line."""
+files or a stop, also for a COCO caption subset; the label options (class ids or names) hold in the packed file; a
+text-to-image model draws a prompt file's or a prompt set's prompts in turn, one image a prompt by default, with
+their ids and categories in the .npz and the manifest; every embedded model kind samples, a streaming model clips of
+--num-frames; the README's command works in a fresh folder; damaged files, a full disk and prompt-file mistakes get
+one line."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,21 +47,36 @@ def packed(path):
         return f["arr_0"], f["arr_1"]
 
 
+def packed_all(path):
+    with np.load(path) as f:
+        return {name: f[name] for name in f.files}
+
+
+def write_coco(path, images=6, captions=3):
+    """A COCO caption file: ``images`` images of ``captions`` captions each, made of the scene captions' words."""
+    words = ["red", "blue", "green", "yellow"]
+    annotations = [{"image_id": 100 + i, "id": 10 * i + c, "caption": f"a {words[(i + c) % 4]} star on a "
+                                                                      f"{words[(i + 2 * c + 1) % 4]} background"}
+                   for c in range(captions) for i in range(images)]
+    path.write_text(json.dumps({"images": [{"id": 100 + i} for i in range(images)], "annotations": annotations}))
+    return path
+
+
 @pytest.mark.slow
-def test_two_processes_pack_the_same_npz_as_one_and_resume_lost_files(tiny_pipeline_dir, tmp_path):
-    common = ["--model", tiny_pipeline_dir, "--num-samples", 13, "--batch-size", 3, "--seed", 4, "--sampler", "sjd"]
-    assert "drew 13 in this run on 1 process" in check(sample_many(*common, "--out", tmp_path / "one"))
-    out = check(torchrun(2, *common, "--out", tmp_path / "two"))
-    assert "wrote 13 samples" in out and "drew 13 in this run on 2 processes, kept 0" in out
-    one, two = packed(tmp_path / "one.npz"), packed(tmp_path / "two.npz")
-    assert one[0].shape == (13, 16, 16, 3)
-    assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
-    for i in (1, 4, 7, 12):  # in batches 0, 1, 2 and 4 of 5 (ranks 0, 1, 0, 0; the last one short); 3 stays whole
+def test_a_coco_subset_resumed_on_two_processes_packs_the_npz_of_one_ids_included(tiny_t2i_pipeline_dir, tmp_path):
+    coco = write_coco(tmp_path / "captions_val2014.json")
+    common = ["--model", tiny_t2i_pipeline_dir, "--prompts", coco, "--subset", 5, "--subset-seed", 3,
+              "--batch-size", 2, "--seed", 1]
+    assert "wrote 5 samples" in check(sample_many(*common, "--out", tmp_path / "one"))
+    one = packed_all(tmp_path / "one.npz")
+    assert set(one) == {"arr_0", "arr_1", "prompts", "ids"} and one["arr_0"].shape == (5, 16, 16, 3)
+    assert len(set(one["ids"].tolist())) == 5 and set(one["ids"].tolist()) < {str(100 + i) for i in range(6)}
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    for i in (0, 2, 3):  # batch 0 (rank 0) and batch 1 (rank 1) lost, as by a stopped job; batch 2 kept
         (tmp_path / "two" / f"{i:06d}.png").unlink()
-    (tmp_path / "two.npz").unlink()
-    assert "drew 10 in this run on 2 processes, kept 3" in check(torchrun(2, *common, "--out", tmp_path / "two"))
-    resumed = packed(tmp_path / "two.npz")
-    assert np.array_equal(one[0], resumed[0]) and np.array_equal(one[1], resumed[1])
+    assert "drew 4 in this run on 2 processes, kept 1" in check(torchrun(2, *common, "--out", tmp_path / "two"))
+    two = packed_all(tmp_path / "two.npz")
+    assert all(np.array_equal(one[k], two[k]) for k in one) and set(two) == set(one)
 
 
 @pytest.mark.slow
@@ -271,22 +289,99 @@ def test_a_prompt_file_draws_its_prompts_in_turn_and_packs_them(tiny_t2i_pipelin
     assert code == 2 and "holds samples made with other settings (plan: " in err and err.count("\n") == 1, err
 
 
+def test_a_parti_set_draws_one_image_a_prompt_with_its_ids_and_columns_in_the_npz_and_manifest(
+        tiny_t2i_pipeline_dir, tmp_path, capsys):
+    parti = tmp_path / "PartiPrompts.tsv"
+    parti.write_text("Prompt\tCategory\tChallenge\tNote\n"
+                     "a large blue ring on a yellow background\tAbstract\tBasic\t\n"
+                     "a small red star\tArtifacts\tColors\tnote\n"
+                     "a green heart at the top left\tAnimals\tPerspective\t\n")
+
+    def args(subset=2, seed=1, *more):
+        return ["--model", tiny_t2i_pipeline_dir, "--prompts", parti, "--subset", subset, "--subset-seed", seed,
+                "--batch-size", 2, "--out", tmp_path / "run", *more]
+
+    code, out, err = run(args(), capsys)
+    assert code == 0 and "wrote 2 samples" in out, err  # one image a prompt of the subset
+    f = packed_all(tmp_path / "run.npz")
+    rows = [int(i) - 1 for i in f["ids"]]
+    table = [line.split("\t") for line in parti.read_text().splitlines()[1:]]
+    assert len(rows) == 2 and rows == sorted(rows) and f["arr_1"].tolist() == [0, 1]
+    for name, column in (("prompts", 0), ("categories", 1), ("challenges", 2)):
+        assert f[name].tolist() == [table[r][column] for r in rows]
+    manifest = json.loads((tmp_path / "run" / "sample_many.json").read_text())
+    assert manifest["settings"]["plan"]["prompts"] | {"sha256": None} == {
+        "count": 2, "sha256": None, "format": "parti", "subset": 2, "subset_seed": 1}
+    recorded = manifest["prompt_set"]
+    assert {k: recorded[k] for k in ("source", "format", "subset", "subset_seed")} == {
+        "source": str(parti), "format": "parti", "subset": 2, "subset_seed": 1}
+    assert recorded["prompts"] == [{"prompt": table[r][0], "id": str(r + 1), "category": table[r][1],
+                                    "challenge": table[r][2]} for r in rows]
+    code, _, err = run(args(2, 1, "--num-samples", 5), capsys)  # more samples than prompts: the prompts in turn
+    assert code == 0 and packed_all(tmp_path / "run.npz")["ids"].tolist() == [str(r + 1) for r in rows * 3][:5]
+    for other in (args(2, 2), args(3, 1), args(2, 1, "--format", "text")):
+        code, _, err = run(other, capsys)
+        assert code == 2 and "holds samples made with other settings (plan: " in err, (other, err)
+
+
+def test_a_geneval_set_keeps_its_tags_and_a_coco_file_one_caption_per_image(tiny_t2i_pipeline_dir, tmp_path,
+                                                                            capsys):
+    geneval = tmp_path / "evaluation_metadata.jsonl"
+    geneval.write_text('{"tag": "single_object", "prompt": "a red star"}\n'
+                       '{"tag": "colors", "prompt": "a blue ring"}\n')
+    code, out, err = run(["--model", tiny_t2i_pipeline_dir, "--prompts", geneval, "--out", tmp_path / "gen"], capsys)
+    assert code == 0 and "wrote 2 samples" in out, err
+    f = packed_all(tmp_path / "gen.npz")
+    assert f["categories"].tolist() == ["single_object", "colors"] and f["ids"].tolist() == ["1", "2"]
+    assert "challenges" not in f
+    coco = write_coco(tmp_path / "captions.json", images=3)
+    code, out, err = run(["--model", tiny_t2i_pipeline_dir, "--prompts", coco, "--out", tmp_path / "coco"], capsys)
+    assert code == 0 and "wrote 3 samples" in out, err
+    f = packed_all(tmp_path / "coco.npz")
+    assert f["ids"].tolist() == ["100", "101", "102"] and set(f) == {"arr_0", "arr_1", "prompts", "ids"}
+
+
 @pytest.mark.parametrize("args, message", [
     (["--prompt-file", "EMPTY"], "holds no prompts: write one prompt a line"),
     (["--prompt-file", "MISSING"], "cannot read prompt file"),
-    ([], "tiny-t2i is a text-to-image model: give its prompts with --prompt-file FILE"),
+    (["--num-samples", "2"], "tiny-t2i is a text-to-image model: give its prompts with --prompts FILE"),
     (["--prompt-file", "PROMPTS", "--class-id", "0"], "--class-id and --balanced are for a class model"),
     (["--prompt-file", "PROMPTS", "--balanced"], "--class-id and --balanced are for a class model"),
     (["--prompt-file", "PROMPTS", "--model", "CLASS"], "--prompt-file is for a text-to-image model; tiny is "
                                                        "class-conditional"),
+    (["--prompts", "PROMPTS", "--model", "CLASS"], "--prompts is for a text-to-image model; tiny is "
+                                                   "class-conditional"),
+    (["--prompt-file", "PROMPTS", "--format", "parti"], "--prompt-file is plain text, one prompt a line: give "
+                                                        "--prompts"),
+    (["--subset", "2"], "--subset is for a prompt set: give --prompts FILE"),
+    (["--format", "coco", "--subset-seed", "1"], "--format, --subset-seed are for a prompt set"),
+    (["--prompts", "PROMPTS", "--subset", "3"], "a subset of 3 cannot be drawn from its 2 prompts (give 1 to 2)"),
+    (["--prompts", "PROMPTS", "--subset", "0"], "a subset of 0 cannot be drawn"),
+    (["--prompts", "PROMPTS", "--format", "coco"], "is not JSON"),
+    (["--prompts", "NOTCOCO"], 'is not a COCO caption file: it has no "annotations" list'),
+    (["--prompts", "NOPROMPT"], "is not a PartiPrompts table: its header has no Prompt column"),
 ])
 def test_prompt_file_mistakes_get_one_line_and_exit_2(tiny_t2i_pipeline_dir, tiny_pipeline_dir, tmp_path, args,
                                                       message, capsys):
     (tmp_path / "empty.txt").write_text("\n  \n")
-    (tmp_path / "prompts.txt").write_text("a red star\n")
+    (tmp_path / "prompts.txt").write_text("a red star\na blue ring\n")
+    (tmp_path / "instances.json").write_text('{"images": []}')
+    (tmp_path / "table.tsv").write_text("text\tlabel\na red star\tstar\n")
     paths = {"EMPTY": tmp_path / "empty.txt", "MISSING": tmp_path / "missing.txt",
+             "NOTCOCO": tmp_path / "instances.json", "NOPROMPT": tmp_path / "table.tsv",
              "PROMPTS": tmp_path / "prompts.txt", "CLASS": tiny_pipeline_dir}
-    code, _, err = run(["--model", tiny_t2i_pipeline_dir, "--num-samples", 2, "--out", tmp_path / "run",
+    code, _, err = run(["--model", tiny_t2i_pipeline_dir, "--out", tmp_path / "run",
                         *(paths.get(a, a) for a in args)], capsys)
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not list(tmp_path.glob("run/*.png"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompts", "a.txt", "--prompt-file", "a.txt"], "argument --prompt-file: not allowed with argument --prompts"),
+    (["--prompts", "a.txt", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
+])
+def test_two_prompt_files_or_an_unknown_format_are_refused_by_the_parser(tmp_path, args, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["sample-many", "--model", "shapes-t2i", "--out", str(tmp_path / "run"), *args])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and message in err, err

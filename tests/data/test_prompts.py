@@ -13,7 +13,7 @@ from vgen.data.prompts import FORMATS, PromptSet, read_prompt_set
 from vgen.pipelines.inputs import read_prompt_file
 
 # 6 images with 2 to 4 captions each, the captions of an image scattered through the list as in COCO's files
-COCO_CAPTIONS = {391895: ["A man on a bike.", "A cyclist on a dirt road. ", "A person riding a bicycle."],
+COCO_CAPTIONS = {391895: ["A man on a bike.", "A cyclist on a dirt road. ", "A person riding\n a bicycle."],
                  522418: ["A woman cutting a cake.", "Someone slices a large cake."],
                  184613: ["A boy with an umbrella.", "A child holds a red umbrella.", "Kid in the rain.",
                           "An umbrella over a small boy."],
@@ -39,7 +39,7 @@ def coco(tmp_path):
 PARTI = ('Prompt\tCategory\tChallenge\tNote\n'
          'bond\tAbstract\tBasic\t\n'
          'A red apple next to a green pear.\tFood & Beverage\tColors\tcounts two\n'
-         '"A sign that says ""Deep Learning""."\tArtifacts\tWriting & Symbols\t\n'
+         '"A sign that says\n""Deep Learning""."\tArtifacts\tWriting & Symbols\t\n'
          '\n'
          'a teddy bear on a skateboard in times square\tAnimals\tImagination\t\n')
 
@@ -66,7 +66,7 @@ def geneval(tmp_path):
 
 def test_a_text_file_is_one_prompt_a_line_with_its_line_number_as_id(tmp_path):
     path = tmp_path / "captions.txt"
-    path.write_text("\n  a red star  \n\n\ta blue ring\r\n   \n")
+    path.write_text("\n  a red star  \n\n\ta blue\t\tring\r\n   \n")
     s = read_prompt_set(path)
     assert (s.prompts, s.ids, s.format, s.source) == (("a red star", "a blue ring"), ("2", "4"), "text", str(path))
     assert s.categories is None and s.challenges is None and len(s) == 2
@@ -77,7 +77,7 @@ def test_a_coco_file_gives_one_caption_of_every_image_with_its_image_id(coco):
     s = read_prompt_set(coco)
     assert s.format == "coco" and s.categories is None and s.challenges is None
     assert s.ids == tuple(str(image) for image in COCO_CAPTIONS)  # every image once, in the order it first appears
-    assert all(p in [c.strip() for c in COCO_CAPTIONS[int(i)]] for p, i in zip(s.prompts, s.ids))
+    assert all(p in [" ".join(c.split()) for c in COCO_CAPTIONS[int(i)]] for p, i in zip(s.prompts, s.ids))
     assert (s.subset_size, s.subset_seed) == (None, 0)
     picks = {seed: read_prompt_set(coco, seed=seed).prompts for seed in range(8)}
     assert len(set(picks.values())) > 1  # the caption of each image is the seed's choice
@@ -86,7 +86,7 @@ def test_a_coco_file_gives_one_caption_of_every_image_with_its_image_id(coco):
 def test_a_coco_subset_is_one_caption_per_image_seeded_and_deterministic(coco):
     a = read_prompt_set(coco, subset=4, seed=3)
     assert len(a) == 4 and len(set(a.ids)) == 4 and (a.subset_size, a.subset_seed) == (4, 3)
-    assert all(p in [c.strip() for c in COCO_CAPTIONS[int(i)]] for p, i in zip(a.prompts, a.ids))
+    assert all(p in [" ".join(c.split()) for c in COCO_CAPTIONS[int(i)]] for p, i in zip(a.prompts, a.ids))
     order = [str(image) for image in COCO_CAPTIONS]
     assert sorted(a.ids, key=order.index) == list(a.ids)  # kept in the file's order
     assert read_prompt_set(coco, subset=4, seed=3) == a

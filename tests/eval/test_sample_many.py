@@ -1,7 +1,8 @@
 """Many samples: which seed and label (class or prompt) each index gets, that a run is exactly the pipeline's
 batches, that interrupted, damaged or extended runs resume to the same packed file, and that a failed write or a
 damaged record leaves the folder usable; a text-to-image model's prompts go in turn and are packed beside the
-images (every model kind: test_sample_many_models.py; the multi-process runs: tests/apps/test_sample_many_cli.py)."""
+images, a prompt set's ids and categories too, and its file and subset are in the manifest (every model kind:
+test_sample_many_models.py; the multi-process runs: tests/apps/test_sample_many_cli.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import errno
 import json
 import os
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vgen.data.prompts import PromptSet
 from vgen.eval.sample_many import (
     MANIFEST,
     SamplePlan,
@@ -329,7 +332,42 @@ def test_prompts_for_a_class_model_and_class_ids_for_a_text_model_are_refused(pi
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+PARTI = PromptSet(PROMPTS, ("4", "9", "17"), ("Abstract", "Animals", "Animals"), ("Basic", "Colors", "Basic"),
+                  "parti", "PartiPrompts.tsv", subset_size=3, subset_seed=5)
+
+
+def test_a_prompt_sets_ids_and_columns_are_packed_per_sample_and_its_file_is_in_the_manifest(t2i, tmp_path):
+    plan = SamplePlan(2, 3, prompt_set=PARTI)
+    assert plan.prompts == PROMPTS and replace(plan, seed=3).prompt_set == PARTI
+    result = run(t2i, tmp_path / "run", 5, plan)
+    with np.load(result.npz) as f:
+        assert f["arr_1"].tolist() == [0, 1, 2, 0, 1] and f["prompts"].tolist() == [PROMPTS[i % 3] for i in range(5)]
+        assert f["ids"].tolist() == ["4", "9", "17", "4", "9"]
+        assert f["categories"].tolist() == ["Abstract", "Animals", "Animals", "Abstract", "Animals"]
+        assert f["challenges"].tolist() == ["Basic", "Colors", "Basic", "Basic", "Colors"]
+    plain = run(t2i, tmp_path / "plain", 5, SamplePlan(2, 3, prompts=PROMPTS))
+    assert np.array_equal(packed(plain.npz)[0], packed(result.npz)[0])  # the images depend on the prompts only
+    with np.load(plain.npz) as f:
+        assert sorted(f.files) == ["arr_0", "arr_1", "prompts"]
+    manifest = json.loads((tmp_path / "run" / MANIFEST).read_text())
+    assert manifest["prompt_set"] == {
+        "source": "PartiPrompts.tsv", "format": "parti", "subset": 3, "subset_seed": 5,
+        "prompts": [{"prompt": p, "id": i, "category": c, "challenge": h}
+                    for p, i, c, h in zip(PROMPTS, PARTI.ids, PARTI.categories, PARTI.challenges)]}
+    assert "prompt_set" not in json.loads((tmp_path / "plain" / MANIFEST).read_text())
+
+
+def test_a_prompt_sets_format_and_subset_are_settings_but_its_file_is_not(t2i, tmp_path):
+    run(t2i, tmp_path / "run", 2, SamplePlan(0, 2, prompt_set=PARTI))
+    moved = replace(PARTI, source="elsewhere/PartiPrompts.tsv")
+    assert run(t2i, tmp_path / "run", 2, SamplePlan(0, 2, prompt_set=moved)).reused == 2
+    for other in (replace(PARTI, subset_seed=6), replace(PARTI, subset_size=None), replace(PARTI, format="text")):
+        with pytest.raises(ValueError, match=r"other settings \(plan: "):
+            run(t2i, tmp_path / "run", 2, SamplePlan(0, 2, prompt_set=other))
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    (dict(prompts=PROMPTS[:2], prompt_set=PARTI), "give prompts or a prompt set, not both"),
     (dict(class_ids=(0,), prompts=PROMPTS), "give class ids or prompts, not both"),
     (dict(prompts=PROMPTS, balanced=True), "balanced is for class ids: prompts always go in turn"),
     (dict(prompts=("a red star", " ")), "every prompt must be a non-empty string"),

@@ -1,7 +1,11 @@
 """``vgen sample-many``: thousands of samples for evaluation, across processes with ``torchrun``, packed as ``.npz``.
 
     torchrun --nproc_per_node 8 -m vgen sample-many --num-samples 50000 --out samples/run --device cuda
-    vgen sample-many --model shapes-t2i --prompt-file captions.txt --num-samples 30000 --out samples/t2i
+    vgen sample-many --model shapes-t2i --prompts captions.txt --out samples/t2i
+    torchrun --nproc_per_node 8 -m vgen sample-many --model FOLDER --prompts captions_val2014.json --subset 30000 \
+        --out samples/coco30k --device cuda
+    vgen sample-many --model FOLDER --prompts PartiPrompts.tsv --out samples/parti
+    vgen sample-many --model FOLDER --prompts evaluation_metadata.jsonl --format geneval --out samples/geneval
     vgen sample-many --model shapes-blockdiff --num-samples 2048 --num-frames 16 --out samples/stream
     vgen sample-many --model shapes-video-nbp --num-samples 2048 --num-frames 16 --out samples/nbp16
 
@@ -18,6 +22,7 @@ from vgen.apps.options import (
     UsageError,
     add_device_args,
     add_model_args,
+    add_prompt_set_args,
     add_sampler_args,
     add_stream_args,
     check_count,
@@ -26,6 +31,7 @@ from vgen.apps.options import (
     class_label,
     load_pipeline,
     plural,
+    read_prompt_set_args,
     refuse_stream_args,
     sampler_options,
     sampling_params,
@@ -33,7 +39,6 @@ from vgen.apps.options import (
 )
 from vgen.eval.sample_many import LongClips, SamplePlan, StreamClips, init_distributed, sample_many
 from vgen.pipelines import StreamPipeline, VideoPipeline, default_sampler
-from vgen.pipelines.inputs import read_prompt_file
 from vgen.samplers import Sampler, SamplingParams, get_sampler
 
 
@@ -43,23 +48,23 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                                    "PNGs (a clip as its frames top to bottom; sharded over the processes of "
                                    "`torchrun --nproc_per_node N -m vgen sample-many ...`), then pack them as an "
                                    "ADM-style .npz (arr_0: uint8 [N, H, W, 3] or clips [N, T, H, W, 3], arr_1: "
-                                   "labels; for a text-to-image model's --prompt-file, arr_1: prompt numbers and "
-                                   "prompts: the prompts). Rerunning the same command resumes and redraws damaged "
+                                   "labels; for a text-to-image model's --prompts, arr_1: prompt numbers, "
+                                   "prompts: the prompts, ids: their source's ids, and categories and challenges "
+                                   "where the set has them). Rerunning the same command resumes and redraws damaged "
                                    "PNGs; sample i depends only on i and the settings, not on the number of "
                                    "processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
     add_stream_args(p)
-    gen.add_argument("--num-samples", type=int, required=True,
-                     help="images (clips) to draw and pack, exactly: the last batch is cut short")
+    gen.add_argument("--num-samples", type=int, default=None,
+                     help="images (clips) to draw and pack, exactly: the last batch is cut short (default with "
+                          "prompts: one per prompt; required otherwise)")
     gen.add_argument("--class-id", type=class_label, action="append", dest="class_ids", metavar="CLASS",
                      help="draw labels only from these classes, by id or name (repeatable; `vgen models` lists the "
                           "names; default: every class)")
     gen.add_argument("--balanced", action="store_true",
                      help="classes in turn (every class equally often) instead of uniformly random labels")
-    gen.add_argument("--prompt-file", default=None, metavar="FILE",
-                     help="a text-to-image model's prompts, one a line (blank lines skipped), taken in turn: "
-                          "sample i gets prompt i mod the number of prompts")
+    add_prompt_set_args(gen)
     gen.add_argument("--seed", type=int, default=0, help="global seed")
     gen.add_argument("--batch-size", type=int, default=32,
                      help="samples per forward batch on each process (default: 32)")
@@ -78,15 +83,20 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_sample_many(args: argparse.Namespace) -> None:
+    prompt_set = read_prompt_set_args(args)
+    if args.num_samples is None:
+        if prompt_set is None:
+            raise UsageError("give --num-samples N, or a text-to-image model's --prompts FILE (one sample a prompt)")
+        args.num_samples = len(prompt_set)
     check_count("--num-samples", args.num_samples)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out} exists and is not a folder")
     npz = args.npz or str(out.with_name(out.name + ".npz"))
     check_suffix(npz, {".npz"})
-    if args.prompt_file is not None and (args.class_ids or args.balanced):
-        raise UsageError("--class-id and --balanced are for a class model; a --prompt-file's prompts go in turn")
-    prompts = read_prompt_file(args.prompt_file) if args.prompt_file is not None else []
+    if prompt_set is not None and (args.class_ids or args.balanced):
+        raise UsageError(f"--class-id and --balanced are for a class model; {prompt_flag(args)}'s prompts go in "
+                         f"turn")
     if args.sampler is not None:
         get_sampler(args.sampler, **sampler_options(args))  # bad settings fail before the model loads
     ctx = init_distributed(args.device)
@@ -104,13 +114,13 @@ def run_sample_many(args: argparse.Namespace) -> None:
             if args.num_frames is not None or args.window_context is not None:
                 params = long_clips(pipe, args, sampler, params)
         text_conditional = getattr(pipe, "text_conditional", False)  # a streaming model is class-conditional
-        if prompts and not text_conditional:
-            raise UsageError(f"--prompt-file is for a text-to-image model; {pipe.info.name} is class-conditional "
-                             f"(draw its classes with --class-id, or all of them by default)")
-        if text_conditional and not prompts:
-            raise UsageError(f"{pipe.info.name} is a text-to-image model: give its prompts with --prompt-file FILE "
-                             f"(one prompt a line)")
-        plan = (SamplePlan(args.seed, args.batch_size, prompts=tuple(prompts)) if prompts else
+        if prompt_set is not None and not text_conditional:
+            raise UsageError(f"{prompt_flag(args)} is for a text-to-image model; {pipe.info.name} is "
+                             f"class-conditional (draw its classes with --class-id, or all of them by default)")
+        if text_conditional and prompt_set is None:
+            raise UsageError(f"{pipe.info.name} is a text-to-image model: give its prompts with --prompts FILE "
+                             f"(COCO captions, PartiPrompts, GenEval metadata or one prompt a line)")
+        plan = (SamplePlan(args.seed, args.batch_size, prompt_set=prompt_set) if prompt_set is not None else
                 SamplePlan(args.seed, args.batch_size, tuple(pipe.class_list(args.class_ids)), args.balanced))
         for path in (out, Path(npz)):  # once every setting is checked: a refused command leaves no folders
             make_parents(path)
@@ -123,6 +133,11 @@ def run_sample_many(args: argparse.Namespace) -> None:
     if result.npz is not None:
         print(f"wrote {plural(result.num_samples, 'sample')} to {result.npz} (drew {result.generated} in this run on "
               f"{ctx.world_size} process{'es' if ctx.world_size > 1 else ''}, kept {result.reused} from before)")
+
+
+def prompt_flag(args: argparse.Namespace) -> str:
+    """The flag that gave the prompts, as messages name it."""
+    return "--prompts" if args.prompts is not None else "--prompt-file"
 
 
 def stream_clips(pipe: StreamPipeline, args: argparse.Namespace) -> StreamClips:

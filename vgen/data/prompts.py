@@ -4,7 +4,7 @@ GenEval.
 Formats (:data:`FORMATS`), detected from the file's suffix (``.txt``, ``.json``, ``.tsv``, ``.jsonl``) and, for any
 other suffix, from its content; ``format=`` overrides the detection:
 
-- ``text``: one prompt a line, surrounding spaces stripped, blank lines skipped; a prompt's id is its line number.
+- ``text``: one prompt a line, blank lines skipped; a prompt's id is its line number.
 - ``coco``: MS-COCO caption annotations (``captions_val2014.json``, ``captions_val2017.json``: a JSON object whose
   ``"annotations"`` list holds ``{"image_id", "id", "caption"}``, about five captions per image). A prompt's id is
   its image id. The papers draw one caption per image, and so does this reader: the set is one caption of each
@@ -16,11 +16,14 @@ other suffix, from its content; ``format=`` overrides the detection:
 - ``geneval``: GenEval's ``evaluation_metadata.jsonl`` (one JSON object a line with at least ``"prompt"`` and
   ``"tag"``); the tags are kept as categories, and a prompt's id is its line number.
 
-Ids count from 1. **Subsets** (:meth:`PromptSet.subset`) are seeded and deterministic: numpy's
-``default_rng(seed)`` permutes the set's distinct ids and keeps the first ``n``, then draws one prompt of every id
-(the set's only one, except for COCO's captions), and the chosen prompts keep the set's order. The caption of an
-image does not depend on ``n``, and the first ``n`` of a permutation are among its first ``m > n``, so with one seed
-a smaller subset is part of a larger one (COCO-10k within COCO-30k).
+In every format a prompt's surrounding spaces are stripped and each run of whitespace inside it (a tab, a line break
+in a caption) becomes one space, as CLIP's tokenizer cleans text. Ids count from 1.
+
+**Subsets** (:meth:`PromptSet.subset`) are seeded and deterministic: numpy's ``default_rng(seed)`` permutes the set's
+distinct ids and keeps the first ``n``, then draws one prompt of every id (the set's only one, except for COCO's
+captions), and the chosen prompts keep the set's order. The caption of an image does not depend on ``n``, and the
+first ``n`` of a permutation are among its first ``m > n``, so with one seed a smaller subset is part of a larger one
+(COCO-10k within COCO-30k).
 
 Every mistake (a missing, unreadable or non-UTF-8 file, a file of another format, an empty prompt, a subset larger
 than the set) is one ValueError that names the file and, where it helps, the line, row or annotation.
@@ -152,11 +155,16 @@ def detect_format(path: Path, text: str) -> str:
     return "text"
 
 
+def clean(prompt: str) -> str:
+    """A prompt stripped, each run of whitespace in it one space."""
+    return " ".join(prompt.split())
+
+
 def read_text_prompts(text: str, source: str) -> PromptSet:
     prompts, ids = [], []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            prompts.append(line.strip())
+            prompts.append(clean(line))
             ids.append(str(number))
     if not prompts:
         raise ValueError(f"prompt file {source} holds no prompts: write one prompt a line")
@@ -181,7 +189,7 @@ def read_coco(text: str, source: str) -> PromptSet:
             missing = "an object" if not isinstance(a, dict) else "caption" if "caption" not in a else "image_id"
             raise ValueError(f"prompt file {source} is not a COCO caption file: annotation {number} has no "
                              f"{missing} (object detection or keypoint annotations have no captions)")
-        caption = a["caption"].strip() if isinstance(a["caption"], str) else ""
+        caption = clean(a["caption"]) if isinstance(a["caption"], str) else ""
         if not caption:
             raise ValueError(f"prompt file {source}: annotation {number} (id {a.get('id')}, image "
                              f"{a['image_id']}) has an empty caption")
@@ -207,7 +215,7 @@ def read_parti(text: str, source: str) -> PromptSet:
         if name not in header:
             return None
         k = header.index(name)
-        return tuple(row[k].strip() if k < len(row) else "" for row in rows[1:])
+        return tuple(clean(row[k]) if k < len(row) else "" for row in rows[1:])
 
     prompts = column("Prompt")
     empty = next((number for number, prompt in enumerate(prompts, 1) if not prompt), None)
@@ -231,7 +239,7 @@ def read_geneval(text: str, source: str) -> PromptSet:
         for key in ("prompt", "tag"):
             if not isinstance(record, dict) or key not in record:
                 raise ValueError(f"prompt file {source} is not GenEval metadata: line {number} has no {key!r}")
-        prompt = record["prompt"].strip() if isinstance(record["prompt"], str) else ""
+        prompt = clean(record["prompt"]) if isinstance(record["prompt"], str) else ""
         if not prompt:
             raise ValueError(f"prompt file {source}: line {number} has an empty prompt")
         prompts.append(prompt)

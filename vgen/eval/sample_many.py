@@ -11,10 +11,11 @@ the number of processes. Samples are made in batches of ``batch_size`` consecuti
 at ``N``: batch ``k`` (indices ``k*B .. min(k*B+B, N)-1``) is drawn with a ``torch.Generator`` seeded with a 32-bit
 mix of ``(seed, k)`` (:meth:`SamplePlan.batch_seed`). Its labels are, per index, ``class_ids[i % C]`` with
 ``balanced`` (classes in turn, so every prefix of the run is balanced to within one sample per class) and otherwise
-a uniform draw from ``class_ids`` seeded by ``(seed, i)``. A text-to-image run takes a list of prompts instead:
-sample ``i`` gets prompt ``i % P`` (the prompts in turn, so a run of ``N = P`` draws one image per prompt). A short
-last batch draws other noise than the full batch
-would, so its samples also depend on ``N``; every other sample does not. LlamaGen's ``sample_c2i_ddp.py`` seeds
+a uniform draw from ``class_ids`` seeded by ``(seed, i)``. A text-to-image run takes a list of prompts instead, or
+a :class:`~vgen.data.prompts.PromptSet` read from a prompt file (COCO captions, PartiPrompts, GenEval, plain text;
+a seeded subset of it): sample ``i`` gets prompt ``i % P`` (the prompts in turn, so a run of ``N = P`` draws one
+image per prompt). A short last batch draws other noise than the full batch would, so its samples also depend on
+``N``; every other sample does not. LlamaGen's ``sample_c2i_ddp.py`` seeds
 each *rank* instead (``global_seed * world_size + rank``) and draws labels and noise from that per-rank stream, so
 its samples change with the number of GPUs; vgen derives the stream from the global seed and the batch instead, so
 the packed ``.npz`` is the same for any number of processes, given the same batch size, settings, weights and
@@ -24,17 +25,24 @@ deterministic kernels (CPU; one GPU model).
 folder (a clip as its frames stacked top to bottom), and rank 0 packs the ``N`` samples after a barrier into an
 ``.npz`` with ``arr_0`` (uint8 [N, H, W, 3], clips [N, T, H, W, 3]) and ``arr_1`` (int64 labels [N]; the positional
 names guided-diffusion's ``image_sample.py`` writes for class-conditional samples). For prompts, ``arr_1`` holds each
-sample's prompt number (its place in the list) and ``prompts`` (a unicode array [N]) the prompt itself.
+sample's prompt number (its place in the list) and ``prompts`` (a unicode array [N]) the prompt itself; a prompt
+set adds, per sample, ``ids`` (the source's id of its prompt: COCO image id, PartiPrompts row, GenEval or text line)
+and, where the set has them, ``categories`` (PartiPrompts' Category, GenEval's tag) and ``challenges``
+(PartiPrompts' Challenge), all unicode arrays [N].
 
 **Resuming.** Every file is written under a temporary ``.part`` name and renamed (the ``.part`` is removed when the
 write fails), so a file that exists is whole unless the disk lost it. Each PNG carries a text chunk naming the run
 (a hash of its settings) and the batch that drew it. A rerun keeps every batch whose PNGs all read back whole and
 carry this run and this batch, and redraws the others (identically, by the rule above, and naming any damaged PNG),
 so an interrupted run continues without duplicated or lost samples, and a larger ``--num-samples`` extends a
-finished run to what a fresh run of that size packs. The folder's ``sample_many.json`` records the settings, a
-fingerprint of the weights and, for prompts, their number and hash; a rerun with other settings (another prompt
-list included) is refused. When that record is missing or damaged, the
-folder is taken up again only if every PNG in it carries this run's hash.
+finished run to what a fresh run of that size packs. The folder's ``sample_many.json`` records the settings (its
+``settings``: a fingerprint of the weights and, for prompts, their number and hash, and for a prompt set its format,
+subset size and subset seed) and ``num_samples``; a rerun with other settings (another prompt list, set or subset
+included) is refused. For a prompt set it also records, under ``prompt_set``, the file read (``source``), its
+``format``, ``subset`` and ``subset_seed``, and ``prompts``: per prompt, in the run's order (prompt number ``j`` is
+entry ``j``), its ``prompt``, ``id`` and, where the set has them, ``category`` and ``challenge``. The file read is
+not part of the settings: a prompt file moved elsewhere resumes. When that record is missing or damaged, the folder
+is taken up again only if every PNG in it carries this run's hash.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
+from vgen.data.prompts import PromptSet
 from vgen.pipelines import ImagePipeline, PipelineOutput, StreamOutput, StreamPipeline, VideoOutput, VideoPipeline
 from vgen.pipelines.inputs import check_count
 from vgen.samplers import Sampler, SamplingParams
@@ -68,17 +77,25 @@ PNG_RECORD = "vgen-sample-many"  # the PNG text chunk naming the run and the bat
 @dataclass(frozen=True)
 class SamplePlan:
     """Which noise seed and label each sample index gets (see the module docstring): a class id from
-    ``class_ids``, or for a text-to-image model the number of its prompt in ``prompts``."""
+    ``class_ids``, or for a text-to-image model the number of its prompt in ``prompts``. A ``prompt_set`` gives the
+    prompts (``prompts`` then holds its prompts) and its ids, categories and source, which go into the packed file
+    and the manifest."""
 
     seed: int
     batch_size: int
     class_ids: tuple[int, ...] = ()
     balanced: bool = False
     prompts: tuple[str, ...] = ()
+    prompt_set: PromptSet | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "class_ids", tuple(int(c) for c in self.class_ids))
-        object.__setattr__(self, "prompts", tuple(self.prompts))
+        prompts = tuple(self.prompts)
+        if self.prompt_set is not None:
+            if prompts and prompts != self.prompt_set.prompts:
+                raise ValueError("give prompts or a prompt set, not both")
+            prompts = self.prompt_set.prompts
+        object.__setattr__(self, "prompts", prompts)
         if not 0 <= self.seed < MAX_SEED:
             raise ValueError(f"seed must be in [0, 2**31), got {self.seed}")
         if self.batch_size < 1:
@@ -119,11 +136,15 @@ class SamplePlan:
         return {"prompt": [self.prompts[j] for j in labels]} if self.prompts else {"class_ids": labels}
 
     def to_dict(self) -> dict:
-        """The plan as a run's settings record it: prompts by their number and hash (a caption set can be long)."""
+        """The plan as a run's settings record it: prompts by their number and hash (a caption set can be long), a
+        prompt set also by its format and the subset drawn from its file."""
         if self.prompts:
             digest = hashlib.sha256(json.dumps(self.prompts).encode()).hexdigest()
-            return {"seed": self.seed, "batch_size": self.batch_size,
-                    "prompts": {"count": len(self.prompts), "sha256": digest}}
+            record = {"count": len(self.prompts), "sha256": digest}
+            if self.prompt_set is not None:
+                ps = self.prompt_set
+                record |= {"format": ps.format, "subset": ps.subset_size, "subset_seed": ps.subset_seed}
+            return {"seed": self.seed, "batch_size": self.batch_size, "prompts": record}
         return {"seed": self.seed, "batch_size": self.batch_size, "class_ids": list(self.class_ids),
                 "balanced": self.balanced}
 
@@ -220,7 +241,7 @@ def check_conditioning(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan) -
     text_conditional = getattr(pipe, "text_conditional", False)  # a streaming pipeline is class-conditional
     if text_conditional and not plan.prompts:
         raise ValueError(f"{pipe.info.name} is a text-to-image model: give it prompts (vgen sample-many "
-                         f"--prompt-file), not class ids")
+                         f"--prompts), not class ids")
     if plan.prompts and not text_conditional:
         raise ValueError(f"{pipe.info.name} is class-conditional: give it class ids, not prompts")
     pipe.check_class_ids(plan.class_ids)
@@ -393,10 +414,23 @@ def write_sample(sample: np.ndarray, path: Path, record: dict) -> None:
     write_atomic(path, lambda f: image.save(f, format="PNG", pnginfo=info))
 
 
-def write_manifest(out_dir: Path, settings: dict, num_samples: int) -> None:
-    """The folder's record of its settings, replaced atomically (flushed to the disk, then renamed)."""
-    text = json.dumps({"settings": settings, "num_samples": num_samples}, indent=1)
+def write_manifest(out_dir: Path, settings: dict, num_samples: int, plan: SamplePlan) -> None:
+    """The folder's record of its settings and prompt set (:func:`prompt_set_record`), replaced atomically (flushed
+    to the disk, then renamed)."""
+    record = {"settings": settings, "num_samples": num_samples}
+    if plan.prompt_set is not None:
+        record["prompt_set"] = prompt_set_record(plan.prompt_set)
+    text = json.dumps(record, indent=1)
     write_atomic(out_dir / MANIFEST, lambda f: f.write(text.encode()), sync=True)
+
+
+def prompt_set_record(ps: PromptSet) -> dict:
+    """A prompt set as the manifest records it: its file, format and subset, and per prompt its text, id and, where
+    the set has them, category and challenge."""
+    columns = {"prompt": ps.prompts, "id": ps.ids, "category": ps.categories, "challenge": ps.challenges}
+    columns = {name: column for name, column in columns.items() if column is not None}
+    return {"source": ps.source, "format": ps.format, "subset": ps.subset_size, "subset_seed": ps.subset_seed,
+            "prompts": [dict(zip(columns, values)) for values in zip(*columns.values())]}
 
 
 @dataclass(frozen=True)
@@ -431,7 +465,7 @@ def sample_many(pipe: ImagePipeline | StreamPipeline, out_dir: str | Path, num_s
             stale.unlink()
     ctx.barrier()  # every rank has checked the folder before rank 0 records (or re-records) the settings
     if ctx.rank == 0:
-        write_manifest(out_dir, settings, num_samples)
+        write_manifest(out_dir, settings, num_samples, plan)
     run = run_id(settings)
     batches = range(ctx.rank, plan.num_batches(num_samples), ctx.world_size)
     damaged: list[str] = []
@@ -475,8 +509,9 @@ def kept_batch(out_dir: Path, indices: range, run: str, damaged: list[str]) -> b
 
 def pack_npz(out_dir: Path, npz_path: Path, num_samples: int, plan: SamplePlan, frames: int | None = None) -> Path:
     """The first ``num_samples`` PNGs as ``arr_0`` (uint8 [N, H, W, 3], or with ``frames`` clips [N, T, H, W, 3]
-    from frame strips), their labels as ``arr_1`` and, for prompts, each sample's prompt as ``prompts``; the file
-    is flushed to the disk before it is renamed."""
+    from frame strips), their labels as ``arr_1`` and, for prompts, each sample's prompt as ``prompts`` (and a prompt
+    set's ``ids``, ``categories`` and ``challenges`` where it has them); the file is flushed to the disk before it is
+    renamed."""
     missing = [i for i in range(num_samples) if not png_path(out_dir, i).is_file()]
     if missing:
         raise ValueError(f"{len(missing)} of the first {num_samples} samples are missing in {out_dir} (first: "
@@ -492,6 +527,11 @@ def pack_npz(out_dir: Path, npz_path: Path, num_samples: int, plan: SamplePlan, 
     arrays = {"arr_0": samples, "arr_1": labels}
     if plan.prompts:
         arrays["prompts"] = np.array([plan.prompts[j] for j in labels], dtype=str)
+    ps = plan.prompt_set
+    if ps is not None:
+        columns = {"ids": ps.ids, "categories": ps.categories, "challenges": ps.challenges}
+        arrays |= {name: np.array([column[j] for j in labels], dtype=str) for name, column in columns.items()
+                   if column is not None}
     npz_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(npz_path, lambda f: np.savez(f, **arrays), sync=True)
     return npz_path
