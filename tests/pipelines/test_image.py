@@ -152,3 +152,111 @@ def test_a_t2i_pipeline_saves_and_loads(tmp_path):
     assert loaded.model.config == T2I_GPT
     assert torch.equal(loaded(prompt_embeds=embeds, prompt_attention_mask=mask).tokens,
                        pipe(prompt_embeds=embeds, prompt_attention_mask=mask).tokens)
+
+
+# ---- large requests: drawn in chunks of batch_size, what a call returns bounded ------------------------------------
+def drawn_batches(monkeypatch) -> list[int]:
+    """The rows of every batch the AR sampler is asked to draw from here on."""
+    sizes, sample = [], ARSampler.sample
+
+    def spy(self, model, cond, *args, **kwargs):
+        sizes.append(len(cond))
+        return sample(self, model, cond, *args, **kwargs)
+
+    monkeypatch.setattr(ARSampler, "sample", spy)
+    return sizes
+
+
+def test_a_request_larger_than_batch_size_is_drawn_chunk_by_chunk_from_one_generator(monkeypatch):
+    pipe, classes = tiny_pipeline(), [0, 1, 2, 0, 1]
+    batches = drawn_batches(monkeypatch)
+    out = pipe(classes, seed=5, batch_size=2)
+    assert batches == [2, 2, 1] and out.class_ids == classes and len(out.images) == 5
+    generator = torch.Generator().manual_seed(5)
+    chunks = [pipe(classes[i:i + 2], generator=generator) for i in (0, 2, 4)]
+    assert torch.equal(out.tokens, torch.cat([c.tokens for c in chunks]))
+    assert [np.array(im).tolist() for im in out.images] == [np.array(im).tolist() for c in chunks for im in c.images]
+    stats = out.stats  # the chunks' figures added up: 3 chunks of 16 passes, 80 tokens, 5 rows
+    assert (stats.forward_passes, stats.tokens, stats.batch_size, stats.details["chunks"]) == (48, 80, 5, 3)
+    assert stats.accept_step.shape == (5, 16) and stats.tokens_per_forward == 1.0
+    assert stats.batch_tokens_per_forward == 80 / 48
+    assert stats.wall_time_s == pytest.approx(sum(c.stats.wall_time_s for c in chunks), rel=1.0)
+
+
+def test_a_request_of_at_most_batch_size_is_one_batch_as_the_sampler_draws_it(monkeypatch):
+    pipe, classes = tiny_pipeline(), [2, 0, 1, 1]
+    ref = ARSampler().sample(pipe.model, torch.tensor(classes), SamplingParams(cfg_scale=3.0),
+                             generator=torch.Generator().manual_seed(9))
+    batches = drawn_batches(monkeypatch)
+    for size in (None, 4, 100):  # the pipeline's default (64) and any batch_size the request fits in
+        out = pipe(classes, seed=9, batch_size=size)
+        assert torch.equal(out.tokens, ref.tokens) and "chunks" not in out.stats.details
+    assert batches == [4, 4, 4]
+    pipe.batch_size = 3  # the pipeline's own default, overridden per call
+    assert pipe(classes, seed=9).stats.details["chunks"] == 2 and batches[-2:] == [3, 1]
+    assert torch.equal(pipe.sample_tokens(classes, seed=9, batch_size=3)[0].tokens, pipe(classes, seed=9).tokens)
+
+
+def test_prompts_are_encoded_chunk_by_chunk(tiny_t2i_pipeline_dir, monkeypatch):
+    pipe = load(tiny_t2i_pipeline_dir)
+    encode, encoded = pipe.prompt_encoder, []
+
+    def spy(prompts):
+        encoded.append(list(prompts))
+        return encode(prompts)
+
+    monkeypatch.setattr(pipe, "prompt_encoder", spy)
+    prompts = ["a red star", "a blue ring", "a green heart", "a red star", "a white moon"]
+    out = pipe(prompt=prompts, seed=1, batch_size=2)
+    assert encoded == [prompts[0:2], prompts[2:4], prompts[4:]] and out.prompts == prompts
+    generator = torch.Generator().manual_seed(1)
+    chunks = [pipe(prompt=prompts[i:i + 2], generator=generator).tokens for i in (0, 2, 4)]
+    assert torch.equal(out.tokens, torch.cat(chunks))
+    encoded.clear()  # prompts that fit in a chunk, repeated to many images: encoded once, together
+    assert pipe(prompt=["a red star", "a blue ring"], num_images=5, batch_size=2).prompts == prompts[:2] * 2 + [
+        "a red star"]
+    assert encoded == [prompts[:2]]
+
+
+def test_embeddings_and_the_video_pipeline_are_drawn_in_chunks_too(tiny_video_pipeline_dir, monkeypatch):
+    t2i, (embeds, mask) = tiny_t2i_pipeline(), right_padded_prompts()
+    generator = torch.Generator().manual_seed(2)
+    chunks = [t2i(prompt_embeds=embeds[rows], prompt_attention_mask=mask[rows], generator=generator).tokens
+              for rows in ([0, 1], [0])]
+    out = t2i(prompt_embeds=embeds, prompt_attention_mask=mask, num_images=3, seed=2, batch_size=2)
+    assert torch.equal(out.tokens, torch.cat(chunks))
+    video = load(tiny_video_pipeline_dir)
+    clips = video([0, 1, 2], seed=4, batch_size=2)
+    generator = torch.Generator().manual_seed(4)
+    expected = [video(ids, generator=generator) for ids in ([0, 1], [2])]
+    assert torch.equal(clips.tokens, torch.cat([e.tokens for e in expected]))
+    assert np.array_equal(clips.videos, np.concatenate([e.videos for e in expected]))
+    assert clips.stats.forward_passes == sum(e.stats.forward_passes for e in expected)
+    assert clips.stats.details["chunks"] == 2 and clips.stats.accept_step.shape[0] == 3
+
+
+def test_a_request_whose_images_cannot_fit_in_memory_is_refused_before_drawing(tiny_video_pipeline_dir, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("sampling started")
+
+    monkeypatch.setattr(ARSampler, "sample", never)
+    pipe = load("shapes-c2i")  # 64 x 64 px: 12 KiB an image, a million of them 11.4 GiB
+    with pytest.raises(ValueError, match=r"^1000000 images of 64x64 pixels take 11.4 GiB, more than the 4 GiB one call "
+                                         r"returns \(MAX_OUTPUT_BYTES\): draw them to disk in batches with `vgen "
+                                         r"sample-many`$"):
+        pipe(class_ids=[0] * 10**6)
+    with pytest.raises(ValueError, match="`vgen sample-many`"):
+        pipe(class_ids=[0], num_images=10**7)
+    with pytest.raises(ValueError, match="`vgen sample-many`"):
+        load("shapes-t2i")(prompt=["a red star"], num_images=10**6)
+    with pytest.raises(ValueError, match="clips of 16x16 pixels take .*`vgen sample-many`"):
+        load(tiny_video_pipeline_dir)(class_ids=[0], num_videos=2 * 10**6)
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 1.5, "2", True, 10**30])
+def test_a_bad_batch_size_is_refused_by_name(batch_size):
+    with pytest.raises(ValueError, match="^batch_size must be an integer"):
+        tiny_pipeline()([0], batch_size=batch_size)
+    with pytest.raises(ValueError, match="^batch_size must be an integer"):
+        ImagePipeline(tiny_pipeline().model, VQModel(TINY_VQ), PipelineInfo(name="x", image_size=16),
+                      batch_size=batch_size)

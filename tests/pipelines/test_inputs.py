@@ -12,7 +12,7 @@ import torch
 
 import vgen
 from vgen.pipelines import ImagePipeline, PipelineInfo, StreamPipeline, VideoPipeline
-from vgen.pipelines.inputs import read_prompt_file
+from vgen.pipelines.inputs import ControlCharactersWarning, check_prompts, read_prompt_file
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +77,10 @@ def test_names_of_a_pipeline_that_records_none_are_refused_with_the_ids_to_use(p
     ({"cfg_scale": math.inf}, "cfg_scale must be a finite number in [0, 100.0] (guidance only above 1), got inf"),
     ({"cfg_scale": 1e309}, "cfg_scale must be a finite number in [0, 100.0]"),
     ({"cfg_scale": "4"}, "cfg_scale must be a number in [0, 100.0] (guidance only above 1), got '4'"),
-    ({"temperature": math.nan}, "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    ({"temperature": math.nan}, "temperature must be a finite number in [0, 100] (0 = greedy), got nan"),
     ({"top_p": -math.inf}, "top_p must be a finite number in (0, 1] (1 = off), got -inf"),
-    ({"top_k": math.inf}, "top_k must be an integer >= 0 (0 = off), got inf"),
-    ({"top_k": 2.5}, "top_k must be an integer >= 0 (0 = off), got 2.5"),
+    ({"top_k": math.inf}, "top_k must be an integer in [0, 262144] (0 = off), got inf"),
+    ({"top_k": 2.5}, "top_k must be an integer in [0, 262144] (0 = off), got 2.5"),
     ({"sampler": "lantern", "lantern_delta": math.nan}, "lantern_delta must be a finite number"),
     ({"sampler": ["ar"]}, "sampler must be a registered name, a to_dict mapping or a Sampler, got ['ar'] (list)"),
     ({"sampler": "s" * 1000}, "unknown sampler 'sssss"),
@@ -100,9 +100,62 @@ def test_numpy_numbers_are_numbers(pipe) -> None:
 
 def test_prompts_must_be_text(tiny_janus_dir) -> None:
     t2i = vgen.load(tiny_janus_dir)
-    for prompt, kind in ((["a cat", 3], "int"), (7, "int")):
+    for prompt, kind in ((["a cat", 3], "int at prompt\\[1\\]"), (7, "int"), (b"a cat", "bytes \\(decode it to str\\)"),
+                         ([b"a cat"], "bytes \\(decode it to str\\) at prompt\\[0\\]")):
         with pytest.raises(ValueError, match=f"^prompt must be a string or a list of strings, got {kind}$"):
             t2i(prompt=prompt)
+
+
+# ---- prompts: one rule (check_prompts) for the Python API, `vgen sample --prompt` and the web demo ---------------
+@pytest.mark.parametrize(("prompt", "message"), [
+    ("", "prompt is empty: give the text of what to draw"),
+    ("  \t\n", "prompt is empty: give the text of what to draw"),
+    ([""], "prompt[0] is empty: give the text of what to draw"),
+    (["a cat", "\x00"], "prompt[1] is empty: give the text of what to draw"),
+    ([], "the prompt list is empty: give at least one prompt"),
+    (b"a red star", "prompt must be a string or a list of strings, got bytes (decode it to str)"),
+    (-1, "prompt must be a string or a list of strings, got int"),
+    (True, "prompt must be a string or a list of strings, got bool"),
+    ([1, 2], "prompt must be a string or a list of strings, got int at prompt[0]"),
+    (["a cat", None], "prompt must be a string or a list of strings, got NoneType at prompt[1]"),
+    ({"a": "b"}, "prompt must be a string or a list of strings, got dict"),
+])
+def test_empty_and_non_string_prompts_are_refused_by_name(prompt, message) -> None:
+    with pytest.raises(ValueError) as caught:
+        check_prompts(prompt)
+    assert str(caught.value) == message
+
+
+def test_control_characters_are_taken_out_with_a_warning() -> None:
+    with pytest.warns(ControlCharactersWarning, match="prompt\\[1\\]: took out 3 control characters"):
+        assert check_prompts(["a cat", "a red\tstar\x00\n"]) == ["a cat", "a red star"]
+    with pytest.warns(ControlCharactersWarning, match="^prompt: took out 2"):
+        assert check_prompts("\x1b[a] \x7fring") == ["[a] ring"]
+    assert check_prompts(("a cat", "  a dog ")) == ["a cat", "  a dog "]  # nothing else changes
+    with pytest.raises(ValueError, match="^the page's prompt must be a string, got list$"):
+        check_prompts(["a cat"], "the page's prompt", many=False)
+
+
+def test_every_entry_point_refuses_an_empty_or_non_string_prompt(tiny_t2i_pipeline_dir, tmp_path, capsys) -> None:
+    from vgen.apps.cli import main
+    from vgen.apps.gradio_app import InputError, page_condition
+
+    t2i = vgen.load(tiny_t2i_pipeline_dir)
+    for prompt in ("", [""], " ", ["a red star", ""]):  # the Python API
+        with pytest.raises(ValueError, match="is empty: give the text of what to draw"):
+            t2i(prompt=prompt)
+    with pytest.warns(ControlCharactersWarning):
+        assert t2i(prompt="a red\nstar").prompts == ["a red star"]
+    out = str(tmp_path / "x.png")  # the command line
+    assert main(["sample", "--model", str(tiny_t2i_pipeline_dir), "--prompt", "a red star", "--prompt", " ",
+                 "--out", out]) == 2
+    assert capsys.readouterr().err.strip() == "vgen: error: --prompt is empty: give the text of what to draw"
+    for value, kind in ((-1, "int"), ([1, 2], "list"), (True, "bool"), (["a red star"], "list")):  # the web demo
+        with pytest.raises(ValueError, match=f"^prompt must be a string, got {kind}$"):
+            page_condition(t2i, None, value)
+    with pytest.raises(InputError, match="the prompt is empty"):
+        page_condition(t2i, None, "")
+    assert page_condition(t2i, None, "a red star") == {"prompt": "a red star"}
 
 
 def test_a_video_pipeline_names_its_own_count(tiny_video_pipeline_dir) -> None:

@@ -378,13 +378,15 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
         if not (args.gpt_ckpt and args.vq_ckpt):
             raise UsageError("LlamaGen checkpoints need both --gpt-ckpt and --vq-ckpt")
         if args.t5_path or Path(args.gpt_ckpt).name in LLAMAGEN_T2I_CHECKPOINTS:
-            return pipelines.load_llamagen_t2i(args.gpt_ckpt, args.vq_ckpt, args.image_size,
-                                               args.gpt_model or "GPT-XL", args.vq_model, args.codebook_size,
-                                               args.codebook_embed_dim, t5_path=args.t5_path, device=args.device,
-                                               dtype=dtype)
-        return pipelines.load_llamagen(args.gpt_ckpt, args.vq_ckpt, args.gpt_model or "GPT-B",
-                                       args.image_size or 256, args.vq_model, args.codebook_size,
-                                       args.codebook_embed_dim, args.num_classes, device=args.device, dtype=dtype)
+            return pipelines.load_llamagen_t2i(args.gpt_ckpt, args.vq_ckpt, image_size=args.image_size,
+                                               gpt_model=args.gpt_model or "GPT-XL", vq_model=args.vq_model,
+                                               codebook_size=args.codebook_size,
+                                               codebook_embed_dim=args.codebook_embed_dim, t5_path=args.t5_path,
+                                               device=args.device, dtype=dtype)
+        return pipelines.load_llamagen(args.gpt_ckpt, args.vq_ckpt, gpt_model=args.gpt_model or "GPT-B",
+                                       image_size=args.image_size or 256, vq_model=args.vq_model,
+                                       codebook_size=args.codebook_size, codebook_embed_dim=args.codebook_embed_dim,
+                                       num_classes=args.num_classes, device=args.device, dtype=dtype)
     if getattr(args, "t5_path", None):
         raise UsageError("--t5-path goes with LlamaGen text-to-image checkpoints (--gpt-ckpt, --vq-ckpt)")
     prompted = getattr(args, "prompts", None) or getattr(args, "prompt_file", None)

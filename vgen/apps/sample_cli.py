@@ -25,7 +25,7 @@ from vgen.apps.options import (
 from vgen.eval.videos import read_video
 from vgen.images import captioned_grid, image_grid
 from vgen.pipelines import tile_clips
-from vgen.pipelines.inputs import read_prompt_file
+from vgen.pipelines.inputs import check_prompts, read_prompt_file
 from vgen.samplers import get_sampler
 from vgen.video_io import VIDEO_FORMATS, write_video
 from vgen.visualize import acceptance_figure, clip_acceptance_figure
@@ -133,7 +133,12 @@ def read_prompts(args: argparse.Namespace) -> list[str] | None:
     """The prompts of --prompt and --prompt-file, in that order; None when neither is given."""
     if args.prompts is None and args.prompt_file is None:
         return None
-    prompts = list(args.prompts or [])
+    prompts = []
+    if args.prompts is not None:
+        try:
+            prompts = [check_prompts(prompt, "--prompt")[0] for prompt in args.prompts]
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if args.prompt_file is not None:
         try:
             prompts += read_prompt_file(args.prompt_file)

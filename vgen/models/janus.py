@@ -171,7 +171,8 @@ class JanusT2I(TokenGrid, nn.Module):
                                     config.rope_base, num_prefix=0)
 
     # -- what every backbone answers --------------------------------------------------------------------------
-    text_conditional = True  # conditioned on a prompt (token ids), not a class
+    text_conditional = True  # conditioned on a prompt, not a class
+    prompt_token_ids = True  # the prompt comes as token ids (a pipeline's prompt_ids=), not as embeddings
 
     def check_condition(self, cond: Condition) -> None:
         """Raise a ValueError unless ``cond`` is a prompt prefix of token ids this model can take."""

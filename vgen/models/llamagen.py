@@ -542,6 +542,14 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         return self.output(self.norm(h[:, -1])).float()
 
 
+def llamagen_checkpoint_kind(state: dict[str, torch.Tensor]) -> str | None:
+    """Which LlamaGen GPT a state dict holds, by its condition embedder: ``"t2i"`` (a caption projection,
+    ``cls_embedding.cap_proj``), ``"c2i"`` (a class table, ``cls_embedding.embedding_table``), or None (neither)."""
+    if any(k.startswith("cls_embedding.cap_proj.") for k in state):
+        return "t2i"
+    return "c2i" if "cls_embedding.embedding_table.weight" in state else None
+
+
 def llamagen_config_for(gpt_model: str, image_size: int, downsample: int = 16, vocab_size: int = 16384,
                         num_classes: int = 1000) -> GPTConfig:
     """The config LlamaGen's sample script builds for ``--gpt-model --image-size`` (e.g. GPT-B at 256 -> 16x16)."""

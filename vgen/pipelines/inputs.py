@@ -1,10 +1,13 @@
 """What a pipeline call takes, checked where it comes in: class ids or the class names a pipeline folder records
-(``pipeline.json``'s ``class_names``), counts, seeds, generators, devices and dtypes. Each bad value gets one
-specific ValueError, through the same :class:`~vgen.samplers.options.Option` check the sampling settings use."""
+(``pipeline.json``'s ``class_names``), prompts, counts, batch sizes, the size of what a call returns, seeds,
+generators, devices and dtypes. Each bad value gets one specific ValueError, through the same
+:class:`~vgen.samplers.options.Option` check the sampling settings use."""
 
 from __future__ import annotations
 
 import operator
+import unicodedata
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,89 @@ MAX_SAMPLES = 10**7  # the most images, clips or frames a call or command asks f
 # count, yet a bound that keeps an absurd one (1e30) from building a list of that length before any work
 SEED = Option("seed of the random generator", at_least=0, below=2**64)
 COUNT = Option("how many to generate", at_least=1, at_most=MAX_SAMPLES)
+DEFAULT_BATCH_SIZE = 64  # images or clips a pipeline draws at once unless told otherwise (its ``batch_size``): the
+# largest batch vgen's own tools ask for by default (`vgen quality`), so their calls draw in one chunk
+BATCH_SIZE = Option("images or clips drawn at once; a larger request is drawn in chunks of this many", at_least=1,
+                    at_most=MAX_SAMPLES)
+MAX_OUTPUT_BYTES = 4 * 2**30  # the most pixel bytes (uint8 RGB) one pipeline call returns; more goes to disk with
+# `vgen sample-many`, which writes each batch as it is drawn
+
+
+class ControlCharactersWarning(UserWarning):
+    """A prompt held control characters (line breaks, tabs, NUL, escapes...), which were taken out of it."""
+
+
+def check_prompts(prompt: Any, name: str = "prompt", many: bool = True) -> list[str]:
+    """The one rule for prompts, at every entry point (the Python API, ``vgen sample --prompt``, the web demo): a
+    string, or with ``many`` a non-empty list (any iterable but bytes) of strings; anything else, and a prompt that
+    is empty or only spaces, is a ValueError naming ``name``. Control characters are taken out, each run of them
+    becoming one space when it separates words, with a :class:`ControlCharactersWarning`. Returns the prompts as a
+    list."""
+    kinds = "a string or a list of strings" if many else "a string"
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif many and isinstance(prompt, Iterable) and not isinstance(prompt, (bytes, bytearray, dict)):
+        prompts = list(prompt)
+        if not prompts:
+            raise ValueError(f"the {name} list is empty: give at least one prompt")
+    else:
+        raise ValueError(f"{name} must be {kinds}, got {_type_of(prompt)}")
+    single = isinstance(prompt, str)
+    cleaned = []
+    for i, text in enumerate(prompts):
+        where = name if single else f"{name}[{i}]"
+        if not isinstance(text, str):
+            raise ValueError(f"{name} must be {kinds}, got {_type_of(text)}" + ("" if single else f" at {where}"))
+        clean = _without_control_characters(text)
+        if not clean.strip():
+            raise ValueError(f"{where} is empty: give the text of what to draw")
+        if clean != text:
+            warnings.warn(f"{where}: took out {sum(_is_control(c) for c in text)} control characters",
+                          ControlCharactersWarning, stacklevel=2)
+        cleaned.append(clean)
+    return cleaned
+
+
+def _type_of(value: Any) -> str:
+    """A value's type for a message; bytes get a hint, since a prompt must be decoded text."""
+    kind = type(value).__name__
+    return f"{kind} (decode it to str)" if isinstance(value, (bytes, bytearray)) else kind
+
+
+def _is_control(c: str) -> bool:
+    return unicodedata.category(c) == "Cc"
+
+
+def _without_control_characters(text: str) -> str:
+    """``text`` with its control characters out: a run of them between two other characters becomes one space
+    (a line break between words), elsewhere nothing."""
+    if not any(_is_control(c) for c in text):
+        return text
+    out, gap = [], False
+    for c in text:
+        if _is_control(c):
+            gap = True
+            continue
+        if gap and out and not out[-1].isspace() and not c.isspace():
+            out.append(" ")
+        gap = False
+        out.append(c)
+    return "".join(out)
+
+
+def check_batch_size(batch_size: Any) -> None:
+    """Raise a ValueError unless ``batch_size`` is an integer in [1, :data:`MAX_SAMPLES`]."""
+    BATCH_SIZE.check("batch_size", batch_size, int)
+
+
+def check_output_size(count: int, frames: int, side: int, what: str = "images") -> None:
+    """Raise a ValueError, pointing to ``vgen sample-many``, when ``count`` outputs of ``frames`` uint8 RGB frames of
+    ``side`` x ``side`` pixels take more than :data:`MAX_OUTPUT_BYTES`: a call returns them all in memory."""
+    size = count * frames * side * side * 3
+    if size > MAX_OUTPUT_BYTES:
+        raise ValueError(f"{count} {what} of {side}x{side} pixels take {size / 2**30:.1f} GiB, more than the "
+                         f"{MAX_OUTPUT_BYTES / 2**30:.0f} GiB one call returns (MAX_OUTPUT_BYTES): draw them to disk "
+                         f"in batches with `vgen sample-many`")
 
 
 def check_seed(seed: Any) -> None:

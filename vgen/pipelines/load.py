@@ -27,6 +27,7 @@ from vgen.models.llamagen import (
     LLAMAGEN_T2I_CHECKPOINTS,
     GPTConfig,
     LlamaGenGPT,
+    llamagen_checkpoint_kind,
     llamagen_config_for,
     llamagen_t2i_config_for,
 )
@@ -110,11 +111,12 @@ def load(name_or_path: str | Path = DEFAULT_MODEL, device: str | torch.device = 
     return pipe.to(device, dtype)
 
 
-def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "GPT-B", image_size: int = 256,
+def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, *, gpt_model: str = "GPT-B", image_size: int = 256,
                   vq_model: str = "VQ-16", codebook_size: int = 16384, codebook_embed_dim: int = 8,
                   num_classes: int = 1000, device: str | torch.device = "cpu",
                   dtype: torch.dtype | None = None) -> ImagePipeline:
-    """A pipeline over LlamaGen's released class-conditional ``.pt`` checkpoints, used unchanged.
+    """A pipeline over LlamaGen's released class-conditional ``.pt`` checkpoints, used unchanged. Every argument
+    after the two files is keyword-only, as in :func:`load_llamagen_t2i`.
 
     Defaults follow LlamaGen's ``sample_c2i.py`` (CFG 4.0, top-k 2000) for the sampling settings.
     """
@@ -128,14 +130,15 @@ def load_llamagen(gpt_ckpt: str | Path, vq_ckpt: str | Path, gpt_model: str = "G
     return ImagePipeline(model, tokenizer, info).to(device, dtype)
 
 
-def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, image_size: int | None = None,
+def load_llamagen_t2i(gpt_ckpt: str | Path, vq_ckpt: str | Path, *, image_size: int | None = None,
                       gpt_model: str = "GPT-XL", vq_model: str = "VQ-16", codebook_size: int = 16384,
                       codebook_embed_dim: int = 8, caption_dim: int = 2048, t5_path: str | Path | None = None,
                       device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                       defaults: dict | None = None) -> ImagePipeline:
     """A pipeline over LlamaGen's released text-to-image ``.pt`` checkpoints (``t2i_XL_stage1_256.pt`` or
     ``t2i_XL_stage2_512.pt`` with ``vq_ds16_t2i.pt``), used unchanged. With ``t5_path`` (a local FLAN-T5-XL
-    folder) it takes ``prompt=``; it always takes T5 features as ``prompt_embeds``.
+    folder) it takes ``prompt=``; it always takes T5 features as ``prompt_embeds``. Every argument after the two
+    files is keyword-only, as in :func:`load_llamagen`.
 
     ``image_size`` defaults to the released checkpoint's (by its file name). ``defaults``, the recommended sampling
     settings, default to LlamaGen's ``sample_t2i.py`` (CFG 7.5, top-k 1000: :data:`LLAMAGEN_T2I_DEFAULTS`).
@@ -296,6 +299,14 @@ def _llamagen_vq(vq_ckpt: str | Path, vq_cfg: VQConfig) -> VQModel:
 
 def _llamagen_gpt(gpt_ckpt: str | Path, config: GPTConfig, what: str) -> LlamaGenGPT:
     state = read_torch_checkpoint(gpt_ckpt, "GPT")
+    kind = llamagen_checkpoint_kind(state)
+    if kind == "t2i" and not config.text_conditional:
+        raise CheckpointError(f"GPT checkpoint {gpt_ckpt} is a LlamaGen text-to-image model (caption projection "
+                              f"cls_embedding.cap_proj): load it with load_llamagen_t2i (`vgen sample --t5-path`), "
+                              f"or name its files in a folder with `vgen t2i-config`")
+    if kind == "c2i" and config.text_conditional:
+        raise CheckpointError(f"GPT checkpoint {gpt_ckpt} is a LlamaGen class-conditional model (class table "
+                              f"cls_embedding.embedding_table): load it with load_llamagen")
     with torch.device("meta"):  # no throw-away random init of a possibly multi-GB model
         model = LlamaGenGPT(config)
     model = model.to_empty(device="cpu")

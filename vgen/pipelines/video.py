@@ -11,7 +11,7 @@ tokens: ``nbp``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,8 +20,16 @@ from PIL import Image
 
 from vgen.data.shapes import to_tensor
 from vgen.images import image_grid, tensor_to_pil
-from vgen.pipelines.image import ImagePipeline, PipelineInfo, default_sampler
-from vgen.pipelines.inputs import ClassLabel, check_count, check_generator, check_seed
+from vgen.pipelines.image import ImagePipeline, PipelineInfo, default_sampler, stacked_stats
+from vgen.pipelines.inputs import (
+    DEFAULT_BATCH_SIZE,
+    ClassLabel,
+    check_batch_size,
+    check_count,
+    check_generator,
+    check_output_size,
+    check_seed,
+)
 from vgen.samplers import Sampler, SamplerStats, continuing_samplers, get_sampler
 
 
@@ -40,7 +48,8 @@ class VideoPipeline(ImagePipeline):
     ``info.image_size`` is the frame side in pixels."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: torch.nn.Module, info: PipelineInfo,
-                 draft_head: torch.nn.Module | None = None) -> None:
+                 draft_head: torch.nn.Module | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        check_batch_size(batch_size)
         grid = tuple(model.grid)
         if len(grid) != 3:
             raise ValueError(f"a video pipeline needs a backbone over (frames, rows, columns) tokens, got grid {grid}")
@@ -54,6 +63,7 @@ class VideoPipeline(ImagePipeline):
                              f"{getattr(tokenizer, 'codebook_size', None)}")
         self.model, self.tokenizer, self.info, self.draft_head = model.eval(), tokenizer.eval(), info, None
         self.prompt_encoder = self.text_encoder = None  # video models are class-conditional
+        self.batch_size = batch_size  # clips drawn at once; a larger request is drawn in chunks of this many
 
     @property
     def num_frames(self) -> int:
@@ -70,15 +80,17 @@ class VideoPipeline(ImagePipeline):
 
     def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, **kwargs) -> VideoOutput:
         """One clip per entry of ``class_ids``: :meth:`sample_clip_tokens`'s arguments, the tokens decoded to
-        frames."""
-        tokens, classes, stats = self.sample_clip_tokens(class_ids, **kwargs)
-        return VideoOutput(np.stack(self.decode(tokens)), tokens, classes, stats)
+        frames chunk by chunk."""
+        classes, chunks = self.clip_chunks(class_ids, **kwargs)
+        videos, tokens, stats = [], [], []
+        for chunk_tokens, chunk_stats in chunks:
+            videos += self.decode(chunk_tokens)
+            tokens.append(chunk_tokens)
+            stats.append(chunk_stats)
+        return VideoOutput(np.stack(videos), torch.cat(tokens), classes, stacked_stats(stats))
 
     @torch.no_grad()
-    def sample_clip_tokens(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *,
-                           num_videos: int | None = None, context: np.ndarray | None = None,
-                           num_frames: int | None = None, window_context: int | None = None, seed: int | None = 0,
-                           generator: torch.Generator | None = None,
+    def sample_clip_tokens(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None,
                            **kwargs) -> tuple[torch.Tensor, list[int], SamplerStats]:
         """The tokens [B, frames * h * w] of one clip per entry of ``class_ids`` (class ids or names; repeated in
         turn to ``num_videos`` if given), the class ids and the stats; the other arguments are
@@ -92,11 +104,32 @@ class VideoPipeline(ImagePipeline):
         by window, each window continuing the last ``window_context`` frames of the clip so far (default ``T // 2``)
         and adding ``T - window_context`` new ones, with a sampler that continues given tokens (``nbp``). The stats
         add up the windows' passes, drawn tokens and time.
+
+        ``batch_size`` (default: the pipeline's) bounds the clips drawn at once: a larger request is drawn as
+        consecutive chunks of that many clips, every window of a chunk before the next chunk, all from the one
+        generator, with the stats of the chunks stacked as :meth:`ImagePipeline.sample_tokens` does.
         """
-        classes = self.class_list(class_ids, num_videos, "num_videos")
+        classes, chunks = self.clip_chunks(class_ids, **kwargs)
+        out = list(chunks)
+        return torch.cat([t for t, _ in out]), classes, stacked_stats([s for _, s in out])
+
+    def clip_chunks(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *,
+                    num_videos: int | None = None, context: np.ndarray | None = None,
+                    num_frames: int | None = None, window_context: int | None = None, seed: int | None = 0,
+                    generator: torch.Generator | None = None, batch_size: int | None = None,
+                    **kwargs) -> tuple[list[int], Iterator[tuple[torch.Tensor, SamplerStats]]]:
+        """:meth:`sample_clip_tokens`'s class ids, checked with every other argument, and an iterator that draws
+        the clips chunk by chunk: each chunk's tokens (on the CPU) and stats."""
+        size = self.batch_size if batch_size is None else batch_size
+        check_batch_size(size)
         if num_frames is not None:
             check_count("num_frames", num_frames)
         total = self.num_frames if num_frames is None else int(num_frames)
+        if num_videos is not None:
+            check_count("num_videos", num_videos)
+            check_output_size(int(num_videos), total, self.info.image_size, "clips")
+        classes = self.class_list(class_ids, num_videos, "num_videos")
+        check_output_size(len(classes), total, self.info.image_size, "clips")
         keep = self.check_window_context(window_context, total, kwargs.get("sampler"))
         prefix = None
         if context is not None:
@@ -108,20 +141,31 @@ class VideoPipeline(ImagePipeline):
                                  f"for")
         check_seed(seed)
         check_generator(generator, self.device)
-        if generator is None:  # one stream of draws for every window
+        if generator is None:  # one stream of draws for every window of every chunk
             generator = torch.Generator(device=self.device).manual_seed(0 if seed is None else int(seed))
-        out, _, _ = self.sample_tokens(classes, prefix=prefix, generator=generator, **kwargs)
+
+        def draw() -> Iterator[tuple[torch.Tensor, SamplerStats]]:
+            for start in range(0, len(classes), int(size)):
+                rows = slice(start, start + int(size))
+                yield self._clips(classes[rows], None if prefix is None else prefix[rows], total, keep, generator,
+                                  kwargs)
+        return classes, draw()
+
+    def _clips(self, classes: list[int], prefix: torch.Tensor | None, total: int, keep: int,
+               generator: torch.Generator, kwargs: dict) -> tuple[torch.Tensor, SamplerStats]:
+        """One chunk of clips, window by window: their tokens [B, total * h * w] on the CPU and their stats."""
+        one = {**kwargs, "batch_size": len(classes)}
+        out, _, _ = self.sample_tokens(classes, prefix=prefix, generator=generator, **one)
         tokens, windows = out.tokens, [out.stats]
         per_frame, window = self.model.grid[1] * self.model.grid[2], self.num_frames
         while tokens.shape[1] < total * per_frame:
-            out, _, _ = self.sample_tokens(classes, prefix=tokens[:, -keep * per_frame:], generator=generator,
-                                           **kwargs)
+            out, _, _ = self.sample_tokens(classes, prefix=tokens[:, -keep * per_frame:], generator=generator, **one)
             tokens = torch.cat([tokens, out.tokens[:, keep * per_frame:]], dim=1)
             windows.append(out.stats)
         stats = windows[0] if len(windows) == 1 else chained_stats(windows, keep * per_frame, window - keep)
         if stats.accept_step is not None:  # the passes of the frames kept
             stats = dataclasses.replace(stats, accept_step=stats.accept_step[:, :total * per_frame])
-        return tokens[:, :total * per_frame].cpu(), classes, stats
+        return tokens[:, :total * per_frame].cpu(), stats
 
     def check_window_context(self, window_context: int | None, num_frames: int,
                              sampler: str | Sampler | None) -> int:
