@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vgen.apps.gradio_app import MAX_STREAM_FRAMES, ModelAccess, build_app
+from vgen.apps.gradio_app import MAX_STREAM_FRAMES, ModelAccess, build_app, serve
 from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.pipelines import available_models
 
@@ -46,7 +46,7 @@ def app_page(height: int, access: ModelAccess | None = None) -> Iterator:
     port for the block."""
     app = build_app("shapes-c2i", max_concurrency=1, access=access or ModelAccess())
     port = _free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    serve(app, port=port, prevent_thread_lock=True, quiet=True)  # as `vgen app` serves it, behind its gate
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

@@ -11,9 +11,11 @@ model and a prompt box with the model's example prompts for a text-to-image one,
 Every field is checked before any work: numbers against the same option declarations the command line uses
 (:class:`PageFields` for the page's own), text against a length cap (a prompt also against the words its model
 reads), models against the access rules. Bad input is shown in the page as one message that never echoes a long
-value or tells whether a server path exists; the app keeps serving. Generations and streams share one
-concurrency limit; each request's files live in a temporary folder that is removed once Gradio has its copy.
-``gradio`` is imported lazily: it is the ``app`` extra.
+value or tells whether a server path exists, and logged as one line; the app keeps serving. Generations and streams
+share one concurrency limit; each request's files live in a temporary folder that is removed once Gradio has its
+copy. The server (:func:`serve`) takes no upload and runs only the handlers the page calls itself
+(:class:`PageGate`), and SIGTERM stops it as Ctrl-C does, removing Gradio's cache. ``gradio`` is imported lazily:
+it is the ``app`` extra.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
+import signal
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +36,7 @@ from typing import Any
 
 from PIL import Image
 
-from vgen.apps.options import sampler_classes, sampling_options
+from vgen.apps.options import cut_values, one_line, sampler_classes, sampling_options
 from vgen.data.scenes import caption_words
 from vgen.hub import ASSETS, CheckpointError
 from vgen.images import image_grid
@@ -48,7 +53,6 @@ from vgen.pipelines import (
     load_llamagen,
     tile_clips,
 )
-from vgen.pipelines.inputs import check_prompts
 from vgen.pipelines.stream import MODEL_FOLDER
 from vgen.samplers import available_samplers, get_sampler
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, option, parse_option
@@ -84,11 +88,28 @@ MAX_TEXT = 256  # characters of a text field: names, paths and numbers are far s
 LLAMAGEN_IMAGE_SIZES = (256, 384, 512)
 CONCURRENCY_ID = "vgen"  # generations, streams and model loads share one limit
 TEMP_PREFIX = "vgen-app-"
+API_PREFIX = "/gradio_api"
+UPLOAD_ROUTES = ("upload", "process_recording")  # the last part of the paths where Gradio stores what is sent
 _LOAD_LOCK = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 class InputError(ValueError):
     """A problem with what the user entered, shown in the page."""
+
+
+def page_message(error: Exception) -> str:
+    """What the page shows for a refused request: the error's message on one line, every value it echoes cut
+    (:func:`~vgen.apps.options.cut_values`)."""
+    return one_line(cut_values(str(error)))
+
+
+def refusal(gr, error: Exception):
+    """The page's answer to a refused request (:func:`page_message`), logged as one line: a refusal is expected,
+    so it leaves no traceback in the server's log (an error that is not a refusal still does)."""
+    message = page_message(error)
+    log.warning("vgen app: refused: %s", message)
+    return gr.Error(message, print_exception=False)
 
 
 def text_field(name: str, value: Any) -> str:
@@ -135,7 +156,7 @@ def is_streaming(name: str) -> bool:
 def _pipeline(model: str, gpt_ckpt: str, vq_ckpt: str, gpt_model: str,
               image_size: int) -> ImagePipeline | StreamPipeline:
     if gpt_ckpt or vq_ckpt:
-        return load_llamagen(gpt_ckpt, vq_ckpt, gpt_model=gpt_model, image_size=image_size)
+        return load_llamagen(gpt_ckpt, vq_ckpt, gpt_model, image_size)
     return load(model)
 
 
@@ -188,8 +209,6 @@ def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str,
     cap and the words its text encoder reads), the class id otherwise; the other field is not read."""
     if not pipe.text_conditional:
         return {"class_ids": [page_number("class_id", class_id)]}
-    if prompt is not None and not isinstance(prompt, str):
-        check_prompts(prompt, many=False)  # refuses it by the pipelines' rule: a prompt is text, never str(value)
     text = text_field("prompt", prompt)
     if not text:
         example = f", e.g. {pipe.info.example_prompts[0]!r}" if pipe.info.example_prompts else ""
@@ -342,37 +361,38 @@ def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: A
 
 class StreamSessions:
     """The running streams of each browser session, newest last: Stop and the class switch reach the newest one,
-    and a session that goes away (its tab closed) cancels all of its streams."""
+    and a session that goes away (its tab closed) cancels all of its streams. A request without a session (None)
+    reaches no stream, and its own stream is reached by no other request."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._streams: dict[str, list[StreamControl]] = {}
+        self._streams: dict[object, list[StreamControl]] = {}
 
     @contextlib.contextmanager
-    def running(self, session: str) -> Iterator[StreamControl]:
+    def running(self, session: str | None) -> Iterator[StreamControl]:
         """The control of a new stream of ``session``, registered while the block runs."""
-        control = StreamControl()
+        control, key = StreamControl(), object() if session is None else session
         with self._lock:
-            self._streams.setdefault(session, []).append(control)
+            self._streams.setdefault(key, []).append(control)
         try:
             yield control
         finally:
             with self._lock:
-                streams = self._streams[session]
+                streams = self._streams[key]
                 streams.remove(control)
                 if not streams:
-                    del self._streams[session]
+                    del self._streams[key]
 
-    def newest(self, session: str) -> StreamControl | None:
+    def newest(self, session: str | None) -> StreamControl | None:
         with self._lock:
-            return self._streams.get(session, [None])[-1]
+            return None if session is None else self._streams.get(session, [None])[-1]
 
     def count(self) -> int:
         """Streams running in all sessions."""
         with self._lock:
             return sum(map(len, self._streams.values()))
 
-    def stop(self, session: str) -> str:
+    def stop(self, session: str | None) -> str:
         """Stop the session's newest stream at its next denoising step."""
         control = self.newest(session)
         if control is None:
@@ -380,7 +400,7 @@ class StreamSessions:
         control.cancel()
         return "stopping"
 
-    def switch(self, session: str, class_id: Any) -> str:
+    def switch(self, session: str | None, class_id: Any) -> str:
         """Change the session's newest stream to ``class_id`` from its next block on."""
         control = self.newest(session)
         if control is None:
@@ -389,10 +409,10 @@ class StreamSessions:
         control.set_class(class_id)
         return f"class {class_id} from the next block"
 
-    def end(self, session: str) -> None:
+    def end(self, session: str | None) -> None:
         """Cancel every stream of a session that has gone away."""
         with self._lock:
-            controls = list(self._streams.get(session, []))
+            controls = [] if session is None else list(self._streams.get(session, []))
         for control in controls:
             control.cancel()
 
@@ -438,17 +458,141 @@ def build_app(default_model: str = DEFAULT_TEXT_MODEL, max_concurrency: int = 2,
             sessions.end(session_of(request))
 
         session_gone.__annotations__["request"] = gr.Request  # see add_stream_tab
-        app.unload(session_gone)
-    return app.queue(default_concurrency_limit=max_concurrency)
+        app.unload(session_gone)  # run by Gradio's heartbeat of the session only (PageGate)
+    return app.queue(default_concurrency_limit=max_concurrency, api_open=False)  # every call waits in the queue
 
 
 def serve(app, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **launch: Any):
-    """Launch the page with uploads off: it takes no files, and a visitor's upload could only fill the disk."""
-    return app.launch(server_name=host, server_port=port, share=share, max_file_size=0, **launch)
+    """Launch the page behind :class:`PageGate` and, unless ``prevent_thread_lock``, serve until Ctrl-C or
+    SIGTERM (:func:`sigterm_interrupts`), then close it. Closing the app ends its open connections too, so that the
+    server's shutdown, which removes Gradio's cache, completes (Gradio's own wait for Ctrl-C stops only the server,
+    which waits for a connected page past its exit)."""
+    from starlette.middleware import Middleware
+
+    wait = not launch.pop("prevent_thread_lock", False)
+    with sigterm_interrupts():
+        launched = app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
+                              app_kwargs={"middleware": [Middleware(PageGate, blocks=app)]}, **launch)
+        try:
+            while wait and app.is_running:
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            app.close()
+    return launched
 
 
-def session_of(request: Any) -> str:
-    return getattr(request, "session_hash", None) or "default"
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raised as ``KeyboardInterrupt`` in the main thread while the block runs, as Ctrl-C is; nothing
+    changes when the block runs in another thread (only the main thread takes signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def page_handlers(blocks) -> dict[int, str]:
+    """The handlers the page calls itself, by number and API name: those with Python code that an event of the
+    page triggers (not the session's unload handler, which Gradio's heartbeat runs)."""
+    return {number: fn.api_name for number, fn in blocks.fns.items()
+            if fn.fn is not None and any(event != "unload" for _, event in fn.targets)}
+
+
+class PageGate:
+    """ASGI middleware in front of the page's server that lets through what the page sends and refuses the rest
+    with one line (logged as one line) before Gradio sees it:
+
+    - every upload: a multipart body and Gradio's upload routes, so that no file is stored, empty or not;
+    - a call of a handler that the page does not call itself (:func:`page_handlers`), by number or by name, on
+      any of Gradio's call routes;
+    - a second heartbeat of a connected session: Gradio ends a session, and its streams, when a heartbeat of it
+      closes, so a client that sent another's session hash could end it."""
+
+    def __init__(self, app: Callable, blocks: Any) -> None:
+        self.app, self.blocks = app, blocks
+        self.connected: set[str] = set()
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path, method = scope["path"].rstrip("/"), scope["method"]
+        route = path.partition(API_PREFIX)[2]  # Gradio's API routes, after any prefix a proxy adds
+        if path.rsplit("/", 1)[-1] in UPLOAD_ROUTES or dict(scope["headers"]).get(b"content-type", b"").startswith(
+                b"multipart/"):
+            return await refuse(scope, receive, send, 403, f"this server takes no uploads ({method} {path!r})")
+        if route.startswith("/heartbeat/"):
+            return await self.heartbeat(route.removeprefix("/heartbeat/"), scope, receive, send)
+        if method == "POST" and route.startswith(("/queue/join", "/run/", "/api/", "/call/")):
+            body, receive = await read_body(receive)
+            if not self.calls_the_page(route, body):
+                return await refuse(scope, receive, send, 404, f"{path!r} names no handler of this page")
+        await self.app(scope, receive, send)
+
+    def calls_the_page(self, route: str, body: bytes) -> bool:
+        """Whether a call to ``route`` (``/queue/join``, ``/run/NAME``, ``/api/NAME``, ``/call/NAME``) names one
+        of :func:`page_handlers`, by its number in the body, else by its name; a body Gradio cannot read goes on
+        to Gradio, which refuses it."""
+        from gradio.data_classes import PredictBody
+
+        handlers, name = page_handlers(self.blocks), route.rsplit("/", 1)[-1]
+        if route.startswith("/call/"):  # Gradio reads the name only
+            return name in handlers.values()
+        try:
+            number = PredictBody.model_validate_json(body).fn_index  # the number as Gradio reads it
+        except ValueError:
+            return True
+        if number is None:
+            return route == "/queue/join" or name in handlers.values()  # Gradio refuses a join without one
+        return number in handlers
+
+    async def heartbeat(self, session: str, scope: dict, receive: Callable, send: Callable) -> None:
+        """The session's heartbeat, unless it is connected already."""
+        if session in self.connected:
+            return await refuse(scope, receive, send, 409, f"session {session!r} is connected already")
+        self.connected.add(session)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.connected.discard(session)
+
+
+async def refuse(scope: dict, receive: Callable, send: Callable, status: int, message: str) -> None:
+    """Answer a request with ``status`` and ``message`` (every echoed value cut), as FastAPI answers errors, and
+    log it as one line."""
+    from starlette.responses import JSONResponse
+
+    message = one_line(cut_values(message))
+    log.warning("vgen app: refused: %s", message)
+    await JSONResponse({"detail": message}, status)(scope, receive, send)
+
+
+async def read_body(receive: Callable) -> tuple[bytes, Callable]:
+    """A request's whole body, and a ``receive`` that hands it on as if it were unread."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message["type"] == "http.request" and message.get("more_body", False)
+    body = b"".join(chunks)
+    pending = [message if message["type"] != "http.request" else {"type": "http.request", "body": body}]
+
+    async def replay() -> dict:
+        return pending.pop() if pending else await receive()
+
+    return body, replay
+
+
+def session_of(request: Any) -> str | None:
+    """The session of a request: Gradio's session hash; None for a request without one."""
+    return getattr(request, "session_hash", None) or None
 
 
 def model_label(access: ModelAccess, kind: str) -> str:
@@ -464,7 +608,7 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
             with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as folder:
                 yield generate(**values, folder=folder, access=access)  # the folder goes once Gradio has its copy
         except (ValueError, CheckpointError, OSError) as e:  # InputError is a ValueError
-            raise gr.Error(str(e)) from None
+            raise refusal(gr, e) from None
 
     with gr.Tab("Generate"):
         with gr.Row():
@@ -520,16 +664,17 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
     def model_changed(name: str, current: str, text: str):
         controls = model_controls(name, access)
         choices = controls.samplers
+        example = {} if text else {"value": next(iter(controls.example_prompts), "")}  # a prompt is never echoed
         return (gr.update(choices=choices, value=current if current in choices else choices[0]),
                 gr.update(visible=not controls.text_to_image),
-                gr.update(visible=controls.text_to_image, value=text or next(iter(controls.example_prompts), "")),
+                gr.update(visible=controls.text_to_image, **example),
                 gr.update(visible=bool(controls.example_prompts), choices=list(controls.example_prompts),
                           value=None),
                 gr.update(visible=controls.video))
 
     model.change(model_changed, [model, sampler, prompt], [sampler, class_id, prompt, example_prompts, clip_frames],
                  api_name=False, **limit)
-    example_prompts.input(lambda text: text, example_prompts, prompt, api_name=False)
+    example_prompts.input(None, example_prompts, prompt, js="(text) => text")  # in the browser: no handler
 
 
 def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAccess, sessions: StreamSessions,
@@ -548,7 +693,7 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
                 async for item in iterate_in_thread(frames, control.cancel):
                     yield item
             except (ValueError, CheckpointError, OSError) as e:
-                raise gr.Error(str(e)) from None
+                raise refusal(gr, e) from None
 
     with gr.Tab("Streaming"), gr.Row():
         with gr.Column():
@@ -575,7 +720,7 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
         try:
             return sessions.switch(session_of(request), c)
         except InputError as e:
-            raise gr.Error(str(e)) from None
+            raise refusal(gr, e) from None
 
     # gradio passes the request to a parameter annotated gr.Request; with postponed annotations the string
     # "gr.Request" cannot be resolved (gr is a local here), so the type is set on the functions themselves
