@@ -53,6 +53,7 @@ from vgen.pipelines import (
     load_llamagen,
     tile_clips,
 )
+from vgen.pipelines.inputs import check_prompts
 from vgen.pipelines.stream import MODEL_FOLDER
 from vgen.samplers import available_samplers, get_sampler
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, option, parse_option
@@ -156,7 +157,7 @@ def is_streaming(name: str) -> bool:
 def _pipeline(model: str, gpt_ckpt: str, vq_ckpt: str, gpt_model: str,
               image_size: int) -> ImagePipeline | StreamPipeline:
     if gpt_ckpt or vq_ckpt:
-        return load_llamagen(gpt_ckpt, vq_ckpt, gpt_model, image_size)
+        return load_llamagen(gpt_ckpt, vq_ckpt, gpt_model=gpt_model, image_size=image_size)
     return load(model)
 
 
@@ -209,6 +210,8 @@ def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str,
     cap and the words its text encoder reads), the class id otherwise; the other field is not read."""
     if not pipe.text_conditional:
         return {"class_ids": [page_number("class_id", class_id)]}
+    if prompt is not None and not isinstance(prompt, str):
+        check_prompts(prompt, many=False)  # refuses it by the pipelines' rule: a prompt is text, never str(value)
     text = text_field("prompt", prompt)
     if not text:
         example = f", e.g. {pipe.info.example_prompts[0]!r}" if pipe.info.example_prompts else ""
