@@ -497,7 +497,7 @@ def test_a_text_model_of_another_domain_draws_a_prompt_set_scored_by_clip(llamag
     assert setup["prompt_set"] == {"source": str(tmp_path / "parti.tsv"), "format": "parti", "count": 3}
     paths = write_outputs(result, tmp_path / "out")
     text = paths["markdown"].read_text()
-    assert "(parti prompts of parti.tsv in turn (3 prompts))" in text and "no Fréchet distances" in text
+    assert "(the 3 prompts of parti.tsv, parti format, in turn)" in text and "no Fréchet distances" in text
     header = [line for line in text.splitlines() if line.startswith("|")][0]
     assert header == ("| sampler | drafter | forward passes | step compression | wall time (s) | latency ratio | "
                       "tokens / s | tokens / forward | entropy (nats) | top-1 | CLIP score |")

@@ -387,7 +387,7 @@ def bench_conditions(pipe: ImagePipeline, num_samples: int, seed: int, batch_siz
                           lambda samples: {"class_accuracy": domain_class_accuracy(pipe, samples, labels),
                                            "attribute_accuracy": None})
     if prompts is not None:
-        drawn = f"{prompts.format} prompts of {Path(prompts.source).name} in turn ({len(prompts)} prompts)"
+        drawn = f"the {len(prompts)} prompts of {Path(prompts.source).name}, {prompts.format} format, in turn"
         return Conditions(lambda plan_seed: SamplePlan(plan_seed, batch_size, prompts=prompts.prompts), drawn,
                           lambda samples: {"class_accuracy": None, "attribute_accuracy": None}, prompts)
     if not is_scenes_model(pipe):
