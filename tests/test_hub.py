@@ -9,7 +9,7 @@ import argparse
 import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from vgen.hub import (
     safetensors_shapes,
     save_pretrained,
 )
+from vgen.models.config_fields import ModelConfig, size
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT, gpt_config
 from vgen.tokenizers.vq import VQConfig, VQModel
 
@@ -129,6 +130,33 @@ def test_from_pretrained_rejects_bad_config_json(tmp_path: Path) -> None:
         from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"class": "LlamaGenGPT", "config": {"dim": 100}}))
     with pytest.raises(CheckpointError, match="bad model config"):
+        from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"n_head": 0}, r"n_head must be an integer in \[1, 2\*\*24\], got 0"),
+    ({"dim": -256}, r"dim must be an integer in \[1, 2\*\*24\], got -256"),
+    ({"n_layer": 8.0}, r"n_layer must be an integer in \[1, 2\*\*24\], got 8.0"),
+    ({"n_layer": True}, r"n_layer must be an integer in \[1, 2\*\*24\], got True"),
+    ({"dim": 102}, "dim 102 is not divisible by n_head 4"),
+    ({"heads": 4}, r"unknown GPTConfig field\(s\) \['heads'\]"),
+])
+def test_a_bad_config_field_is_named_with_its_file_before_any_tensor_is_built(tmp_path: Path, monkeypatch,
+                                                                              change: dict, message: str) -> None:
+    folder = with_config(save_pretrained(randomised(LlamaGenGPT(TINY_GPT)), tmp_path), **change)
+    monkeypatch.setattr("vgen.hub.meta_device", lambda: pytest.fail("a model was built from a bad config"))
+    with pytest.raises(CheckpointError, match=f"^bad model config in {folder / 'config.json'}: {message}") as error:
+        from_pretrained(folder)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("path", sorted(ASSETS.rglob("config.json")), ids=lambda p: str(p.parent.relative_to(ASSETS)))
+def test_every_shipped_config_names_a_field_of_the_wrong_type_with_its_file(tmp_path: Path, path: Path) -> None:
+    meta = json.loads(path.read_text())
+    name = next(iter(meta["config"]))
+    meta["config"][name] = {"a": 1}
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=rf"^bad model config in {tmp_path / 'config.json'}: {name} must "):
         from_pretrained(tmp_path)
 
 
@@ -250,15 +278,8 @@ def test_save_pretrained_rejects_unregistered_classes(tmp_path: Path) -> None:
 
 
 @dataclass(frozen=True)
-class ScaleConfig:
-    width: int = 3
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ScaleConfig:
-        return cls(**d)
+class ScaleConfig(ModelConfig):
+    width: int = size(3)
 
 
 class Scale(torch.nn.Module):
@@ -277,6 +298,16 @@ def test_a_registered_outside_class_round_trips(tmp_path: Path) -> None:
     finally:
         MODEL_CLASSES.pop("Scale")
     assert isinstance(loaded, Scale) and loaded.config == model.config and torch.equal(loaded.weight, model.weight)
+
+
+def test_a_class_whose_config_is_not_a_checked_model_config_is_not_registered() -> None:
+    @dataclass(frozen=True)
+    class LooseConfig:
+        width: int = 3
+
+    with pytest.raises(TypeError, match="the config class of Loose must derive from .*ModelConfig"):
+        register_model_class("Loose", Scale, LooseConfig)
+    assert "Loose" not in MODEL_CLASSES
 
 
 # ---- strict loading ----------------------------------------------------------------------------------------

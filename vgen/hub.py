@@ -3,11 +3,12 @@
 Nothing is downloaded: every loader takes a local path and, when the file is not there, says where to put it.
 Pickled checkpoints are read with ``torch.load(weights_only=True)``; vgen writes safetensors only. A state dict
 that does not fit the model fails with :class:`CheckpointError`, naming the missing and unexpected keys and the
-shapes that differ. A folder is checked before any tensor is allocated: its safetensors header (read without the
-data) must hold exactly the tensor names and shapes of the model its ``config.json`` describes, built on the meta
-device to tell, and that model at most ``max_params`` values (:data:`MAX_PARAMS` unless raised). A folder's
-``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models shipped inside the package lie
-under :data:`ASSETS`, where evaluation and training find them without a pipeline.
+shapes that differ. A folder is checked before any tensor is allocated: every field of its ``config.json`` against
+its declaration (type, range, relations: :mod:`vgen.models.config_fields`), then its safetensors header (read
+without the data), which must hold exactly the tensor names and shapes of the model that config describes, built on
+the meta device to tell, and that model at most ``max_params`` values (:data:`MAX_PARAMS` unless raised). A
+folder's ``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models shipped inside the
+package lie under :data:`ASSETS`, where evaluation and training find them without a pipeline.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from vgen.models.classifier import (
     ShapesVideoClassifier,
     VideoClassifierConfig,
 )
+from vgen.models.config_fields import ModelConfig
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
@@ -61,7 +63,7 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable, or does not match the model it is loaded into."""
 
 
-MODEL_CLASSES: dict[str, tuple[type[nn.Module], type]] = {
+MODEL_CLASSES: dict[str, tuple[type[nn.Module], type[ModelConfig]]] = {
     "LlamaGenGPT": (LlamaGenGPT, GPTConfig), "VQModel": (VQModel, VQConfig),
     "ShapesClassifier": (ShapesClassifier, ClassifierConfig),
     "ShapesVideoClassifier": (ShapesVideoClassifier, VideoClassifierConfig),
@@ -75,8 +77,12 @@ MODEL_CLASSES: dict[str, tuple[type[nn.Module], type]] = {
 """The model classes a ``config.json`` may name, by the name it records."""
 
 
-def register_model_class(name: str, model_cls: type[nn.Module], config_cls: type) -> None:
-    """Let :func:`from_pretrained` build ``model_cls`` from a folder whose config names ``name``."""
+def register_model_class(name: str, model_cls: type[nn.Module], config_cls: type[ModelConfig]) -> None:
+    """Let :func:`from_pretrained` build ``model_cls`` from a folder whose config names ``name``; ``config_cls``
+    derives from :class:`~vgen.models.config_fields.ModelConfig`, so its fields are checked before the build."""
+    if not (isinstance(config_cls, type) and issubclass(config_cls, ModelConfig)):
+        raise TypeError(f"the config class of {name} must derive from vgen.models.config_fields.ModelConfig, whose "
+                        f"declared fields are checked before a model is built; got {config_cls!r}")
     MODEL_CLASSES[name] = (model_cls, config_cls)
 
 
@@ -131,9 +137,10 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu",
                     max_params: int = MAX_PARAMS) -> nn.Module:
     """Build and load a model saved with :func:`save_pretrained`.
 
-    Before any tensor is allocated, the config's model is built on the meta device and compared with the weights
-    file's header: it must have exactly the header's tensor names and shapes, and at most ``max_params`` values in
-    its parameters and buffers. A config that does not fit its weights, or a model too large, fails in one line.
+    Before any tensor is allocated, the config's fields are checked (a bad one is named with the file), and the
+    config's model is built on the meta device and compared with the weights file's header: it must have exactly
+    the header's tensor names and shapes, and at most ``max_params`` values in its parameters and buffers. A
+    config that does not fit its weights, or a model too large, fails in one line.
     """
     path = local_path(path, "from_pretrained's path")
     meta = read_config(path)

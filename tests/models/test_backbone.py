@@ -21,7 +21,7 @@ SHIPPED = [p for p in sorted(ASSETS.glob("*/gpt/config.json")) if json.loads(p.r
 @pytest.mark.parametrize("config_cls, extra", [(GPTConfig, {}), (NARConfig, {"grid": (4, 4)}),
                                                (NBPConfig, {"grid": (3, 4), "block": "row"})])
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(n_layer=0), "n_layer must be >= 1"),
+    (dict(n_layer=0), r"n_layer must be an integer in \[1, 2\*\*24\], got 0"),
     (dict(dim=30, n_head=4), "dim 30 is not divisible by n_head 4"),
     (dict(dim=48, n_head=8), "head_dim 6 .* must be divisible by 4"),
     (dict(dim=64, n_head=4, n_kv_head=3), "n_head 4 is not divisible by n_kv_head 3"),

@@ -352,9 +352,14 @@ def test_save_and_load_round_trip(tiny_nar_factory, tmp_path) -> None:
     assert torch.equal(loaded(classes, tokens), model(classes, tokens))
 
 
-@pytest.mark.parametrize(("grid", "match"), [((16,), "grid must be"), ((2, 2, 2, 2), "grid must be"),
-                                             ((0, 4), "grid must be"), ((4, -1), "grid must be"),
-                                             ((4.0, 4), "grid must be"), ("16", "grid must be")])
+@pytest.mark.parametrize(("grid", "match"), [
+    ((16,), r"grid must hold 2 to 3 item\(s\), got \(16,\)"),
+    ((2, 2, 2, 2), r"grid must hold 2 to 3 item\(s\)"),
+    ((0, 4), r"grid\[0\] must be an integer in \[1, 4096\], got 0"),
+    ((4, -1), r"grid\[1\] must be an integer in \[1, 4096\], got -1"),
+    ((4.0, 4), r"grid\[0\] must be an integer in \[1, 4096\], got 4.0"),
+    ("16", "grid must be a list, got '16'"),
+])
 def test_config_rejects_grids_it_cannot_lay_out(grid, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         NARConfig(grid=grid, dim=32, n_head=4)
@@ -384,7 +389,7 @@ def test_config_rejects_a_bad_head_split() -> None:
         NARConfig(grid=(2, 4, 4), dim=32, n_head=4, rope="time")
     with pytest.raises(ValueError, match="rope='spatial' encodes the frames of a video grid"):
         NARConfig(grid=(4, 4), dim=32, n_head=4, rope="spatial")
-    with pytest.raises(ValueError, match="n_layer must be >= 1"):
+    with pytest.raises(ValueError, match=r"n_layer must be an integer in \[1, 2\*\*24\], got 0"):
         NARConfig(grid=(4, 4), dim=32, n_head=4, n_layer=0)
 
 

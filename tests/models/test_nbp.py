@@ -251,17 +251,17 @@ def test_round_trips_through_save_and_from_pretrained(tiny_nbp_factory, tmp_path
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(grid=(4,)), "grid must be"),
-    (dict(grid=(2, 0), block="row"), "grid must be"),
+    (dict(grid=(4,)), r"grid must hold 2 to 3 item\(s\)"),
+    (dict(grid=(2, 0), block="row"), r"grid\[1\] must be an integer in \[1, 4096\], got 0"),
     (dict(grid=(3, 4), block="column"), "block must be one of"),
     (dict(grid=(3, 4), block="frame"), "frame blocks need a video grid"),
     (dict(grid=(1, 4, 4), block="frame"), "NBP needs >= 2"),
-    (dict(grid=(3, 4), block="row", n_layer=0), "n_layer must be >= 1"),
+    (dict(grid=(3, 4), block="row", n_layer=0), r"n_layer must be an integer in \[1, 2\*\*24\], got 0"),
     (dict(grid=(2, 3, 4), block="row", rope="time"), "rope must be one of"),
     (dict(grid=(3, 4), block="row", rope="spatial"), "rope='spatial' encodes the frames of a video grid"),
     (dict(grid=(3, 4), block="row", hybrid_blocks=2), "hybrid_blocks must be 1, or with hybrid=True"),
     (dict(grid=(3, 4), block="row", hybrid=True, hybrid_blocks=3), "between 1 and 2"),
-    (dict(grid=(3, 4), block="row", hybrid=True, hybrid_blocks=0), "hybrid_blocks must be 1"),
+    (dict(grid=(3, 4), block="row", hybrid=True, hybrid_blocks=0), r"hybrid_blocks must be an integer in \[1, "),
     (dict(grid=(3, 4), block="row", dim=30, n_head=4), "divisible"),
 ])
 def test_bad_config_raises_a_specific_error(kwargs, message) -> None:

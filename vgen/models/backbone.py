@@ -8,42 +8,41 @@ grid with its rotary positions for the backbones that are not next-token in rast
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import TypeVar
+from dataclasses import dataclass
 
 import torch
 
+from vgen.models.config_fields import ModelConfig, declare, probability, size
 from vgen.models.layers import rope_frames_table, rope_grid_table
 
 ROPE_KINDS = ("grid", "spatial")
 AXIS_NAMES = {2: ("rows", "columns"), 3: ("frames", "rows", "columns")}
-
-ConfigT = TypeVar("ConfigT", bound="BackboneConfig")
+GRID_LIMIT = 1 << 12
+"""The most positions a grid axis (frames, rows or columns) holds: 4096, far above any model's 16 to 48."""
 
 
 @dataclass(frozen=True)
-class BackboneConfig:
+class BackboneConfig(ModelConfig):
     """LlamaGen's ``ModelArgs`` for class-conditional generation, less the sequence length (defaults: GPT-B)."""
 
-    vocab_size: int = 16384
-    dim: int = 768
-    n_layer: int = 12
-    n_head: int = 12
-    n_kv_head: int | None = None
-    multiple_of: int = 256
-    ffn_dim_multiplier: float | None = None
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
-    num_classes: int = 1000
-    class_dropout_prob: float = 0.1
-    token_dropout_p: float = 0.1
-    attn_dropout_p: float = 0.0
-    resid_dropout_p: float = 0.1
-    ffn_dropout_p: float = 0.1
+    vocab_size: int = size(16384)
+    dim: int = size(768)
+    n_layer: int = size(12)
+    n_head: int = size(12)
+    n_kv_head: int | None = size(None)
+    multiple_of: int = size(256)
+    ffn_dim_multiplier: float | None = declare(None, above=0, at_most=64)
+    rope_base: float = declare(10000.0, above=0)
+    norm_eps: float = declare(1e-5, above=0, below=1)
+    num_classes: int = size(1000, at_least=0)
+    class_dropout_prob: float = probability(0.1)
+    token_dropout_p: float = probability(0.1)
+    attn_dropout_p: float = probability(0.0)
+    resid_dropout_p: float = probability(0.1)
+    ffn_dropout_p: float = probability(0.1)
 
     def __post_init__(self) -> None:
-        if self.n_layer < 1:
-            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
+        super().__post_init__()
         if self.dim % self.n_head:
             raise ValueError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
         if self.head_dim % 4:
@@ -60,13 +59,6 @@ class BackboneConfig:
     def kv_heads(self) -> int:
         return self.n_kv_head or self.n_head
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls: type[ConfigT], d: dict) -> ConfigT:
-        return cls(**d)
-
 
 @dataclass(frozen=True)
 class GridConfig(BackboneConfig):
@@ -77,21 +69,14 @@ class GridConfig(BackboneConfig):
     initialisation: every frame then sees the geometry an image model of the same frame grid was trained with, so
     such a model's weights can start the video model."""
 
-    grid: tuple[int, ...] = (16, 16)
-    rope: str = "grid"
+    grid: tuple[int, ...] = size((16, 16), at_most=GRID_LIMIT, length=(2, 3))
+    rope: str = declare("grid", choices=ROPE_KINDS)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        grid = tuple(self.grid) if isinstance(self.grid, list) else self.grid  # a list from JSON
-        object.__setattr__(self, "grid", grid)
-        if (not isinstance(grid, tuple) or len(grid) not in AXIS_NAMES
-                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in grid)):
-            raise ValueError(f"grid must be (rows, columns) or (frames, rows, columns) of positive integers, "
-                             f"got {self.grid!r}")
-        if self.rope not in ROPE_KINDS:
-            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
-        if self.rope == "spatial" and len(grid) != 3:
-            raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got {grid}")
+        if self.rope == "spatial" and self.rank != 3:
+            raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got "
+                             f"{self.grid}")
 
     @property
     def rank(self) -> int:
@@ -107,6 +92,3 @@ class GridConfig(BackboneConfig):
         if self.rope == "grid":
             return rope_grid_table(self.grid, self.head_dim, self.rope_base)
         return rope_frames_table(self.grid, self.head_dim, self.rope_base)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "grid": list(self.grid)}

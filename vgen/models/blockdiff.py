@@ -18,14 +18,16 @@ Flow matching (the Wan / Self-Forcing parameterisation): ``x_s = (1 - s) x_0 + s
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from vgen.models.backbone import GRID_LIMIT
 from vgen.models.conditioning import ClassConditional
+from vgen.models.config_fields import ModelConfig, declare, probability, size
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_grid_table, swiglu_hidden_dim
 from vgen.models.linear import Linear
 
@@ -48,35 +50,34 @@ class BlockContext:
 
 
 @dataclass(frozen=True)
-class BlockDiffConfig:
+class BlockDiffConfig(ModelConfig):
     """Frame geometry, block length, the number of frames trained on (the longest attended sequence) and the
     transformer's size."""
 
-    frame_size: int = 32
-    channels: int = 3
-    patch_size: int = 4
-    frames_per_block: int = 2
-    train_frames: int = 16
-    dim: int = 192
-    n_layer: int = 4
-    n_head: int = 6
-    multiple_of: int = 64
-    num_classes: int = 8
-    class_dropout_prob: float = 0.1
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
+    frame_size: int = size(32, at_most=GRID_LIMIT)
+    channels: int = size(3)
+    patch_size: int = size(4, at_most=GRID_LIMIT)
+    frames_per_block: int = size(2, at_most=GRID_LIMIT)
+    train_frames: int = size(16, at_most=GRID_LIMIT)
+    dim: int = size(192)
+    n_layer: int = size(4)
+    n_head: int = size(6)
+    multiple_of: int = size(64)
+    num_classes: int = size(8)
+    class_dropout_prob: float = probability(0.1)
+    rope_base: float = declare(10000.0, above=0)
+    norm_eps: float = declare(1e-5, above=0, below=1)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.frame_size % self.patch_size:
             raise ValueError(f"frame_size {self.frame_size} is not a multiple of patch_size {self.patch_size}")
-        if self.frames_per_block < 1 or self.train_frames % self.frames_per_block:
-            raise ValueError(f"train_frames {self.train_frames} must be a positive multiple of frames_per_block "
+        if self.train_frames % self.frames_per_block:
+            raise ValueError(f"train_frames {self.train_frames} must be a multiple of frames_per_block "
                              f"{self.frames_per_block}")
         if self.dim % self.n_head or (self.dim // self.n_head) % 2 or self.dim // self.n_head < 6:
             raise ValueError(f"dim {self.dim} / n_head {self.n_head} must give an even head_dim >= 6 "
                              f"(three rotary axes)")
-        if self.n_layer < 1 or self.num_classes < 1:
-            raise ValueError(f"need n_layer >= 1 and num_classes >= 1, got {self.n_layer}, {self.num_classes}")
 
     @property
     def grid_side(self) -> int:
@@ -97,13 +98,6 @@ class BlockDiffConfig:
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_head
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> BlockDiffConfig:
-        return cls(**d)
 
 
 def block_causal_frame_mask(num_frames: int, frames_per_block: int, tokens_per_frame: int,

@@ -4,31 +4,34 @@ features for FVD). Their shipped weights and loaders are :mod:`vgen.eval.classif
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from vgen.models.backbone import GRID_LIMIT
+from vgen.models.config_fields import ModelConfig, size
 from vgen.models.linear import Linear
 
 
 @dataclass(frozen=True)
-class ClassifierConfig:
-    num_classes: int = 8
-    widths: tuple[int, ...] = (24, 48, 96, 192)
-    image_size: int = 64
+class ClassifierConfig(ModelConfig):
+    """The classes, the widths of the conv stages (2x max-pooled between them) and the image side it expects."""
+
+    num_classes: int = size(8)
+    widths: tuple[int, ...] = size((24, 48, 96, 192))
+    image_size: int = size(64, at_most=GRID_LIMIT)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "widths", tuple(self.widths))
+        super().__post_init__()
+        check_pooling(self.widths, self.image_size)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["widths"] = list(self.widths)
-        return d
 
-    @classmethod
-    def from_dict(cls, d: dict) -> ClassifierConfig:
-        return cls(**d)
+def check_pooling(widths: tuple[int, ...], image_size: int) -> None:
+    """Refuse more conv stages than an image of ``image_size`` can be halved between (the last sees >= 1 pixel)."""
+    if 2 ** (len(widths) - 1) > image_size:
+        raise ValueError(f"{len(widths)} widths halve an image {len(widths) - 1} times, more than image_size "
+                         f"{image_size} allows")
 
 
 def _conv(cin: int, cout: int) -> list[nn.Module]:
@@ -78,30 +81,22 @@ POOLED_GRID = 3
 
 
 @dataclass(frozen=True)
-class AttributeClassifierConfig:
+class AttributeClassifierConfig(ModelConfig):
     """One head per attribute: ``attributes`` lists (name, number of values) in order."""
 
-    attributes: tuple[tuple[str, int], ...]
-    widths: tuple[int, ...] = (24, 48, 96, 192)
-    image_size: int = 64
+    attributes: tuple[tuple[str, int], ...] = size(at_least=2)
+    widths: tuple[int, ...] = size((24, 48, 96, 192))
+    image_size: int = size(64, at_most=GRID_LIMIT)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "attributes", tuple((str(n), int(k)) for n, k in self.attributes))
-        object.__setattr__(self, "widths", tuple(self.widths))
-        if not self.attributes or any(k < 2 for _, k in self.attributes):
-            raise ValueError(f"need at least one attribute, each with >= 2 values, got {self.attributes}")
+        super().__post_init__()
+        check_pooling(self.widths, self.image_size)
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"attributes has repeated names: {list(self.names)}")
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.attributes)
-
-    def to_dict(self) -> dict:
-        return {"attributes": [list(a) for a in self.attributes], "widths": list(self.widths),
-                "image_size": self.image_size}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> AttributeClassifierConfig:
-        return cls(**d)
 
 
 class AttributeClassifier(nn.Module):
@@ -132,27 +127,15 @@ class AttributeClassifier(nn.Module):
 
 
 @dataclass(frozen=True)
-class VideoClassifierConfig:
+class VideoClassifierConfig(ModelConfig):
     """Stages of 3-D convolutions (``stages[i]`` lists the widths of stage i's convs); after every stage but the
     last, clips are max-pooled 2x in time and space. ``image_size`` is the frame side
     it expects (frames of another size are resized), ``num_frames`` the clip length it was trained on."""
 
-    num_classes: int = 8
-    stages: tuple[tuple[int, ...], ...] = ((16,), (32,), (64, 64), (128,))
-    image_size: int = 32
-    num_frames: int = 16
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "stages", tuple(tuple(s) for s in self.stages))
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["stages"] = [list(s) for s in self.stages]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> VideoClassifierConfig:
-        return cls(**d)
+    num_classes: int = size(8)
+    stages: tuple[tuple[int, ...], ...] = size(((16,), (32,), (64, 64), (128,)))
+    image_size: int = size(32, at_most=GRID_LIMIT)
+    num_frames: int = size(16, at_most=GRID_LIMIT)
 
 
 def _conv3d(cin: int, cout: int) -> list[nn.Module]:

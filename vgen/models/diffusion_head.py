@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vgen.models.config_fields import ModelConfig, declare, size
 from vgen.models.gaussian_diffusion import DiffusionSchedule, cosine_alpha_bar, reverse_step, sampling_timesteps
 from vgen.models.linear import Linear
 
@@ -72,15 +73,28 @@ STEPS_PER_CALL = 5
 (``benchmarks/continuous_compiled.py`` times both)."""
 
 
+MAX_DIFFUSION_STEPS = 1 << 16
+"""The most timesteps a diffusion schedule has (MAR trains with 1000): its tables are built step by step."""
+
+
 @dataclass(frozen=True)
-class HeadConfig:
-    token_channels: int = 16
-    cond_dim: int = 768
-    width: int = 1024
-    depth: int = 6
-    num_train_steps: int = 1000
-    num_sampling_steps: int = 100
-    clip_x0: float = 0.0  # > 0: clamp the implied clean token while sampling (0 = off, as in MAR)
+class HeadConfig(ModelConfig):
+    """The head's token channels, the width of the condition it reads, its own width and residual blocks, and its
+    diffusion: ``num_train_steps`` timesteps, respaced to ``num_sampling_steps`` for sampling."""
+
+    token_channels: int = size(16)
+    cond_dim: int = size(768)
+    width: int = size(1024)
+    depth: int = size(6)
+    num_train_steps: int = size(1000, at_most=MAX_DIFFUSION_STEPS)
+    num_sampling_steps: int = size(100, at_most=MAX_DIFFUSION_STEPS)
+    clip_x0: float = declare(0.0, at_least=0)  # > 0: clamp the implied clean token while sampling (0 = off, as in MAR)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_sampling_steps > self.num_train_steps:
+            raise ValueError(f"num_sampling_steps {self.num_sampling_steps} is more than num_train_steps "
+                             f"{self.num_train_steps}")
 
 
 class DiffusionHead(nn.Module):

@@ -10,27 +10,33 @@ a norm: a few percent of the target's parameters.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from vgen.models.backbone import GRID_LIMIT
 from vgen.models.cache import KVCache
+from vgen.models.config_fields import ModelConfig, declare, size
 from vgen.models.layers import RMSNorm, rope_2d_table
 from vgen.models.linear import Linear
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT, TransformerBlock
 
 
 @dataclass(frozen=True)
-class DraftHeadConfig:
+class DraftHeadConfig(ModelConfig):
     """The target's width, heads and grid (the head must match them) and the norm epsilon."""
 
-    dim: int
-    n_head: int
-    block_size: int
-    multiple_of: int = 256
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
+    dim: int = size()
+    n_head: int = size()
+    block_size: int = size(at_most=GRID_LIMIT ** 2)
+    multiple_of: int = size(256)
+    rope_base: float = declare(10000.0, above=0)
+    norm_eps: float = declare(1e-5, above=0, below=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.block_config()  # the relations of width, heads and grid
 
     @classmethod
     def for_target(cls, target: GPTConfig) -> DraftHeadConfig:
@@ -41,13 +47,6 @@ class DraftHeadConfig:
         return GPTConfig(dim=self.dim, n_layer=1, n_head=self.n_head, block_size=self.block_size,
                          multiple_of=self.multiple_of, rope_base=self.rope_base, norm_eps=self.norm_eps,
                          token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> DraftHeadConfig:
-        return cls(**d)
 
 
 class DraftHead(nn.Module):

@@ -34,9 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vgen.models.backbone import BackboneConfig
+from vgen.models.backbone import GRID_LIMIT, BackboneConfig
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid
+from vgen.models.config_fields import declare, size
 from vgen.models.layers import FeedForward, RMSNorm, rope_grid_table
 from vgen.models.linear import Linear
 from vgen.models.llamagen import TransformerBlock
@@ -60,18 +61,18 @@ class JanusT2IConfig(BackboneConfig):
     n_layer: int = 24
     n_head: int = 16
     norm_eps: float = 1e-6
-    intermediate_size: int = 5632
-    text_vocab_size: int = 102400
-    image_embed_dim: int = 8
-    head_dim_proj: int = 2048
-    aligner_layers: int = 2
-    hidden_act: str = "gelu"
-    grid_size: int = 24
-    bos_token_id: int | None = None
-    boi_token_id: int | None = None
-    pad_token_id: int | None = None
-    max_prompt_tokens: int = 256
-    cfg_scale: float = 5.0
+    intermediate_size: int = size(5632)
+    text_vocab_size: int = size(102400)
+    image_embed_dim: int = size(8)
+    head_dim_proj: int = size(2048)
+    aligner_layers: int = size(2)
+    hidden_act: str = declare("gelu", choices=tuple(ACTIVATIONS))
+    grid_size: int = size(24, at_most=GRID_LIMIT)
+    bos_token_id: int | None = size(None, at_least=0)
+    boi_token_id: int | None = size(None, at_least=0)
+    pad_token_id: int | None = size(None, at_least=0)
+    max_prompt_tokens: int = size(256, at_most=GRID_LIMIT ** 2)
+    cfg_scale: float = declare(5.0, at_least=0)
     num_classes: int = 0
     class_dropout_prob: float = 0.0
     token_dropout_p: float = 0.0
@@ -80,13 +81,13 @@ class JanusT2IConfig(BackboneConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"unsupported Janus activation {self.hidden_act!r}; expected one of {list(ACTIVATIONS)}")
         if self.boi_token_id is None or self.pad_token_id is None:
             raise ValueError("a Janus config needs boi_token_id and pad_token_id (janus_t2i_config reads them from "
                              "the checkpoint's generation config)")
-        if self.max_prompt_tokens < 1 or self.grid_size < 1 or self.aligner_layers < 1:
-            raise ValueError("max_prompt_tokens, grid_size and aligner_layers must be >= 1")
+        for name in ("bos_token_id", "boi_token_id", "pad_token_id"):
+            if getattr(self, name) is not None and getattr(self, name) >= self.text_vocab_size:
+                raise ValueError(f"{name} {getattr(self, name)} is not a token of the text_vocab_size "
+                                 f"{self.text_vocab_size} the model embeds")
 
     @property
     def num_tokens(self) -> int:

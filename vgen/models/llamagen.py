@@ -34,9 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vgen.models.backbone import ROPE_KINDS, BackboneConfig
+from vgen.models.backbone import GRID_LIMIT, ROPE_KINDS, BackboneConfig
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGridModel, init_llamagen_weights
+from vgen.models.config_fields import declare, size
 from vgen.models.layers import (
     PREFIX_ROPES,
     FeedForward,
@@ -54,10 +55,6 @@ from vgen.models.linear import Linear
 MODEL_TYPES = ("c2i", "t2i")
 CAPTION_TOKENS = 120
 """LlamaGen-T2I's caption length: T5 features padded to 120 positions (its ``cls_token_num``)."""
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -79,40 +76,25 @@ class GPTConfig(BackboneConfig):
     and a query's score against each caption word then depends on where the query is. LlamaGen's checkpoints
     take ``"zero"``."""
 
-    block_size: int = 256
-    frames: int = 1
-    model_type: str = "c2i"
-    caption_dim: int = 2048
-    cls_token_num: int | None = None
-    prefix_rope: str = "zero"
-    rope: str = "grid"
+    block_size: int = size(256, at_most=GRID_LIMIT ** 2)
+    frames: int = size(1, at_most=GRID_LIMIT)
+    model_type: str = declare("c2i", choices=MODEL_TYPES)
+    caption_dim: int = size(2048)
+    cls_token_num: int | None = size(None, at_most=GRID_LIMIT)
+    prefix_rope: str = declare("zero", choices=PREFIX_ROPES)
+    rope: str = declare("grid", choices=ROPE_KINDS)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
-            raise ValueError(f"frames must be an integer >= 1, got {self.frames!r}")
-        if self.rope not in ROPE_KINDS:
-            raise ValueError(f"rope must be one of {ROPE_KINDS}, got {self.rope!r}")
         if self.rope == "spatial" and self.frames == 1:
             raise ValueError("rope='spatial' encodes the frames of a clip: it needs frames > 1")
-        if self.model_type not in MODEL_TYPES:
-            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
-        if self.prefix_rope not in PREFIX_ROPES:
-            raise ValueError(f"prefix_rope must be one of {PREFIX_ROPES}, got {self.prefix_rope!r}")
         if self.cls_token_num is None:
             object.__setattr__(self, "cls_token_num", 1 if self.model_type == "c2i" else CAPTION_TOKENS)
         if self.model_type == "c2i" and self.cls_token_num != 1:
             raise ValueError(f"a class-conditional (c2i) model has one class position: cls_token_num must be 1, "
                              f"got {self.cls_token_num!r}")
-        if self.model_type == "t2i":
-            if not _positive_int(self.cls_token_num):
-                raise ValueError(f"cls_token_num (caption positions) must be an integer >= 1, got "
-                                 f"{self.cls_token_num!r}")
-            if not _positive_int(self.caption_dim):
-                raise ValueError(f"caption_dim must be an integer >= 1, got {self.caption_dim!r}")
-            if self.frames != 1:
-                raise ValueError(f"a text-to-image (t2i) model generates one image: frames must be 1, got "
-                                 f"{self.frames}")
+        if self.model_type == "t2i" and self.frames != 1:
+            raise ValueError(f"a text-to-image (t2i) model generates one image: frames must be 1, got {self.frames}")
         per_frame, rest = divmod(self.block_size, self.frames)
         if rest or math.isqrt(per_frame) ** 2 != per_frame:
             raise ValueError(f"block_size {self.block_size} must be {self.frames} frame(s) of a square number of "

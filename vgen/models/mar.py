@@ -14,14 +14,16 @@ for its kl16), which is what the head's noise schedule expects.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from vgen.models.backbone import GRID_LIMIT
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import ClassConditional, init_llamagen_weights
-from vgen.models.diffusion_head import DiffusionHead, HeadConfig
+from vgen.models.config_fields import ModelConfig, declare, probability, size
+from vgen.models.diffusion_head import MAX_DIFFUSION_STEPS, DiffusionHead, HeadConfig
 from vgen.models.gaussian_diffusion import training_loss
 from vgen.models.layers import RMSNorm, rope_2d_table
 from vgen.models.linear import Linear
@@ -29,35 +31,30 @@ from vgen.models.llamagen import GPTConfig, LabelEmbedder, TransformerBlock
 
 
 @dataclass(frozen=True)
-class MARConfig:
+class MARConfig(ModelConfig):
     """Transformer size, token grid and channels, and the diffusion head (MAR-B: dim 768, head w1024 d6)."""
 
-    token_channels: int = 16
-    grid_size: int = 16
-    dim: int = 768
-    n_layer: int = 12
-    n_head: int = 12
-    multiple_of: int = 256
-    num_classes: int = 1000
-    class_dropout_prob: float = 0.1
-    dropout_p: float = 0.1
-    head_width: int = 1024
-    head_depth: int = 6
-    num_train_steps: int = 1000
-    num_sampling_steps: int = 100
-    clip_x0: float = 0.0
-    diffusion_batch_mul: int = 4
-    token_hidden: int = 0  # > 0: tokens enter through Linear(C, hidden) -> SiLU -> Linear(hidden, dim)
+    token_channels: int = size(16)
+    grid_size: int = size(16, at_most=GRID_LIMIT)
+    dim: int = size(768)
+    n_layer: int = size(12)
+    n_head: int = size(12)
+    multiple_of: int = size(256)
+    num_classes: int = size(1000, at_least=0)
+    class_dropout_prob: float = probability(0.1)
+    dropout_p: float = probability(0.1)
+    head_width: int = size(1024)
+    head_depth: int = size(6)
+    num_train_steps: int = size(1000, at_most=MAX_DIFFUSION_STEPS)
+    num_sampling_steps: int = size(100, at_most=MAX_DIFFUSION_STEPS)
+    clip_x0: float = declare(0.0, at_least=0)
+    diffusion_batch_mul: int = size(4)
+    token_hidden: int = size(0, at_least=0)  # > 0: tokens enter by Linear(C, hidden) -> SiLU -> Linear(hidden, dim)
 
     def __post_init__(self) -> None:
-        if self.token_channels < 1 or self.grid_size < 1:
-            raise ValueError(f"token_channels and grid_size must be >= 1, got {self.token_channels}, "
-                             f"{self.grid_size}")
-        if self.token_hidden < 0:
-            raise ValueError(f"token_hidden must be >= 0 (0 = a linear projection), got {self.token_hidden}")
-        if self.diffusion_batch_mul < 1:
-            raise ValueError(f"diffusion_batch_mul must be >= 1, got {self.diffusion_batch_mul}")
-        self.transformer()  # validates dim / heads
+        super().__post_init__()
+        self.transformer()  # the relations of dim, heads and grid
+        self.head()  # and of the diffusion steps
 
     def transformer(self) -> GPTConfig:
         """The LlamaGen block settings of the transformer (its vocabulary is unused)."""
@@ -70,13 +67,6 @@ class MARConfig:
         return HeadConfig(token_channels=self.token_channels, cond_dim=self.dim, width=self.head_width,
                           depth=self.head_depth, num_train_steps=self.num_train_steps,
                           num_sampling_steps=self.num_sampling_steps, clip_x0=self.clip_x0)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> MARConfig:
-        return cls(**d)
 
 
 def token_projection(config: MARConfig) -> nn.Module:

@@ -39,6 +39,7 @@ from torch import nn
 from vgen.models.backbone import AXIS_NAMES, GridConfig
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
+from vgen.models.config_fields import declare
 from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets
 from vgen.models.linear import Linear
 from vgen.models.llamagen import LabelEmbedder, TransformerBlock
@@ -51,7 +52,7 @@ class NARConfig(GridConfig):
     per extra head (``rank - 1``), as NAR stacks them. ``rope="spatial"`` lets an image NAR model's weights start a
     video one (``vgen.training.nar.warm_start``)."""
 
-    image_first: bool = False
+    image_first: bool = declare(False)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -44,6 +44,7 @@ from torch import nn
 from vgen.models.backbone import GridConfig
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import TokenGridModel, init_llamagen_weights
+from vgen.models.config_fields import declare, size
 from vgen.models.layers import PrefixMask, RMSNorm, frame_offsets
 from vgen.models.linear import Linear
 from vgen.models.llamagen import LabelEmbedder, TransformerBlock
@@ -59,14 +60,12 @@ class NBPConfig(GridConfig):
     the video model (``vgen.training.nbp.warm_start``)."""
 
     grid: tuple[int, ...] = (16, 8, 8)
-    block: str = "frame"
-    hybrid: bool = False
-    hybrid_blocks: int = 1
+    block: str = declare("frame", choices=BLOCK_KINDS)
+    hybrid: bool = declare(False)
+    hybrid_blocks: int = size(1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.block not in BLOCK_KINDS:
-            raise ValueError(f"block must be one of {BLOCK_KINDS}, got {self.block!r}")
         if self.block == "frame" and self.rank != 3:
             raise ValueError(f"frame blocks need a video grid (frames, rows, columns), got {self.grid}")
         if self.num_blocks < 2:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from vgen.data.scenes import caption_words
+from vgen.models.backbone import GRID_LIMIT
 from vgen.models.conditioning import PrefixCondition
+from vgen.models.config_fields import ModelConfig, declare, size
 from vgen.models.text_encoder import PromptTruncatedWarning
 
 PAD, UNKNOWN, END = "<pad>", "<unk>", "<end>"
@@ -28,36 +30,28 @@ class UnknownWordsWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class WordEncoderConfig:
+class WordEncoderConfig(ModelConfig):
     """The vocabulary (special words first) and a pre-norm transformer encoder's sizes; ``max_length`` counts
     the end token, and is the caption length of the image model it conditions."""
 
-    vocabulary: tuple[str, ...]
-    dim: int = 256
-    n_layer: int = 2
-    n_head: int = 4
-    max_length: int = 24
+    vocabulary: tuple[str, ...] = declare()
+    dim: int = size(256)
+    n_layer: int = size(2)
+    n_head: int = size(4)
+    max_length: int = size(24, at_least=2, at_most=GRID_LIMIT)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if tuple(self.vocabulary[:len(SPECIAL_WORDS)]) != SPECIAL_WORDS:
             raise ValueError(f"the vocabulary must start with {SPECIAL_WORDS}")
         if len(set(self.vocabulary)) != len(self.vocabulary):
             raise ValueError("the vocabulary has repeated words")
         if self.dim % self.n_head:
             raise ValueError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
-        if self.n_layer < 1 or self.max_length < 2:
-            raise ValueError(f"need n_layer >= 1 and max_length >= 2, got {self.n_layer}, {self.max_length}")
 
     @classmethod
     def for_words(cls, words: Sequence[str], **sizes) -> WordEncoderConfig:
         return cls(vocabulary=SPECIAL_WORDS + tuple(w for w in words if w not in SPECIAL_WORDS), **sizes)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "vocabulary": list(self.vocabulary)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> WordEncoderConfig:
-        return cls(**{**d, "vocabulary": tuple(d["vocabulary"])})
 
 
 class WordTextEncoder(nn.Module):

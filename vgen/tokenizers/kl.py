@@ -8,23 +8,29 @@ the role of MAR's 0.2325) so that the diffusion head's noise schedule sees unit-
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from vgen.models.backbone import GRID_LIMIT
+from vgen.models.config_fields import ModelConfig, declare, size
+
 
 @dataclass(frozen=True)
-class KLConfig:
-    block_out_channels: tuple[int, ...] = (32, 64, 64)
-    layers_per_block: int = 1
-    latent_channels: int = 4
-    norm_num_groups: int = 16
-    image_size: int = 64
-    latent_scale: float = 1.0
+class KLConfig(ModelConfig):
+    """diffusers' ``AutoencoderKL`` sizes (its channels per level, 2x downsampled between them), the image side it
+    codes, and the factor its latents are scaled by."""
+
+    block_out_channels: tuple[int, ...] = size((32, 64, 64), length=(1, 12))
+    layers_per_block: int = size(1)
+    latent_channels: int = size(4)
+    norm_num_groups: int = size(16)
+    image_size: int = size(64, at_most=GRID_LIMIT)
+    latent_scale: float = declare(1.0, above=0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "block_out_channels", tuple(self.block_out_channels))
+        super().__post_init__()
         if any(c % self.norm_num_groups for c in self.block_out_channels):
             raise ValueError(f"every channel count in {self.block_out_channels} must be divisible by "
                              f"norm_num_groups {self.norm_num_groups}")
@@ -35,15 +41,6 @@ class KLConfig:
     @property
     def downsample_factor(self) -> int:
         return 2 ** (len(self.block_out_channels) - 1)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["block_out_channels"] = list(self.block_out_channels)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> KLConfig:
-        return cls(**d)
 
 
 class KLTokenizer(nn.Module):

@@ -13,38 +13,35 @@ GroupNorm's statistics over the frame), so a small moving object changes codes e
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vgen.models.config_fields import ModelConfig, declare, probability, size
+
 ENCODER_KINDS = ("conv", "patch")
 
 
 @dataclass(frozen=True)
-class VQConfig:
+class VQConfig(ModelConfig):
     """Architecture of a VQ model; defaults are LlamaGen's VQ-16."""
 
-    codebook_size: int = 16384
-    codebook_embed_dim: int = 8
-    codebook_l2_norm: bool = True
-    commit_loss_beta: float = 0.25
-    ch: int = 128
-    ch_mult: tuple[int, ...] = (1, 1, 2, 2, 4)
-    num_res_blocks: int = 2
-    z_channels: int = 256
-    norm_groups: int = 32
-    dropout: float = 0.0
-    encoder: str = "conv"
+    codebook_size: int = size(16384, at_least=2)
+    codebook_embed_dim: int = size(8)
+    codebook_l2_norm: bool = declare(True)
+    commit_loss_beta: float = declare(0.25, at_least=0)
+    ch: int = size(128)
+    ch_mult: tuple[int, ...] = size((1, 1, 2, 2, 4), length=(1, 12))
+    num_res_blocks: int = size(2)
+    z_channels: int = size(256)
+    norm_groups: int = size(32)
+    dropout: float = probability(0.0)
+    encoder: str = declare("conv", choices=ENCODER_KINDS)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ch_mult", tuple(self.ch_mult))
-        if self.encoder not in ENCODER_KINDS:
-            raise ValueError(f"encoder must be one of {ENCODER_KINDS}, got {self.encoder!r}")
-        if self.codebook_size < 2 or self.codebook_embed_dim < 1:
-            raise ValueError(f"codebook must have >= 2 entries of dim >= 1, got {self.codebook_size}x"
-                             f"{self.codebook_embed_dim}")
+        super().__post_init__()
         for width in (self.ch * m for m in self.ch_mult):
             if width % self.norm_groups:
                 raise ValueError(f"channel width {width} is not divisible by norm_groups={self.norm_groups}")
@@ -52,15 +49,6 @@ class VQConfig:
     @property
     def downsample_factor(self) -> int:
         return 2 ** (len(self.ch_mult) - 1)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["ch_mult"] = list(self.ch_mult)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> VQConfig:
-        return cls(**d)
 
 
 VQ_CONFIGS: dict[str, VQConfig] = {
