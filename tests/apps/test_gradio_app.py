@@ -594,6 +594,7 @@ def serving(url: str) -> bool:
         return False
 
 
+@pytest.mark.slow  # ~25 s: a fresh process imports torch and gradio
 def test_sigterm_stops_the_app_and_removes_gradios_cache_with_a_page_connected(tiny_model, tmp_path) -> None:
     port, cache = _free_port(), tmp_path / "gradio"
     url = f"http://127.0.0.1:{port}/"
