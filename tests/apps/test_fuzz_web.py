@@ -9,8 +9,9 @@ reaches the sampler or the streamer, where the fuzz stops it (:class:`Reached`).
 number field is never accepted, and neither is a missing or negative page number.
 
 Then the live server on loopback, over raw HTTP: seeded uploads (empty files and not, one or many, on every route)
-are all refused and leave no file; every handler the page does not call itself is refused by number and by name;
-and another client that sends a session's hash cannot end or steer that session's stream.
+are all refused and leave no file; every handler the page does not call itself is refused by number and by name,
+and a page handler given another number of values than it takes, in one line without a traceback; and another
+client that sends a session's hash cannot end or steer that session's stream.
 """
 
 from __future__ import annotations
@@ -281,6 +282,21 @@ def test_a_handler_the_page_does_not_call_is_refused_by_number_and_by_name(serve
     stop = next(n for n, name in page.items() if name == "stop_stream")
     answer = httpx.post(f"{url}/gradio_api/queue/join", json={"data": [], "fn_index": stop, "session_hash": "fuzz"})
     assert answer.status_code == 200  # the page's own handlers go on, by number as the page calls them
+
+
+def test_a_call_with_another_number_of_values_is_refused_in_one_line_without_a_traceback(server, capsys) -> None:
+    url, app, _, _ = server
+    rng = random.Random(f"{SEED}-values")
+    for number, name in page_handlers(app).items():
+        takes = len(app.fns[number].inputs)
+        for count in {0, takes + 1, *(rng.randint(0, 3 * takes + 3) for _ in range(3))} - {takes}:
+            data = [rng.choice(["", 0, None, "x", [1]]) for _ in range(count)]
+            for route, body in (("queue/join", {"data": data, "fn_index": number, "session_hash": "fuzz"}),
+                                (f"call/{name}", {"data": data})):
+                answer = httpx.post(f"{url}/gradio_api/{route}", json=body)
+                assert answer.status_code == 422, (route, count, answer.text[:200])
+                assert answer.json()["detail"] == f"{name} takes {takes} values, got {count}"
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def wait_for(condition, timeout: float = 60) -> bool:

@@ -515,7 +515,8 @@ class PageGate:
 
     - every upload: a multipart body and Gradio's upload routes, so that no file is stored, empty or not;
     - a call of a handler that the page does not call itself (:func:`page_handlers`), by number or by name, on
-      any of Gradio's call routes;
+      any of Gradio's call routes, and a call with another number of values than its handler takes (Gradio would
+      answer it with an empty error and a traceback in the log);
     - a second heartbeat of a connected session: Gradio ends a session, and its streams, when a heartbeat of it
       closes, so a client that sent another's session hash could end it."""
 
@@ -535,26 +536,33 @@ class PageGate:
             return await self.heartbeat(route.removeprefix("/heartbeat/"), scope, receive, send)
         if method == "POST" and route.startswith(("/queue/join", "/run/", "/api/", "/call/")):
             body, receive = await read_body(receive)
-            if not self.calls_the_page(route, body):
-                return await refuse(scope, receive, send, 404, f"{path!r} names no handler of this page")
+            if problem := self.call_problem(route, body):
+                return await refuse(scope, receive, send, *problem)
         await self.app(scope, receive, send)
 
-    def calls_the_page(self, route: str, body: bytes) -> bool:
-        """Whether a call to ``route`` (``/queue/join``, ``/run/NAME``, ``/api/NAME``, ``/call/NAME``) names one
-        of :func:`page_handlers`, by its number in the body, else by its name; a body Gradio cannot read goes on
-        to Gradio, which refuses it."""
+    def call_problem(self, route: str, body: bytes) -> tuple[int, str] | None:
+        """The status and message of what is wrong with a call to ``route`` (``/queue/join``, ``/run/NAME``,
+        ``/api/NAME``, ``/call/NAME``, ``/call/v2/NAME``) with ``body``, or None: it names none of
+        :func:`page_handlers` (by its number in the body, else by its name, as Gradio reads them), or gives it
+        another number of values than it takes. A body Gradio cannot read is left to Gradio to refuse."""
         from gradio.data_classes import PredictBody
 
         handlers, name = page_handlers(self.blocks), route.rsplit("/", 1)[-1]
-        if route.startswith("/call/"):  # Gradio reads the name only
-            return name in handlers.values()
         try:
-            number = PredictBody.model_validate_json(body).fn_index  # the number as Gradio reads it
+            call = None if route.startswith("/call/v2/") else PredictBody.model_validate_json(body)
         except ValueError:
-            return True
+            call = None
+        number = None if call is None or route.startswith("/call/") else call.fn_index
         if number is None:
-            return route == "/queue/join" or name in handlers.values()  # Gradio refuses a join without one
-        return number in handlers
+            if route == "/queue/join":
+                return None  # Gradio refuses a join without a number
+            number = next((n for n, api_name in handlers.items() if api_name == name), None)
+        if number not in handlers:
+            return 404, f"{API_PREFIX + route!r} names no handler of this page"
+        inputs = self.blocks.fns[number].inputs
+        if call is not None and len(call.data) not in {len(inputs), sum(not b.skip_api for b in inputs)}:
+            return 422, f"{handlers[number]} takes {len(inputs)} values, got {len(call.data)}"
+        return None
 
     async def heartbeat(self, session: str, scope: dict, receive: Callable, send: Callable) -> None:
         """The session's heartbeat, unless it is connected already."""
