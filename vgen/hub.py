@@ -133,6 +133,21 @@ def read_config(path: str | Path) -> dict:
     return meta
 
 
+def model_config(path: str | Path) -> tuple[str, type[nn.Module], ModelConfig]:
+    """The name of the model class a folder's ``config.json`` records, that class and its config, every field
+    checked: a :class:`CheckpointError` names the file and what is wrong (an unknown class, a bad field)."""
+    path = Path(path)
+    meta = read_config(path)
+    if meta.get("class") not in MODEL_CLASSES:
+        raise CheckpointError(f"{path / CONFIG_NAME} names model class {meta.get('class')!r}; "
+                              f"known: {sorted(MODEL_CLASSES)}")
+    model_cls, config_cls = MODEL_CLASSES[meta["class"]]
+    try:
+        return meta["class"], model_cls, config_cls.from_dict(meta["config"])
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise CheckpointError(f"bad model config in {path / CONFIG_NAME}: {e}") from None
+
+
 def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu",
                     max_params: int = MAX_PARAMS) -> nn.Module:
     """Build and load a model saved with :func:`save_pretrained`.
@@ -143,18 +158,10 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu",
     config that does not fit its weights, or a model too large, fails in one line.
     """
     path = local_path(path, "from_pretrained's path")
-    meta = read_config(path)
-    if meta.get("class") not in MODEL_CLASSES:
-        raise CheckpointError(f"{path / CONFIG_NAME} names model class {meta.get('class')!r}; "
-                              f"known: {sorted(MODEL_CLASSES)}")
-    model_cls, config_cls = MODEL_CLASSES[meta["class"]]
-    try:
-        config = config_cls.from_dict(meta["config"])
-    except (TypeError, ValueError, KeyError, AttributeError) as e:
-        raise CheckpointError(f"bad model config in {path / CONFIG_NAME}: {e}") from None
+    name, model_cls, config = model_config(path)
     weights = path / WEIGHTS_NAME
     shapes = safetensors_shapes(weights)
-    described = f"the {meta['class']} of {path / CONFIG_NAME}"
+    described = f"the {name} of {path / CONFIG_NAME}"
     limit = 2 * len(shapes) + 16  # room for a config that differs a little, whose keys the mismatch then names
     with parameter_budget(limit, f"{described} has over {limit} parameter tensors, far more than the {len(shapes)} "
                                  f"of {weights}"), meta_device():

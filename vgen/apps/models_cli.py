@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from vgen.hub import MODEL_CLASSES, PIPELINE_CONFIG, CheckpointError, read_config
+from vgen.hub import PIPELINE_CONFIG, CheckpointError, model_config
 from vgen.pipelines import PipelineInfo, available_models, default_sampler, pipeline_folder
 from vgen.pipelines.stream import MODEL_FOLDER
 from vgen.samplers import SamplingParams
@@ -39,13 +39,9 @@ def run_models(args: argparse.Namespace) -> None:
 
 def skeleton(folder: Path) -> torch.nn.Module:
     """The model saved in ``folder``, built from its config on the meta device: its layout, not its weights."""
-    meta = read_config(folder)
-    if meta.get("class") not in MODEL_CLASSES:
-        raise CheckpointError(f"{folder / 'config.json'} names model class {meta.get('class')!r}; "
-                              f"known: {sorted(MODEL_CLASSES)}")
-    model_cls, config_cls = MODEL_CLASSES[meta["class"]]
+    _, model_cls, config = model_config(folder)
     with torch.device("meta"):
-        return model_cls(config_cls.from_dict(meta["config"]))
+        return model_cls(config)
 
 
 def describe(name: str) -> str:
