@@ -167,7 +167,7 @@ def test_config_round_trips_through_a_dict() -> None:
 
 @pytest.mark.parametrize(("frames", "block_size"), [(0, 16), (1.5, 16), (3, 16), (2, 20)])
 def test_frames_must_split_the_tokens_into_square_frames(frames, block_size: int) -> None:
-    with pytest.raises(ValueError, match=r"frames must be an integer in \[1, 4096\]|frame\(s\) of a square number"):
+    with pytest.raises(ValueError, match=r"frames must be an integer in \[1, 1024\]|frame\(s\) of a square number"):
         GPTConfig(block_size=block_size, frames=frames)
 
 

@@ -146,7 +146,7 @@ def test_t2i_config_defaults_validation_and_round_trip() -> None:
         GPTConfig(model_type="x2i")
     with pytest.raises(ValueError, match="c2i\\) model has one class position: cls_token_num must be 1, got 120"):
         GPTConfig(cls_token_num=120)
-    with pytest.raises(ValueError, match=r"cls_token_num must be an integer in \[1, 4096\], got 0"):
+    with pytest.raises(ValueError, match=r"cls_token_num must be an integer in \[1, 1024\], got 0"):
         GPTConfig(model_type="t2i", cls_token_num=0)
     with pytest.raises(ValueError, match=r"caption_dim must be an integer in \[1, 2\*\*24\], got 0"):
         GPTConfig(model_type="t2i", caption_dim=0)

@@ -355,9 +355,9 @@ def test_save_and_load_round_trip(tiny_nar_factory, tmp_path) -> None:
 @pytest.mark.parametrize(("grid", "match"), [
     ((16,), r"grid must hold 2 to 3 item\(s\), got \(16,\)"),
     ((2, 2, 2, 2), r"grid must hold 2 to 3 item\(s\)"),
-    ((0, 4), r"grid\[0\] must be an integer in \[1, 4096\], got 0"),
-    ((4, -1), r"grid\[1\] must be an integer in \[1, 4096\], got -1"),
-    ((4.0, 4), r"grid\[0\] must be an integer in \[1, 4096\], got 4.0"),
+    ((0, 4), r"grid\[0\] must be an integer in \[1, 1024\], got 0"),
+    ((4, -1), r"grid\[1\] must be an integer in \[1, 1024\], got -1"),
+    ((4.0, 4), r"grid\[0\] must be an integer in \[1, 1024\], got 4.0"),
     ("16", "grid must be a list, got '16'"),
 ])
 def test_config_rejects_grids_it_cannot_lay_out(grid, match: str) -> None:

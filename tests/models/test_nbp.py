@@ -252,7 +252,7 @@ def test_round_trips_through_save_and_from_pretrained(tiny_nbp_factory, tmp_path
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(grid=(4,)), r"grid must hold 2 to 3 item\(s\)"),
-    (dict(grid=(2, 0), block="row"), r"grid\[1\] must be an integer in \[1, 4096\], got 0"),
+    (dict(grid=(2, 0), block="row"), r"grid\[1\] must be an integer in \[1, 1024\], got 0"),
     (dict(grid=(3, 4), block="column"), "block must be one of"),
     (dict(grid=(3, 4), block="frame"), "frame blocks need a video grid"),
     (dict(grid=(1, 4, 4), block="frame"), "NBP needs >= 2"),

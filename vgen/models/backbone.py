@@ -17,8 +17,9 @@ from vgen.models.layers import rope_frames_table, rope_grid_table
 
 ROPE_KINDS = ("grid", "spatial")
 AXIS_NAMES = {2: ("rows", "columns"), 3: ("frames", "rows", "columns")}
-GRID_LIMIT = 1 << 12
-"""The most positions a grid axis (frames, rows or columns) holds: 4096, far above any model's 16 to 48."""
+GRID_LIMIT = 1 << 10
+"""The most positions a grid axis (frames, rows or columns, or pixels of a frame's side) holds: 1024, far above any
+model's 16 to 48 tokens; the tables a model builds over its grid stay small enough to build in seconds."""
 
 
 @dataclass(frozen=True)
