@@ -84,7 +84,7 @@ def main() -> None:
     settings = {"cfg_scale": args.cfg_scale, "temperature": args.temperature, "top_k": args.top_k,
                 "top_p": args.top_p}
     videos = np.concatenate([pipe(classes[i:i + args.batch_size], generator=generator, **settings,
-                                  context=clips[i:i + args.batch_size, :args.given]).videos
+                                  context=clips[i:i + args.batch_size, :args.given], batch_size=args.batch_size).videos
                              for i in range(0, len(clips), args.batch_size)])
     continued = videos[:, args.given:]
     if args.picture:

@@ -84,6 +84,19 @@ def test_every_step_and_greedy_tokens_equal_transformers_generate(janus, hf_mode
     assert torch.equal(out.tokens, hf_tokens)
 
 
+def test_a_pipelines_logits_are_generates_scores_of_every_step(tiny_janus_dir, janus, hf_model) -> None:
+    """``pipe.logits(..., unconditional=True)`` teacher-forced on generate's own tokens: the [cond; null] rows
+    ``generate`` hands its logits processors at every step (what a user checking a port compares)."""
+    from vgen.pipelines import load
+
+    pipe = load(tiny_janus_dir)
+    hf_tokens, hf_scores, _ = hf_generate(hf_model, janus.processor)
+    both = pipe.logits(prompt=PROMPTS, tokens=hf_tokens, unconditional=True)
+    assert both.shape == (4, 16, 64)
+    torch.testing.assert_close(both, torch.stack(hf_scores, dim=1), rtol=0, atol=1e-4)
+    torch.testing.assert_close(pipe.logits(prompt=PROMPTS, tokens=hf_tokens), both[:2])
+
+
 def test_per_row_and_static_shape_decoding_equal_appending(janus) -> None:
     model, cond = janus.model, janus.condition(PROMPTS)
     batch = cat_conditions([cond, model.null_condition(cond)])

@@ -70,10 +70,24 @@ IMAGE_ARGUMENTS = {
     "top_k": ([None, 0, 5], [-1, 2.5, math.inf, "5"], "top_k"),
     "top_p": ([None, 1.0, 0.5], [0, 1.5, -math.inf, math.nan], "top_p"),
     "sampler": ([None, "ar", "sjd", ""], ["nope", 3, LONG, ["ar"]], "sampler"),
-    "prompt": ([None], ["a red circle", ["x"], 3], "prompt"),
+    "prompt": ([None], ["a red circle", ["x"], 3, "", b"x"], "prompt"),
     "prompt_embeds": ([None], [torch.zeros(1, 4, 8), "x"], "prompt"),
+    "prompt_ids": ([None], [torch.zeros(1, 4, dtype=torch.long), "x"], "prompt"),
+    "batch_size": ([None, 1, 8, np.int64(2)], [0, -1, 1.5, "2", True, math.nan, 10**30, [2]], "batch_size"),
     "prefix": ([None], ["x", [[1, 2]], torch.zeros(1, 2), torch.tensor([[99999]])], "prefix|continue"),
     "nope": ([], [1, None], "nope"),
+}
+
+TEXT_ARGUMENTS = {  # a text-to-image pipeline (shapes-t2i): the prompt rule and the other ways to give a prompt
+    "prompt": (["a red circle", ["a red circle", "a blue star"], ("a ring",), "a red\tcircle"],
+               [None, "", " ", [""], ["a ring", ""], b"a ring", [b"a ring"], -1, [1, 2], True, [], {"a": 1}, 3.5,
+                ["a ring", None]], "prompt"),
+    "prompt_embeds": ([None], [torch.zeros(1, 4, 256, dtype=torch.long), "x", torch.zeros(1, 30, 256)], "prompt"),
+    "prompt_ids": ([None], [torch.zeros(1, 4, dtype=torch.long), [[1]]], "prompt"),
+    "prompt_attention_mask": ([None], [torch.ones(1, 4), "x"], "prompt"),
+    "class_ids": ([None], [0, [1], "star"], "class|prompt"),
+    "num_images": ([None, 1, 3], [0, -1, 1.5, True, 10**30, 10**7], "num_images|sample-many"),
+    "batch_size": ([None, 1, 4], [0, 2.5, "1", False], "batch_size"),
 }
 
 STREAM_ARGUMENTS = {
@@ -86,6 +100,7 @@ STREAM_ARGUMENTS = {
     "cfg_scale": ([None, 1.0, 3.0], [-1, math.inf, "2", 1e309], "cfg_scale"),
     "window_frames": ([None, 2, 4], [3, 0, 8, -2, 1.5], "window"),
     "refresh": ([None, "none", "recompute"], ["sometimes", 1, LONG], "refresh"),
+    "batch_size": ([None, 3, 8], [0, -1, 1.5, "2", True, 10**30], "batch_size"),
     "nope": ([], [1], "nope"),
 }
 
@@ -143,6 +158,12 @@ def fuzz(call, arguments: dict, seed: str, count: int) -> list[str]:
 
 def test_every_bad_argument_of_an_image_pipeline_call_is_refused_by_name(pipe, no_sampling):
     problems = fuzz(pipe, IMAGE_ARGUMENTS, f"{SEED}-image", 1500)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_bad_prompt_of_a_text_pipeline_call_is_refused_by_name(no_sampling):
+    text_pipe = vgen.load("shapes-t2i")
+    problems = fuzz(lambda **kw: text_pipe(**{"prompt": "a ring", **kw}), TEXT_ARGUMENTS, f"{SEED}-text", 400)
     assert not problems, "\n".join(problems)
 
 

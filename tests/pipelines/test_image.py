@@ -260,3 +260,47 @@ def test_a_bad_batch_size_is_refused_by_name(batch_size):
     with pytest.raises(ValueError, match="^batch_size must be an integer"):
         ImagePipeline(tiny_pipeline().model, VQModel(TINY_VQ), PipelineInfo(name="x", image_size=16),
                       batch_size=batch_size)
+
+
+# ---- logits(): the backbone's per-step logits for a condition, teacher-forced ----------------------------------
+def test_logits_are_the_backbones_teacher_forced_next_token_logits_with_the_null_rows_for_cfg():
+    pipe = tiny_pipeline()
+    classes, tokens = torch.tensor([0, 2]), torch.randint(0, 32, (2, 16), generator=torch.Generator().manual_seed(0))
+    logits = pipe.logits(class_ids=[0, "c"], tokens=tokens)
+    assert logits.shape == (2, 16, 32) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, pipe.model(classes, tokens[:, :-1]), rtol=0, atol=1e-5)
+    both = pipe.logits(class_ids=[0, 2], tokens=tokens[:, :5], unconditional=True)  # [cond; null], a prefix
+    torch.testing.assert_close(both[:2], logits[:, :5], rtol=0, atol=1e-5)
+    torch.testing.assert_close(both[2:], pipe.model(pipe.model.null_condition(classes), tokens[:, :4]), rtol=0,
+                               atol=1e-5)
+    # an AR step's logits: greedy AR, guided at scale 3, takes the argmax of u + 3 (c - u) at every step
+    greedy = pipe(class_ids=[0, 2], temperature=0.0).tokens
+    both = pipe.logits(class_ids=[0, 2], tokens=greedy, unconditional=True)
+    assert torch.equal((both[2:] + 3.0 * (both[:2] - both[2:])).argmax(-1), greedy)
+
+
+def test_logits_of_a_text_model_take_its_prompt_embeddings():
+    pipe, (embeds, mask) = tiny_t2i_pipeline(), right_padded_prompts()
+    tokens = pipe(prompt_embeds=embeds, prompt_attention_mask=mask, temperature=0.0, cfg_scale=1.0).tokens
+    logits = pipe.logits(prompt_embeds=embeds, prompt_attention_mask=mask, tokens=tokens)
+    assert torch.equal(logits.argmax(-1), tokens)  # unguided greedy AR picks each step's argmax
+    cond = PrefixCondition.from_padded(embeds, mask, 6)
+    torch.testing.assert_close(logits, pipe.model(cond, tokens[:, :-1]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(class_ids=[0, 1], tokens=torch.zeros(3, 4, dtype=torch.long)), r"tokens must be integer codes \[2, 1..16\]"),
+    (dict(class_ids=[0], tokens=torch.zeros(1, 17, dtype=torch.long)), "tokens must be integer codes"),
+    (dict(class_ids=[0], tokens=torch.zeros(1, 4)), "tokens must be integer codes"),
+    (dict(class_ids=[0], tokens=[[1, 2]]), "tokens must be integer codes"),
+    (dict(class_ids=[0], tokens=torch.full((1, 4), 32)), r"tokens must lie in \[0, 32\)"),
+    (dict(class_ids=[5], tokens=torch.zeros(1, 4, dtype=torch.long)), "class id 5 is out of range"),
+])
+def test_bad_logits_requests_are_refused_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_pipeline().logits(**kwargs)
+
+
+def test_logits_are_for_next_token_models(tiny_continuous_pipeline_dir):
+    with pytest.raises(ValueError, match="does not draw one codebook token per step"):
+        load(tiny_continuous_pipeline_dir).logits(class_ids=[0], tokens=torch.zeros(1, 4, dtype=torch.long))

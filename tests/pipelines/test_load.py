@@ -3,6 +3,7 @@ name or folder that is not a pipeline fails with a specific error."""
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -83,6 +84,33 @@ def test_llamagens_t2i_checkpoints_load_as_a_prompt_pipeline(llamagen_t2i_releas
         vgen.pipelines.load_llamagen_t2i(tmp_path / "mine.pt", vq_file)
 
 
+@pytest.mark.parametrize("loader", ["load_llamagen", "load_llamagen_t2i"])
+def test_the_llamagen_loaders_take_every_argument_after_the_two_files_by_keyword(loader):
+    parameters = list(inspect.signature(getattr(vgen.pipelines, loader)).parameters.values())
+    assert [p.name for p in parameters[:2]] == ["gpt_ckpt", "vq_ckpt"]
+    assert {p.kind for p in parameters[2:]} == {inspect.Parameter.KEYWORD_ONLY}
+    with pytest.raises(TypeError, match="positional"):
+        getattr(vgen.pipelines, loader)("gpt.pt", "vq.pt", "GPT-B", 256)
+
+
+def test_a_checkpoint_given_to_the_other_llamagen_loader_names_the_right_one(llamagen_t2i_release, tmp_path):
+    from vgen.models.llamagen import LlamaGenGPT, llamagen_config_for
+
+    _, t2i_file, vq_file = llamagen_t2i_release(16)
+    with pytest.raises(CheckpointError) as caught:
+        vgen.pipelines.load_llamagen(t2i_file, vq_file, gpt_model="GPT-XL")
+    assert str(caught.value) == (f"GPT checkpoint {t2i_file} is a LlamaGen text-to-image model (caption projection "
+                                 f"cls_embedding.cap_proj): load it with load_llamagen_t2i (`vgen sample --t5-path`), "
+                                 f"or name its files in a folder with `vgen t2i-config`")
+    c2i_file = tmp_path / "c2i_XL_256.pt"
+    torch.save({"model": LlamaGenGPT(llamagen_config_for("GPT-XL", 256)).state_dict()}, c2i_file)
+    with pytest.raises(CheckpointError, match=r"^GPT checkpoint .*c2i_XL_256.pt is a LlamaGen class-conditional model "
+                                              r"\(class table cls_embedding.embedding_table\): load it with "
+                                              r"load_llamagen$"):
+        vgen.pipelines.load_llamagen_t2i(c2i_file, vq_file, image_size=256)
+    assert vgen.pipelines.load_llamagen(c2i_file, vq_file, gpt_model="GPT-XL").info.image_size == 256
+
+
 def test_with_a_t5_folder_a_llamagen_t2i_pipeline_takes_prompts_as_their_t5_features(llamagen_t2i_release,
                                                                                      tiny_t5_dir):
     from vgen.models.text_encoder import T5TextEncoder
@@ -128,6 +156,39 @@ def test_vgen_load_reads_a_janus_folder_as_a_prompt_pipeline(tiny_janus_dir):
     assert torch.equal(out.tokens, direct.tokens) and len(out.images) == 2 and out.images[0].size == (8, 8)
     with pytest.raises(ValueError, match="is a text-to-image model: give a prompt"):
         pipe([1])
+
+
+def test_a_janus_pipeline_takes_its_own_prompt_token_ids_and_refuses_embeddings_in_one_line(tiny_janus_dir):
+    from vgen.models.janus import janus_condition, load_janus
+
+    pipe = vgen.load(tiny_janus_dir)
+    prompts = ["a red cat", "a big house under the moon"]
+    ids = janus_condition(load_janus(tiny_janus_dir).processor, prompts)  # the chat template's rows
+    by_prompt = pipe(prompt=prompts, seed=3)
+    by_ids = pipe(prompt_ids=ids.values, prompt_attention_mask=ids.mask.long(), seed=3)
+    assert torch.equal(by_ids.tokens, by_prompt.tokens) and by_ids.prompts == []
+    one = ids.values[1:, int((~ids.mask[1]).sum()):]  # an unpadded row needs no mask
+    assert torch.equal(pipe(prompt_ids=one, temperature=0.0).tokens,
+                       pipe(prompt=prompts[1:], temperature=0.0).tokens)
+    for kwargs, message in [
+            (dict(prompt_embeds=torch.zeros(1, 3, 8)), "is conditioned on prompt token ids, not embeddings: give "
+                                                      "prompt= or prompt_ids= \\(with prompt_attention_mask=\\)"),
+            (dict(prompt_ids=ids.values.float()), "prompt_ids must be integer token ids"),
+            (dict(prompt_ids=ids.values, prompt_attention_mask=ids.mask.flip(1)), "must be left-padded"),
+            (dict(prompt_ids=ids.values, prompt_attention_mask=ids.mask[:, 1:]), "prompt_ids' shape"),
+            (dict(prompt_ids=ids.values + 1000), "must lie in \\[0, 128\\)"),
+            (dict(prompt=prompts, prompt_ids=ids.values), "give prompt or prompt_ids, not both")]:
+        with pytest.raises(ValueError, match=message) as caught:
+            pipe(**kwargs)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_llamagen_t2i_pipeline_refuses_prompt_ids(llamagen_t2i_release):
+    _, gpt_file, vq_file = llamagen_t2i_release(16)
+    pipe = vgen.pipelines.load_llamagen_t2i(gpt_file, vq_file, caption_dim=16)
+    with pytest.raises(ValueError, match="is conditioned on text-encoder features, not token ids: give prompt= or "
+                                         "prompt_embeds="):
+        pipe(prompt_ids=torch.ones(1, 3, dtype=torch.long))
 
 
 def test_a_llamagen_t2i_folder_loads_through_vgen_load_and_can_move(llamagen_t2i_release, tiny_t5_dir, tmp_path):

@@ -84,3 +84,27 @@ def test_a_latent_pipeline_decodes_every_block_with_its_tokenizer(tmp_path, tiny
                                                               n_head=4, num_classes=3)), info, kl)
     with pytest.raises(ValueError, match="frame size 8 does not match the model's 16"):
         StreamPipeline(model, PipelineInfo(name="x", image_size=8), kl)
+
+
+def test_more_clips_than_batch_size_are_streamed_chunk_by_chunk_from_one_generator(pipe) -> None:
+    whole = pipe([0, 1, 2], num_frames=3, seed=4)
+    assert np.array_equal(whole.videos, pipe([0, 1, 2], num_frames=3, seed=4, batch_size=3).videos)
+    together = np.concatenate([b.frames for b in pipe.stream_blocks([0, 1, 2], 3, seed=4)], axis=1)
+    assert np.array_equal(whole.videos, together)  # a call that fits in one chunk is one stream of all its clips
+    out = pipe([0, 1, 2], num_frames=3, seed=4, batch_size=2)
+    generator = torch.Generator().manual_seed(4)
+    chunks = [np.concatenate([b.frames for b in pipe.stream_blocks(ids, 3, generator=generator)], axis=1)
+              for ids in ([0, 1], [2])]
+    assert np.array_equal(out.videos, np.concatenate(chunks)) and out.class_ids == [0, 1, 2]
+    assert out.profile["blocks"] == 4 and out.profile["frames"] == 6  # 2 blocks of 3 frames per chunk
+
+
+def test_streams_beyond_a_chunk_or_clips_beyond_memory_are_refused_before_drawing(pipe, monkeypatch) -> None:
+    def never(*args, **kwargs):
+        raise AssertionError("streaming started")
+
+    monkeypatch.setattr(BlockStreamer, "stream", never)
+    with pytest.raises(ValueError, match="^3 streams are more than batch_size 2 drawn at once"):
+        pipe.stream_blocks([0, 1, 2], 4, batch_size=2)
+    with pytest.raises(ValueError, match=r"^1000000 clips of 16x16 pixels take 11.4 GiB, .*`vgen sample-many`$"):
+        pipe([0] * 10**6, num_frames=16)

@@ -113,7 +113,7 @@ def run_quality(args: argparse.Namespace) -> None:
     clip_options = {"num_frames": args.num_frames, "window_context": args.window_context} if video else {}
     for i in range(0, args.num_images, args.batch_size):
         out = pipe(classes[i:i + args.batch_size], generator=generator, progress=not args.no_progress,
-                   sampler=sampler, **params.to_dict(), **clip_options)
+                   sampler=sampler, batch_size=args.batch_size, **params.to_dict(), **clip_options)
         tokens.append(out.tokens)
         images.extend(out.videos if video else out.images)
     tokens_t = torch.cat(tokens)
@@ -212,7 +212,7 @@ def prompt_quality(pipe, args: argparse.Namespace) -> dict:
     for i in range(0, args.num_images, args.batch_size):
         batch = prompts[i:i + args.batch_size]
         out = pipe(prompt=batch, generator=generator, progress=not args.no_progress, sampler=sampler,
-                   **params.to_dict())
+                   batch_size=args.batch_size, **params.to_dict())
         tokens.append(out.tokens)
         images.extend(out.images)
         conds.append(pipe.prompt_encoder(batch))
@@ -278,7 +278,8 @@ def stream_quality(pipe, args: argparse.Namespace) -> dict:
         raise UsageError(str(e)) from None
     classes = [i % pipe.num_classes for i in range(args.num_images)]
     videos = [pipe(classes[i:i + args.batch_size], num_frames=frames, seed=args.seed + i,
-                   progress=not args.no_progress, **options).videos for i in range(0, args.num_images, args.batch_size)]
+                   progress=not args.no_progress, batch_size=args.batch_size, **options).videos
+              for i in range(0, args.num_images, args.batch_size)]
     figures = {"model": pipe.info.name, "sampling": dataclasses.asdict(config), "seed": args.seed,
                "num_frames": frames}
     return {**figures, **clip_figures(pipe, np.concatenate(videos), classes, args.grid)}

@@ -53,8 +53,8 @@ TEXT_ENCODER_FOLDER = "text_encoder"
 @dataclass
 class PipelineOutput:
     """Generated images (PIL), their tokens ([B, h*w] codes or [B, h*w, C] continuous), the class ids asked for
-    (empty for a text-to-image model), the sampler's stats, and the prompts asked for (empty for a class model or
-    for ``prompt_embeds``)."""
+    (empty for a text-to-image model), the sampler's stats (those of every chunk added up, for a request drawn in
+    chunks), and the prompts asked for (empty for a class model or for ``prompt_embeds`` / ``prompt_ids``)."""
 
     images: list[Image.Image]
     tokens: torch.Tensor

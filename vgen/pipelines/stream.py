@@ -17,7 +17,16 @@ import torch
 from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.models.blockdiff import BlockDiffusionTransformer
 from vgen.pipelines.image import PipelineInfo
-from vgen.pipelines.inputs import ClassConditional, ClassLabel, check_count, check_seed
+from vgen.pipelines.inputs import (
+    DEFAULT_BATCH_SIZE,
+    ClassConditional,
+    ClassLabel,
+    check_batch_size,
+    check_count,
+    check_generator,
+    check_output_size,
+    check_seed,
+)
 from vgen.samplers.options import merge_settings
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, StreamControl, StreamProfile
 from vgen.tokenizers.kl import KLTokenizer
@@ -38,10 +47,13 @@ class StreamOutput:
 
 
 class StreamPipeline(ClassConditional):
-    """Class-conditional video streaming of unbounded length from a block-diffusion model."""
+    """Class-conditional video streaming of unbounded length from a block-diffusion model. ``batch_size`` (a
+    call's default, :data:`~vgen.pipelines.inputs.DEFAULT_BATCH_SIZE` unless set) is the most streams drawn at
+    once: :meth:`stream_blocks` refuses more, ``pipe(...)`` draws more in chunks of that many."""
 
     def __init__(self, model: BlockDiffusionTransformer, info: PipelineInfo,
-                 tokenizer: KLTokenizer | None = None) -> None:
+                 tokenizer: KLTokenizer | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        check_batch_size(batch_size)
         c = model.config
         if tokenizer is not None:
             tokenizer.check_latent_frames(c.frame_size, c.channels)
@@ -53,7 +65,7 @@ class StreamPipeline(ClassConditional):
         unknown = set(info.defaults) - set(STREAM_OPTIONS)
         if unknown:
             raise ValueError(f"unknown stream defaults {sorted(unknown)}; known: {list(STREAM_OPTIONS)}")
-        self.model, self.info = model.eval(), info
+        self.model, self.info, self.batch_size = model.eval(), info, batch_size
         self.tokenizer = None if tokenizer is None else tokenizer.eval()
 
     @property
@@ -83,18 +95,27 @@ class StreamPipeline(ClassConditional):
 
     def stream_blocks(self, class_ids: Sequence[ClassLabel] | ClassLabel = 0, num_frames: int = 16, *,
                       seed: int | None = 0, control: StreamControl | None = None, progress: bool = False,
+                      batch_size: int | None = None, generator: torch.Generator | None = None,
                       **options) -> Iterator[StreamBlock]:
-        """Every block of ``len(class_ids)`` streams (class ids or names) with their timing (see
-        :class:`StreamBlock`). The arguments are checked here, before the first block is asked for."""
+        """Every block of ``len(class_ids)`` streams (class ids or names), all advancing together, with their
+        timing (see :class:`StreamBlock`); at most ``batch_size`` streams (default: the pipeline's). ``generator``
+        (default: a fresh one seeded with ``seed``) draws the noise. The arguments are checked here, before the
+        first block is asked for."""
+        size = self.batch_size if batch_size is None else batch_size
+        check_batch_size(size)
         ids = self.class_list(class_ids)
+        if len(ids) > size:
+            raise ValueError(f"{len(ids)} streams are more than batch_size {size} drawn at once: pass a larger "
+                             f"batch_size, or call the pipeline, which draws whole clips in chunks")
         check_count("num_frames", num_frames)
         check_seed(seed)
+        check_generator(generator, self.device)
         if control is not None and not isinstance(control, StreamControl):
             raise ValueError(f"control must be a StreamControl (or None), got {type(control).__name__}")
         streamer = BlockStreamer(self.model, self.stream_config(**options),
                                  None if self.tokenizer is None else self.tokenizer.decode_frames)
-        return streamer.stream(ids, int(num_frames), seed=None if seed is None else int(seed), control=control,
-                               progress=progress)
+        return streamer.stream(ids, int(num_frames), seed=None if seed is None else int(seed), generator=generator,
+                               control=control, progress=progress)
 
     def stream(self, class_id: ClassLabel = 0, num_frames: int = 16, *, seed: int | None = 0,
                control: StreamControl | None = None, progress: bool = False, **options) -> Iterator[np.ndarray]:
@@ -104,15 +125,30 @@ class StreamPipeline(ClassConditional):
             yield block.frames[0]
 
     def __call__(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, num_frames: int = 16, *,
-                 seed: int | None = 0, progress: bool = False, **options) -> StreamOutput:
-        """Whole clips, one per class id or name (every class when None), with the profiling report."""
+                 seed: int | None = 0, progress: bool = False, batch_size: int | None = None,
+                 **options) -> StreamOutput:
+        """Whole clips, one per class id or name (every class when None), with the profiling report. More clips
+        than ``batch_size`` (default: the pipeline's) are streamed in chunks of that many, one chunk after the
+        other with one generator (a call of at most ``batch_size`` clips is one stream of them all); the profile
+        then lists every chunk's blocks in turn. Clips whose frames would take more than
+        :data:`~vgen.pipelines.inputs.MAX_OUTPUT_BYTES` are refused before any is drawn."""
+        size = self.batch_size if batch_size is None else batch_size
+        check_batch_size(size)
         ids = self.class_list(class_ids)
+        check_count("num_frames", num_frames)
+        check_output_size(len(ids), int(num_frames), self.info.image_size, "clips")
+        check_seed(seed)
+        generator = torch.Generator(device=self.device).manual_seed(0 if seed is None else int(seed))
         profile = StreamProfile(self.frames_per_block)
-        blocks = []
-        for block in self.stream_blocks(ids, num_frames, seed=seed, progress=progress, **options):
-            profile.add(block)
-            blocks.append(block.frames)
-        return StreamOutput(np.concatenate(blocks, axis=1), ids, profile.report())
+        clips = []
+        for start in range(0, len(ids), int(size)):
+            blocks = []
+            for block in self.stream_blocks(ids[start:start + int(size)], num_frames, progress=progress,
+                                            batch_size=size, generator=generator, **options):
+                profile.add(block)
+                blocks.append(block.frames)
+            clips.append(np.concatenate(blocks, axis=1))
+        return StreamOutput(np.concatenate(clips), ids, profile.report())
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
         path = Path(path)
