@@ -10,6 +10,7 @@ the frame tokenizer and the video classifier, which take the default clips).
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from functools import partial
 
@@ -180,6 +181,35 @@ def test_a_rerun_with_other_settings_is_refused_in_one_line_unless_overridden(in
     assert state["step"] == 3 and state["train_config"]["lr"] == 0.5 and state["recipe"]["batch_size"] == 4
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert len(steps) == len(set(steps))
+
+
+def test_a_resume_on_other_data_is_refused_in_one_line_unless_overridden(inputs, tmp_path, capsys):
+    """The run records its data (rendering settings and fingerprint): another background is refused, a folder
+    holding the same data is not, and --override-config goes on with the new data and records it."""
+    flags = ["tokenizer", "--data-dir", "{tmp}/data"]
+    set_data_config(tmp_path / "data", ShapesConfig(image_size=16))
+    assert _train(flags, inputs, tmp_path) == 0
+    recorded = _state(tmp_path / "run")
+    assert recorded["data"]["background"] == "textured" and recorded["data_dir"] == str(tmp_path / "data")
+    capsys.readouterr()
+
+    other = ["tokenizer", "--data-dir", "{tmp}/smooth", "--background", "smooth"]
+    assert _train(other, inputs, tmp_path) == 2
+    err = capsys.readouterr().err  # the new folder's rendering progress, then the refusal
+    line = err.splitlines()[-1]
+    assert "Traceback" not in err
+    assert line.startswith(f"vgen: error: {tmp_path / 'run'} was trained with other settings")
+    assert "data.background textured -> smooth, data.fingerprint " in line and "--override-config" in line
+    assert "data.image_size 16 -> 64" in line  # --background renders the folder at the default size
+    assert _state(tmp_path / "run")["step"] == 2
+
+    shutil.copytree(tmp_path / "data", tmp_path / "copy")
+    assert _train(["tokenizer", "--data-dir", "{tmp}/copy"], inputs, tmp_path) == 0
+
+    assert _train(other, inputs, tmp_path, "--steps", "4", "--override-config") == 0
+    state = _state(tmp_path / "run")
+    assert state["step"] == 4 and state["data"]["background"] == "smooth"
+    assert state["data"]["fingerprint"] != recorded["data"]["fingerprint"]
 
 
 def test_the_checkpoint_interval_flags_default_to_the_train_config_and_reach_the_run(inputs, tmp_path):

@@ -1,24 +1,28 @@
 """The shared training loop: a run stopped and resumed ends exactly where an uninterrupted run ends; a checkpoint is
-one unit, a resume takes only the settings it was made with, and the log holds each step once."""
+one unit, a resume takes only the settings and the data it was made with, and the log holds each step once."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from vgen.data.shapes import ShapesConfig
 from vgen.hub import CheckpointError
 from vgen.training import trainer as trainer_module
 from vgen.training.trainer import (
     TrainConfig,
     Trainer,
+    TrainingData,
     class_repeat_counts,
     every,
+    fingerprint,
     index_batches,
     latest_checkpoint,
     repeated_items,
@@ -28,6 +32,7 @@ from vgen.training.trainer import (
 DATA_X = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
 DATA_Y = DATA_X @ torch.tensor([1.0, -2.0, 0.5, 3.0])
 CFG = TrainConfig(steps=10, lr=0.05, warmup_steps=2, ema_decay=0.9, bf16=False, log_every=2)
+DATA = TrainingData.of("data", ShapesConfig(), DATA_X, DATA_Y)
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,10 @@ class ToyRecipe:
 
 
 def _trainer(run_dir, cfg: TrainConfig = CFG, recipe: ToyRecipe = ToyRecipe(),
-             config: ToyConfig = ToyConfig()) -> Trainer:
+             config: ToyConfig = ToyConfig(), data: TrainingData | None = DATA) -> Trainer:
     """A Trainer as a fresh process builds it: the model's initialisation is overwritten by a resume."""
     torch.manual_seed(123)
-    return Trainer(Toy(config), cfg, run_dir, recipe)
+    return Trainer(Toy(config), cfg, run_dir, recipe, data)
 
 
 def _fit(trainer: Trainer, stop_at: int | None = None) -> Trainer:
@@ -155,6 +160,63 @@ def test_a_resume_refuses_other_settings_naming_each_difference(tmp_path, change
     text = str(error.value)
     assert "\n" not in text and message in text and "--override-config" in text
     assert text.count("->") == 1  # only what differs
+
+
+@pytest.mark.parametrize("data, message", [
+    (TrainingData.of("data", ShapesConfig(background="smooth"), DATA_X, DATA_Y),
+     "data.background textured -> smooth"),
+    (TrainingData.of("data", ShapesConfig(), DATA_X[:32], DATA_Y[:32]),
+     f"data.fingerprint {DATA.fingerprint} -> {fingerprint(DATA_X[:32], DATA_Y[:32])}"),
+])
+def test_a_resume_refuses_other_data_naming_its_settings_or_fingerprint(tmp_path, data, message):
+    _fit(_trainer(tmp_path), stop_at=4)
+    with pytest.raises(CheckpointError) as error:
+        _trainer(tmp_path, data=data)
+    text = str(error.value)
+    assert "\n" not in text and message in text and "--override-config" in text
+    assert text.count("->") == 1
+
+
+def test_a_resume_on_the_same_data_in_another_folder_goes_on(tmp_path):
+    """The folder is recorded, the data compared: a copy of the data, or a folder rendered alike, is the same data."""
+    _fit(_trainer(tmp_path), stop_at=4)
+    moved = TrainingData.of(tmp_path / "elsewhere", ShapesConfig(), DATA_X.clone(), DATA_Y.numpy())
+    assert _trainer(tmp_path, data=moved).step == 4
+    state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
+    assert state["data"] == {**json.loads(json.dumps(asdict(ShapesConfig()))), "fingerprint": DATA.fingerprint}
+    assert state["data_dir"] == str(Path("data").resolve())
+
+
+def test_an_overridden_resume_on_other_data_goes_on_and_records_it(tmp_path):
+    _fit(_trainer(tmp_path), stop_at=4)
+    other = TrainingData.of(tmp_path / "smooth", ShapesConfig(background="smooth"), DATA_X, DATA_Y)
+    _fit(_trainer(tmp_path, replace(CFG, override_config=True), data=other), stop_at=6)
+    state = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
+    assert state["step"] == 6 and state["data"]["background"] == "smooth"
+    assert state["data_dir"] == str(tmp_path / "smooth")
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert {"step": 4, "settings_changed": ["data.background textured -> smooth"]} in records
+
+
+def test_a_run_recorded_without_its_data_resumes_and_then_records_them(tmp_path):
+    _fit(_trainer(tmp_path, data=None), stop_at=4)
+    assert json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())["data"] is None
+    _fit(_trainer(tmp_path), stop_at=6)
+    assert json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())["data"]["fingerprint"] == \
+        DATA.fingerprint
+
+
+def test_the_fingerprint_tells_values_dtypes_and_shapes_apart_wherever_the_array_lies(tmp_path):
+    images = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    np.save(tmp_path / "images.npy", images)
+    same = [images.copy(), torch.from_numpy(images), np.load(tmp_path / "images.npy", mmap_mode="r"),
+            np.asfortranarray(images)]
+    assert {fingerprint(a) for a in same} == {fingerprint(images)}
+    changed = images.copy()
+    changed[1, 2, 3] += 1
+    others = [changed, images.astype(np.int16), images.reshape(3, 2, 4), images[:1]]
+    assert len({fingerprint(a) for a in [images, *others]}) == 5
+    assert fingerprint(images, images) != fingerprint(images) and len(fingerprint(images)) == 16
 
 
 def test_a_run_recorded_before_an_option_existed_resumes_at_the_option_default(tmp_path):

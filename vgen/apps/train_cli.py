@@ -523,7 +523,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="steps between log records (mean loss, time); a run's speed is read from them")
         t.add_argument("--override-config", action="store_true",
                        help="resume a run whose checkpoint records other settings (learning rate, batch size, "
-                            "steps, model...), going on with these; without it such a resume is refused")
+                            "steps, model, data...), going on with these; without it such a resume is refused")
         t.set_defaults(func=run_train)
     add_package_parser(tsub)
 

@@ -18,13 +18,21 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from vgen.data.shapes import cached_split, to_tensor
+from vgen.data.shapes import cached_split, data_config, to_tensor
 from vgen.eval.quality import class_accuracy, token_statistics
 from vgen.hub import from_pretrained, load_weights
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.samplers import ARSampler, SamplingParams
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import RunDefaults, TrainConfig, every, fit_on_codes, latest_checkpoint, save_array_atomic
+from vgen.training.trainer import (
+    RunDefaults,
+    TrainConfig,
+    TrainingData,
+    every,
+    fit_on_codes,
+    latest_checkpoint,
+    save_array_atomic,
+)
 
 SHAPES_GPT = GPTConfig(vocab_size=4096, dim=256, n_layer=8, n_head=8, multiple_of=64, num_classes=8,
                        block_size=256, class_dropout_prob=0.1, token_dropout_p=0.0, resid_dropout_p=0.0,
@@ -112,7 +120,8 @@ def train_ar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pat
     model = LlamaGenGPT(gpt_config)
     if init_from is not None and latest_checkpoint(run_dir) is None:
         load_weights(model, from_pretrained(init_from).state_dict(), source=str(init_from))
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe, max_minutes, next_token_loss,
+    data = TrainingData.of(data_dir, data_config(data_dir), codes, labels)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe, data, max_minutes, next_token_loss,
                         every(evaluate, recipe.eval_every))
 
 

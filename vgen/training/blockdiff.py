@@ -53,6 +53,7 @@ from vgen.training.trainer import (
     RunDefaults,
     TrainConfig,
     Trainer,
+    TrainingData,
     class_repeat_counts,
     index_batches,
     latest_checkpoint,
@@ -310,7 +311,7 @@ def train_blockdiff(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
     started = init_from is not None and latest_checkpoint(run_dir) is None
     if started:
         start_from(model, init_from)
-    trainer = Trainer(model, train, run_dir, recipe)
+    trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, clips, videos, labels))
     if started:  # the log says what the run started from
         trainer.log({"step": 0, "init_from": str(init_from),
                      **({"teacher_cfg": teacher_cfg} if teacher_model is not None else {})})

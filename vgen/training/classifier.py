@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from vgen.data.shapes import cached_split, to_tensor
+from vgen.data.shapes import cached_split, data_config, to_tensor
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.classifier import ClassifierConfig, ShapesClassifier
 from vgen.tokenizers.vq import VQModel
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, TrainingData, index_batches
 
 CLASSIFIER_RUN = RunDefaults(steps=3000, lr=2e-3, batch_size=64, warmup_steps=100, num_items=80000)
 
@@ -85,7 +85,7 @@ def train_classifier(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: s
     tokenizer = from_pretrained(tokenizer_dir)
     recon = cached_reconstructions(tokenizer, images, recipe.num_reconstructions, run_dir)
     model = ShapesClassifier(ClassifierConfig()).to(memory_format=torch.channels_last)  # faster CPU convs
-    trainer = Trainer(model, train, run_dir, recipe)
+    trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, data_config(data_dir), images, labels))
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         x, y = half_reconstructed(idx, images, recon, labels)

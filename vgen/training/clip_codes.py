@@ -21,7 +21,15 @@ from vgen.eval.quality import clip_class_accuracy
 from vgen.hub import from_pretrained
 from vgen.pipelines import PipelineInfo, VideoPipeline
 from vgen.training.ar import tokenize_split
-from vgen.training.trainer import TokenLoss, TrainConfig, every, fit_on_codes, save_array_atomic, token_grid_loss
+from vgen.training.trainer import (
+    TokenLoss,
+    TrainConfig,
+    TrainingData,
+    every,
+    fit_on_codes,
+    save_array_atomic,
+    token_grid_loss,
+)
 
 GridConfig = TypeVar("GridConfig")  # a backbone config with ``grid`` and ``vocab_size`` fields (NBP, NAR)
 
@@ -63,9 +71,10 @@ def fit_on_clips(run_dir: str | Path, model: torch.nn.Module, tokenizer_dir: str
     the EMA model is exported to ``run_dir/export`` and returned."""
     on_step = every(evaluate, recipe.eval_every)  # a bad interval fails before the clips are tokenised
     codes, labels = cached_clip_codes(tokenizer_dir, data_dir, recipe.num_clips, run_dir, clips)
+    data = TrainingData.of(data_dir, clips, codes, labels)
     if recipe.time_reversed:
         codes, labels = with_time_reversed(codes, labels, clips.num_frames)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe, max_minutes, loss_fn, on_step)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe, data, max_minutes, loss_fn, on_step)
 
 
 def with_first_frames(first_frames: int) -> TokenLoss:

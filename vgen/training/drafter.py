@@ -17,11 +17,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vgen.data.shapes import data_config
 from vgen.hub import from_pretrained, load_weights, save_pretrained
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import LlamaGenGPT
 from vgen.training.ar import cached_codes
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches, latest_checkpoint
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, TrainingData, index_batches, latest_checkpoint
 
 DRAFTER_RUN = RunDefaults(steps=1500, lr=1e-3, batch_size=32, warmup_steps=100, num_items=16000, ema_decay=0.99)
 
@@ -64,7 +65,7 @@ def train_drafter(run_dir: str | Path, target_dir: str | Path, tokenizer_dir: st
     head = DraftHead(DraftHeadConfig.for_target(target.config))
     if init_from is not None and latest_checkpoint(run_dir) is None:
         load_weights(head, from_pretrained(init_from).state_dict(), source=str(init_from))
-    trainer = Trainer(head, train, run_dir, recipe)
+    trainer = Trainer(head, train, run_dir, recipe, TrainingData.of(data_dir, data_config(data_dir), codes, labels))
     null = target.config.num_classes
     drop_generator = torch.Generator().manual_seed(train.seed)
 

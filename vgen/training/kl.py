@@ -15,11 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vgen.data.shapes import cached_split, to_tensor
+from vgen.data.shapes import cached_split, data_config, to_tensor
 from vgen.hub import save_pretrained
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 from vgen.training.tokenizer import psnr
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, TrainingData, index_batches
 
 SHAPES_KL = KLConfig()
 
@@ -49,7 +49,7 @@ def train_kl(run_dir: str | Path, data_dir: str | Path, train: TrainConfig, reci
              config: KLConfig = SHAPES_KL, max_minutes: float | None = None) -> KLTokenizer:
     images, _ = cached_split(data_dir, "train", recipe.num_images)
     model = KLTokenizer(config)
-    trainer = Trainer(model, train, run_dir, recipe)
+    trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, data_config(data_dir), images))
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         x = to_tensor(images[np.sort(idx.numpy())])

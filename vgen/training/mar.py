@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vgen.data.shapes import CLASS_NAMES, cached_split, to_tensor
+from vgen.data.shapes import CLASS_NAMES, cached_split, data_config, to_tensor
 from vgen.eval.quality import class_accuracy
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.llamagen import LlamaGenGPT
@@ -40,6 +40,7 @@ from vgen.training.trainer import (
     RunDefaults,
     TrainConfig,
     Trainer,
+    TrainingData,
     class_repeat_counts,
     every,
     index_batches,
@@ -224,7 +225,7 @@ def train_mar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     started = None
     if init_from is not None and latest_checkpoint(run_dir) is None:
         started = start_from(model, init_from, data_dir, tokens, run_dir, recipe)
-    trainer = Trainer(model, train, run_dir, recipe)
+    trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, data_config(data_dir), tokens, labels))
     if started:
         trainer.log({"step": 0, **started})
 

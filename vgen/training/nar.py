@@ -41,12 +41,13 @@ from pathlib import Path
 import torch
 
 from vgen.data.clips import SHAPES_CLIPS, SHAPES_CLIPS_64, SHAPES_CLIPS_64_LONG, ClipsConfig
+from vgen.data.shapes import data_config
 from vgen.hub import CheckpointError, from_pretrained, load_weights
 from vgen.models.nar import NARConfig, NARTransformer
 from vgen.training.ar import SHAPES_GPT, cached_codes
 from vgen.training.clip_codes import CLIP_RECIPE, ClipRecipe, fit_on_clips, video_config, with_first_frames
 from vgen.training.tokenizer import SHAPES_FRAME_VQ
-from vgen.training.trainer import RunDefaults, TrainConfig, fit_on_codes, latest_checkpoint
+from vgen.training.trainer import RunDefaults, TrainConfig, TrainingData, fit_on_codes, latest_checkpoint
 
 _GPT_SIZE = dict(dim=SHAPES_GPT.dim, n_head=SHAPES_GPT.n_head, multiple_of=SHAPES_GPT.multiple_of,
                  num_classes=SHAPES_GPT.num_classes, class_dropout_prob=SHAPES_GPT.class_dropout_prob,
@@ -130,7 +131,8 @@ def train_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
     codes, labels = cached_codes(tokenizer_dir, data_dir, "train", recipe.num_items, run_dir)
     model = NARTransformer(config)
     _initialise(model, run_dir, init_from)
-    return fit_on_codes(run_dir, model, codes, labels, train, recipe, max_minutes)
+    data = TrainingData.of(data_dir, data_config(data_dir), codes, labels)
+    return fit_on_codes(run_dir, model, codes, labels, train, recipe, data, max_minutes)
 
 
 def train_video_nar(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Path, train: TrainConfig,

@@ -20,7 +20,7 @@ from vgen.eval.quality import attribute_accuracy
 from vgen.hub import from_pretrained, save_pretrained
 from vgen.models.classifier import AttributeClassifier, AttributeClassifierConfig
 from vgen.training.classifier import cached_reconstructions, half_reconstructed, reconstruct
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, TrainingData, index_batches
 
 SCENE_JUDGE = AttributeClassifierConfig(attributes=tuple(zip(ATTRIBUTES, (
     len(CLASS_NAMES), len(COLOUR_NAMES), len(SIZES), len(POSITIONS), len(BACKGROUND_NAMES)))))
@@ -61,7 +61,7 @@ def train_scene_judge(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: 
     tokenizer = from_pretrained(tokenizer_dir, map_location=train.device)
     recon = cached_reconstructions(tokenizer, images, recipe.num_reconstructions, run_dir)
     model = AttributeClassifier(SCENE_JUDGE).to(memory_format=torch.channels_last)
-    trainer = Trainer(model, train, run_dir, recipe)
+    trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, None, images, attributes))
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         x, y = half_reconstructed(idx, images, recon, attributes)

@@ -31,6 +31,7 @@ from vgen.training.trainer import (
     RunDefaults,
     TrainConfig,
     Trainer,
+    TrainingData,
     every,
     index_batches,
     latest_checkpoint,
@@ -157,7 +158,7 @@ def train_t2i(run_dir: str | Path, tokenizer_dir: str | Path, data_dir: str | Pa
                                          train.device, workers)
     codes_t = torch.from_numpy(codes.astype(np.int64)).to(train.device)
     words_t = torch.from_numpy(word_ids).to(train.device)
-    trainer = Trainer(model, train, run_dir, recipe)
+    trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, None, codes, word_ids))
     batches = index_batches(len(codes_t), recipe.batch_size, train.seed, trainer.step)
     trainer.fit(batches, lambda idx: t2i_loss(model, words_t[idx], codes_t[idx]), max_minutes,
                 every(evaluate, recipe.eval_every))

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
-from vgen.data.shapes import cached_split, to_tensor
+from vgen.data.shapes import cached_split, data_config, to_tensor
 from vgen.hub import save_pretrained
 from vgen.tokenizers.vq import VQConfig, VQModel
-from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, index_batches
+from vgen.training.trainer import RunDefaults, TrainConfig, Trainer, TrainingData, index_batches
 
 SHAPES_VQ = VQConfig(codebook_size=4096, codebook_embed_dim=8, ch=32, ch_mult=(1, 2, 4), num_res_blocks=1,
                      z_channels=64, norm_groups=8)
@@ -57,7 +57,8 @@ def train_tokenizer(run_dir: str | Path, data_dir: str | Path, train: TrainConfi
                     max_minutes: float | None = None) -> VQModel:
     """Train (or resume) a VQ on the first ``recipe.num_images`` shapes training images."""
     images, _ = cached_split(data_dir, "train", recipe.num_images)
-    return fit_tokenizer(run_dir, images, train, recipe, vq_config, max_minutes)
+    data = TrainingData.of(data_dir, data_config(data_dir), images)
+    return fit_tokenizer(run_dir, images, train, recipe, vq_config, data, max_minutes)
 
 
 def train_frame_tokenizer(run_dir: str | Path, data_dir: str | Path, train: TrainConfig,
@@ -66,14 +67,16 @@ def train_frame_tokenizer(run_dir: str | Path, data_dir: str | Path, train: Trai
     """Train (or resume) a VQ on every frame of the first ``recipe.num_images`` training clips."""
     videos, _ = cached_clips(data_dir, "train", recipe.num_images, clips)
     frames = videos.reshape(-1, clips.frame_size, clips.frame_size, 3)  # a view of the memory map
-    return fit_tokenizer(run_dir, frames, train, recipe, vq_config, max_minutes)
+    return fit_tokenizer(run_dir, frames, train, recipe, vq_config, TrainingData.of(data_dir, clips, videos),
+                         max_minutes)
 
 
 def fit_tokenizer(run_dir: str | Path, images: np.ndarray, train: TrainConfig, recipe: TokenizerRecipe,
-                  vq_config: VQConfig, max_minutes: float | None = None) -> VQModel:
-    """The training loop over uint8 images [N, H, W, 3]; the raw model is exported to ``run_dir/export``."""
+                  vq_config: VQConfig, data: TrainingData, max_minutes: float | None = None) -> VQModel:
+    """The training loop over uint8 images [N, H, W, 3] (recorded as ``data``); the raw model is exported to
+    ``run_dir/export``."""
     model = VQModel(vq_config)
-    trainer = Trainer(model, train, run_dir, recipe)
+    trainer = Trainer(model, train, run_dir, recipe, data)
     usage = torch.zeros(vq_config.codebook_size)
     last: dict[str, torch.Tensor] = {}
 
