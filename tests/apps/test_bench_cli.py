@@ -126,6 +126,20 @@ def test_any_text_model_is_benched_on_a_prompt_set_with_the_clip_score(llamagen_
     assert Image.open(tmp_path / "b" / "bench.png").size == (1040, 400)
 
 
+def test_a_janus_model_is_benched_with_every_column_a_text_model_has(tiny_janus_dir, tiny_clip_dir, tmp_path,
+                                                                     no_inception_weights, capsys):
+    (tmp_path / "prompts.txt").write_text("a red cat\na blue dog on the moon\n")
+    code, out, err = run(["--model", tiny_janus_dir, "--prompts", tmp_path / "prompts.txt", "--clip", tiny_clip_dir,
+                          "--samplers", "ar,mcsjd,lantern", "--batch-size", 2, "--out", tmp_path / "b"], capsys)
+    assert code == 0, err
+    rows = json.loads((tmp_path / "b" / "bench.json").read_text())["results"]
+    assert [r["label"] for r in rows] == ["ar", "mcsjd", "lantern"]
+    assert all(r["clip_score"] is not None and r["mean_entropy_nats"] > 0 and r["tokens_per_second"] > 0
+               for r in rows)
+    assert rows[1]["step_compression"] > 1
+    assert out.splitlines()[1].endswith("| entropy (nats) | top-1 | CLIP score |")
+
+
 def test_one_image_per_prompt_by_default(llamagen_t2i_folder, tmp_path, no_inception_weights, capsys):
     (tmp_path / "prompts.txt").write_text("a red cat\na blue dog\na map\n")
     code, _, err = run(["--model", llamagen_t2i_folder, "--prompts", tmp_path / "prompts.txt", "--samplers", "ar",

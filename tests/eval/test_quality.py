@@ -89,6 +89,25 @@ def test_a_text_to_image_model_is_scored_under_each_rows_prompt_in_any_chunks() 
     assert greedy["mean_entropy_nats"] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_a_janus_model_is_scored_with_the_guided_distributions_its_sampler_draws_from(tiny_janus_dir) -> None:
+    """Janus has no whole-sequence forward: its figures come through the KV cache, equal to the guided, processed
+    distributions built here from the pipeline's own per-step logits."""
+    from vgen.pipelines import load
+    from vgen.samplers import apply_cfg, build_processors
+
+    pipe = load(tiny_janus_dir)
+    prompts = ["a red cat", "a blue dog on the moon"]
+    tokens, params = pipe(prompt=prompts, seed=0).tokens, SamplingParams(cfg_scale=3.0, temperature=0.9, top_k=20)
+    both = pipe.logits(prompt=prompts, tokens=tokens, unconditional=True)
+    guided = apply_cfg(both, params, torch.arange(tokens.shape[1]))
+    probs = build_processors(params)(guided).softmax(-1)
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+    figures = token_statistics(pipe.model, tokens, pipe.prompt_encoder(prompts), params)
+    assert figures["tokens_measured"] == tokens.numel() == 2 * 16
+    assert figures["mean_entropy_nats"] == pytest.approx(float(entropy.mean()), rel=1e-5)
+    assert figures["median_top1_prob"] == pytest.approx(float(probs.max(-1).values.median()), rel=1e-5)
+
+
 @pytest.fixture(scope="module")
 def real_clips() -> tuple[np.ndarray, np.ndarray]:
     """16 validation clips (2 per class) of the recipes' 16 frames of 32 px."""

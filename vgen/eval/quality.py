@@ -22,7 +22,7 @@ from vgen.data.shapes import to_tensor
 from vgen.eval.drift import CLIP_CHUNK_FRAMES, chunk_bounds, class_probabilities, clip_collapse
 from vgen.models.classifier import AttributeClassifier, ShapesClassifier
 from vgen.models.conditioning import Condition, cat_conditions
-from vgen.models.llamagen import LlamaGenGPT
+from vgen.models.llamagen import teacher_forced_logits
 from vgen.samplers import SamplingParams, apply_cfg, build_processors
 
 
@@ -34,12 +34,14 @@ def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, cond: Conditi
 
     A teacher-forced pass over the finished sequences gives exactly the distributions the sampler used
     (guided, then temperature / top-k / top-p), one per token, without slowing sampling down. A next-token model
-    (LlamaGen) reads the sequence without its last token; a grid model (NAR, NBP) reads the whole grid under its
-    own mask and scores every cell from the cells its sampler had at that step. Sequences go through in chunks of
+    (LlamaGen, Janus) reads the sequence through its KV cache (:func:`~vgen.models.llamagen.teacher_forced_logits`);
+    a grid model (NAR, NBP) reads the whole grid under its own mask and scores every cell from the cells its
+    sampler had at that step. Sequences go through in chunks of
     at most ``max_logits`` logits (guided rows included; 512 MB in fp32), so 2,048-token clips over a 4,096-code
     vocabulary are scored 8 at a time rather than holding gigabytes of logits at once.
     """
     processors = build_processors(params)
+    next_token = getattr(model, "token_order", "raster") == "raster"
     per_sequence = (2 if params.guided else 1) * tokens.shape[1] * model.config.vocab_size
     batch_size = max(1, max_logits // per_sequence)
     entropies, top1 = [], []
@@ -48,7 +50,7 @@ def token_statistics(model: torch.nn.Module, tokens: torch.Tensor, cond: Conditi
         t, c = tokens[i:i + batch_size].to(device), cond[i:i + batch_size].to(device)
         if params.guided:
             t, c = torch.cat([t, t]), cat_conditions([c, model.null_condition(c)])
-        logits = model(c, t[:, :-1] if isinstance(model, LlamaGenGPT) else t)
+        logits = teacher_forced_logits(model, c, t) if next_token else model(c, t)
         logits = apply_cfg(logits, params, torch.arange(logits.shape[1], device=logits.device))
         probs = processors(logits).softmax(-1)
         entropies.append(-(probs * probs.clamp_min(1e-30).log()).sum(-1).flatten())

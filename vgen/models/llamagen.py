@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vgen.models.backbone import GRID_LIMIT, ROPE_KINDS, BackboneConfig
+from vgen.models.backbone import GRID_LIMIT, ROPE_KINDS, BackboneConfig, check_rotary_pairs
 from vgen.models.cache import KVCache, RowSlots
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGridModel, init_llamagen_weights
 from vgen.models.config_fields import declare, size
@@ -99,6 +99,7 @@ class GPTConfig(BackboneConfig):
         if rest or math.isqrt(per_frame) ** 2 != per_frame:
             raise ValueError(f"block_size {self.block_size} must be {self.frames} frame(s) of a square number of "
                              f"tokens (a grid)")
+        check_rotary_pairs(self.grid, self.rope, self.head_dim)
 
     @property
     def grid_size(self) -> int:
@@ -522,6 +523,19 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, slot, mask=mask)
         return self.output(self.norm(h[:, -1])).float()
+
+
+@torch.no_grad()
+def teacher_forced_logits(model: nn.Module, cond: Condition, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits [B, n, V] of a next-token backbone (LlamaGen, Janus: ``new_cache``, ``prefill``, ``decode``) for the
+    tokens [B, n] under ``cond``: entry ``[b, i]`` is the distribution of token ``i`` given ``tokens[b, :i]``, what
+    a one-token-per-pass sampler computes at step ``i`` (the prefill gives token 0's, one decode of the first
+    ``n - 1`` tokens the others')."""
+    cache = model.new_cache(len(tokens))
+    first = model.prefill(cond, cache)[:, None]
+    if tokens.shape[1] == 1:
+        return first
+    return torch.cat([first, model.decode(tokens[:, :-1], cache)], dim=1)
 
 
 def llamagen_checkpoint_kind(state: dict[str, torch.Tensor]) -> str | None:

@@ -19,6 +19,7 @@ from PIL import Image
 from vgen.hub import PIPELINE_CONFIG, save_pretrained
 from vgen.images import tensor_to_pil
 from vgen.models.conditioning import Condition, PrefixCondition, cat_conditions
+from vgen.models.llamagen import teacher_forced_logits
 from vgen.models.text_encoder import check_caption_dim
 from vgen.pipelines.inputs import (
     DEFAULT_BATCH_SIZE,
@@ -371,11 +372,7 @@ class ImagePipeline(ClassConditional):
         tokens = tokens.to(self.device).long()
         if unconditional:
             cond, tokens = cat_conditions([cond, self.model.null_condition(cond)]), torch.cat([tokens, tokens])
-        cache = self.model.new_cache(len(tokens))
-        first = self.model.prefill(cond, cache)[:, None]
-        if tokens.shape[1] == 1:
-            return first.float()
-        return torch.cat([first, self.model.decode(tokens[:, :-1], cache)], dim=1).float()
+        return teacher_forced_logits(self.model, cond, tokens).float()
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
         """Write ``pipeline.json`` plus ``gpt/``, ``vq/`` or ``kl/`` (and ``drafter/``, ``text_encoder/``) model folders
