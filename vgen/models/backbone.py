@@ -61,6 +61,15 @@ class BackboneConfig(ModelConfig):
         return self.n_kv_head or self.n_head
 
 
+def check_rotary_pairs(grid: tuple[int, ...], rope: str, head_dim: int) -> None:
+    """Refuse a head too narrow for its rotary table: one rotation pair (two channels) at least per rotated axis,
+    every axis of ``grid`` with ``rope="grid"``, a frame's rows and columns with ``rope="spatial"``."""
+    axes = len(grid) if rope == "grid" else 2
+    if head_dim // 2 < axes:
+        raise ValueError(f"head_dim {head_dim} gives {head_dim // 2} rotation pairs, fewer than {axes} axes of grid "
+                         f"{tuple(grid)} that rope={rope!r} rotates")
+
+
 @dataclass(frozen=True)
 class GridConfig(BackboneConfig):
     """A backbone over a token grid ((H, W) or (T, H, W)) and how its positions are encoded.
@@ -78,6 +87,7 @@ class GridConfig(BackboneConfig):
         if self.rope == "spatial" and self.rank != 3:
             raise ValueError(f"rope='spatial' encodes the frames of a video grid (frames, rows, columns), got "
                              f"{self.grid}")
+        check_rotary_pairs(self.grid, self.rope, self.head_dim)
 
     @property
     def rank(self) -> int:

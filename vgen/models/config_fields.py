@@ -131,9 +131,7 @@ def _kind_text(kind: Any, spec: Declared) -> str:
         return " ".join(filter(None, ["a finite number", bounds]))
     if kind is bool:
         return "true or false"
-    if kind is str:
-        return f"one of {list(spec.choices)}" if spec.choices is not None else "a string"
-    return "a list"
+    return f"one of {list(spec.choices)}" if spec.choices is not None else "a string"
 
 
 def checked(name: str, value: Any, kind: Any, spec: Declared) -> Any:
