@@ -69,6 +69,7 @@ RELATIONS: list[tuple[ModelConfig, dict, str]] = [
     (VALID[JanusT2IConfig], dict(pad_token_id=None), "a Janus config needs boi_token_id and pad_token_id"),
     (VALID[JanusT2IConfig], dict(boi_token_id=102400), "boi_token_id 102400 is not a token of the text_vocab_size"),
     (VQConfig(), dict(norm_groups=3), "channel width 128 is not divisible by norm_groups=3"),
+    (VQConfig(), dict(ch=4, ch_mult=(2, 4), norm_groups=8), "channel width 4 is not divisible by norm_groups=8"),
     (KLConfig(), dict(image_size=30), "image_size 30 is not divisible by the downsampling 4"),
 ]
 

@@ -42,7 +42,8 @@ class VQConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for width in (self.ch * m for m in self.ch_mult):
+        first = (self.ch,) if self.encoder == "conv" else ()  # the conv encoder's first stage is ch wide
+        for width in (*first, *(self.ch * m for m in self.ch_mult)):
             if width % self.norm_groups:
                 raise ValueError(f"channel width {width} is not divisible by norm_groups={self.norm_groups}")
 
