@@ -55,13 +55,13 @@ def test_same_seed_same_grid_other_seed_differs(tiny_pipeline_dir, tmp_path, cap
     (["--num-images", "0"], "num_images must be an integer in [1, 10000000]"),
     (["--class-id", "star"], "unknown class 'star' for tiny; classes: a, b, c (or ids 0..2)"),
     (["--cfg-scale", "inf"], "cfg_scale must be a finite number in [0, 100.0]"),
-    (["--temperature", "nan"], "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (["--temperature", "nan"], "temperature must be a finite number in [0, 100] (0 = greedy), got nan"),
     (["--seed", "-1"], "seed must be an integer in [0, 2**64), got -1"),
     (["--out", "/no/such/dir/x.png"], "directory /no/such/dir does not exist"),
     (["--out", "grid.txt"], "unsupported file type .txt"),
     (["--dtype", "int8"], "unknown dtype"),
-    (["--sampler", "sjd", "--window", "0"], "window must be an integer >= 1"),
-    (["--sampler", "lantern", "--lantern-k", "-1"], "lantern_k must be an integer >= 0"),
+    (["--sampler", "sjd", "--window", "0"], "window must be an integer in [1, 65536]"),
+    (["--sampler", "lantern", "--lantern-k", "-1"], "lantern_k must be an integer in [0, 262144]"),
     (["--sampler", "lantern", "--lantern-delta", "1.5"], "total-variation budget in [0, 1]"),
     (["--sampler", "sjd", "--drafter", "head"], "needs a draft head, and this model ships none"),
     (["--sampler", "sjd", "--accept", "nope"], "unknown acceptance rule 'nope'"),
@@ -344,7 +344,7 @@ def test_quality_samples_with_the_sampler_and_options_asked_for(tiny_continuous_
 
 @pytest.mark.parametrize("args, message", [
     (["--sampler", "nope"], "unknown sampler 'nope'"),
-    (["--sampler", "lantern", "--lantern-delta", "-1"], "lantern_delta is a total-variation budget in [0, 1]"),
+    (["--sampler", "lantern", "--lantern-delta", "-1"], "lantern_delta must be in [0, 262144], got -1.0"),
     (["--sampler", "cspd"], "sampler 'cspd' does not fit LlamaGenGPT (raster tokens)"),
 ])
 def test_quality_refuses_a_bad_sampler_in_one_line(tiny_pipeline_dir, args, message, capsys):

@@ -88,12 +88,12 @@ def test_every_option_of_every_subcommand_has_help_and_shows_its_default() -> No
 
 @pytest.mark.parametrize("command, flag, shown", [
     ("sample", "--cfg-scale", "default: the model's recommended value, else 1.0)"),
-    ("sample", "--top-k", "(>= 0; 0 = off; default: the model's recommended value, else 0)"),
-    ("sample", "--temperature", "(>= 0; 0 = greedy; default: the model's recommended value, else 1.0)"),
+    ("sample", "--top-k", "(in [0, 262144]; 0 = off; default: the model's recommended value, else 0)"),
+    ("sample", "--temperature", "(in [0, 100]; 0 = greedy; default: the model's recommended value, else 1.0)"),
     ("sample", "--seed", "(default: 0)"),
     ("sample", "--device", "(default: cpu)"),
     ("sample", "--num-images", "(default: one per class or prompt given)"),
-    ("sample", "--window", "(>= 1; default: 16)"),
+    ("sample", "--window", "(in [1, 65536]; default: 16)"),
     ("sample", "--accept", "default: gsd for gsd, lantern for lantern, exact for"),
     ("stream", "--steps", "(in [1, 1000]; default: the model's recommended value, else 4)"),
     ("app", "--host", "(default: 127.0.0.1)"),

@@ -79,13 +79,13 @@ def test_specs_name_a_sampler_its_overrides_and_a_label(text, expected):
     ("nope", "unknown sampler 'nope'; available: ar, "),
     ("sjd:windoww=8", r"unknown sampler 'sjd' field\(s\) \['windoww'\]"),
     ("sjd:window", "sampler 'sjd:window': bad sampler option 'window': expected key=value"),
-    ("sjd:window=0", "window must be an integer >= 1"),
+    ("sjd:window=0", r"window must be an integer in \[1, 65536\]"),
     ("sjd:window=2.5", "sampler 'sjd:window=2.5': window must be a whole number, got 2.5"),
     ("lantern:lantern_delta=wide", "sampler 'lantern:lantern_delta=wide': lantern_delta must be a number, got 'wide'"),
     ("ar:compile=sometimes", "compile must be a bool, got 'sometimes'"),
     ("ar:seed=x", "sampler 'ar:seed=x': seed must be a number, got 'x'"),
     ("ar:seed=1.5", "seed must be a whole number"),
-    ("ar:temperature=-1", r"sampler 'ar:temperature=-1': temperature must be >= 0 \(0 = greedy\), got -1.0"),
+    ("ar:temperature=-1", r"sampler 'ar:temperature=-1': temperature must be in \[0, 100\] \(0 = greedy\), got -1.0"),
     ("ar:top_k=x", "sampler 'ar:top_k=x': top_k must be a"),
 ])
 def test_bad_specs_are_named(text, message):

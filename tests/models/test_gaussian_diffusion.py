@@ -31,6 +31,18 @@ def test_respacing_keeps_both_ends_and_the_requested_count():
         sampling_timesteps(1000, 0)
 
 
+def test_one_step_keeps_the_noisiest_timestep_and_a_finite_variance():
+    """A one-step chain starts from pure noise, so its one step is the last training timestep; its posterior
+    variance (0: it lands on the clean token) is clipped to 1 - alpha_bar[0], which a two-step schedule's last step
+    comes to as well."""
+    ab = cosine_alpha_bar(1000)
+    assert sampling_timesteps(1000, 1) == [999] and sampling_timesteps(1000, 2) == [0, 999]
+    one, two = (DiffusionSchedule(ab, sampling_timesteps(1000, n)) for n in (1, 2))
+    assert one.posterior_log_var.item() == pytest.approx(math.log(1 - ab[0].item()))
+    assert two.posterior_log_var[0].item() == pytest.approx(one.posterior_log_var.item(), rel=1e-3)
+    assert one.coefficients("cpu").shape == (1, 6) and bool(one.coefficients("cpu").isfinite().all())
+
+
 def test_respaced_betas_compose_to_the_same_alpha_bar():
     ab = cosine_alpha_bar(1000)
     s = DiffusionSchedule(ab, sampling_timesteps(1000, 25))
@@ -76,6 +88,24 @@ def test_reverse_chain_with_the_optimal_denoiser_samples_the_data_distribution()
     assert x.mean().item() == pytest.approx(m, abs=0.02)
     assert x.std().item() == pytest.approx(sd, abs=0.02)
     assert torch.all(std > 0)  # the last step keeps its noise: every token has a Gaussian density
+
+
+def test_a_one_step_chain_lands_on_the_optimal_estimate_of_the_clean_token():
+    """From pure noise, the one step of the optimal denoiser for data N(m, s^2) estimates x0 as about m (the
+    noise says next to nothing about x0 at the last timestep), and keeps a small Gaussian of std
+    sqrt(1 - alpha_bar[0]) around it when the variance output picks the posterior's (v = -1)."""
+    m, sd = 0.7, 0.4
+    ab_all = cosine_alpha_bar(1000)
+    s = DiffusionSchedule(ab_all, sampling_timesteps(1000, 1))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(20000, 1, generator=g, dtype=torch.float64)
+    ab = s.alpha_bar[0]
+    eps = (1 - ab).sqrt() * (x - ab.sqrt() * m) / (ab * sd ** 2 + 1 - ab)
+    noise = torch.randn(x.shape, generator=g, dtype=x.dtype)
+    x, mean, std = reverse_step(eps, -torch.ones_like(x), x, s.coefficients("cpu", x.dtype)[0], noise, 1.0)
+    assert mean.mean().item() == pytest.approx(m, abs=1e-3) and mean.std().item() < 1e-3
+    assert torch.allclose(std, (1 - ab_all[0]).sqrt().expand_as(std))
+    assert x.mean().item() == pytest.approx(m, abs=1e-3)
 
 
 def test_training_loss_is_small_for_the_optimal_denoiser_and_large_for_a_wrong_one():

@@ -4,6 +4,7 @@ validates it, describes it and reads it from text; a pipeline's recommended sett
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ from vgen.samplers.options import (
     merge_settings,
     option,
     parse_option,
+    short_repr,
 )
 from vgen.samplers.streaming import StreamConfig
 
@@ -86,8 +88,8 @@ def test_the_help_shows_the_valid_values_what_a_special_value_means_and_a_defaul
     d = declarations(Knobs)
     assert d["count"].help == "how many (>= 1; 1 = one)" and d["share"].help == "a share (in (0, 1))"
     assert d["count"].spec.describe(default="2") == "how many (>= 1; 1 = one; default: 2)"
-    assert declarations(SamplingParams)["top_k"].help == "keep the k most likely tokens (>= 0; 0 = off)"
-    assert declarations(SamplingParams)["temperature"].help == "sampling temperature (>= 0; 0 = greedy)"
+    assert declarations(SamplingParams)["top_k"].help == "keep the k most likely tokens (in [0, 262144]; 0 = off)"
+    assert declarations(SamplingParams)["temperature"].help == "sampling temperature (in [0, 100]; 0 = greedy)"
     assert d["rule"].help == "which rule (one of: a, b)" and d["flag"].help == "on or off"
     assert d["count"].flag == "--count" and declarations(StreamConfig)["window_frames"].flag == "--window-frames"
 
@@ -151,3 +153,55 @@ def test_a_message_never_echoes_a_long_value_whole() -> None:
     assert len(str(caught.value)) < 120 and str(caught.value).endswith("... (1000002 characters)")
     with pytest.raises(ValueError, match="^share must be a finite number in \\(0, 1\\), got 1000"):
         Knobs(share=10**400)  # an integer no float holds
+
+
+# every numeric option of every registered sampler, of the shared sampling settings and of a stream: (what builds
+# the config from keyword arguments, the option)
+NUMERIC = [(build, o) for name, build in [*((n, lambda n=n, **kw: get_sampler(n, **kw)) for n in available_samplers()),
+                                          ("sampling", SamplingParams), ("stream", StreamConfig)]
+           for o in declared_options([type(build())]) if o.kind in (int, float)]
+NUMERIC_IDS = [f"{type(build()).__name__}.{o.name}" for build, o in NUMERIC]
+# what another field must be for a value at a bound to be valid: LANTERN++'s lambda, retrieval from a bank
+COMPANIONS = {"lantern_delta": {"lantern_mode": "relative"}, "retrieved_blocks": {"bank_blocks": 1}}
+
+
+def largest_and_above(o) -> tuple[float, float]:
+    """The largest value ``o`` takes and the next one above it (an integer's + 1, a float's next float)."""
+    top = o.spec.at_most if o.spec.at_most is not None else o.spec.below
+    if o.kind is int:
+        largest = top if o.spec.at_most is not None else math.ceil(top) - 1
+        return largest, largest + 1
+    largest = top if o.spec.at_most is not None else math.nextafter(top, -math.inf)
+    return largest, math.nextafter(largest, math.inf)
+
+
+def refusal(build, **kwargs) -> str:
+    with pytest.raises(ValueError) as e:
+        build(**kwargs)
+    return str(e.value)
+
+
+def test_the_walk_covers_every_registered_sampler() -> None:
+    covered = {type(build()).name for build, _ in NUMERIC if hasattr(type(build()), "name")}
+    assert covered == {n for n in available_samplers() if any(o.kind in (int, float)
+                                                               for o in declarations(type(get_sampler(n))).values())}
+    assert {"cspd", "sjd", "lantern", "gsd", "continuous-ar"} <= covered
+
+
+@pytest.mark.parametrize("build, o", NUMERIC, ids=NUMERIC_IDS)
+def test_every_numeric_option_has_a_finite_upper_bound_that_its_declaration_enforces(build, o) -> None:
+    """The bound is finite; the largest value is accepted and the next one above it refused with the declaration's
+    one-line message."""
+    top = o.spec.at_most if o.spec.at_most is not None else o.spec.below
+    assert top is not None and math.isfinite(top), f"{o.name} has no finite upper bound"
+    largest, above = largest_and_above(o)
+    assert getattr(build(**COMPANIONS.get(o.name, {}), **{o.name: largest}), o.name) == largest
+    message = refusal(build, **COMPANIONS.get(o.name, {}), **{o.name: above})
+    assert message.startswith(f"{o.name} must be ") and o.spec.range_text() in message and "\n" not in message
+
+
+@pytest.mark.parametrize("build, o", NUMERIC, ids=NUMERIC_IDS)
+def test_non_finite_absurd_and_boolean_values_get_the_declaration_s_message(build, o) -> None:
+    for value in (1e308, -1e308, math.inf, math.nan, 10**400, True, "3"):
+        message = refusal(build, **{o.name: value})
+        assert message.startswith(f"{o.name} must be ") and message.endswith(f"got {short_repr(value)}"), message

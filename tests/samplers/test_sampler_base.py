@@ -24,18 +24,18 @@ from vgen.samplers import (
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(temperature=-0.5), "temperature must be >= 0 (0 = greedy), got -0.5"),
-    (dict(temperature=float("nan")), "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (dict(temperature=-0.5), "temperature must be in [0, 100] (0 = greedy), got -0.5"),
+    (dict(temperature=float("nan")), "temperature must be a finite number in [0, 100] (0 = greedy), got nan"),
     (dict(cfg_scale=float("inf")), "cfg_scale must be a finite number in [0, 100.0] (guidance only above 1), got inf"),
-    (dict(top_k=float("inf")), "top_k must be an integer >= 0 (0 = off), got inf"),
-    (dict(top_k=-1), "top_k must be an integer >= 0 (0 = off), got -1"),
-    (dict(top_k=1.5), "top_k must be an integer >= 0 (0 = off), got 1.5"),
+    (dict(top_k=float("inf")), "top_k must be an integer in [0, 262144] (0 = off), got inf"),
+    (dict(top_k=-1), "top_k must be an integer in [0, 262144] (0 = off), got -1"),
+    (dict(top_k=1.5), "top_k must be an integer in [0, 262144] (0 = off), got 1.5"),
     (dict(top_p=0.0), "top_p must be in (0, 1] (1 = off), got 0.0"),
     (dict(top_p=1.01), "top_p must be in (0, 1] (1 = off), got 1.01"),
     (dict(cfg_scale=-1.0), "cfg_scale must be in [0, 100.0] (guidance only above 1), got -1.0"),
     (dict(cfg_scale=1e300), "cfg_scale must be in [0, 100.0] (guidance only above 1), got 1e+300"),
-    (dict(cfg_interval=-2), "cfg_interval must be an integer >= -1 (-1 = guide every token), got -2"),
-    (dict(cfg_interval=2.0), "cfg_interval must be an integer >= -1 (-1 = guide every token), got 2.0"),
+    (dict(cfg_interval=-2), "cfg_interval must be an integer in [-1, 65536] (-1 = guide every token), got -2"),
+    (dict(cfg_interval=2.0), "cfg_interval must be an integer in [-1, 65536] (-1 = guide every token), got 2.0"),
 ])
 def test_sampling_params_reject_bad_values(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):

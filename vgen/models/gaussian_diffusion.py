@@ -2,8 +2,9 @@
 
 Training uses the full 1000-step cosine schedule (``alpha_bar`` from diffusers' ``squaredcos_cap_v2`` betas);
 sampling respaces it to ``num_sampling_steps`` kept timesteps (diffusers' ``linspace`` spacing, which keeps 999
-and 0) and recomputes the betas between them, as improved-diffusion's respacing does. The head predicts noise
-``eps`` and a value ``v`` in [-1, 1] that interpolates the log-variance between the posterior's and beta's.
+and 0; one step keeps 999 alone) and recomputes the betas between them, as improved-diffusion's respacing does.
+The head predicts noise ``eps`` and a value ``v`` in [-1, 1] that interpolates the log-variance between the
+posterior's and beta's.
 
 Every reverse step is an explicit Gaussian ``x_prev = mean + exp(logvar / 2) * temperature * noise`` with the
 noise passed in, including the last step, which MAR leaves noiseless. Keeping it gives every token, given the
@@ -28,11 +29,15 @@ def cosine_alpha_bar(num_train_steps: int = 1000) -> torch.Tensor:
 
 
 def sampling_timesteps(num_train_steps: int, num_sampling_steps: int) -> list[int]:
-    """The kept timesteps, in increasing order, of a schedule respaced to ``num_sampling_steps``."""
+    """The kept timesteps, in increasing order, of a schedule respaced to ``num_sampling_steps``: diffusers'
+    ``linspace`` spacing, which keeps the first and the last. One step keeps the last alone: a chain starts from
+    pure noise, which only the noisiest timestep describes (``linspace`` would keep timestep 0)."""
     from diffusers import DDPMScheduler
 
     if not 1 <= num_sampling_steps <= num_train_steps:
         raise ValueError(f"num_sampling_steps must be in [1, {num_train_steps}], got {num_sampling_steps}")
+    if num_sampling_steps == 1:
+        return [num_train_steps - 1]
     scheduler = DDPMScheduler(num_train_timesteps=num_train_steps, beta_schedule="squaredcos_cap_v2",
                               timestep_spacing="linspace")
     scheduler.set_timesteps(num_sampling_steps)
@@ -53,8 +58,10 @@ class DiffusionSchedule:
         self.alpha_bar, self.alpha_bar_prev = ab, ab_prev
         self.betas = 1.0 - ab / ab_prev
         posterior_var = self.betas * (1.0 - ab_prev) / (1.0 - ab)
-        # the posterior variance is 0 at the first step; improved-diffusion clips its log to the next step's
-        self.posterior_log_var = torch.log(torch.cat([posterior_var[1:2], posterior_var[1:]]))
+        # the posterior variance is 0 at the first step; improved-diffusion clips its log to the next step's. A
+        # one-step schedule has no next step: it takes 1 - alpha_bar of timestep 0, the clip a two-step one comes to
+        first = posterior_var[1:2] if len(ab) > 1 else 1.0 - alpha_bar[:1].double()
+        self.posterior_log_var = torch.log(torch.cat([first, posterior_var[1:]]))
         self.log_betas = torch.log(self.betas)
         self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = ab.sqrt(), (1.0 - ab).sqrt()
         self.coef_x0 = self.betas * ab_prev.sqrt() / (1.0 - ab)

@@ -36,11 +36,12 @@ from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
-from vgen.models.diffusion_head import ChainSteps, reverse_steps
+from vgen.models.diffusion_head import MAX_DIFFUSION_STEPS, ChainSteps, reverse_steps
 from vgen.samplers.ar import decode_last
 from vgen.samplers.base import (
     CFG_SCHEDULE_HELP,
     CFG_SCHEDULES,
+    MAX_TOKENS,
     SampleOutput,
     Sampler,
     SamplerStats,
@@ -54,6 +55,13 @@ from vgen.samplers.options import check_options, option
 
 TOKEN_ORDER = "continuous"
 HEAD_STEPS_HELP = "reverse steps of the target's diffusion head per token (MAR's sampling steps): fewer run faster"
+# a head chain keeps at most one step per training timestep (MAR's heads train on 1000); a head's own count is
+# checked when it samples
+MAX_HEAD_STEPS = MAX_DIFFUSION_STEPS
+# the residual sampler's error is at most 1 / (e * tries) per token (continuous_rules): 3.5e-7 at 2**20
+MAX_RESIDUAL_TRIES = 2**20
+# the reference's 42 is already far from exact; at 1000 the distances inside the widened Gaussians hardly count
+MAX_INNER_TEMPERATURE = 1000
 
 
 def check_continuous_params(params: SamplingParams) -> None:
@@ -171,7 +179,7 @@ class ContinuousARSampler(Sampler):
 
     name: ClassVar[str] = "continuous-ar"
     token_order: ClassVar[str] = TOKEN_ORDER
-    head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, note="0 = the model's")
+    head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, at_most=MAX_HEAD_STEPS, note="0 = the model's")
     cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
     compile: bool | str = option(False, COMPILE_HELP)
 
@@ -230,16 +238,18 @@ class CSpD(Sampler):
 
     name: ClassVar[str] = "cspd"
     token_order: ClassVar[str] = TOKEN_ORDER
-    draft_length: int = option(4, "tokens the draft model proposes per pass", at_least=1)
+    draft_length: int = option(4, "tokens the draft model proposes per pass", at_least=1, at_most=MAX_TOKENS)
     prefill_ratio: float = option(0.05, "share of the tokens the target generates alone first", at_least=0,
                                   below=1)
     inner_temperature: float = option(1.0, "above 1 widens both Gaussians in the acceptance test, lossily; the "
-                                           "reference uses 42", at_least=1, note="1 = exact")
-    max_residual_tries: int = option(4096, "draws of the residual sampler before it falls back", at_least=1)
-    head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, note="0 = the model's")
+                                           "reference uses 42", at_least=1, at_most=MAX_INNER_TEMPERATURE,
+                                      note="1 = exact")
+    max_residual_tries: int = option(4096, "draws of the residual sampler before it falls back", at_least=1,
+                                     at_most=MAX_RESIDUAL_TRIES)
+    head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, at_most=MAX_HEAD_STEPS, note="0 = the model's")
     draft_steps: int = option(0, "reverse steps of the draft's head chain, reading a subset of the target's "
                                  "trajectory noise; fewer steps draft faster and stay exact", at_least=0,
-                              note="0 = the target's")
+                              at_most=MAX_HEAD_STEPS, note="0 = the target's")
     cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
     compile: bool | str = option(False, COMPILE_HELP)
 
@@ -260,7 +270,7 @@ class CSpD(Sampler):
         draws = chain_draws(target_steps, draft_steps).to(device=noise.device)
         steps, draft_chain = token_steps(self, "target"), token_steps(self, "draft").chain
         device, batch, n, guided = cond.device, len(cond), model.num_tokens, params.guided
-        k, rows = self.draft_length, len(batch_cond)
+        k, rows = min(self.draft_length, n), len(batch_cond)  # no round drafts past the image: caches need no more
         tokens = torch.zeros(batch, n, model.token_channels, device=device)
         accept_step = torch.zeros(batch, n, dtype=torch.long)
         draft_passes = fallbacks = drafted = 0

@@ -44,6 +44,10 @@ from vgen.samplers.options import check_options, option
 REFRESH_MODES = ("none", "recompute")
 SOLVERS = ("euler", "renoise")
 MAX_STEPS = 1000  # denoising steps of one block: distilled streams take 1-8, flow matching rarely above 100
+MAX_SHIFT = 100  # schedules in use shift by 1 to 10; at 100 every level from 0.1 up is moved above 0.9
+# frames (and blocks, each a frame or more) of a model's trained length, which the context must fit: Self-Forcing's
+# Wan model attends over 21 latent frames
+MAX_FRAMES = 1024
 
 
 def shift_noise_levels(sigma: torch.Tensor, shift: float) -> torch.Tensor:
@@ -70,7 +74,7 @@ class StreamConfig:
 
     steps: int = option(4, "denoising steps per block", at_least=1, at_most=MAX_STEPS)
     first_steps: int = option(8, "denoising steps of the first block", at_least=1, at_most=MAX_STEPS)
-    shift: float = option(3.0, "flow-matching schedule shift", above=0)
+    shift: float = option(3.0, "flow-matching schedule shift", above=0, at_most=MAX_SHIFT)
     solver: str = option("euler", "denoising step: Euler on the flow ODE, or predict the clean block and noise it "
                                   "afresh to the next level (renoise)", choices=SOLVERS)
     context_noise: float = option(0.0, "noise level of the cache-writing forward", at_least=0, below=1)
@@ -78,10 +82,11 @@ class StreamConfig:
                               note="guidance only above 1")
     cfg_min_sigma: float = option(0.0, "guide only the steps starting at this noise level or above (0 = every step)",
                                   at_least=0, at_most=1)
-    sink_frames: int = option(2, "sink frames kept for good", at_least=0)
-    window_frames: int = option(12, "local window in frames", at_least=0)
-    retrieved_blocks: int = option(0, "past blocks retrieved by similarity (BlockVid's sparse context)", at_least=0)
-    bank_blocks: int = option(0, "evicted blocks kept for retrieval", at_least=0)
+    sink_frames: int = option(2, "sink frames kept for good", at_least=0, at_most=MAX_FRAMES)
+    window_frames: int = option(12, "local window in frames", at_least=0, at_most=MAX_FRAMES)
+    retrieved_blocks: int = option(0, "past blocks retrieved by similarity (BlockVid's sparse context)", at_least=0,
+                                   at_most=MAX_FRAMES)
+    bank_blocks: int = option(0, "evicted blocks kept for retrieval", at_least=0, at_most=MAX_FRAMES)
     refresh: str = option("none", "after an eviction, keep the cached keys (none) or re-encode the kept blocks "
                                   "(recompute)", choices=REFRESH_MODES)
 

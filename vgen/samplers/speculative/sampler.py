@@ -40,6 +40,8 @@ from tqdm.auto import tqdm
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
 from vgen.samplers.base import (
+    MAX_TOKENS,
+    MAX_VOCAB,
     SampleOutput,
     Sampler,
     SamplerStats,
@@ -80,6 +82,12 @@ from vgen.samplers.speculative.rules import (
 # a drafter's step returns what its next step reads, which a replayed CUDA graph would overwrite
 DRAFTING_MODES = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 DONE_CHECK_PASSES = 4  # compiled passes on a GPU between "are all rows done?" checks (each waits for it)
+# LANTERN++ moves up to (lambda - 1) p(x) onto x: all of its neighbours' mass (at most 1 - p(x)) once
+# lambda >= 1 / p(x), so for any token with p(x) >= 1 / MAX_VOCAB a larger lambda moves no more
+MAX_LANTERN_LAMBDA = MAX_VOCAB
+# GSD compares squared distances between rows of the model's input embedding table: rows 4096 wide with entries in
+# [-2, 2] lie at most 16 * 4096 = 2**16 apart, so a larger threshold groups no more tokens
+MAX_GSD_DISTANCE = 2**16
 
 
 @register_sampler
@@ -97,17 +105,18 @@ class Speculative(Sampler):
     drafter: str = option("jacobi", "who proposes the drafts", choices=lambda: [*available_drafters(), "auto"],
                           unknown="drafter")
     accept: str = option("exact", "acceptance rule", choices=available_rules, unknown="acceptance rule")
-    window: int = option(16, "target positions per forward pass (drafts + 1)", at_least=1)
+    window: int = option(16, "target positions per forward pass (drafts + 1)", at_least=1, at_most=MAX_TOKENS)
     draft_init: str = option("random", "fresh Jacobi drafts", choices=DRAFT_INITS)
     draft_coupling: str = option("none", "Jacobi draft refresh (maximal or gumbel: MC-SJD)", choices=DRAFT_COUPLINGS)
     # LANTERN's run.sh uses 5-10; its script's default 1000 lost the class (see Lantern)
-    lantern_k: int = option(8, "latent neighbours per token", at_least=0)
+    lantern_k: int = option(8, "latent neighbours per token", at_least=0, at_most=MAX_VOCAB)
     lantern_delta: float = option(0.1, "total-variation budget in [0, 1] (lantern_mode tv) or lambda >= 1 "
-                                       "(lantern_mode relative)")
+                                       "(lantern_mode relative)", at_least=0, at_most=MAX_LANTERN_LAMBDA)
     lantern_mode: str = option("tv", "tv (LANTERN) or relative (LANTERN++)", choices=LANTERN_MODES)
-    gsd_rank_window: int = option(7, "GSD candidates within +-this many ranks", at_least=0)
+    gsd_rank_window: int = option(7, "GSD candidates within +-this many ranks", at_least=0, at_most=MAX_VOCAB)
     gsd_p_threshold: float = option(0.15, "GSD probability threshold of a group", at_least=0, at_most=1)
-    gsd_dist_threshold: float = option(0.5, "GSD latent-distance threshold of a group", at_least=0)
+    gsd_dist_threshold: float = option(0.5, "GSD latent-distance threshold of a group", at_least=0,
+                                       at_most=MAX_GSD_DISTANCE)
     compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:
