@@ -1,14 +1,16 @@
 """Fuzzing the command line: every flag of every ``vgen`` subcommand (read from the parser itself) gets a value from a
 seeded list of nasty ones (negative, zero and huge integers, 1e309, nan, inf, empty and 1 MB strings, unicode, a
 NUL byte, line breaks, paths that do not exist, a folder where a file is expected and a file where a folder is,
-unknown class names and ids), alone and in random pairs. Every run ends in one of two ways:
+unknown class names and ids), alone and in random pairs; a flag built from a declared sampler, sampling or stream
+option also draws its declaration's bounds and the numbers just past them, and bench's sampler specs draw every
+numeric option of every sampler that way. Every run ends in one of two ways:
 
 - refused: exit status 2, exactly one ``vgen: error:`` line on stderr (short, no traceback), and no file or folder
   made or changed anywhere;
 - accepted: the command gets as far as its work (sampling, streaming, rendering data, measuring features,
   training, serving), where the fuzz stops it (:class:`Reached`), or exits 0. A value that is no number (nan, inf,
   text) for a numeric flag is never accepted, nor zero or a negative number for a count, size or limit
-  (:data:`POSITIVE`).
+  (:data:`POSITIVE`), nor a value outside a declared option's range.
 
 The commands run in this process (``vgen.apps.cli.main``) on the tiny test pipelines from a fresh folder, and no
 model work runs, so the file takes seconds. ``VGEN_FUZZ_EACH`` (values per flag, default 1) and ``VGEN_FUZZ_PAIRS``
@@ -18,6 +20,7 @@ model work runs, so the file takes seconds. ``VGEN_FUZZ_EACH`` (values per flag,
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import shutil
@@ -29,8 +32,10 @@ import torch
 
 from vgen.apps import gradio_app, train_cli
 from vgen.apps.cli import build_parser, main
-from vgen.apps.options import sampler_classes
+from vgen.apps.options import sampler_classes, sampling_options, stream_settings
 from vgen.eval import bench, clip, evaluate
+from vgen.samplers import available_samplers, get_sampler, samplers_taking
+from vgen.samplers.options import DeclaredOption, declarations, declared_options
 from vgen.samplers.streaming import BlockStreamer
 
 SEED = 45
@@ -45,6 +50,43 @@ POSITIVE = {"num_images", "batch_size", "num_samples", "num_real", "frames", "fp
             "kid_subsets", "threads", "cols", "max_minutes", "port", "num_val"}
 PATHS = ["missing", "missing/deeper/file.png", "folder", "file.txt", "bad.npz", "folder/", ".", "folder/../file.txt"]
 # (relative: an accepted command may write where a path points, so none points outside the test's folder)
+HUGE = ["1e308", "-1e308", "1" + "0" * 30, "inf", "nan", "true"]
+# the numeric options whose flags the sampling commands build from their declarations, by name
+DECLARED = {o.name: o for o in [*sampling_options(), *declared_options(sampler_classes()), *stream_settings()]
+            if o.kind in (int, float)}
+DECLARING = {"sample", "stream", "quality", "sample-many", "bench"}  # the commands with those flags
+SPEC_FLAGS = {"samplers", "reference"}  # bench's sampler specs: name:key=value
+
+
+def declared_values(o: DeclaredOption) -> list[str]:
+    """A numeric option's bounds and the numbers just past them, as text."""
+    spec, values = o.spec, []
+    for bound, way in ((spec.at_least, -1), (spec.above, -1), (spec.at_most, 1), (spec.below, 1)):
+        if bound is not None:
+            values += [repr(bound), repr(bound + way if o.kind is int else math.nextafter(bound, way * math.inf))]
+    return values
+
+
+def outside(o: DeclaredOption, text: str) -> bool:
+    """Whether ``text`` is no valid value of the option ``o`` by its declaration."""
+    try:
+        number = float(text)
+    except ValueError:
+        return True
+    if not math.isfinite(number) or o.kind is int and not number.is_integer():
+        return True
+    return not o.spec.in_range(int(number) if o.kind is int else number)
+
+
+def numeric_options(name: str) -> list[DeclaredOption]:
+    """The numeric options a sampler spec ``name:key=value`` takes: the sampler's own and the sampling settings."""
+    return [o for o in [*declarations(type(get_sampler(name))).values(), *sampling_options()]
+            if o.kind in (int, float)]
+
+
+# bench specs of every numeric option of every sampler at and past its bounds, and huge: spec -> (option, value)
+SPECS = {f"{name}:{o.name}={value}": (o, value) for name in available_samplers() for o in numeric_options(name)
+         for value in declared_values(o) + HUGE}
 
 
 class Reached(Exception):
@@ -156,10 +198,33 @@ def numeric(action: argparse.Action) -> bool:
     return action.type in (int, float)
 
 
-def nasty_value(action: argparse.Action, rng: random.Random) -> str:
-    """A value for ``action``: mostly of its own kind (numbers for a numeric flag, paths and text otherwise),
+def declared_for(command: str, action: argparse.Action) -> DeclaredOption | None:
+    """The declaration behind ``action`` of ``command``, for a numeric flag built from one."""
+    if command.split()[0] in DECLARING and numeric(action):
+        return DECLARED.get(action.dest)
+    return None
+
+
+def out_of_declaration(command: str, action: argparse.Action, value: str) -> bool:
+    """Whether ``value`` for ``action`` is outside a declared option's range (the flag's own, or a spec's)."""
+    declared = declared_for(command, action)
+    if declared is not None:
+        return outside(declared, value)
+    if action.dest in SPEC_FLAGS and value in SPECS:
+        return outside(*SPECS[value])
+    return False
+
+
+def nasty_value(command: str, action: argparse.Action, rng: random.Random) -> str:
+    """A value for ``action`` of ``command``: mostly of its own kind (numbers for a numeric flag, with a declared
+    option's bounds and the numbers past them; sampler specs for bench's spec flags; paths and text otherwise),
     sometimes of any kind."""
     pool = NUMBERS + NOT_NUMBERS + NOT_POSITIVE if numeric(action) else PATHS + TEXTS
+    declared = declared_for(command, action)
+    if declared is not None:
+        pool += declared_values(declared) + HUGE
+    if command.startswith("bench") and action.dest in SPEC_FLAGS:
+        pool += rng.sample(sorted(SPECS), 20)
     if action.choices:
         pool += [str(c) for c in action.choices]
     return rng.choice(pool if rng.random() < 0.8 else NUMBERS + NOT_NUMBERS + NOT_POSITIVE + PATHS + TEXTS)
@@ -235,7 +300,7 @@ def cases(commands: dict[str, list[str]], rng: random.Random, each: int,
         picks = [[a] for a in new for _ in range(each)]
         picks += [rng.sample(actions, 2) for _ in range(pairs if len(actions) > 1 else 0)]
         for pick in picks:
-            given = [(a, nasty_value(a, rng)) for a in pick]
+            given = [(a, nasty_value(name, a, rng)) for a in pick]
             line = argv
             for action, value in given:
                 line = with_value(line, action, value)
@@ -271,10 +336,40 @@ def test_nasty_values_are_refused_in_one_line_or_accepted(group, world, capsys, 
     for name, argv, given in cases(commands, rng, EACH, PAIRS):
         outcome, problem = run(argv, capsys, tmp_path)
         if outcome == "accepted" and any(numeric(a) and v in NOT_NUMBERS or a.dest in POSITIVE and v in NOT_POSITIVE
-                                         for a, v in given):
+                                         or out_of_declaration(name, a, v) for a, v in given):
             problem = f"{name}: {[(a.dest, v[:40]) for a, v in given]} accepted"
         outcomes.append(outcome)
         problems += [problem] if problem else []
     assert not problems, "\n".join(problems)
     assert tree(inputs) == inputs_before
     assert "refused" in outcomes and "accepted" in outcomes  # the values reach both ends
+
+
+def declared_cases(world: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
+    """(what, argv): every numeric sampler, sampling and stream option given each value past its bounds and a huge
+    one, as a flag of the command that takes it and, for a sampler or sampling option, in a bench spec."""
+    out = []
+    stream_only = {o.name for o in stream_settings()} - {o.name for o in sampling_options()}
+    for o in DECLARED.values():
+        bad = [v for v in declared_values(o) if outside(o, v)] + ["1e308", "nan"]
+        takers = samplers_taking(o.name)
+        if o.name in stream_only:
+            base = world["stream"]
+        else:
+            base = [*world["sample"], "--sampler", takers[0]] if takers else world["sample"]
+        out += [(f"{o.flag}={v}", [*base, f"{o.flag}={v}"]) for v in bad]
+        if o.name not in stream_only:
+            spec = takers[0] if takers else "ar"
+            out += [(f"{spec}:{o.name}={v}", [*world["bench"], "--samplers", f"{spec}:{o.name}={v}"]) for v in bad]
+    return out
+
+
+def test_every_declared_option_past_its_bounds_is_refused_in_one_line(world, capsys, tmp_path):
+    """The declarations reach every entry point: a value past an option's bound, or huge, or not a number, is
+    refused as a flag and in a bench spec."""
+    cases = declared_cases(world)
+    assert {"--draft-length=65537", "cspd:draft_length=1e308", "--top-k=262145", "--window-frames=1025"} <= {
+        what for what, _ in cases}
+    problems = [f"{what}: {outcome} {problem or ''}" for what, argv in cases
+                for outcome, problem in [run(argv, capsys, tmp_path)] if (outcome, problem) != ("refused", None)]
+    assert not problems, "\n".join(problems)
