@@ -1,7 +1,8 @@
 """Fuzzing the pipeline API: ``vgen.load("shapes-c2i")`` (and a tiny streaming pipeline) called with class ids,
 counts, seeds, generators, sampling settings, sampler options, prompts and prefixes of wrong types and values, in
 seeded random combinations of one to three arguments; and ``vgen.load`` itself with bad names, devices, dtypes and
-limits.
+limits. The numeric sampling, stream and sampler options also draw values from their declarations: the bounds, the
+numbers just past them, and huge, non-finite and boolean numbers.
 
 A call with a bad argument raises a ValueError or TypeError from vgen's own checks (never from inside torch or
 numpy), with a one-line message of bounded length that names one of the bad arguments; a call whose arguments are
@@ -21,7 +22,9 @@ import torch
 
 import vgen
 from vgen.apps.options import sampler_classes
-from vgen.samplers.streaming import BlockStreamer, StreamControl
+from vgen.samplers import SamplingParams, available_samplers, get_sampler
+from vgen.samplers.options import DeclaredOption, declarations
+from vgen.samplers.streaming import BlockStreamer, StreamConfig, StreamControl
 
 SEED = 45
 LONG = "a" * 1_000_000
@@ -52,6 +55,36 @@ def no_sampling(monkeypatch):
     monkeypatch.setattr(BlockStreamer, "stream", reached)
 
 
+HUGE = [1e308, -1e308, 10**400, math.inf, -math.inf, math.nan, True]
+
+
+def numeric(config: type) -> list[DeclaredOption]:
+    return [o for o in declarations(config).values() if o.kind in (int, float)]
+
+
+def declared_values(o: DeclaredOption) -> tuple[list, list]:
+    """Good and bad values of a numeric option by its declaration: its closed bounds; its open bounds, the numbers
+    just past every bound, and huge, non-finite and boolean numbers."""
+    spec, good, bad = o.spec, [], list(HUGE)
+    for bound, way, closed in ((spec.at_least, -1, True), (spec.above, -1, False), (spec.at_most, 1, True),
+                               (spec.below, 1, False)):
+        if bound is not None:
+            (good if closed else bad).append(bound)
+            bad.append(bound + way if o.kind is int else math.nextafter(bound, way * math.inf))
+    return good, bad
+
+
+def with_declared(arguments: dict, options: list[DeclaredOption], good: bool = True) -> dict:
+    """``arguments`` with each of ``options`` also given its declaration's bad values and (with ``good``) its
+    good ones."""
+    out = dict(arguments)
+    for o in options:
+        known_good, known_bad, word = out.get(o.name, ([None], [], o.name))
+        declared_good, declared_bad = declared_values(o)
+        out[o.name] = (known_good + (declared_good if good else []), known_bad + declared_bad, word)
+    return out
+
+
 # argument -> (good values, bad values, a word every message about a bad value holds)
 IMAGE_ARGUMENTS = {
     "class_ids": ([None, 0, 7, [0, 7], "star", ["circle", 3], np.int64(2), torch.tensor(3), (1, 2), range(3),
@@ -77,6 +110,7 @@ IMAGE_ARGUMENTS = {
     "prefix": ([None], ["x", [[1, 2]], torch.zeros(1, 2), torch.tensor([[99999]])], "prefix|continue"),
     "nope": ([], [1, None], "nope"),
 }
+IMAGE_ARGUMENTS = with_declared(IMAGE_ARGUMENTS, numeric(SamplingParams))
 
 TEXT_ARGUMENTS = {  # a text-to-image pipeline (shapes-t2i): the prompt rule and the other ways to give a prompt
     "prompt": (["a red circle", ["a red circle", "a blue star"], ("a ring",), "a red\tcircle"],
@@ -103,6 +137,10 @@ STREAM_ARGUMENTS = {
     "batch_size": ([None, 3, 8], [0, -1, 1.5, "2", True, 10**30], "batch_size"),
     "nope": ([], [1], "nope"),
 }
+# a stream's bounds may not fit the tiny model's frames (refused by the model, not the declaration): bad values only
+STREAM_ARGUMENTS = with_declared(STREAM_ARGUMENTS, numeric(StreamConfig), good=False)
+# another setting a good value needs: LANTERN++'s lambda, above LANTERN's total-variation budget of at most 1
+NEEDS = {"lantern_delta": lambda value: {"lantern_mode": "relative"} if value > 1 else {}}
 
 
 def pick(arguments: dict, rng: random.Random) -> tuple[dict, list[str]]:
@@ -159,6 +197,23 @@ def fuzz(call, arguments: dict, seed: str, count: int) -> list[str]:
 def test_every_bad_argument_of_an_image_pipeline_call_is_refused_by_name(pipe, no_sampling):
     problems = fuzz(pipe, IMAGE_ARGUMENTS, f"{SEED}-image", 1500)
     assert not problems, "\n".join(problems)
+
+
+def test_every_numeric_sampler_option_is_taken_or_refused_by_name_as_declared(pipe, no_sampling):
+    """Each registered sampler's numeric options at their declared bounds reach the sampler; past them, huge,
+    non-finite or boolean, they are refused with a message naming the option."""
+    problems, tried = [], 0
+    for name in available_samplers():
+        for o in numeric(type(get_sampler(name))):
+            good, bad = declared_values(o)
+            for value, is_good in [(v, True) for v in good] + [(v, False) for v in bad]:
+                kwargs = {"sampler": name, o.name: value,
+                          **(NEEDS[o.name](value) if is_good and o.name in NEEDS else {})}
+                problem = problem_of(pipe, kwargs, [] if is_good else [o.name], {o.name: ([], [], o.name)})
+                problems += [f"{name}: {problem}"] if problem else []
+                tried += 1
+    assert not problems, "\n".join(problems)
+    assert tried > 200
 
 
 def test_every_bad_prompt_of_a_text_pipeline_call_is_refused_by_name(no_sampling):
