@@ -106,6 +106,18 @@ def test_a_run_is_the_pipelines_batches_with_their_seeds_and_labels(pipe, tmp_pa
     assert len({im.tobytes() for im in images}) == 7
 
 
+def test_a_batch_larger_than_the_pipelines_chunks_is_drawn_as_one_batch(pipe, tmp_path, monkeypatch):
+    """The pipeline draws a call of more images than its ``batch_size`` in chunks with other noise; a run's batch
+    is one batch whatever that default is."""
+    plan = SamplePlan(5, 3, (0, 1, 2))
+    monkeypatch.setattr(pipe, "batch_size", 2)
+    images, _ = packed(run(pipe, tmp_path / "run", 3, plan).npz)
+    whole = pipe(plan.labels(range(3)), seed=plan.batch_seed(0), batch_size=3).images
+    assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(images, whole))
+    chunked = pipe(plan.labels(range(3)), seed=plan.batch_seed(0)).images
+    assert not all(np.array_equal(a, np.asarray(b)) for a, b in zip(images, chunked))
+
+
 class Interrupting:
     """The pipeline, interrupted (Ctrl-C) on its ``after + 1``-th call."""
 

@@ -299,9 +299,10 @@ class Draw:
 
 def draw_batch(pipe: ImagePipeline, sampler: Sampler, plan: SamplePlan, params: SamplingParams, k: int,
                num_samples: int):
-    """The pipeline's output for batch ``k`` of ``plan`` (cut short at ``num_samples``)."""
+    """The pipeline's output for batch ``k`` of ``plan`` (cut short at ``num_samples``), drawn as one batch."""
     indices = plan.batch_indices(k, num_samples)
-    return pipe(**plan.inputs(indices), sampler=sampler, seed=plan.batch_seed(k), **params.to_dict())
+    return pipe(**plan.inputs(indices), sampler=sampler, seed=plan.batch_seed(k), batch_size=len(indices),
+                **params.to_dict())
 
 
 def draw_interleaved(runs: Sequence[tuple[ImagePipeline, Sampler, SamplePlan, SamplingParams]], num_samples: int,

@@ -293,8 +293,9 @@ def check_drawing(pipe: ImagePipeline | StreamPipeline, sampler: Sampler | None,
 
 def draw_batch(pipe: ImagePipeline | StreamPipeline, plan: SamplePlan, k: int, indices: range,
                sampler: Sampler | None, params: Drawing) -> PipelineOutput | StreamOutput:
-    """Batch ``k`` (its ``indices``): its class ids or prompts, drawn with its seed."""
-    inputs, seed = plan.inputs(indices), plan.batch_seed(k)
+    """Batch ``k`` (its ``indices``): its class ids or prompts, drawn with its seed as one batch (not in the
+    pipeline's smaller chunks, which would draw other noise)."""
+    inputs, seed = {**plan.inputs(indices), "batch_size": len(indices)}, plan.batch_seed(k)
     if isinstance(params, StreamClips):
         return pipe(**inputs, num_frames=params.num_frames, seed=seed, **asdict(params.config))
     if isinstance(params, LongClips):
