@@ -150,6 +150,6 @@ def test_the_law_test_catches_a_lossy_rule_on_janus(chi_square_p, small_janus, r
     janus, hf = small_janus
     params = SamplingParams()
     cond = janus.condition(["a red cat"])
-    lossy = get_sampler("gsd", window=3, gsd_p_threshold=1.0, gsd_dist_threshold=1e9)
+    lossy = get_sampler("gsd", window=3, gsd_p_threshold=1.0, gsd_dist_threshold=2**16)
     counts = image_counts(run_sampler, janus, lossy, params, batches=2)
     assert chi_square_p(counts, exact_law(hf, cond, janus.model.null_condition(cond), params)) < 1e-6
