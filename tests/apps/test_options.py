@@ -174,7 +174,7 @@ def test_package_takes_the_declared_sampling_settings_as_the_recommended_ones() 
 
 def test_a_mistake_argparse_finds_is_one_line_that_cuts_a_long_value(capsys) -> None:
     for argv, message in [(["sample", "--num-images", "x" * 10_000], "argument --num-images: invalid int value: 'xxx"),
-                          (["sample-many", "--out", "x"], "the following arguments are required: --num-samples"),
+                          (["sample-many", "--num-samples", "2"], "the following arguments are required: --out"),
                           (["sample", "--stats=--"], "argument --stats: expected one argument"),
                           (["sample", "--nope"], "unrecognized arguments: --nope")]:
         with pytest.raises(SystemExit) as e:
