@@ -21,7 +21,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 DECLARATION = "vgen.config_field"  # the metadata key of a declared field
 SIZE_LIMIT = 1 << 24
@@ -32,12 +32,14 @@ large one by the parameter limit of :func:`vgen.hub.from_pretrained`."""
 ConfigT = TypeVar("ConfigT", bound="ModelConfig")
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
+    """An integer (numpy's included), and not a bool."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def _is_number(x: Any) -> bool:
-    """A finite real number that is not a bool."""
+def is_number(x: Any) -> bool:
+    """A finite real number (numpy's included), and not a bool: inf, nan and an integer too large for a float are
+    no setting's value."""
     if not isinstance(x, numbers.Real) or isinstance(x, bool):
         return False
     try:
@@ -46,37 +48,35 @@ def _is_number(x: Any) -> bool:
         return False
 
 
-def _text(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters: a message never echoes a long value whole."""
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (a message never echoes a long input whole)."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def _bound_text(x: float) -> str:
-    """A bound as text; a large power of two (:data:`SIZE_LIMIT`) as ``2**n``."""
-    if _is_int(x) and x >= 2**16 and x & (x - 1) == 0:
-        return f"2**{x.bit_length() - 1}"
-    return str(x)
-
-
-@dataclass(frozen=True)
-class Declared:
-    """What a field accepts besides its type: bounds for its numbers, ``choices`` for a string, and the fewest and
-    most items of a tuple of any length (``length``; at least one unless told)."""
+@dataclass(frozen=True, kw_only=True)
+class Bounds:
+    """The range of a declared number (``at_least`` / ``above`` / ``at_most`` / ``below``), which model configs and
+    sampler options alike check and describe; a bound of at least ``powers_from`` that is a power of two reads
+    ``2**n``."""
 
     at_least: float | None = None
     above: float | None = None
     at_most: float | None = None
     below: float | None = None
-    choices: tuple[str, ...] | None = None
-    length: tuple[int, int] = (1, SIZE_LIMIT)
+    powers_from: ClassVar[int] = 2**16
+
+    def bound_text(self, x: float) -> str:
+        if is_int(x) and x >= self.powers_from and x & (x - 1) == 0:
+            return f"2**{x.bit_length() - 1}"
+        return str(x)
 
     def range_text(self) -> str:
-        """The bounds as text: ``>= 0``, ``in (0, 1)``, ``in [1, 2**24]``, or empty."""
-        lower = (("[", ">=", _bound_text(self.at_least)) if self.at_least is not None
-                 else ("(", ">", _bound_text(self.above)) if self.above is not None else None)
-        upper = (("]", "<=", _bound_text(self.at_most)) if self.at_most is not None
-                 else (")", "<", _bound_text(self.below)) if self.below is not None else None)
+        """The bounds as text: ``>= 0``, ``in (0, 1]``, ``in [1, 2**24]``, or empty when there are none."""
+        lower = (("[", ">=", self.bound_text(self.at_least)) if self.at_least is not None
+                 else ("(", ">", self.bound_text(self.above)) if self.above is not None else None)
+        upper = (("]", "<=", self.bound_text(self.at_most)) if self.at_most is not None
+                 else (")", "<", self.bound_text(self.below)) if self.below is not None else None)
         if lower and upper:
             return f"in {lower[0]}{lower[2]}, {upper[2]}{upper[0]}"
         bound = lower or upper
@@ -85,6 +85,15 @@ class Declared:
     def in_range(self, x: float) -> bool:
         return ((self.at_least is None or x >= self.at_least) and (self.above is None or x > self.above)
                 and (self.at_most is None or x <= self.at_most) and (self.below is None or x < self.below))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Declared(Bounds):
+    """What a config field accepts besides its type: :class:`Bounds` for its numbers, ``choices`` for a string, and
+    the fewest and most items of a tuple of any length (``length``; at least one unless told)."""
+
+    choices: tuple[str, ...] | None = None
+    length: tuple[int, int] = (1, SIZE_LIMIT)
 
 
 def declare(default: Any = MISSING, **valid: Any) -> Any:
@@ -145,12 +154,12 @@ def checked(name: str, value: Any, kind: Any, spec: Declared) -> Any:
         return checked(name, value, kind, spec)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name} must be a list, got {_text(value)}")
+            raise ValueError(f"{name} must be a list, got {short_repr(value)}")
         variable = len(args) == 2 and args[1] is Ellipsis
         lo, hi = spec.length if variable else (len(args), len(args))
         if not lo <= len(value) <= hi:
             count = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi < SIZE_LIMIT else f"at least {lo}"
-            raise ValueError(f"{name} must hold {count} item(s), got {_text(value)}")
+            raise ValueError(f"{name} must hold {count} item(s), got {short_repr(value)}")
         kinds = [args[0]] * len(value) if variable else args
         return tuple(checked(f"{name}[{i}]", v, k, spec) for i, (v, k) in enumerate(zip(value, kinds)))
     if kind is bool:
@@ -158,11 +167,11 @@ def checked(name: str, value: Any, kind: Any, spec: Declared) -> Any:
     elif kind is str:
         valid = isinstance(value, str) and (spec.choices is None or value in spec.choices)
     elif kind in (int, float):
-        valid = (_is_int(value) if kind is int else _is_number(value)) and spec.in_range(value)
+        valid = (is_int(value) if kind is int else is_number(value)) and spec.in_range(value)
     else:
         raise TypeError(f"{name}: no check for fields of type {kind}")
     if not valid:
-        raise ValueError(f"{name} must be {_kind_text(kind, spec)}, got {_text(value)}")
+        raise ValueError(f"{name} must be {_kind_text(kind, spec)}, got {short_repr(value)}")
     return kind(value) if kind in (int, float) else value
 
 
@@ -196,7 +205,7 @@ class ModelConfig:
         fields = dataclasses.fields(cls)
         unknown = sorted(set(d) - {f.name for f in fields})
         if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s) {_text(unknown, 200)}; expected some of "
+            raise ValueError(f"unknown {cls.__name__} field(s) {short_repr(unknown, 200)}; expected some of "
                              f"{[f.name for f in fields]}")
         missing = [f.name for f in fields if f.name not in d and f.default is MISSING]
         if missing:

@@ -18,77 +18,32 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+
+from vgen.models.config_fields import Bounds, is_int, is_number, short_repr
 
 OPTION = "vgen.option"  # the metadata key of a declared field
 TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on"), ("false", "no", "off")
 
 
-def _is_int(x: Any) -> bool:
-    """An integer (numpy's included), and not a bool."""
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-def _is_number(x: Any) -> bool:
-    """A finite real number (numpy's included), and not a bool: inf, nan and an integer too large for a float are
-    no setting's value."""
-    if not isinstance(x, numbers.Real) or isinstance(x, bool):
-        return False
-    try:
-        return math.isfinite(x)
-    except OverflowError:
-        return False
-
-
-def short_repr(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` for a message, cut to ``limit`` characters (a message never echoes a long input whole)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-def _bound_text(x: float) -> str:
-    """A bound as text; a large power of two (a seed's range) as ``2**n``."""
-    if _is_int(x) and x >= 2**32 and x & (x - 1) == 0:
-        return f"2**{x.bit_length() - 1}"
-    return str(x)
-
-
 @dataclass(frozen=True)
-class Option:
-    """What a field accepts: bounds (``at_least`` / ``above`` / ``at_most`` / ``below``) for a number, a set of
-    ``choices`` (or a function giving them, for a registry) for a string, and a ``note`` that the error message
-    adds (e.g. ``0 = greedy``). ``unknown`` names what a string picks (``acceptance rule``) for the message
-    ``unknown acceptance rule 'x'; available: ...``."""
+class Option(Bounds):
+    """What a field accepts: :class:`~vgen.models.config_fields.Bounds` for a number, a set of ``choices`` (or a
+    function giving them, for a registry) for a string, and a ``note`` that the error message adds (e.g. ``0 =
+    greedy``). ``unknown`` names what a string picks (``acceptance rule``) for the message ``unknown acceptance
+    rule 'x'; available: ...``. Bounds read ``2**n`` from 2**32 on (a seed's range)."""
 
     help: str
-    at_least: float | None = None
-    above: float | None = None
-    at_most: float | None = None
-    below: float | None = None
     choices: Sequence[str] | Callable[[], Sequence[str]] | None = None
     note: str | None = None
     unknown: str | None = None
+    powers_from: ClassVar[int] = 2**32
 
     def allowed(self) -> list[str] | None:
         """The accepted strings, or None when any is."""
         if self.choices is None:
             return None
         return list(self.choices() if callable(self.choices) else self.choices)
-
-    def range_text(self) -> str:
-        """The bounds as text: ``>= 0``, ``in (0, 1]``, ``in [0, 2**64)``, or empty when there are none."""
-        lower = (("[", ">=", _bound_text(self.at_least)) if self.at_least is not None
-                 else ("(", ">", _bound_text(self.above)) if self.above is not None else None)
-        upper = (("]", "<=", _bound_text(self.at_most)) if self.at_most is not None
-                 else (")", "<", _bound_text(self.below)) if self.below is not None else None)
-        if lower and upper:
-            return f"in {lower[0]}{lower[2]}, {upper[2]}{upper[0]}"
-        bound = lower or upper
-        return f"{bound[1]} {bound[2]}" if bound else ""
-
-    def in_range(self, value: float) -> bool:
-        return ((self.at_least is None or value >= self.at_least) and (self.above is None or value > self.above)
-                and (self.at_most is None or value <= self.at_most) and (self.below is None or value < self.below))
 
     def check(self, name: str, value: Any, kind: Any) -> None:
         """Raise a ValueError naming ``name`` unless ``value`` is a valid ``kind`` (int, float, str, bool)."""
@@ -101,7 +56,7 @@ class Option:
             raise ValueError(f"{name} must be one of {choices}, got {short_repr(value)}")
         if kind is bool and not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false, got {short_repr(value)}")
-        valid_number = _is_int(value) if kind is int else _is_number(value)
+        valid_number = is_int(value) if kind is int else is_number(value)
         if kind in (int, float) and not (valid_number and self.in_range(value)):
             what = ("an integer" if kind is int else "" if valid_number
                     else "a finite number" if isinstance(value, numbers.Real) and not isinstance(value, bool)
