@@ -122,7 +122,7 @@ def test_any_text_model_is_benched_on_a_prompt_set_with_the_clip_score(llamagen_
     assert list(result["categories"]) == ["Animals", "Artifacts"]
     assert result["setup"]["num_samples"] == 4 and result["setup"]["prompt_set"]["count"] == 2
     assert "vgen: warning: no FID columns: Inception-v3" in err and "put the file there" in err
-    assert "By category:" in out and "| CLIP score |" in out
+    assert "| CLIP score by category | samples | ar | sjd |" in out and "| CLIP score |" in out
     assert Image.open(tmp_path / "b" / "bench.png").size == (1040, 400)
 
 

@@ -174,7 +174,7 @@ def test_a_video_token_model_draws_clips_longer_than_its_window(tiny_video_pipel
      "--top-k, --sampler sample tokens; a streaming model denoises frames"),
     ("tiny_stream_pipeline_dir", ["--window", "4"], "--window sample tokens"),
     ("tiny_stream_pipeline_dir", ["--cfg-scale", "-1"], "cfg_scale must be in [0, 100.0]"),
-    ("tiny_stream_pipeline_dir", ["--shift", "0"], "shift must be > 0"),
+    ("tiny_stream_pipeline_dir", ["--shift", "0"], "shift must be in (0, 100]"),
     ("tiny_video_pipeline_dir", ["--steps", "2"],
      "--steps sets a stream's schedule or context; tiny-video samples tokens"),
     ("tiny_stream_pipeline_dir", ["--class-id", "star"],

@@ -535,8 +535,10 @@ def test_the_breakdown_by_category_is_each_categorys_own_samples(llamagen_t2i, p
         assert sjd["samples"] == count and sjd["clip_score"] == pytest.approx(clip_mean(scores[mine]))
         assert sjd["tokens_per_forward"] == pytest.approx(np.mean([per_row[i] for i in mine]))
     text = write_outputs(result, tmp_path)["markdown"].read_text()
-    assert "By category:" in text
-    assert "| category | sampler | samples | tokens / forward | CLIP score | vs reference |" in text
+    assert "| tokens / forward by category | samples | ar | sjd |" in text
+    assert "| CLIP score by category | samples | ar | sjd |" in text
+    ar, sjd = categories["Animals"]["ar"]["clip_score"], categories["Animals"]["sjd"]["clip_score"]
+    assert f"| Animals | 4 | {ar:.2f} | {sjd:.2f} ({sjd - ar:+.2f}) |" in text
     with pytest.raises(ValueError, match="a breakdown by category needs a prompt set with categories"):
         run_bench(llamagen_t2i, [], 2, prompts=replace(parti, categories=None), by_category=True)
 

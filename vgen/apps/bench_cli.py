@@ -155,7 +155,7 @@ def run_bench_command(args: argparse.Namespace) -> None:
     print(setup_line(result))
     print(bench_table(result))
     if "categories" in result:
-        print(f"\nBy category:\n\n{category_table(result)}")
+        print(f"\n{category_table(result)}")
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
 
 

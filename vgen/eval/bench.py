@@ -594,21 +594,26 @@ def bench_table(result: dict) -> str:
 
 
 def category_table(result: dict) -> str:
-    """The breakdown by category as a Markdown table: a line per category and row, with the CLIP score's change
-    against the reference row where a CLIP model scored them."""
-    reference = result["setup"]["reference"]
-    clip = result["setup"]["clip"] is not None
-    header = ["category", "sampler", "samples", "tokens / forward"] + (["CLIP score", "vs reference"] if clip else [])
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    for category, rows in result["categories"].items():
-        for label, r in rows.items():
-            cells = [category, label, str(r["samples"]), f"{r['tokens_per_forward']:.2f}"]
-            if clip:
-                base = rows.get(reference, {}).get("clip_score")
-                delta = None if base is None or label == reference else r["clip_score"] - base
-                cells += [_fmt(r["clip_score"], ".2f"), _fmt(delta, "+.2f")]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """The breakdown by category as Markdown: a line per category, a column per row, of the samples' tokens per
+    forward; where a CLIP model scored them, a second table of the CLIP score with its change against the
+    reference row."""
+    reference, labels = result["setup"]["reference"], [r["label"] for r in result["results"]]
+    categories = result["categories"]
+
+    def table(title: str, cell) -> str:
+        lines = [f"| {title} | samples | " + " | ".join(labels) + " |", "|---" * (len(labels) + 2) + "|"]
+        for category, rows in categories.items():
+            cells = [cell(rows, label) if label in rows else "-" for label in labels]
+            lines.append(f"| {category} | {rows[labels[0]]['samples']} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    tables = [table("tokens / forward by category", lambda rows, label: f"{rows[label]['tokens_per_forward']:.2f}")]
+    if result["setup"]["clip"] is not None:
+        def clip_cell(rows: dict, label: str) -> str:
+            score, base = rows[label]["clip_score"], rows.get(reference, {}).get("clip_score")
+            return f"{score:.2f}" + ("" if label == reference or base is None else f" ({score - base:+.2f})")
+        tables.append(table("CLIP score by category", clip_cell))
+    return "\n\n".join(tables)
 
 
 def setup_line(result: dict) -> str:
@@ -677,7 +682,7 @@ def write_outputs(result: dict, out_dir: str | Path) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(result, indent=1) + "\n")
     text = f"{setup_line(result)}\n\n{bench_table(result)}\n"
     if "categories" in result:
-        text += f"\nBy category:\n\n{category_table(result)}\n"
+        text += f"\n{category_table(result)}\n"
     paths["markdown"].write_text(text)
     speed_quality_plot(result).save(paths["plot"])
     return paths
