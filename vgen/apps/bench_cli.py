@@ -185,7 +185,7 @@ def with_flag_options(specs: list[SamplerSpec], options: dict) -> list[SamplerSp
     for spec in specs:
         declared = declarations(type(spec.sampler()))
         extra = {k: v for k, v in options.items() if k in declared and k not in spec.options}
-        unused -= {k for k in options if k in declared}
+        unused -= declared.keys()
         rows.append(replace(spec, options={**spec.options, **extra}) if extra else spec)
     if unused:
         flags = ", ".join("--" + k.replace("_", "-") for k in sorted(unused))

@@ -65,6 +65,7 @@ from vgen.data.shapes import SPLIT_SEEDS as SHAPE_SPLIT_SEEDS
 from vgen.data.shapes import ShapesConfig, render_batch
 from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
 from vgen.eval.clip import ClipScorer, clip_mean
+from vgen.eval.evaluate import measured
 from vgen.eval.features import SHAPES_VIDEO, Extractor, is_stats_file, load_extractor, load_images
 from vgen.eval.fid import (
     GaussianStats,
@@ -201,14 +202,6 @@ def domain_features(pipe: ImagePipeline) -> Extractor | None:
     if pipe.info.data is not None or is_scenes_model(pipe):
         return load_extractor("shapes", "images")
     return None
-
-
-def measured(extractor: Extractor, samples: np.ndarray) -> tuple[np.ndarray, GaussianStats]:
-    """Features [N, d] of uint8 images [N, H, W, 3] or clips [N, T, H, W, 3], and their statistics with provenance
-    (feature set, weights, resolution)."""
-    feats = extractor(samples)
-    return feats, GaussianStats.of(feats, features=extractor.name, resolution=tuple(samples.shape[1:-1]),
-                                   weights_sha256=extractor.weights_sha256)
 
 
 def real_reference(pipe: ImagePipeline, real: str | Path | None = None, num_real: int = 1024,
@@ -371,7 +364,6 @@ class Conditions:
     plan_of: Callable[[int], SamplePlan]
     drawn: str
     judge: Callable[[np.ndarray], dict]
-    prompts: PromptSet | None = None
 
 
 def bench_conditions(pipe: ImagePipeline, num_samples: int, seed: int, batch_size: int, prompts: PromptSet | None,
@@ -390,7 +382,7 @@ def bench_conditions(pipe: ImagePipeline, num_samples: int, seed: int, batch_siz
     if prompts is not None:
         drawn = f"the {len(prompts)} prompts of {Path(prompts.source).name}, {prompts.format} format, in turn"
         return Conditions(lambda plan_seed: SamplePlan(plan_seed, batch_size, prompts=prompts.prompts), drawn,
-                          lambda samples: {"class_accuracy": None, "attribute_accuracy": None}, prompts)
+                          lambda samples: {"class_accuracy": None, "attribute_accuracy": None})
     if not is_scenes_model(pipe):
         raise ValueError(f"{pipe.info.name} is a text-to-image model: give it a prompt set (vgen bench --prompts "
                          f"FILE: a text file, COCO captions, PartiPrompts or GenEval)")

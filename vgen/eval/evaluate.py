@@ -65,11 +65,18 @@ def _load_data(path: str | Path, settings: EvalSettings) -> np.ndarray:
     return load_videos(path, settings.num_frames)
 
 
-def side_stats(data: np.ndarray, settings: EvalSettings, extractor: Extractor) -> tuple[np.ndarray, GaussianStats]:
-    """(features [N, d], stats with provenance) of one image or video set, loaded."""
-    feats = extractor(data, settings.batch_size, settings.progress)
+def measured(extractor: Extractor, data: np.ndarray, batch_size: int = 64,
+             progress: bool = False) -> tuple[np.ndarray, GaussianStats]:
+    """Features [N, d] of uint8 images [N, H, W, 3] or clips [N, T, H, W, 3], and their statistics with provenance
+    (feature set, weights, resolution)."""
+    feats = extractor(data, batch_size, progress)
     return feats, GaussianStats.of(feats, features=extractor.name, resolution=tuple(data.shape[1:-1]),
                                    weights_sha256=extractor.weights_sha256)
+
+
+def side_stats(data: np.ndarray, settings: EvalSettings, extractor: Extractor) -> tuple[np.ndarray, GaussianStats]:
+    """(features [N, d], stats with provenance) of one image or video set, loaded, batched as ``settings`` say."""
+    return measured(extractor, data, settings.batch_size, settings.progress)
 
 
 def frechet_report(real: str | Path, fake: str | Path, settings: EvalSettings = EvalSettings(),
