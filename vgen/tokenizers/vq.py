@@ -9,6 +9,9 @@ before the nearest-neighbour lookup.
 nothing else (a vgen variant, not in LlamaGen's files): a patch that does not change between two video frames then
 keeps its code. LlamaGen's encoder mixes the whole frame into every code (3x3 convolutions, attention and
 GroupNorm's statistics over the frame), so a small moving object changes codes everywhere.
+
+``codebook_l2_norm=False, level_attn=False`` is taming's VQGAN (the layout of Chameleon's image tokenizer, read by
+:func:`vgen.models.chameleon.load_vqgan`): a raw codebook, and attention in the middle blocks only.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ class VQConfig(ModelConfig):
     norm_groups: int = size(32)
     dropout: float = probability(0.0)
     encoder: str = declare("conv", choices=ENCODER_KINDS)
+    # LlamaGen's attention block after each residual block of the encoder's last level and the decoder's first;
+    # taming's VQGAN with ``attn_resolutions: []`` (Chameleon's tokenizer) has only the middle blocks' attention
+    level_attn: bool = declare(True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -142,7 +148,7 @@ class Encoder(nn.Module):
             for _ in range(cfg.num_res_blocks):
                 block.res.append(ResnetBlock(block_in, block_out, g, cfg.dropout))
                 block_in = block_out
-                if level == n - 1:
+                if level == n - 1 and cfg.level_attn:
                     block.attn.append(AttnBlock(block_in, g))
             if level != n - 1:
                 block.downsample = Downsample(block_in)
@@ -222,7 +228,7 @@ class Decoder(nn.Module):
             for _ in range(cfg.num_res_blocks + 1):
                 block.res.append(ResnetBlock(block_in, block_out, g, cfg.dropout))
                 block_in = block_out
-                if level == 0:
+                if level == 0 and cfg.level_attn:
                     block.attn.append(AttnBlock(block_in, g))
             if level != n - 1:
                 block.upsample = Upsample(block_in)
