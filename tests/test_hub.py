@@ -6,6 +6,7 @@ load strictly; and every kind of bad file fails with a :class:`CheckpointError` 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -18,10 +19,12 @@ import torch
 from vgen.hub import (
     ASSETS,
     MODEL_CLASSES,
+    SAME_AS,
     CheckpointError,
     from_pretrained,
     load_weights,
     meta_device,
+    model_folder,
     read_safetensors,
     read_torch_checkpoint,
     register_model_class,
@@ -35,6 +38,8 @@ from vgen.tokenizers.vq import VQConfig, VQModel
 TINY_GPT = GPTConfig(vocab_size=40, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=16)
 TINY_VQ = VQConfig(codebook_size=32, codebook_embed_dim=4, ch=8, ch_mult=(1, 2), num_res_blocks=1,
                    z_channels=8, norm_groups=4)
+SHIPPED_CONFIGS = [p for p in sorted(ASSETS.rglob("config.json")) if SAME_AS not in json.loads(p.read_text())]
+"""The embedded model folders that hold their weights (the others name one of these by ``same_as``)."""
 
 
 def randomised(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -103,9 +108,8 @@ def test_config_json_names_the_class_and_its_config(tmp_path: Path) -> None:
 
 
 def test_every_shipped_model_folder_names_a_registered_class_of_its_config() -> None:
-    folders = sorted(ASSETS.rglob("config.json"))
-    assert len(folders) >= 10
-    for path in folders:
+    assert len(SHIPPED_CONFIGS) >= 10
+    for path in SHIPPED_CONFIGS:
         meta = json.loads(path.read_text())
         model_cls, config_cls = MODEL_CLASSES[meta["class"]]
         assert model_cls.__name__ == meta["class"], path
@@ -119,6 +123,51 @@ def test_from_pretrained_without_config_json_fails_clearly(tmp_path: Path) -> No
         from_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match="no config.json"):
         from_pretrained(tmp_path / "does-not-exist")
+
+
+SHARED_TOKENIZERS = {
+    "shapes-c2i/vq": "2ad73a9610d4778ae3427e517aa41c33bbfd5819bc292157a9390401381cf0c1",
+    "shapes-c2i-continuous/kl": "06ff03d346865e85ff62baa7de0ad4d91dd3f9a032d6083f04588050235673a9"}
+"""The tokenizer folders several embedded models share, with the SHA-256 of the weights each model shipped."""
+
+
+def test_a_folder_naming_another_by_same_as_loads_its_model_bit_for_bit(tmp_path: Path) -> None:
+    owner = save_pretrained(randomised(VQModel(TINY_VQ)), tmp_path / "a" / "vq")
+    (tmp_path / "b" / "vq").mkdir(parents=True)
+    (tmp_path / "b" / "vq" / "config.json").write_text(json.dumps({SAME_AS: "../../a/vq"}))
+    assert model_folder(tmp_path / "b" / "vq") == owner and model_folder(owner) == owner
+    loaded, expected = from_pretrained(tmp_path / "b" / "vq").state_dict(), from_pretrained(owner).state_dict()
+    assert loaded.keys() == expected.keys() and all(torch.equal(v, expected[k]) for k, v in loaded.items())
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({SAME_AS: "../a", "class": "VQModel"}, "'same_as' must be the only key, with a relative path"),
+    ({SAME_AS: "/abs/vq"}, "'same_as' must be the only key, with a relative path"),
+    ({SAME_AS: 3}, "'same_as' must be the only key, with a relative path"),
+    ({SAME_AS: "../nowhere"}, r"names '../nowhere' by 'same_as', but .*nowhere has no config.json$"),
+    ({SAME_AS: "../c"}, r"names .*c by 'same_as', which names another folder in turn"),
+])
+def test_a_bad_same_as_is_one_line_naming_the_file(tmp_path: Path, meta: dict, message: str) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "config.json").write_text(json.dumps({SAME_AS: "../a"}))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=message) as error:
+        from_pretrained(tmp_path / "b")
+    assert str(error.value).startswith(str(tmp_path / "b" / "config.json")) and "\n" not in str(error.value)
+
+
+def test_the_embedded_models_share_each_tokenizer_as_one_file_of_the_shipped_hash() -> None:
+    """Seven embedded models name a shared tokenizer folder instead of holding a copy; the file they load is the
+    one each shipped (its SHA-256), so each model decodes, and samples, as before."""
+    named = {}
+    for config in sorted(ASSETS.rglob("config.json")):
+        if SAME_AS in json.loads(config.read_text()):
+            named[config.parent.relative_to(ASSETS).as_posix()] = model_folder(config.parent)
+            assert not (config.parent / "model.safetensors").exists(), config
+    assert len(named) == 7 and {f.relative_to(ASSETS).as_posix() for f in named.values()} == set(SHARED_TOKENIZERS)
+    for folder, digest in SHARED_TOKENIZERS.items():
+        assert hashlib.sha256((ASSETS / folder / "model.safetensors").read_bytes()).hexdigest() == digest
 
 
 def test_from_pretrained_rejects_bad_config_json(tmp_path: Path) -> None:
@@ -150,7 +199,7 @@ def test_a_bad_config_field_is_named_with_its_file_before_any_tensor_is_built(tm
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("path", sorted(ASSETS.rglob("config.json")), ids=lambda p: str(p.parent.relative_to(ASSETS)))
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: str(p.parent.relative_to(ASSETS)))
 def test_every_shipped_config_names_a_field_of_the_wrong_type_with_its_file(tmp_path: Path, path: Path) -> None:
     meta = json.loads(path.read_text())
     name = next(iter(meta["config"]))
@@ -250,7 +299,7 @@ def test_models_over_max_params_are_refused_unless_the_limit_is_raised(tmp_path:
 
 
 def test_every_shipped_model_builds_on_the_meta_device_to_its_weights_header() -> None:
-    for path in sorted(ASSETS.rglob("config.json")):
+    for path in SHIPPED_CONFIGS:
         meta = json.loads(path.read_text())
         model_cls, config_cls = MODEL_CLASSES[meta["class"]]
         with meta_device():

@@ -7,8 +7,9 @@ shapes that differ. A folder is checked before any tensor is allocated: every fi
 its declaration (type, range, relations: :mod:`vgen.models.config_fields`), then its safetensors header (read
 without the data), which must hold exactly the tensor names and shapes of the model that config describes, built on
 the meta device to tell, and that model at most ``max_params`` values (:data:`MAX_PARAMS` unless raised). A
-folder's ``config.json`` names its model class by a name of :data:`MODEL_CLASSES`. The models shipped inside the
-package lie under :data:`ASSETS`, where evaluation and training find them without a pipeline.
+folder's ``config.json`` names its model class by a name of :data:`MODEL_CLASSES`, or names another folder that
+holds the same model (:data:`SAME_AS`). The models shipped inside the package lie under :data:`ASSETS`, where
+evaluation and training find them without a pipeline.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from vgen.models.classifier import (
     ShapesVideoClassifier,
     VideoClassifierConfig,
 )
-from vgen.models.config_fields import ModelConfig
+from vgen.models.config_fields import ModelConfig, short_repr
 from vgen.models.draft_head import DraftHead, DraftHeadConfig
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
@@ -52,6 +53,10 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 ASSETS = Path(__file__).parent / "assets"
 """The embedded models and judges shipped inside the package, one folder each."""
+SAME_AS = "same_as"
+"""The one key of a ``config.json`` that stands for a model folder kept elsewhere, by a path relative to its own
+folder (``{"same_as": "../../shapes-c2i/vq"}``): the embedded models name their shared tokenizers so, and the
+package holds one copy of each."""
 PIPELINE_CONFIG = "pipeline.json"
 """The file that makes a folder a pipeline folder (names, image size, defaults), beside its model folders."""
 MAX_PARAMS = 20_000_000_000
@@ -133,10 +138,32 @@ def read_config(path: str | Path) -> dict:
     return meta
 
 
-def model_config(path: str | Path) -> tuple[str, type[nn.Module], ModelConfig]:
-    """The name of the model class a folder's ``config.json`` records, that class and its config, every field
-    checked: a :class:`CheckpointError` names the file and what is wrong (an unknown class, a bad field)."""
+def model_folder(path: str | Path) -> Path:
+    """The folder that holds the model of folder ``path``: ``path`` itself, or the folder its ``config.json`` names
+    by :data:`SAME_AS`, which must be a relative path to a folder that names no other."""
     path = Path(path)
+    meta = read_config(path)
+    if SAME_AS not in meta:
+        return path
+    target = meta[SAME_AS]
+    if set(meta) != {SAME_AS} or not isinstance(target, str) or not target or Path(target).is_absolute():
+        raise CheckpointError(f"{path / CONFIG_NAME}: {SAME_AS!r} must be the only key, with a relative path to a "
+                              f"model folder; got {short_repr(meta)}")
+    folder = Path(os.path.normpath(path / target))
+    if not (folder / CONFIG_NAME).is_file():
+        raise CheckpointError(f"{path / CONFIG_NAME} names {target!r} by {SAME_AS!r}, but {folder} has no "
+                              f"{CONFIG_NAME}")
+    if SAME_AS in read_config(folder):
+        raise CheckpointError(f"{path / CONFIG_NAME} names {folder} by {SAME_AS!r}, which names another folder in "
+                              f"turn: name the folder that holds the model")
+    return folder
+
+
+def model_config(path: str | Path) -> tuple[str, type[nn.Module], ModelConfig]:
+    """The name of the model class a folder's ``config.json`` records (that of the folder it names by
+    :data:`SAME_AS`), that class and its config, every field checked: a :class:`CheckpointError` names the file and
+    what is wrong (an unknown class, a bad field)."""
+    path = model_folder(path)
     meta = read_config(path)
     if meta.get("class") not in MODEL_CLASSES:
         raise CheckpointError(f"{path / CONFIG_NAME} names model class {meta.get('class')!r}; "
@@ -150,14 +177,14 @@ def model_config(path: str | Path) -> tuple[str, type[nn.Module], ModelConfig]:
 
 def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu",
                     max_params: int = MAX_PARAMS) -> nn.Module:
-    """Build and load a model saved with :func:`save_pretrained`.
+    """Build and load a model saved with :func:`save_pretrained` (or the one its folder names by :data:`SAME_AS`).
 
     Before any tensor is allocated, the config's fields are checked (a bad one is named with the file), and the
     config's model is built on the meta device and compared with the weights file's header: it must have exactly
     the header's tensor names and shapes, and at most ``max_params`` values in its parameters and buffers. A
     config that does not fit its weights, or a model too large, fails in one line.
     """
-    path = local_path(path, "from_pretrained's path")
+    path = model_folder(local_path(path, "from_pretrained's path"))
     name, model_cls, config = model_config(path)
     weights = path / WEIGHTS_NAME
     shapes = safetensors_shapes(weights)
