@@ -491,3 +491,285 @@ def unpack_device_result():
         return dest
 
     return unpack
+
+
+# ---- layout LM: a tiny random language model writing codes between fixed tokens (row ends, a head) -----------
+def make_tiny_layout_lm(grid: tuple[int, int] = (2, 3), vocab_size: int = 8, qk_norm: bool = False, seed: int = 0,
+                        row_end: tuple[int, ...] = (30,), head: tuple[int, ...] = (28, 29)):
+    """An fp32 eval-mode :class:`~vgen.models.mllm.LayoutLM` over 32 text ids with N(0, 0.5) weights (informative
+    logits): ``vocab_size`` codes at scattered text ids, ``row_end`` after each row of ``grid``, ``head`` ending
+    every prompt (ids 28-31 are reserved for fixed tokens)."""
+    from vgen.models.mllm import LayoutLM, MLLMConfig
+
+    config = MLLMConfig(vocab_size=vocab_size, text_vocab_size=32, dim=32, n_layer=2, n_head=4, n_kv_head=2,
+                        intermediate_size=48, qk_norm=qk_norm, image_rows=grid[0], image_cols=grid[1],
+                        row_end=row_end, head_tokens=head, tail=(31,), max_positions=64, max_prompt_tokens=8,
+                        pad_token_id=0, rope_base=100.0)
+    generator = torch.Generator().manual_seed(seed)
+    model = LayoutLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.5 + (1.0 if p.ndim == 1 else 0.0))
+        model.code_ids.copy_(torch.randperm(28, generator=generator)[:vocab_size])
+        model.head.weight.copy_(torch.randn(vocab_size, config.dim, generator=generator) * 0.5)
+    return model.eval()
+
+
+def layout_prompt(model, lengths: tuple[int, ...], seed: int = 0):
+    """Random prompts of ``lengths`` text ids (below 28), each ending in the model's head, left-padded to one
+    length."""
+    from vgen.models.conditioning import PrefixCondition
+
+    generator = torch.Generator().manual_seed(seed)
+    head = torch.tensor(model.config.head_tokens, dtype=torch.long)
+    width = max(lengths) + len(head)
+    values = torch.zeros(len(lengths), width, dtype=torch.long)
+    mask = torch.zeros(len(lengths), width, dtype=torch.bool)
+    for row, n in enumerate(lengths):
+        values[row, width - n - len(head):] = torch.cat([torch.randint(28, (n,), generator=generator), head])
+        mask[row, width - n - len(head):] = True
+    return PrefixCondition(values, mask)
+
+
+@pytest.fixture(scope="session")
+def tiny_layout_lm():
+    """:func:`make_tiny_layout_lm`, for any grid, codebook, qk-norm or seed."""
+    return make_tiny_layout_lm
+
+
+@pytest.fixture(scope="session")
+def layout_prompts():
+    """:func:`layout_prompt`."""
+    return layout_prompt
+# ---- end layout LM -----------------------------------------------------------------------------------------
+
+
+# ---- text-to-image: a tiny random Emu3 checkpoint with its processor, in transformers' layout ---------------
+TINY_EMU3_WORDS = ["<unk>", *"0123456789", "*", ",", ".", "a", "red", "star", "big", "blue", "dog", "on", "the",
+                   "moon", "under", "rain", "lowres", "bad", "anatomy", "blurry"]
+# Emu3's control tokens (its tokenizer's names); BOS and EOS are <|extra_203|> and <|extra_204|>, as in Emu3-Gen-hf
+TINY_EMU3_SPECIAL = ["<|endoftext|>", "<|extra_0|>", "<|extra_200|>", "<|extra_201|>", "<|extra_203|>",
+                     "<|extra_204|>", "<|image start|>", "<|image end|>", "<|image token|>"]
+
+
+def make_tiny_emu3_dir(folder, seed: int = 0, codebook_size: int = 64):
+    """Save a random ``Emu3ForConditionalGeneration`` (Llama of hidden 64, 2 layers, 4 heads, 2 KV heads, 512
+    positions; a VQ model of ``codebook_size`` codes, 8 pixels a code) with an ``Emu3Processor`` (a word-level
+    tokenizer that splits digits and "*", adds no BOS itself; the visual tokens in a scrambled order so that code
+    ``c``'s text id is not ``c`` plus a constant) into ``folder``. The language model's weights are N(0, 0.1)
+    noise so that the code distributions are far from flat; the generation config sets no guidance."""
+    transformers = pytest.importorskip("transformers", reason="Emu3 needs transformers (pip install -e '.[t2i]')")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(TINY_EMU3_WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                 pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.Punctuation()])
+    tok.add_special_tokens(TINY_EMU3_SPECIAL)
+    tok.add_tokens([f"<|visual token {(c * 5 + 3) % codebook_size:06d}|>" for c in range(codebook_size)])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|extra_203|>", eos_token="<|extra_204|>", pad_token="<|endoftext|>",
+        unk_token="<unk>", padding_side="left",
+        extra_special_tokens={"image_token": "<|extra_0|>", "boi_token": "<|image start|>",
+                              "eoi_token": "<|image end|>", "image_wrapper_token": "<|image token|>",
+                              "eof_token": "<|extra_201|>"})
+    processor = transformers.Emu3Processor(transformers.Emu3ImageProcessor(min_pixels=64, max_pixels=256 * 256), fast)
+    vocab = fast.get_vocab()
+    config = transformers.Emu3Config(
+        text_config=dict(vocab_size=len(vocab), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         pad_token_id=vocab["<|endoftext|>"], bos_token_id=vocab["<|extra_203|>"],
+                         eos_token_id=vocab["<|extra_204|>"]),
+        vq_config=dict(codebook_size=codebook_size, embed_dim=4, latent_channels=4, base_channels=32,
+                       channel_multiplier=[1, 1, 1, 1], num_res_blocks=1, attn_resolutions=[], hidden_size=32),
+        vocabulary_map=vocab)
+    torch.manual_seed(seed)
+    model = transformers.Emu3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith(("model.text_model.", "lm_head.")) and p.ndim > 1:
+                p.normal_(std=0.1)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_emu3_dir(tmp_path_factory):
+    """A saved tiny random Emu3 checkpoint and processor (:func:`make_tiny_emu3_dir`): 64 codes, any small grid
+    (``image_area`` 576 gives 3 x 3 codes); treat it as read-only."""
+    return make_tiny_emu3_dir(tmp_path_factory.mktemp("emu3") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_emu3_factory():
+    """:func:`make_tiny_emu3_dir`, for tests that need another codebook or seed."""
+    return make_tiny_emu3_dir
+# ---- end text-to-image -------------------------------------------------------------------------------------
+
+
+# ---- text-to-image: a tiny random Lumina-mGPT folder (Chameleon) with Chameleon's tokenizer files -------------
+TINY_LUMINA_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
+TINY_LUMINA_FIXED = ["<racm3:break>", "<eoss>", "<reserved08706>", "<reserved08799>", "<reserved08801>",
+                     "<reserved08802>", "<reserved08803>"]
+TINY_LUMINA_WORDS = ["Generate", "an", "image", "of", "x", "according", "to", "the", "following", "prompt", ":",
+                     *"0123456789", "a", "red", "blue", "star", "cat", "big", "on", "moon"]
+TINY_VQGAN = dict(ch=32, ch_mult=[1, 1, 1, 1, 2], num_res_blocks=1, z_channels=32, embed_dim=4)
+
+
+def image_token_name(code: int) -> str:
+    """Chameleon's name of image code ``code``: ``IMGIMG``, its digits spelled A-J, and a final ``Z``."""
+    return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"
+
+
+def taming_vqgan_shapes(ch: int, ch_mult: list[int], num_res_blocks: int, z_channels: int, embed_dim: int,
+                        n_embed: int) -> dict[str, tuple[int, ...]]:
+    """The state-dict shapes of taming-transformers' ``VQModel`` (Chameleon's ``vqgan.ckpt``) with
+    ``attn_resolutions: []`` (attention in the middle blocks only): names as taming writes them."""
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def conv(name, cin, cout, k):
+        shapes[name + ".weight"], shapes[name + ".bias"] = (cout, cin, k, k), (cout,)
+
+    def norm(name, c):
+        shapes[name + ".weight"], shapes[name + ".bias"] = (c,), (c,)
+
+    def res(name, cin, cout):
+        norm(name + ".norm1", cin), conv(name + ".conv1", cin, cout, 3)
+        norm(name + ".norm2", cout), conv(name + ".conv2", cout, cout, 3)
+        if cin != cout:
+            conv(name + ".nin_shortcut", cin, cout, 1)
+
+    def mid(side, c):
+        res(f"{side}.mid.block_1", c, c), res(f"{side}.mid.block_2", c, c)
+        norm(f"{side}.mid.attn_1.norm", c)
+        for p in ("q", "k", "v", "proj_out"):
+            conv(f"{side}.mid.attn_1.{p}", c, c, 1)
+
+    n, block_in = len(ch_mult), ch
+    conv("encoder.conv_in", 3, ch, 3)
+    for i in range(n):
+        for j in range(num_res_blocks):
+            res(f"encoder.down.{i}.block.{j}", block_in, ch * ch_mult[i])
+            block_in = ch * ch_mult[i]
+        if i != n - 1:
+            conv(f"encoder.down.{i}.downsample.conv", block_in, block_in, 3)
+    mid("encoder", block_in), norm("encoder.norm_out", block_in), conv("encoder.conv_out", block_in, z_channels, 3)
+    conv("decoder.conv_in", z_channels, block_in, 3), mid("decoder", block_in)
+    for i in reversed(range(n)):
+        for j in range(num_res_blocks + 1):
+            res(f"decoder.up.{i}.block.{j}", block_in, ch * ch_mult[i])
+            block_in = ch * ch_mult[i]
+        if i != 0:
+            conv(f"decoder.up.{i}.upsample.conv", block_in, block_in, 3)
+    norm("decoder.norm_out", block_in), conv("decoder.conv_out", block_in, 3, 3)
+    shapes["quantize.embedding.weight"] = (n_embed, embed_dim)
+    conv("quant_conv", z_channels, embed_dim, 1), conv("post_quant_conv", embed_dim, z_channels, 1)
+    return shapes
+
+
+def random_tensors(shapes: dict[str, tuple[int, ...]], generator: torch.Generator,
+                   std: float = 0.1) -> dict[str, torch.Tensor]:
+    """N(0, std) weights; 1-D norm weights around 1 (a name ending in ``norm*.weight`` or ``layernorm.weight``)."""
+    out = {}
+    for name, shape in shapes.items():
+        t = torch.randn(shape, generator=generator) * std
+        if len(shape) == 1 and name.endswith("weight") and "norm" in name.split(".")[-2]:
+            t += 1.0
+        out[name] = t
+    return out
+
+
+def write_tiny_chameleon_tokenizer(folder, codes: int, generator: torch.Generator, n_embed: int | None = None):
+    """``folder/{vqgan.yaml, vqgan.ckpt, text_tokenizer.json}`` as Chameleon's release lays them out (a random
+    taming VQGAN of ``n_embed`` codes, :data:`TINY_VQGAN`, 16 px a code); returns the text tokenizer's vocabulary
+    (its ``IMGIMG`` names at ids 4.. in a shuffled code order, as Chameleon keeps them in one block)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    order = torch.randperm(codes, generator=generator).tolist()
+    names = TINY_LUMINA_SPECIALS + [image_token_name(c) for c in order] + TINY_LUMINA_FIXED + TINY_LUMINA_WORDS
+    vocab = {w: i for i, w in enumerate(names)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                 pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.Punctuation()])
+    tok.add_special_tokens(TINY_LUMINA_SPECIALS + TINY_LUMINA_FIXED)
+    tok.save(str(folder / "text_tokenizer.json"))
+    vq = TINY_VQGAN
+    (folder / "vqgan.yaml").write_text(
+        "model:\n  target: taming.models.vqgan.VQModel\n  params:\n"
+        f"    embed_dim: {vq['embed_dim']}\n    n_embed: {n_embed or codes}\n    ddconfig:\n      double_z: false\n"
+        f"      z_channels: {vq['z_channels']}\n      resolution: 512\n      in_channels: 3\n      out_ch: 3\n"
+        f"      ch: {vq['ch']}\n      ch_mult: {vq['ch_mult']}\n      num_res_blocks: {vq['num_res_blocks']}\n"
+        "      attn_resolutions: []\n      dropout: 0.0\n"
+        "    lossconfig:\n      target: taming.modules.losses.vqperceptual.VQLPIPSWithDiscriminator\n")
+    taming = random_tensors(taming_vqgan_shapes(**vq, n_embed=n_embed or codes), generator)
+    taming["quantize.embedding.weight"] = torch.randn(n_embed or codes, vq["embed_dim"], generator=generator)
+    torch.save({"state_dict": taming, "global_step": 1}, folder / "vqgan.ckpt")
+    return vocab, tok
+
+
+def lumina_hf_config(vocab: dict[str, int], model_parallel_size: int = 2) -> dict:
+    """A Lumina-mGPT ``config.json`` (``ChameleonXLLMXConfig``): hidden 64, 2 layers, 4 query and 2 key heads."""
+    return {"architectures": ["ChameleonXLLMXForConditionalGeneration"], "model_type": "chameleon",
+            "vocab_size": len(vocab), "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu", "max_position_embeddings": 128,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "model_parallel_size": model_parallel_size,
+            "swin_norm": False, "mask_image_logits": False, "z_loss_weight": 0.0, "attention_bias": False,
+            "bos_token_id": vocab["<s>"], "eos_token_id": vocab["</s>"], "pad_token_id": vocab["<pad>"],
+            "vocabulary_map": vocab, "vq_config": {"embed_dim": TINY_VQGAN["embed_dim"]}}
+
+
+def lumina_weight_shapes(hf: dict, qk_rows: int | None = None) -> dict[str, tuple[int, ...]]:
+    """``transformers``' Chameleon names and shapes of a Lumina-mGPT language model, the q/k norms with
+    ``qk_rows`` rows (Lumina: ``model_parallel_size``)."""
+    d, nh, nkv, inter = hf["hidden_size"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["intermediate_size"]
+    hd, rows = d // nh, qk_rows or hf["model_parallel_size"]
+    shapes = {"model.embed_tokens.weight": (hf["vocab_size"], d), "model.norm.weight": (d,),
+              "lm_head.weight": (hf["vocab_size"], d)}
+    for i in range(hf["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({p + "self_attn.q_proj.weight": (nh * hd, d), p + "self_attn.k_proj.weight": (nkv * hd, d),
+                       p + "self_attn.v_proj.weight": (nkv * hd, d), p + "self_attn.o_proj.weight": (d, d),
+                       p + "self_attn.q_norm.weight": (rows, hd), p + "self_attn.q_norm.bias": (rows, hd),
+                       p + "self_attn.k_norm.weight": (rows, hd), p + "self_attn.k_norm.bias": (rows, hd),
+                       p + "mlp.gate_proj.weight": (inter, d), p + "mlp.up_proj.weight": (inter, d),
+                       p + "mlp.down_proj.weight": (d, inter), p + "input_layernorm.weight": (d,),
+                       p + "post_attention_layernorm.weight": (d,)})
+    return shapes
+
+
+def make_tiny_lumina_dir(folder, seed: int = 0, codes: int = 4):
+    """A Lumina-mGPT folder as ``save_pretrained`` writes it plus Chameleon's files in ``ckpts/chameleon/
+    tokenizer/``: :func:`lumina_hf_config`, ``model.safetensors`` (N(0, 0.3) weights in Lumina's layout, q/k norms
+    ``[model_parallel_size, head_dim]``, and a ``model.vqmodel`` tensor the reader must skip), ``tokenizer.json``
+    (word level, digits and punctuation split, the ``<...>`` tokens special) and a VQGAN of ``codes`` codes."""
+    transformers = pytest.importorskip("transformers", reason="Lumina-mGPT needs transformers (pip install -e .[t2i])")
+    import json
+
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(seed)
+    vocab, tok = write_tiny_chameleon_tokenizer(folder / "ckpts" / "chameleon" / "tokenizer", codes, generator)
+    hf = lumina_hf_config(vocab)
+    weights = random_tensors(lumina_weight_shapes(hf), generator, std=0.3)
+    weights["model.vqmodel.quantize.embedding.weight"] = torch.randn(codes, TINY_VQGAN["embed_dim"])
+    save_file(weights, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(hf, indent=1))
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                         unk_token="<unk>").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_lumina_dir(tmp_path_factory):
+    """A saved tiny random Lumina-mGPT folder (:func:`make_tiny_lumina_dir`): 4 codes."""
+    return make_tiny_lumina_dir(tmp_path_factory.mktemp("lumina") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_lumina_factory():
+    """:func:`make_tiny_lumina_dir`, for tests that need another seed or codebook."""
+    return make_tiny_lumina_dir
+# ---- end Lumina-mGPT ---------------------------------------------------------------------------------------

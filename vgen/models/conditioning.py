@@ -16,22 +16,31 @@ pipeline can ask any backbone the same questions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from vgen.models.layout import TokenLayout
 
 
 @dataclass(frozen=True)
 class PrefixCondition:
     """A left-padded prefix per row: ``values`` [B, L, D] embeddings or [B, L] token ids, and ``mask`` [B, L]
     (bool, True on real positions). Left padding puts each row's real positions last, so the image tokens follow
-    the prompt directly in every row; the padding is masked out of attention."""
+    the prompt directly in every row; the padding is masked out of attention.
+
+    ``null`` (optional): the rows' own unconditional prefix for classifier-free guidance (a negative prompt, of its
+    own length), which a backbone's ``null_condition`` returns; it travels with its rows through indexing, ``to``
+    and :func:`cat_conditions`."""
 
     values: torch.Tensor
     mask: torch.Tensor
+    null: PrefixCondition | None = None
 
     def __post_init__(self) -> None:
         if self.values.ndim not in (2, 3):
@@ -44,6 +53,8 @@ class PrefixCondition:
             raise ValueError("prefix mask must be left-padded: padding first, then each row's real positions")
         if not self.mask[:, -1].all():
             raise ValueError("every row of a prefix needs at least one real position")
+        if self.null is not None and len(self.null) != len(self):
+            raise ValueError(f"the null prefix has {len(self.null)} rows for a prefix of {len(self)}")
 
     @classmethod
     def from_padded(cls, values: torch.Tensor, mask: torch.Tensor | None, length: int) -> PrefixCondition:
@@ -81,7 +92,7 @@ class PrefixCondition:
 
     def __getitem__(self, rows: slice | torch.Tensor) -> PrefixCondition:
         """The rows ``rows`` (a slice or an index tensor), as class ids [B] are indexed."""
-        return PrefixCondition(self.values[rows], self.mask[rows])
+        return PrefixCondition(self.values[rows], self.mask[rows], None if self.null is None else self.null[rows])
 
     @property
     def length(self) -> int:
@@ -97,7 +108,7 @@ class PrefixCondition:
         values = self.values.to(device)
         if dtype is not None and values.is_floating_point():
             values = values.to(dtype)
-        return PrefixCondition(values, self.mask.to(device))
+        return PrefixCondition(values, self.mask.to(device), None if self.null is None else self.null.to(device, dtype))
 
 
 Condition = torch.Tensor | PrefixCondition
@@ -105,14 +116,21 @@ Condition = torch.Tensor | PrefixCondition
 
 
 def cat_conditions(conditions: Sequence[Condition]) -> Condition:
-    """Rows of several conditions of one kind stacked in order (the CFG batch ``[cond; null]``)."""
+    """Rows of several conditions of one kind stacked in order (the CFG batch ``[cond; null]``). Prompts of token
+    ids are left-padded to the longest (id 0, masked); prefixes of embeddings must have one length. The ``null``
+    prefixes are stacked too when every condition has one."""
     if all(isinstance(c, torch.Tensor) for c in conditions):
         return torch.cat(list(conditions))
     if all(isinstance(c, PrefixCondition) for c in conditions):
         lengths = {c.length for c in conditions}
-        if len(lengths) != 1:
+        if len(lengths) != 1 and any(c.values.ndim != 2 for c in conditions):
             raise ValueError(f"prefixes of different lengths {sorted(lengths)} cannot be stacked; pad them to one")
-        return PrefixCondition(torch.cat([c.values for c in conditions]), torch.cat([c.mask for c in conditions]))
+        length = max(lengths)
+        values = torch.cat([F.pad(c.values, (length - c.length, 0)) if c.values.ndim == 2 else c.values
+                            for c in conditions])
+        mask = torch.cat([F.pad(c.mask, (length - c.length, 0)) for c in conditions])
+        nulls = [c.null for c in conditions]
+        return PrefixCondition(values, mask, None if any(n is None for n in nulls) else cat_conditions(nulls))
     raise TypeError(f"cannot stack conditions of different kinds: {[type(c).__name__ for c in conditions]}")
 
 
@@ -158,6 +176,16 @@ class TokenGrid:
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
+
+    @property
+    def token_layout(self) -> TokenLayout:
+        """Where the model's sequence holds fixed tokens among the codes: none (every position a code, rows of the
+        grid's last axis)."""
+        return TokenLayout((math.prod(self.grid[:-1]), self.grid[-1]))
+
+    def code_embeddings(self) -> torch.Tensor:
+        """The input embedding of each code [vocab_size, width] (GSD's latent distances)."""
+        return self.tok_embeddings.weight
 
 
 class TokenGridModel(ClassConditional, TokenGrid):

@@ -38,7 +38,7 @@ from vgen.models.backbone import GRID_LIMIT, BackboneConfig
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid
 from vgen.models.config_fields import declare, size
-from vgen.models.layers import FeedForward, RMSNorm, rope_grid_table
+from vgen.models.layers import FeedForward, RMSNorm, permute_rotary, rope_grid_table
 from vgen.models.linear import Linear
 from vgen.models.llamagen import TransformerBlock
 
@@ -317,14 +317,6 @@ class JanusVQ(nn.Module):
         return self.vqmodel.decode(codes).float()
 
 
-def _permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Rows of a query or key projection reordered per head from Llama's halves (``i``, ``i + d/2``) to vgen's
-    interleaved pairs (``2i``, ``2i + 1``): the same rotation, so the same attention scores."""
-    d = weight.shape[0] // heads
-    order = torch.arange(d).view(2, d // 2).t().reshape(-1)
-    return weight.view(heads, d, -1)[:, order].reshape(weight.shape)
-
-
 def janus_t2i_state_dict(hf: dict[str, torch.Tensor], config: JanusT2IConfig) -> dict[str, torch.Tensor]:
     """:class:`JanusT2I`'s weights from a ``JanusForConditionalGeneration`` state dict (keys ``model.*``)."""
     lm, out = "model.language_model.", {}
@@ -332,8 +324,8 @@ def janus_t2i_state_dict(hf: dict[str, torch.Tensor], config: JanusT2IConfig) ->
     out["norm.weight"] = hf[lm + "norm.weight"]
     for i in range(config.n_layer):
         src, dst = f"{lm}layers.{i}.", f"layers.{i}."
-        q = _permute_rotary(hf[src + "self_attn.q_proj.weight"], config.n_head)
-        k = _permute_rotary(hf[src + "self_attn.k_proj.weight"], config.kv_heads)
+        q = permute_rotary(hf[src + "self_attn.q_proj.weight"], config.n_head)
+        k = permute_rotary(hf[src + "self_attn.k_proj.weight"], config.kv_heads)
         out[dst + "attention.wqkv.weight"] = torch.cat([q, k, hf[src + "self_attn.v_proj.weight"]])
         out[dst + "attention.wo.weight"] = hf[src + "self_attn.o_proj.weight"]
         out[dst + "feed_forward.w1.weight"] = hf[src + "mlp.gate_proj.weight"]

@@ -128,6 +128,15 @@ def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return out.flatten(3).type_as(x)
 
 
+def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Rows of a query or key projection (or the per-head columns of a query or key norm, given as a column)
+    reordered per head from Llama's halves (``i``, ``i + d/2``) to vgen's interleaved pairs (``2i``, ``2i + 1``):
+    the same rotation, so the same attention scores."""
+    d = weight.shape[0] // heads
+    order = torch.arange(d).view(2, d // 2).t().reshape(-1)
+    return weight.view(heads, d, -1)[:, order].reshape(weight.shape)
+
+
 class PrefixMask:
     """An attention mask under which query ``i`` sees exactly the keys ``0 .. ends[i] - 1``, with ``ends``
     non-decreasing: a causal mask, a block-causal one (NBP's), or NAR's proximity mask with the slots in diagonal

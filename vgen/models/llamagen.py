@@ -195,7 +195,7 @@ class Attention(nn.Module):
         nq, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
         qkv = self.wqkv(x)
         # q and k are adjacent in wqkv's output: one elementwise rotation serves both (fewer ops per step)
-        qk = apply_rope(qkv[..., :(nq + nkv) * hd].view(b, t, nq + nkv, hd), rope).transpose(1, 2)
+        qk = apply_rope(self.normalize_qk(qkv[..., :(nq + nkv) * hd].view(b, t, nq + nkv, hd)), rope).transpose(1, 2)
         q, k = qk.split([nq, nkv], dim=1)
         v = qkv[..., (nq + nkv) * hd:].view(b, t, nkv, hd).transpose(1, 2)
         if cache is None:
@@ -232,6 +232,41 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout_p)
         out = self.wo(out.transpose(1, 2).reshape(b, t, -1))
         return self.resid_dropout(out) if self.training else out
+
+
+    def normalize_qk(self, qk: torch.Tensor) -> torch.Tensor:
+        """The queries and keys [B, t, n_head + n_kv_head, head_dim] before rotation: unchanged (LlamaGen, Llama);
+        :class:`QKNormAttention` normalises them."""
+        return qk
+
+
+QK_NORM_EPS = 1e-5
+"""Chameleon's epsilon of its query and key norms (``ChameleonLayerNorm``, fixed whatever the config says)."""
+
+
+class HeadNorm(nn.Module):
+    """A LayerNorm over each head's ``head_dim`` channels with its own weight and bias per head ([heads, head_dim]):
+    Chameleon's query and key norm (statistics over a head, affine per head)."""
+
+    def __init__(self, heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(heads, head_dim))
+        self.bias = nn.Parameter(torch.zeros(heads, head_dim))
+
+
+class QKNormAttention(Attention):
+    """:class:`Attention` with Chameleon's query-key norm: each query and key head layer-normalised over its
+    channels (:class:`HeadNorm`, ``q_norm`` and ``k_norm``) before the rotation."""
+
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__(cfg)
+        self.q_norm = HeadNorm(cfg.n_head, cfg.head_dim)
+        self.k_norm = HeadNorm(cfg.kv_heads, cfg.head_dim)
+
+    def normalize_qk(self, qk: torch.Tensor) -> torch.Tensor:
+        weight = torch.cat([self.q_norm.weight, self.k_norm.weight])
+        bias = torch.cat([self.q_norm.bias, self.k_norm.bias])
+        return F.layer_norm(qk, (self.head_dim,), eps=QK_NORM_EPS) * weight + bias
 
 
 class TransformerBlock(nn.Module):
