@@ -503,3 +503,26 @@ def test_sample_draws_prompts_from_a_llamagen_t2i_folder(llamagen_t2i_release, t
     vq_file.unlink()
     code, _, err = run(["sample", "--model", str(folder), "--prompt", "a red square"], capsys)
     assert code == 2 and "names vq_ckpt 'vq_ds16_t2i.pt', but" in err and err.count("\n") == 1
+
+
+def test_a_class_given_to_a_text_model_is_refused_as_such(tiny_t2i_pipeline_dir, tmp_path, capsys):
+    code, _, err = run(["sample", "--model", str(tiny_t2i_pipeline_dir), "--class-id", "star", "--out",
+                        str(tmp_path / "x.png")], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "tiny-t2i is a text-to-image model: it draws what --prompt or --prompt-file describes, not --class-id" in err
+
+
+def test_an_unknown_prompt_word_is_one_vgen_warning_line_with_what_to_say(tiny_t2i_pipeline_dir, tmp_path, capsys):
+    code, _, err = run(["sample", "--model", str(tiny_t2i_pipeline_dir), "--prompt", "two red stars", "--out",
+                        str(tmp_path / "x.png")], capsys)
+    assert code == 0 and err.splitlines() == [
+        "vgen: warning: prompt 0: words this model does not know, read as unknown: stars (say 'star'), two; stars, "
+        "two: the model draws one shape per image"]
+
+
+def test_sample_help_opens_with_the_embedded_models_options_and_ends_with_llamagens():
+    sample = build_parser()._subparsers._group_actions[0].choices["sample"]
+    titles = [group.title for group in sample._action_groups if group._group_actions]
+    assert titles[1:4] == ["model", "what to draw", titles[3]] and titles[3].startswith("generation")
+    assert titles[4] == "output" and titles[-1] == "LlamaGen checkpoints (instead of --model)"
+    assert {a.dest for a in sample._action_groups[-1]._group_actions} >= {"gpt_ckpt", "vq_ckpt", "num_classes"}

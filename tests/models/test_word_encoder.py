@@ -33,6 +33,22 @@ def test_unknown_words_read_as_unknown_with_a_warning_naming_them(encoder):
     assert ids[0, 1].item() == ids[0, 2].item() == encoder.index[UNKNOWN]
 
 
+UNKNOWN_SAID = "prompt 0: words this model does not know, read as unknown: "
+
+
+@pytest.mark.parametrize(("prompt", "said"), [
+    ("a bleu star", UNKNOWN_SAID + "bleu (did you mean 'blue'?)"),
+    ("a red stars", UNKNOWN_SAID + "stars (say 'star'); stars: the model draws one shape per image"),
+    ("three red crosses", UNKNOWN_SAID + "crosses (say 'cross'), three; crosses, three: the model draws one shape "
+                                         "per image"),
+    ("2 red star", "prompt 0: 2: the model draws one shape per image (digits are not read)"),
+])
+def test_the_warning_says_what_to_write_instead(encoder, prompt, said):
+    with pytest.warns(UnknownWordsWarning) as caught:
+        encoder.tokenize(prompt)
+    assert [str(w.message) for w in caught] == [said]
+
+
 def test_long_prompts_are_cut_saying_what_was_dropped(encoder):
     dropped = "13 words .* keeps 7: .* dropped: 'left corner on a white background'"
     with pytest.warns(PromptTruncatedWarning, match=dropped):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vgen.apps.options import (
     UsageError,
+    add_checkpoint_args,
     add_device_args,
     add_model_args,
     add_prompt_set_args,
@@ -103,6 +104,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--out", default="bench", help="folder for bench.json, bench.md and bench.png (default: bench)")
     add_device_args(out)
+    add_checkpoint_args(p)
     p.set_defaults(func=run_bench_command)
 
 

@@ -9,12 +9,15 @@ checkpoints, unwritable outputs, a flag argparse cannot read) ends with one ``vg
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from vgen.apps.bench_cli import add_bench_parser
 from vgen.apps.eval_cli import add_eval_parser
-from vgen.apps.models_cli import add_models_parser
+from vgen.apps.models_cli import add_models_parser, add_samplers_parser
 from vgen.apps.options import Parser, UsageError, one_line
 from vgen.apps.quality_cli import add_quality_parser
 from vgen.apps.sample_cli import add_sample_parser
@@ -24,11 +27,6 @@ from vgen.apps.t2i_config_cli import add_t2i_config_parser
 from vgen.apps.train_cli import add_train_parser
 from vgen.hub import PIPELINE_CONFIG, CheckpointError
 from vgen.pipelines import DEFAULT_TEXT_MODEL
-from vgen.samplers import available_samplers
-
-
-def list_samplers(args: argparse.Namespace) -> None:
-    print("\n".join(available_samplers()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_stream_parser(sub)
     add_t2i_config_parser(sub)
     add_models_parser(sub)
-    sub.add_parser("samplers", help="list the samplers").set_defaults(func=list_samplers)
+    add_samplers_parser(sub)
     return parser
 
 
@@ -85,12 +83,32 @@ def run_app(args: argparse.Namespace) -> None:
     serve(build_app(args.model, args.max_concurrency, access), args.host, args.port, args.share)
 
 
+@contextlib.contextmanager
+def vgen_warnings() -> Iterator[None]:
+    """vgen's own warnings (an unknown prompt word, a cut prompt) printed as one ``vgen: warning: ...`` line on
+    stderr while the block runs, instead of Python's file, line number and source line; others as Python shows
+    them."""
+    python_way = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if category.__module__.split(".")[0] != "vgen":
+            return python_way(message, category, filename, lineno, file, line)
+        print(f"vgen: warning: {one_line(str(message))}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = python_way
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv or ["sample"])
     try:
-        args.func(args)
+        with vgen_warnings():
+            args.func(args)
     except (UsageError, CheckpointError, ValueError) as e:
         print(f"vgen: error: {one_line(str(e))}", file=sys.stderr)
         return 2

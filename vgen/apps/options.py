@@ -208,11 +208,18 @@ def sampler_defaults() -> dict[str, str]:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """--model, or LlamaGen checkpoints and their architecture (read by :func:`load_pipeline`)."""
-    src = p.add_argument_group("model (an embedded default / pipeline folder, or LlamaGen checkpoints)")
+    """--model (read by :func:`load_pipeline`); LlamaGen's checkpoint flags are :func:`add_checkpoint_args`, last
+    in the help, since most runs name an embedded model or a folder."""
+    src = p.add_argument_group("model")
     src.add_argument("--model", default=None,
-                     help="embedded model name, pipeline folder, LlamaGen-T2I folder (`vgen t2i-config`) or Janus "
-                          "folder (default: shapes-c2i; shapes-t2i when prompts are given)")
+                     help="embedded model name (`vgen models`), pipeline folder, LlamaGen-T2I folder (`vgen "
+                          "t2i-config`) or Janus folder (default: shapes-c2i; shapes-t2i when prompts are given); "
+                          "or LlamaGen checkpoints, below")
+
+
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """LlamaGen checkpoints and their architecture, instead of --model (read by :func:`load_pipeline`)."""
+    src = p.add_argument_group("LlamaGen checkpoints (instead of --model)")
     add_llamagen_args(src)
     src.add_argument("--num-classes", type=int, default=1000, help="classes of --gpt-ckpt (ImageNet: 1000)")
 
@@ -242,14 +249,16 @@ def add_sampling_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     return gen
 
 
-def add_sampler_args(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """--sampler and every registered sampler's options (read by :func:`sampler_options`) on top of
+def add_sampler_args(p: argparse.ArgumentParser, option_flags: bool = True) -> argparse._ArgumentGroup:
+    """--sampler and, with ``option_flags``, every registered sampler's options (read by :func:`sampler_options`;
+    else the caller adds them with :func:`add_sampler_option_flags`, where its help should show them) on top of
     :func:`add_sampling_args`."""
     gen = add_sampling_args(p)
     gen.add_argument("--sampler", default=None,
                      help="sampler name (see `vgen samplers`; default: the model's plain sampler: ar, or "
                           "continuous-ar, nar, nbp for those models)")
-    add_sampler_option_flags(p)
+    if option_flags:
+        add_sampler_option_flags(p)
     return gen
 
 

@@ -12,9 +12,11 @@ from pathlib import Path
 from vgen.apps.options import (
     IMAGE_SUFFIXES,
     UsageError,
+    add_checkpoint_args,
     add_device_args,
     add_model_args,
     add_sampler_args,
+    add_sampler_option_flags,
     check_writable,
     class_label,
     load_pipeline,
@@ -36,7 +38,7 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                        description="Generate images of classes, or of prompts for a text-to-image model. With no "
                                    "arguments: a grid of every class from the embedded default model.")
     add_model_args(p)
-    gen = add_sampler_args(p)
+    gen = p.add_argument_group("what to draw")
     gen.add_argument("--class-id", type=class_label, action="append", dest="class_ids", metavar="CLASS",
                      help="class to generate, by id or name (repeatable; `vgen models` lists the names; default: "
                           "every class in turn)")
@@ -56,6 +58,7 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                           "window by window, each continuing the last --window-context frames")
     gen.add_argument("--window-context", type=int, default=None,
                      help="video model: frames each later window continues (default: half the window)")
+    add_sampler_args(p, option_flags=False)
     out = p.add_argument_group("output")
     out.add_argument("--out", default="samples.png",
                      help="image grid to write (default: samples.png); for a video model an .mp4, .gif or "
@@ -71,6 +74,8 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                      help="write each image beside the map of the forward pass that produced each token (for a "
                           "video model: each clip's frames above their maps)")
     add_device_args(out)
+    add_sampler_option_flags(p)
+    add_checkpoint_args(p)
     p.set_defaults(func=run_sample)
 
 
@@ -99,6 +104,9 @@ def run_sample(args: argparse.Namespace) -> None:
                          f"not {Path(args.out).suffix}")
     start = time.perf_counter()
     prompts = read_prompts(args)
+    if args.class_ids and getattr(pipe, "text_conditional", False):
+        raise UsageError(f"{pipe.info.name} is a text-to-image model: it draws what --prompt or --prompt-file "
+                         f"describes, not --class-id")
     if prompts is None and getattr(pipe, "text_conditional", False):
         if not pipe.info.example_prompts:
             raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vgen.apps.options import (
     UsageError,
+    add_checkpoint_args,
     add_device_args,
     add_model_args,
     add_prompt_set_args,
@@ -79,6 +80,7 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--out", required=True, help="folder of PNGs (created with its parents; rerun to resume)")
     out.add_argument("--npz", default=None, help="packed file to write (default: the --out folder's name + .npz)")
     add_device_args(out)
+    add_checkpoint_args(p)
     p.set_defaults(func=run_sample_many)
 
 

@@ -14,6 +14,7 @@ import colorsys
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,6 +276,27 @@ def caption_vocabulary() -> tuple[str, ...]:
         words.update(options)
     words.update(BACKGROUND_NAMES + BACKGROUND_NOUNS)
     return tuple(sorted(words))
+
+
+# The words of each attribute in the grammar; a word no attribute uses is a joining word ("a", "on", "the").
+PLACE_NOUNS = ("corner", "edge", "side")
+JOINING = "other words"
+
+
+def words_by_attribute(words: Iterable[str]) -> dict[str, list[str]]:
+    """``words`` (a text encoder's vocabulary) by the attribute the caption grammar uses them for (``ATTRIBUTES``
+    order, then :data:`JOINING`), each list sorted; a colour word counts once, under colour (backgrounds take the
+    colours too). Words the grammar does not produce are left out."""
+    grammar = caption_vocabulary()
+    named = {"shape": SHAPE_WORDS, "colour": COLOUR_WORDS, "size": SIZE_WORDS}
+    owners = {w: attribute for attribute, table in named.items() for options in table.values()
+              for option in options for w in caption_words(option)}
+    owners.update({w: "position" for w in (*sum(ROW_WORDS + COLUMN_WORDS, ()), *PLACE_NOUNS)})
+    owners.update({w: "background" for w in BACKGROUND_NAMES + BACKGROUND_NOUNS if w not in owners})
+    groups: dict[str, list[str]] = {name: [] for name in (*ATTRIBUTES, JOINING)}
+    for word in sorted(set(words) & set(grammar)):
+        groups[owners.get(word, JOINING)].append(word)
+    return {name: group for name, group in groups.items() if group}
 
 
 def _render_chunk(args: tuple[int, int, int]) -> tuple[np.ndarray, list[str], np.ndarray]:

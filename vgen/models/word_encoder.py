@@ -3,11 +3,14 @@
 The released FLAN-T5-XL cannot be shipped inside the package, and the embedded model's captions come from a closed
 grammar (``vgen.data.scenes``), so a transformer encoder over that grammar's words, trained jointly with the image
 model, does T5's job: it turns prompts into left-padded caption features with their mask, the condition a
-LlamaGen-T2I backbone takes. Words outside the vocabulary read as one unknown token, with a warning naming them.
+LlamaGen-T2I backbone takes. Words outside the vocabulary read as one unknown token, with a warning naming them and
+what to say instead (:func:`unknown_word_notes`).
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,8 +28,38 @@ PAD, UNKNOWN, END = "<pad>", "<unk>", "<end>"
 SPECIAL_WORDS = (PAD, UNKNOWN, END)
 
 
+# counts a caption never states: the scenes hold one shape each
+COUNT_WORDS = frozenset(("one", "two", "three", "four", "six", "seven", "eight", "nine", "ten", "several", "many",
+                         "some", "few", "pair", "couple", "both", "multiple"))
+
+
 class UnknownWordsWarning(UserWarning):
     """A prompt used words the text encoder was not trained on; they read as one unknown token each."""
+
+
+def unknown_word_notes(prompt: str, known: set[str]) -> str:
+    """What to tell the user about ``prompt``'s words, empty when there is nothing: the words outside ``known``,
+    sorted, each with a hint (a plural: its singular; another word: the nearest known word by :mod:`difflib`, when
+    one is close), then the plurals and counts (number words, and digits, which the encoder does not read at all)
+    with the note that an image holds one shape."""
+    notes, counts = [], []
+    for word in sorted({w for w in caption_words(prompt) if w not in known}):
+        singular = next((w for w in (word[:-1], word[:-2]) if word.endswith("s") and w in known), None)
+        nearest = difflib.get_close_matches(word, sorted(known), n=1)
+        if singular:
+            notes.append(f"{word} (say {singular!r})")
+        elif nearest and word not in COUNT_WORDS:
+            notes.append(f"{word} (did you mean {nearest[0]!r}?)")
+        else:
+            notes.append(word)
+        if singular or word in COUNT_WORDS:
+            counts.append(word)
+    digits = sorted(set(re.findall(r"\d+", prompt)), key=int)
+    parts = [f"words this model does not know, read as unknown: {', '.join(notes)}"] if notes else []
+    if counts or digits:
+        unread = " (digits are not read)" if digits else ""
+        parts.append(f"{', '.join(counts + digits)}: the model draws one shape per image{unread}")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -61,6 +94,7 @@ class WordTextEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.index = {word: i for i, word in enumerate(config.vocabulary)}
+        self.known = set(config.vocabulary) - set(SPECIAL_WORDS)
         self.embed = nn.Embedding(len(config.vocabulary), config.dim)
         self.position = nn.Parameter(torch.randn(config.max_length, config.dim) * 0.02)
         layer = nn.TransformerEncoderLayer(config.dim, config.n_head, 4 * config.dim, dropout=0.0,
@@ -78,8 +112,8 @@ class WordTextEncoder(nn.Module):
 
     def tokenize(self, prompts: str | Sequence[str]) -> torch.Tensor:
         """Word ids [B, max_length], right-padded with ``<pad>`` (id 0), each prompt ended by ``<end>``; words
-        past ``max_length - 1`` are dropped and words outside the vocabulary read ``<unk>``, each with a
-        warning."""
+        past ``max_length - 1`` are dropped and words outside the vocabulary read ``<unk>``, with a warning
+        naming them (:func:`unknown_word_notes`)."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not prompts:
             raise ValueError("no prompt given: give at least one prompt")
@@ -87,10 +121,8 @@ class WordTextEncoder(nn.Module):
         kept = self.max_length - 1
         for row, prompt in enumerate(prompts):
             words = caption_words(prompt)
-            unknown = sorted({w for w in words if w not in self.index})
-            if unknown:
-                warnings.warn(f"prompt {row} has words this model does not know, read as unknown: "
-                              f"{', '.join(unknown)}", UnknownWordsWarning, stacklevel=3)
+            if unknown := unknown_word_notes(prompt, self.known):
+                warnings.warn(f"prompt {row}: {unknown}", UnknownWordsWarning, stacklevel=3)
             if len(words) > kept:
                 warnings.warn(f"prompt {row} has {len(words)} words but the text encoder keeps {kept}: its last "
                               f"{len(words) - kept} were dropped: {' '.join(words[kept:])!r}",

@@ -76,6 +76,7 @@ class ARSampler(Sampler):
     per-token decode step: slow the first time (tens of seconds on CPU), faster per token afterwards."""
 
     name: ClassVar[str] = "ar"
+    description: ClassVar[str] = "vanilla sampling, one token per forward pass (KV cache, CFG, optional torch.compile)"
     compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:

@@ -208,6 +208,11 @@ class Sampler(ABC):
     token_order: ClassVar[str] = "raster"
     # whether ``sample`` takes ``prefix=``: given leading tokens that it keeps and continues
     continues: ClassVar[bool] = False
+    # what it does, in one line (``vgen samplers``)
+    description: ClassVar[str] = ""
+    # whether its preset draws the tokens of the plain sampler's distribution (True), approximately (False), or it
+    # is the plain sampler of its models (None)
+    lossless: ClassVar[bool | None] = None
 
     @abstractmethod
     def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
@@ -234,6 +239,9 @@ class Sampler(ABC):
 
 
 _REGISTRY: dict[str, type[Sampler]] = {}
+# the models of each token order, as ``vgen models`` and ``vgen samplers`` name them
+MODEL_KINDS = {"raster": "next-token AR", "next-neighbour": "next-neighbour AR (NAR)",
+               "next-block": "next-block AR (NBP)", "continuous": "continuous-token AR (diffusion head)"}
 
 
 def register_sampler(cls: type[S]) -> type[S]:

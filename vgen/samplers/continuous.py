@@ -179,6 +179,7 @@ class ContinuousARSampler(Sampler):
 
     name: ClassVar[str] = "continuous-ar"
     token_order: ClassVar[str] = TOKEN_ORDER
+    description: ClassVar[str] = "target-only sampling, one forward pass and one diffusion-head chain per token"
     head_steps: int = option(0, HEAD_STEPS_HELP, at_least=0, at_most=MAX_HEAD_STEPS, note="0 = the model's")
     cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
     compile: bool | str = option(False, COMPILE_HELP)
@@ -238,6 +239,9 @@ class CSpD(Sampler):
 
     name: ClassVar[str] = "cspd"
     token_order: ClassVar[str] = TOKEN_ORDER
+    description: ClassVar[str] = ("continuous speculative decoding, a draft model proposes and the target "
+                                  "verifies (lossy above --inner-temperature 1)")
+    lossless: ClassVar[bool | None] = True
     draft_length: int = option(4, "tokens the draft model proposes per pass", at_least=1, at_most=MAX_TOKENS)
     prefill_ratio: float = option(0.05, "share of the tokens the target generates alone first", at_least=0,
                                   below=1)

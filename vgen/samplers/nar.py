@@ -33,6 +33,7 @@ class NARSampler(Sampler):
 
     name: ClassVar[str] = "nar"
     token_order: ClassVar[str] = "next-neighbour"
+    description: ClassVar[str] = "all cells of a diagonal per forward pass"
 
     @torch.no_grad()
     def sample(self, model: torch.nn.Module, cond: Condition, params: SamplingParams, *,

@@ -51,6 +51,7 @@ class NBPSampler(Sampler):
 
     name: ClassVar[str] = "nbp"
     token_order: ClassVar[str] = "next-block"
+    description: ClassVar[str] = "one row (or frame) of codes per forward pass"
     continues: ClassVar[bool] = True
     cfg_schedule: str = option("constant", CFG_SCHEDULE_HELP, choices=CFG_SCHEDULES)
 

@@ -102,6 +102,9 @@ class Speculative(Sampler):
     """
 
     name: ClassVar[str] = "speculative"
+    description: ClassVar[str] = ("any drafter (jacobi, head) x any acceptance rule (exact and match lossless, "
+                                  "lantern and gsd not; default exact)")
+    lossless: ClassVar[bool | None] = True
     drafter: str = option("jacobi", "who proposes the drafts", choices=lambda: [*available_drafters(), "auto"],
                           unknown="drafter")
     accept: str = option("exact", "acceptance rule", choices=available_rules, unknown="acceptance rule")
@@ -307,6 +310,7 @@ class SJD(Speculative):
     """Speculative Jacobi decoding (Teng et al., ICLR 2025): Jacobi drafts, exact (lossless) acceptance."""
 
     name: ClassVar[str] = "sjd"
+    description: ClassVar[str] = "speculative Jacobi decoding, the target's previous pass drafts, exact acceptance"
 
 
 @register_sampler
@@ -316,6 +320,8 @@ class MCSJD(Speculative):
     On the embedded default it needs about half the forward passes of plain SJD (docs/samplers.md)."""
 
     name: ClassVar[str] = "mcsjd"
+    description: ClassVar[str] = ("SJD with coupled drafts (MC-SJD), Gumbel-coupled refreshes and vertical "
+                                  "initialisation")
     draft_init: str = "vertical"
     draft_coupling: str = "gumbel"
 
@@ -332,6 +338,8 @@ class Lantern(Speculative):
     over 512 images), with 8 it keeps the class (79.9%) at 3.26x fewer passes (docs/samplers.md)."""
 
     name: ClassVar[str] = "lantern"
+    description: ClassVar[str] = "coupled drafts, LANTERN's relaxed acceptance (8 nearest codes, TV <= 0.1)"
+    lossless: ClassVar[bool | None] = False
     accept: str = "lantern"
     draft_init: str = "vertical"
     draft_coupling: str = "gumbel"
@@ -345,6 +353,8 @@ class GSD(Speculative):
     independent drafts, docs/samplers.md)."""
 
     name: ClassVar[str] = "gsd"
+    description: ClassVar[str] = "coupled drafts, GSD's grouped acceptance"
+    lossless: ClassVar[bool | None] = False
     accept: str = "gsd"
     draft_init: str = "vertical"
     draft_coupling: str = "gumbel"
