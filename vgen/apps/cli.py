@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vgen.apps.bench_cli import add_bench_parser
+from vgen.apps.data_cli import add_data_parser
 from vgen.apps.eval_cli import add_eval_parser
 from vgen.apps.models_cli import add_models_parser, add_samplers_parser
 from vgen.apps.options import Parser, UsageError, one_line
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_t2i_config_parser(sub)
     add_models_parser(sub)
     add_samplers_parser(sub)
+    add_data_parser(sub)
     return parser
 
 
