@@ -35,6 +35,16 @@ def test_stream_yields_each_block_of_one_video(pipe) -> None:
     assert np.array_equal(np.concatenate(blocks), again)
 
 
+def test_progress_shows_a_bar_of_frames_only_when_asked(pipe, capsys) -> None:
+    """A long stream loop shows how far it is with ``progress=True``; by default it writes nothing."""
+    assert len(list(pipe.stream(class_id=1, num_frames=5, seed=0))) == 3
+    assert capsys.readouterr().err == ""
+    frames = np.concatenate(list(pipe.stream(class_id=1, num_frames=5, seed=0, progress=True)))
+    last = capsys.readouterr().err.replace("\r", "\n").split("\n")[-2]
+    assert frames.shape[0] == 5 and last.startswith("stream: 100%") and "5/5" in last and "frame/s" in last
+    assert np.array_equal(frames, np.concatenate(list(pipe.stream(class_id=1, num_frames=5, seed=0))))
+
+
 def test_call_returns_whole_clips_and_a_profile(pipe) -> None:
     out = pipe([0, 2], num_frames=6, seed=1)
     assert out.videos.shape == (2, 6, 16, 16, 3) and out.class_ids == [0, 2]

@@ -119,7 +119,8 @@ class StreamPipeline(ClassConditional):
 
     def stream(self, class_id: ClassLabel = 0, num_frames: int = 16, *, seed: int | None = 0,
                control: StreamControl | None = None, progress: bool = False, **options) -> Iterator[np.ndarray]:
-        """Yield one video's frames block by block, uint8 [F, S, S, 3], as soon as each block is denoised."""
+        """Yield one video's frames block by block, uint8 [F, S, S, 3], as soon as each block is denoised;
+        ``progress=True`` shows a tqdm bar of the frames on stderr."""
         for block in self.stream_blocks([class_id], num_frames, seed=seed, control=control, progress=progress,
                                         **options):
             yield block.frames[0]
