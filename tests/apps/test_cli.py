@@ -526,3 +526,32 @@ def test_sample_help_opens_with_the_embedded_models_options_and_ends_with_llamag
     assert titles[1:4] == ["model", "what to draw", titles[3]] and titles[3].startswith("generation")
     assert titles[4] == "output" and titles[-1] == "LlamaGen checkpoints (instead of --model)"
     assert {a.dest for a in sample._action_groups[-1]._group_actions} >= {"gpt_ckpt", "vq_ckpt", "num_classes"}
+
+
+@pytest.mark.parametrize("model", ["class", "text"])
+def test_a_negative_prompt_for_a_model_whose_guidance_takes_none_is_refused_in_one_line(model, tiny_pipeline_dir,
+                                                                                        tiny_janus_dir, tmp_path,
+                                                                                        capsys):
+    args = ["--model", str(tiny_pipeline_dir)] if model == "class" else ["--model", str(tiny_janus_dir), "--prompt",
+                                                                         "a red cat"]
+    code, _, err = run(["sample", *args, "--negative-prompt", "blurry", "--out", str(tmp_path / "x.png")], capsys)
+    last = err.strip().splitlines()[-1]  # after transformers' loading bar
+    assert code == 2 and last.startswith("vgen: error: --negative-prompt is for a model whose guidance runs against "
+                                         "a prompt (Emu3); ") and last.endswith("its own unconditional rows")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_the_app_serves_every_folder_vgen_load_reads_and_refuses_others_in_one_line(tiny_janus_dir, tmp_path,
+                                                                                     monkeypatch, capsys):
+    pytest.importorskip("gradio")
+    from vgen.apps import gradio_app
+
+    built = []
+    monkeypatch.setattr(gradio_app, "build_app", lambda *args: built.append(args))
+    monkeypatch.setattr(gradio_app, "serve", lambda *args: None)
+    assert main(["app", "--model-dir", str(tiny_janus_dir), "--model", str(tiny_janus_dir)]) == 0
+    assert built[0][2].folders == (str(tiny_janus_dir),)
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    code, _, err = run(["app", "--model-dir", str(tmp_path)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert f"--model-dir {tmp_path} is not a model folder vgen.load reads" in err and "Janus-Pro" in err

@@ -421,7 +421,7 @@ def test_app_flags_show_their_defaults_and_pass_the_model_access_on(tiny_model, 
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--model-dir", "/no/such/folder"], "--model-dir /no/such/folder is not a pipeline folder"),
+    (["--model-dir", "/no/such/folder"], "--model-dir /no/such/folder is not a model folder vgen.load reads"),
     (["--model", "/some/folder"], "--model /some/folder is neither embedded nor a --model-dir"),
 ])
 def test_app_refuses_a_model_it_would_not_serve(argv, message, capsys) -> None:

@@ -304,3 +304,38 @@ def test_bad_logits_requests_are_refused_in_one_line(kwargs, message):
 def test_logits_are_for_next_token_models(tiny_continuous_pipeline_dir):
     with pytest.raises(ValueError, match="does not draw one codebook token per step"):
         load(tiny_continuous_pipeline_dir).logits(class_ids=[0], tokens=torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_a_negative_prompt_reaches_the_prompt_encoder_of_every_chunk_of_a_model_that_takes_one(tiny_t2i_pipeline_dir):
+    base, calls = load(tiny_t2i_pipeline_dir), []
+
+    def encode(prompts, negative_prompt=None):
+        calls.append((list(prompts), negative_prompt))
+        return base.prompt_encoder(prompts)
+
+    pipe = ImagePipeline(base.model, base.tokenizer, base.info, prompt_encoder=encode, takes_negative_prompt=True)
+    req = pipe.request(None, ["a red star", "a blue ring", "a white moon"], None, None, None, batch_size=2,
+                       negative_prompt="blurry")
+    for rows in req.chunks():
+        req.condition(rows)
+    assert calls == [(["a red star", "a blue ring"], "blurry"), (["a white moon"], "blurry")]
+    calls.clear()
+    pipe.request(None, "a red star", None, None, None).condition(range(1))  # none: the encoder's own default
+    assert calls == [(["a red star"], None)]
+    with pytest.raises(ValueError, match="negative_prompt is empty"):
+        pipe(prompt="a red star", negative_prompt=" ")
+    with pytest.raises(ValueError, match="negative_prompt goes with prompt=, not prompt_embeds"):
+        pipe(prompt_embeds=torch.zeros(1, 2, base.model.config.caption_dim), negative_prompt="blurry")
+    with pytest.raises(ValueError, match="takes_negative_prompt needs the prompt_encoder"):
+        ImagePipeline(base.model, base.tokenizer, base.info, takes_negative_prompt=True)
+
+
+@pytest.mark.parametrize("kind", ["class", "text"])
+def test_a_negative_prompt_is_refused_in_one_line_by_a_model_whose_guidance_takes_none(kind, tiny_t2i_pipeline_dir):
+    pipe, condition = ((tiny_pipeline(), {"class_ids": [0]}) if kind == "class" else
+                       (load(tiny_t2i_pipeline_dir), {"prompt": "a red star"}))
+    with pytest.raises(ValueError, match=r"takes no negative_prompt: its guidance runs against the .* own "
+                                         r"unconditional rows$"):
+        pipe(negative_prompt="blurry", **condition)
+    with pytest.raises(ValueError, match="takes no negative_prompt"):
+        pipe.logits(tokens=torch.zeros(1, 4, dtype=torch.long), negative_prompt="blurry", **condition)

@@ -46,7 +46,7 @@ def test_names_and_folders_that_are_not_pipelines_fail_specifically(tmp_path):
         vgen.load("nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="not a vgen pipeline folder .*, nor a LlamaGen-T2I one "
-                                              r"\(no llamagen_t2i.json\) or a Janus one"):
+                                              r"\(no llamagen_t2i.json\) or a released Janus-Pro one"):
         vgen.load(tmp_path / "empty")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "pipeline.json").write_text("{not json")

@@ -13,7 +13,6 @@ import contextlib
 import sys
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 from vgen.apps.bench_cli import add_bench_parser
 from vgen.apps.data_cli import add_data_parser
@@ -27,7 +26,8 @@ from vgen.apps.stream_cli import add_stream_parser
 from vgen.apps.t2i_config_cli import add_t2i_config_parser
 from vgen.apps.train_cli import add_train_parser
 from vgen.hub import PIPELINE_CONFIG, CheckpointError
-from vgen.pipelines import DEFAULT_TEXT_MODEL
+from vgen.pipelines import DEFAULT_TEXT_MODEL, LLAMAGEN_T2I_CONFIG
+from vgen.pipelines.load import RELEASED_FOLDERS, is_model_folder
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +59,8 @@ def add_app_parser(sub: argparse._SubParsersAction) -> None:
                    help="generations, streams and model loads that run at once, over all visitors")
     p.add_argument("--model", default=DEFAULT_TEXT_MODEL, help="the model selected when the page opens")
     p.add_argument("--model-dir", action="append", default=[], metavar="DIR",
-                   help="a pipeline folder to offer besides the embedded models (repeat for more)")
+                   help="a model folder to offer besides the embedded models (repeat for more): a pipeline "
+                        "folder, a LlamaGen-T2I folder, or a released Janus-Pro, Emu3 or Lumina-mGPT folder")
     p.add_argument("--allow-local-models", action="store_true",
                    help="let visitors load any server folder or LlamaGen checkpoint by its path")
     p.set_defaults(func=run_app)
@@ -71,8 +72,10 @@ def run_app(args: argparse.Namespace) -> None:
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be a TCP port in [1, 65535], got {args.port}")
     for folder in args.model_dir:
-        if not (Path(folder) / PIPELINE_CONFIG).is_file():
-            raise UsageError(f"--model-dir {folder} is not a pipeline folder (it has no {PIPELINE_CONFIG})")
+        if not is_model_folder(folder):
+            raise UsageError(f"--model-dir {folder} is not a model folder vgen.load reads: a pipeline folder (with "
+                             f"{PIPELINE_CONFIG}), a LlamaGen-T2I folder (with {LLAMAGEN_T2I_CONFIG}) or a released "
+                             f"{', '.join(RELEASED_FOLDERS)} folder")
     try:
         import gradio  # noqa: F401
     except ImportError:

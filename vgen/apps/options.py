@@ -312,6 +312,26 @@ def read_prompt_set_args(args: argparse.Namespace) -> PromptSet | None:
     return read_prompt_set(path, fmt, args.subset, seed)
 
 
+def add_negative_prompt_arg(group: argparse._ArgumentGroup) -> None:
+    """--negative-prompt, for a model whose guidance runs against a prompt of its own (read by
+    :func:`negative_prompt_args`)."""
+    group.add_argument("--negative-prompt", default=None, metavar="TEXT",
+                       help="what classifier-free guidance steers away from, for a text-to-image model whose "
+                            "guidance runs against a prompt (Emu3; default: the model's own, docs/text-to-image.md)")
+
+
+def negative_prompt_args(args: argparse.Namespace, pipe: Any) -> dict[str, str]:
+    """The pipeline's ``negative_prompt=`` argument of --negative-prompt (none when unset); refused for a pipeline
+    whose guidance takes none."""
+    text = getattr(args, "negative_prompt", None)
+    if text is None:
+        return {}
+    if not getattr(pipe, "takes_negative_prompt", False):
+        raise UsageError(f"--negative-prompt is for a model whose guidance runs against a prompt (Emu3); "
+                         f"{pipe.info.name}'s guidance runs against its own unconditional rows")
+    return {"negative_prompt": text}
+
+
 def add_device_args(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--device", type=device_name, default="cpu",
                        help="where the model runs: cpu, cuda, cuda:1, mps ...")

@@ -15,11 +15,13 @@ from vgen.apps.options import (
     add_checkpoint_args,
     add_device_args,
     add_model_args,
+    add_negative_prompt_arg,
     add_sampler_args,
     add_sampler_option_flags,
     check_writable,
     class_label,
     load_pipeline,
+    negative_prompt_args,
     plural,
     sampler_options,
     sampling_overrides,
@@ -46,6 +48,7 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                      help="text-to-image model: what to draw (repeatable)")
     gen.add_argument("--prompt-file", default=None,
                      help="text-to-image model: a text file of prompts, one a line (blank lines skipped)")
+    add_negative_prompt_arg(gen)
     gen.add_argument("--num-images", type=int, default=None,
                      help="images (clips) in all, the classes or prompts repeated in turn (default: one per class "
                           "or prompt given)")
@@ -93,6 +96,7 @@ def run_sample(args: argparse.Namespace) -> None:
     if args.context is not None and not Path(args.context).is_file():
         raise UsageError(f"--context {args.context} is not a file")
     pipe = load_pipeline(args)
+    negative = negative_prompt_args(args, pipe)
     if hasattr(pipe, "num_frames"):
         return run_sample_video(args, pipe, options)
     for flag, value in (("--context", args.context), ("--num-frames", args.num_frames),
@@ -112,7 +116,7 @@ def run_sample(args: argparse.Namespace) -> None:
             raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")
         prompts = list(pipe.info.example_prompts)
     out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
-               progress=not args.no_progress, prompt=prompts, **sampling_overrides(args), **options)
+               progress=not args.no_progress, prompt=prompts, **negative, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     cols = args.cols or min(8, len(out.images))
     grid_of(out, pipe, cols, args.captions).save(args.out)

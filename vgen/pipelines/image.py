@@ -107,13 +107,20 @@ class ImagePipeline(ClassConditional):
     Discrete backbones (LlamaGen) pair with a VQ tokenizer; their drafter is a trained draft head for the
     speculative samplers (``drafter="head"``, and what ``lantern`` picks when present). Continuous backbones
     (a diffusion-head AR) pair with a KL tokenizer; their drafter is a small draft model for ``cspd``.
+
+    ``takes_negative_prompt`` says that the model's guidance runs against a prompt of its own (Emu3's negative
+    prompt): the ``prompt_encoder`` then also takes ``negative_prompt=`` (None: the model's default), and so does a
+    call with ``prompt=``.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: torch.nn.Module, info: PipelineInfo,
                  draft_head: torch.nn.Module | None = None,
                  prompt_encoder: Callable[[list[str]], PrefixCondition] | None = None,
-                 text_encoder: torch.nn.Module | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+                 text_encoder: torch.nn.Module | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+                 takes_negative_prompt: bool = False) -> None:
         check_batch_size(batch_size)
+        if takes_negative_prompt and prompt_encoder is None:
+            raise ValueError("takes_negative_prompt needs the prompt_encoder that reads the negative prompt")
         grid = model.grid
         if info.image_size != grid[0] * tokenizer.downsample_factor:
             raise ValueError(f"image size {info.image_size} does not match the model's {grid[0]}x{grid[1]} token "
@@ -140,6 +147,7 @@ class ImagePipeline(ClassConditional):
         self.prompt_encoder = prompt_encoder  # prompts -> the model's PrefixCondition (a text-to-image model)
         self.text_encoder = text_encoder  # a vgen text encoder module the pipeline folder holds, if any
         self.batch_size = batch_size  # images drawn at once; a larger request is drawn in chunks of this many
+        self.takes_negative_prompt = takes_negative_prompt  # prompt_encoder(prompts, negative_prompt=...)
 
     @property
     def device(self) -> torch.device:
@@ -175,18 +183,20 @@ class ImagePipeline(ClassConditional):
     def request(self, class_ids: Sequence[ClassLabel] | ClassLabel | None, prompt: str | Sequence[str] | None,
                 prompt_embeds: torch.Tensor | None, prompt_attention_mask: torch.Tensor | None,
                 num_images: int | None, prompt_ids: torch.Tensor | None = None,
-                batch_size: int | None = None) -> Request:
+                batch_size: int | None = None, negative_prompt: str | None = None) -> Request:
         """What one call asks for, checked before anything is drawn: class ids for a class model; for a text model
-        prompts (through the pipeline's prompt encoder), ``prompt_embeds`` left-padded to the model's caption
-        length, or ``prompt_ids`` (a token-id model's own prompt rows); each repeated in turn to ``num_images``
-        when given. A request whose images would take more than :data:`~vgen.pipelines.inputs.MAX_OUTPUT_BYTES`
-        is refused here."""
+        prompts (through the pipeline's prompt encoder, with ``negative_prompt`` for a model whose guidance runs
+        against one), ``prompt_embeds`` left-padded to the model's caption length, or ``prompt_ids`` (a token-id
+        model's own prompt rows); each repeated in turn to ``num_images`` when given. A request whose images would
+        take more than :data:`~vgen.pipelines.inputs.MAX_OUTPUT_BYTES` is refused here."""
         size = self.batch_size if batch_size is None else batch_size
         check_batch_size(size)
         if num_images is not None:
             check_count("num_images", num_images)
         given = {"prompt": prompt, "prompt_embeds": prompt_embeds, "prompt_ids": prompt_ids}
         named = [name for name, value in given.items() if value is not None]
+        if negative_prompt is not None:
+            negative_prompt = self.check_negative_prompt(negative_prompt, named)
         if prompt_attention_mask is not None and prompt_embeds is None and prompt_ids is None:
             raise ValueError("prompt_attention_mask was given without prompt_embeds or prompt_ids")
         if not named:
@@ -210,7 +220,7 @@ class ImagePipeline(ClassConditional):
             if self.prompt_encoder is None:
                 raise ValueError(f"{self.info.name} has no text encoder loaded: load it with one (LlamaGen-T2I: "
                                  f"--t5-path) or pass prompt_embeds")
-            return self._prompt_request(prompts, num_images, int(size))
+            return self._prompt_request(prompts, num_images, int(size), negative_prompt)
         if prompt_embeds is not None:
             if takes_ids:
                 raise ValueError(f"{self.info.name} is conditioned on prompt token ids, not embeddings: give prompt= "
@@ -229,14 +239,30 @@ class ImagePipeline(ClassConditional):
         self.check_output(count)
         return Request([], [], count, int(size), lambda rows: cond[torch.arange(rows.start, rows.stop) % len(cond)])
 
-    def _prompt_request(self, prompts: list[str], num_images: int | None, size: int) -> Request:
-        """The request of ``prompts`` (repeated in turn to ``num_images``), encoded chunk by chunk: all of them
-        once when they fit in a chunk (so that a one-chunk call pads them together, as one batch does), else each
-        chunk's distinct prompts."""
+    def check_negative_prompt(self, negative_prompt: Any, named: list[str]) -> str:
+        """``negative_prompt`` as :func:`~vgen.pipelines.inputs.check_prompts` cleans it; refused where it cannot
+        apply: a model whose guidance runs against no prompt of its own (its unconditional rows are fixed), a
+        request without ``prompt=`` (``named``: the condition arguments given), or not a non-empty string."""
+        if not self.takes_negative_prompt:
+            kind = "text-to-image" if self.text_conditional else "class-conditional"
+            raise ValueError(f"{self.info.name} takes no negative_prompt: its guidance runs against the "
+                             f"{kind} model's own unconditional rows")
+        if named != ["prompt"]:
+            raise ValueError(f"negative_prompt goes with prompt=, not {' or '.join(named) or 'class ids'}")
+        return check_prompts(negative_prompt, "negative_prompt", many=False)[0]
+
+    def _prompt_request(self, prompts: list[str], num_images: int | None, size: int,
+                        negative_prompt: str | None = None) -> Request:
+        """The request of ``prompts`` (repeated in turn to ``num_images``, guided against ``negative_prompt`` when
+        given), encoded chunk by chunk: all of them once when they fit in a chunk (so that a one-chunk call pads
+        them together, as one batch does), else each chunk's distinct prompts."""
         count = len(prompts) if num_images is None else int(num_images)
         self.check_output(count)
         every = [prompts[i % len(prompts)] for i in range(count)]
         encode = self.prompt_encoder
+        if negative_prompt is not None:
+            def encode(texts: list[str]) -> Condition:
+                return self.prompt_encoder(texts, negative_prompt=negative_prompt)
         if len(prompts) <= size:
             encoded: list[Condition] = []
 
@@ -274,14 +300,14 @@ class ImagePipeline(ClassConditional):
                       top_p: float | None = None, progress: bool = False, prefix: torch.Tensor | None = None,
                       prompt: str | Sequence[str] | None = None, prompt_embeds: torch.Tensor | None = None,
                       prompt_attention_mask: torch.Tensor | None = None, prompt_ids: torch.Tensor | None = None,
-                      batch_size: int | None = None,
+                      batch_size: int | None = None, negative_prompt: str | None = None,
                       **sampler_options) -> tuple[Request, Iterator[SampleOutput]]:
         """:meth:`sample_tokens`'s request, checked whole, and an iterator that draws it chunk by chunk: each
         chunk's tokens and stats, one chunk of at most ``batch_size`` in memory at a time."""
         check_seed(seed)
         check_generator(generator, self.device)
         req = self.request(class_ids, prompt, prompt_embeds, prompt_attention_mask, num_images, prompt_ids,
-                           batch_size)
+                           batch_size, negative_prompt)
         given = {"cfg_scale": cfg_scale, "cfg_interval": cfg_interval, "temperature": temperature,
                  "top_k": top_k, "top_p": top_p}
         params = SamplingParams(**merge_settings(self.info.defaults, given))
@@ -311,7 +337,8 @@ class ImagePipeline(ClassConditional):
         [B, L, D] (text-encoder features, padded as ``prompt_attention_mask`` [B, L] says) or, for a model
         conditioned on prompt token ids (Janus), per row of ``prompt_ids`` [B, L] (left-padded as
         ``prompt_attention_mask`` says; none: all real), repeated in turn to ``num_images`` if given. Every argument
-        is checked before sampling starts (:mod:`vgen.pipelines.inputs`).
+        is checked before sampling starts (:mod:`vgen.pipelines.inputs`). ``negative_prompt`` (with ``prompt=``,
+        for a pipeline that ``takes_negative_prompt``: Emu3) replaces the text guidance steers away from.
 
         ``sampler`` defaults to one token per pass (``ar``, or ``continuous-ar`` for a continuous model).
         Sampling settings left as ``None`` take the pipeline's recommended defaults. ``seed`` seeds a fresh
@@ -345,7 +372,7 @@ class ImagePipeline(ClassConditional):
     def logits(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None, *, tokens: torch.Tensor,
                prompt: str | Sequence[str] | None = None, prompt_embeds: torch.Tensor | None = None,
                prompt_attention_mask: torch.Tensor | None = None, prompt_ids: torch.Tensor | None = None,
-               unconditional: bool = False) -> torch.Tensor:
+               unconditional: bool = False, negative_prompt: str | None = None) -> torch.Tensor:
         """The backbone's next-token logits at every step of given images, teacher-forced: for one condition per
         row of ``tokens`` [B, n] (class ids, ``prompt``, ``prompt_embeds`` or ``prompt_ids``, as
         :meth:`sample_tokens` takes them), fp32 logits [B, n, V] whose entry ``[b, i]`` is the distribution of
@@ -353,12 +380,13 @@ class ImagePipeline(ClassConditional):
         ``i``, before guidance, temperature or filtering (for checking a port against its original).
 
         ``unconditional=True`` gives the batch classifier-free guidance runs, [2B, n, V]: the conditional rows,
-        then the same tokens under the null condition (``model.null_condition``); the guided logits at scale s
-        are ``u + s * (c - u)`` of the two halves."""
+        then the same tokens under the null condition (``model.null_condition``: the ``negative_prompt``'s rows
+        where one is given); the guided logits at scale s are ``u + s * (c - u)`` of the two halves."""
         if is_continuous(self.model) or getattr(self.model, "token_order", "raster") != "raster":
             raise ValueError(f"{self.info.name} does not draw one codebook token per step; logits() is for "
                              f"raster next-token models")
-        req = self.request(class_ids, prompt, prompt_embeds, prompt_attention_mask, None, prompt_ids, MAX_SAMPLES)
+        req = self.request(class_ids, prompt, prompt_embeds, prompt_attention_mask, None, prompt_ids, MAX_SAMPLES,
+                           negative_prompt)
         n = self.model.num_tokens
         if (not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point()
                 or tokens.dtype == torch.bool or not 1 <= tokens.shape[1] <= n or len(tokens) != req.count):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -58,6 +59,15 @@ def available_models() -> list[str]:
     return sorted(p.name for p in ASSETS.iterdir() if (p / PIPELINE_CONFIG).is_file()) if ASSETS.is_dir() else []
 
 
+def is_model_folder(folder: str | Path) -> bool:
+    """Whether :func:`load` reads ``folder`` as a model folder (an embedded name is not one): a pipeline folder
+    written by ``save_pretrained``, a LlamaGen-T2I folder, or a released checkpoint folder of a family it reads in
+    its own layout (:data:`RELEASED_FOLDERS`)."""
+    path = Path(folder)
+    return ((path / PIPELINE_CONFIG).is_file() or (path / LLAMAGEN_T2I_CONFIG).is_file()
+            or any(is_family(path) for is_family, _ in RELEASED_FOLDERS.values()))
+
+
 def pipeline_folder(name_or_path: str | Path) -> Path:
     """The folder of an embedded default by name, or ``name_or_path`` itself when it is a pipeline folder."""
     path = Path(name_or_path)
@@ -67,7 +77,7 @@ def pipeline_folder(name_or_path: str | Path) -> Path:
         return ASSETS / str(name_or_path)
     if path.exists():
         raise CheckpointError(f"{path} is not a vgen pipeline folder (no {PIPELINE_CONFIG}), nor a LlamaGen-T2I "
-                              f"one (no {LLAMAGEN_T2I_CONFIG}) or a Janus one")
+                              f"one (no {LLAMAGEN_T2I_CONFIG}) or a released {', '.join(RELEASED_FOLDERS)} one")
     raise ValueError(f"unknown model {short_repr(str(name_or_path))}; embedded models: {available_models()}, "
                      f"or pass a folder written by save_pretrained")
 
@@ -77,16 +87,17 @@ def load(name_or_path: str | Path = DEFAULT_MODEL, device: str | torch.device = 
          max_params: int = MAX_PARAMS) -> ImagePipeline | VideoPipeline | StreamPipeline:
     """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
     :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
-    frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a Janus-Pro folder in ``transformers``'
-    layout (:func:`load_janus_pipeline`); a LlamaGen-T2I folder with its :data:`LLAMAGEN_T2I_CONFIG`
-    (:func:`load_llamagen_t2i`). Each model folder may hold at most ``max_params`` values
-    (:func:`~vgen.hub.from_pretrained`)."""
+    frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a released checkpoint folder of a family of
+    :data:`RELEASED_FOLDERS` (Janus-Pro, Emu3, Lumina-mGPT) in its own layout; a LlamaGen-T2I folder with its
+    :data:`LLAMAGEN_T2I_CONFIG` (:func:`load_llamagen_t2i`). Each model folder may hold at most ``max_params``
+    values (:func:`~vgen.hub.from_pretrained`)."""
     local_path(name_or_path, "vgen.load's name_or_path")
     check_device(device)
     check_dtype(dtype)
     MAX_PARAMS_OPTION.check("max_params", max_params, int)
-    if is_janus_folder(name_or_path):
-        return load_janus_pipeline(name_or_path, device, dtype)
+    for is_family, load_family in RELEASED_FOLDERS.values():
+        if is_family(name_or_path):
+            return load_family(name_or_path, device, dtype)
     if (Path(name_or_path) / LLAMAGEN_T2I_CONFIG).is_file():
         return _load_llamagen_t2i_folder(Path(name_or_path), device, dtype)
     path = pipeline_folder(name_or_path)
@@ -280,6 +291,13 @@ def load_janus_pipeline(folder: str | Path, device: str | torch.device = "cpu",
     info = PipelineInfo(name=Path(folder).name, image_size=model.grid[0] * tokenizer.downsample_factor,
                         defaults={"cfg_scale": model.config.cfg_scale})
     return ImagePipeline(model, tokenizer, info, prompt_encoder=loaded.condition).to(device, dtype)
+
+
+RELEASED_FOLDERS: dict[str, tuple[Callable[[str | Path], bool], Callable[..., ImagePipeline]]] = {
+    "Janus-Pro": (is_janus_folder, load_janus_pipeline),
+}
+"""The families whose released checkpoint folders :func:`load` reads in their own layout: by name, the test that a
+folder holds one and the loader ``(folder, device, dtype)`` of its pipeline."""
 
 
 def _llamagen_vq_config(vq_model: str, codebook_size: int, codebook_embed_dim: int) -> VQConfig:
