@@ -200,7 +200,6 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
 
 
 @pytest.mark.parametrize(("recipe", "extra", "message"), [
-    ("kl", ["--threads", "-1"], "--threads must be between 1 and this machine's"),
     ("scene-judge", ["--num-val", "0"], "--num-val must be >= 1, got 0"),
     ("kl", ["--max-minutes", "nan"], "--max-minutes must be a finite number > 0, got nan"),
     ("kl", ["--num-images", "0"], "--num-images must be >= 1, got 0"),

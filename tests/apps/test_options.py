@@ -205,3 +205,41 @@ def test_an_error_message_is_one_line_of_bounded_length(tmp_path, capsys) -> Non
     assert main(["sample", "--context", "x" * 100_000]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < 1100 and err.rstrip().endswith("0 characters)")
+
+
+def leaf_commands(parser: argparse.ArgumentParser, words: str = "vgen") -> dict[str, argparse.ArgumentParser]:
+    """Every command that runs (a parser with no subcommands of its own) by the words that name it."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {words: parser}
+    return {key: leaf for a in subs for name, child in a.choices.items()
+            for key, leaf in leaf_commands(child, f"{words} {name}").items()}
+
+
+def test_every_command_takes_threads_auto_by_default() -> None:
+    commands = leaf_commands(build_parser())
+    assert {"vgen sample", "vgen stream", "vgen samplers", "vgen train kl", "vgen eval fid"} <= set(commands)
+    for words, parser in commands.items():
+        flags = [a for a in parser._actions if "--threads" in a.option_strings]
+        assert len(flags) == 1 and flags[0].default == "auto", words
+
+
+@pytest.mark.parametrize(("given", "expected"), [([], "auto"), (["--threads", "1"], 1),
+                                                 (["--threads", "auto"], "auto")])
+def test_the_command_runs_with_the_threads_asked_for(given, expected, monkeypatch, capsys) -> None:
+    import vgen.apps.cli as cli
+
+    asked = []
+    monkeypatch.setattr(cli, "threads_for", lambda threads: asked.append(threads) or cli.contextlib.nullcontext())
+    assert main(["samplers", *given]) == 0
+    assert asked == [expected]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many", "1000000"])
+@pytest.mark.parametrize("command", [["stream"], ["train", "kl"]])
+def test_a_thread_count_outside_the_machines_cores_is_refused_in_one_line(command, value, capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--threads", value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("vgen: error: argument --threads: must be between 1 and this machine's"), err

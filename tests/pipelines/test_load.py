@@ -279,3 +279,17 @@ def test_writing_a_llamagen_t2i_config_checks_the_files_before_writing(llamagen_
     with pytest.raises(ValueError, match="unknown VQ model 'VQ-32'"):
         write_llamagen_t2i_config(tmp_path / "f", gpt_file, vq_file, vq_model="VQ-32")
     assert not (tmp_path / "f").exists()
+
+
+def test_load_sets_the_threads_asked_for_and_leaves_them_unasked(tiny_pipeline_dir, monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: pytest.fail(f"set to {n} unasked"))
+    vgen.load(tiny_pipeline_dir)
+    monkeypatch.undo()
+    try:
+        vgen.load(tiny_pipeline_dir, threads=1)
+        assert torch.get_num_threads() == 1
+        with pytest.raises(ValueError, match="threads must be an integer >= 1 or 'auto', got 0"):
+            vgen.load(tiny_pipeline_dir, threads=0)
+    finally:
+        torch.set_num_threads(before)

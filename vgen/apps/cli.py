@@ -18,7 +18,7 @@ from vgen.apps.bench_cli import add_bench_parser
 from vgen.apps.data_cli import add_data_parser
 from vgen.apps.eval_cli import add_eval_parser
 from vgen.apps.models_cli import add_models_parser, add_samplers_parser
-from vgen.apps.options import Parser, UsageError, one_line
+from vgen.apps.options import Parser, UsageError, add_threads_flag, one_line
 from vgen.apps.quality_cli import add_quality_parser
 from vgen.apps.sample_cli import add_sample_parser
 from vgen.apps.sample_many_cli import add_sample_many_parser
@@ -28,6 +28,7 @@ from vgen.apps.train_cli import add_train_parser
 from vgen.hub import PIPELINE_CONFIG, CheckpointError
 from vgen.pipelines import DEFAULT_TEXT_MODEL, LLAMAGEN_T2I_CONFIG
 from vgen.pipelines.load import RELEASED_FOLDERS, is_model_folder
+from vgen.threads import threads_for
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_parser(sub)
     add_samplers_parser(sub)
     add_data_parser(sub)
+    add_threads_flag(parser)
     return parser
 
 
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv or ["sample"])
     try:
-        with vgen_warnings():
+        with vgen_warnings(), threads_for(args.threads):
             args.func(args)
     except (UsageError, CheckpointError, ValueError) as e:
         print(f"vgen: error: {one_line(str(e))}", file=sys.stderr)

@@ -22,6 +22,7 @@ from vgen.pipelines.inputs import MAX_SAMPLES, check_device
 from vgen.samplers import SamplingParams, available_samplers, get_sampler, samplers_taking
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
 from vgen.samplers.streaming import StreamConfig
+from vgen.threads import AUTO
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16"}
@@ -424,3 +425,32 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
     if isinstance(pipe, StreamPipeline) and not streaming:
         raise UsageError(f"{pipe.info.name} is a streaming video model: use `vgen stream --model {args.model}`")
     return pipe
+
+
+def threads_count(text: str) -> int | str:
+    """A ``--threads`` value: ``auto`` or a count between 1 and this machine's cores, refused by argparse
+    otherwise."""
+    if text == AUTO:
+        return AUTO
+    cores = os.cpu_count() or 1
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= cores:
+        raise argparse.ArgumentTypeError(f"must be between 1 and this machine's {cores} cores, or {AUTO}; got "
+                                         f"{text!r}")
+    return count
+
+
+def add_threads_flag(parser: argparse.ArgumentParser) -> None:
+    """``--threads`` on every command that runs (each parser without subcommands of its own), read once by the
+    ``vgen`` command (:func:`vgen.threads.threads_for`)."""
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        parser.add_argument("--threads", type=threads_count, default=AUTO,
+                            help="CPU threads torch computes with; auto: this machine's cores less those busy "
+                                 "elsewhere when the command starts (OMP_NUM_THREADS, when set, is kept)")
+    for action in subcommands:
+        for child in dict.fromkeys(action.choices.values()):  # an alias names the same parser
+            add_threads_flag(child)

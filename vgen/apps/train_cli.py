@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from vgen.apps.options import (
     RUNS,
     UsageError,
@@ -508,7 +506,6 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="training images (clips for frame-tokenizer, nbp, nar --video, blockdiff and "
                             "video-classifier; captioned scenes for t2i and scene-judge)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
-        t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         t.add_argument("--device", type=device_name, default="cpu",
                        help=f"where the model trains (cuda for a GPU; the recipes {off_cpu_recipes()})")
         t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d.precision,
@@ -535,8 +532,6 @@ def check_run_flags(args: argparse.Namespace) -> None:
                         ("--num-val", getattr(args, "num_val", 1))):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    if args.threads is not None and not 1 <= args.threads <= (os.cpu_count() or 1):
-        raise UsageError(f"--threads must be between 1 and this machine's {os.cpu_count()} cores, got {args.threads}")
     if args.max_minutes is not None and not 0 < args.max_minutes < math.inf:
         raise UsageError(f"--max-minutes must be a finite number > 0, got {args.max_minutes}")
     for flag in ("eval_every", "first_frames", "hybrid_blocks"):
@@ -558,8 +553,6 @@ def run_train(args: argparse.Namespace) -> None:
                     checkpoint_every_minutes=args.checkpoint_every_minutes, log_every=args.log_every,
                     override_config=args.override_config)
     train = recipe.defaults.train_config(**settings)
-    if args.threads is not None:  # every setting is checked: from here on the run changes things
-        torch.set_num_threads(args.threads)
     if args.background:
         set_data_config(args.data_dir, ShapesConfig(background=args.background))
     recipe.run(args, train)

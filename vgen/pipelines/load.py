@@ -39,6 +39,7 @@ from vgen.pipelines.stream import MODEL_FOLDER, TOKENIZER_FOLDER, StreamPipeline
 from vgen.pipelines.video import VideoPipeline
 from vgen.samplers import SamplingParams
 from vgen.samplers.options import Option, short_repr
+from vgen.threads import set_threads
 from vgen.tokenizers.vq import VQ_CONFIGS, VQConfig, VQModel
 
 LLAMAGEN_T2I_CONFIG = "llamagen_t2i.json"
@@ -83,18 +84,22 @@ def pipeline_folder(name_or_path: str | Path) -> Path:
 
 
 def load(name_or_path: str | Path = DEFAULT_MODEL, device: str | torch.device = "cpu",
-         dtype: torch.dtype | None = None,
-         max_params: int = MAX_PARAMS) -> ImagePipeline | VideoPipeline | StreamPipeline:
+         dtype: torch.dtype | None = None, max_params: int = MAX_PARAMS,
+         threads: int | str | None = None) -> ImagePipeline | VideoPipeline | StreamPipeline:
     """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
     :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
     frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a released checkpoint folder of a family of
     :data:`RELEASED_FOLDERS` (Janus-Pro, Emu3, Lumina-mGPT) in its own layout; a LlamaGen-T2I folder with its
     :data:`LLAMAGEN_T2I_CONFIG` (:func:`load_llamagen_t2i`). Each model folder may hold at most ``max_params``
-    values (:func:`~vgen.hub.from_pretrained`)."""
+    values (:func:`~vgen.hub.from_pretrained`). ``threads`` sets the CPU threads torch computes with for the rest of
+    the process: a number, or ``"auto"``, the cores not busy elsewhere (:func:`~vgen.threads.set_threads`, what the
+    ``vgen`` command does unless told otherwise); None leaves torch's setting as it is."""
     local_path(name_or_path, "vgen.load's name_or_path")
     check_device(device)
     check_dtype(dtype)
     MAX_PARAMS_OPTION.check("max_params", max_params, int)
+    if threads is not None:
+        set_threads(threads)
     for is_family, load_family in RELEASED_FOLDERS.values():
         if is_family(name_or_path):
             return load_family(name_or_path, device, dtype)
