@@ -1,5 +1,6 @@
 """Acceptance maps: one colour per forward pass (dark early, bright late), white borders between passes; scatter
-plots: round ticks, and each marker where its data coordinates say."""
+plots: round ticks, and each marker where its data coordinates say. An acceptance figure's colour bar under it
+says which pass each colour stands for."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,8 @@ import torch
 from PIL import Image
 
 from vgen.visualize import (
+    LEGEND_HEIGHT,
+    LEGEND_INSET,
     PALETTE,
     PlotAxes,
     acceptance_figure,
@@ -38,11 +41,11 @@ def test_figure_puts_each_image_beside_its_map() -> None:
     images = [Image.new("RGB", (16, 16), (i * 50, 0, 0)) for i in range(3)]
     steps = torch.arange(1, 17).repeat(3, 1)
     figure = acceptance_figure(images, steps, (4, 4), cols=2, min_size=16)
-    assert figure.size == (2 * 32 + 2, 2 * 16 + 2)
+    assert figure.size == (2 * 32 + 2, 2 * 16 + 2 + LEGEND_HEIGHT)
     assert figure.getpixel((0, 0)) == (0, 0, 0) and figure.getpixel((34, 0)) == (50, 0, 0)
     with pytest.raises(ValueError, match="3 images but acceptance data for 2"):
         acceptance_figure(images, steps[:2], (4, 4))
-    assert acceptance_figure(images, steps, (4, 4), cols=1).size == (2 * 128, 3 * 128 + 2 * 8)  # enlarged
+    assert acceptance_figure(images, steps, (4, 4), cols=1).size == (2 * 128, 3 * 128 + 2 * 8 + LEGEND_HEIGHT)
 
 
 def test_a_clip_figure_puts_each_frame_above_its_map_on_one_colour_scale() -> None:
@@ -50,12 +53,26 @@ def test_a_clip_figure_puts_each_frame_above_its_map_on_one_colour_scale() -> No
     videos[1, 2] = 200  # clip 1, frame 2
     steps = torch.arange(1, 13).repeat(2, 1)  # 12 tokens each: 3 frames of 2 x 2, one pass per token
     figure = clip_acceptance_figure(videos, steps, (3, 2, 2), min_size=16)
-    assert figure.size == (3 * 16 + 2 * 2, 2 * (2 * 16 + 2 * 2) - 2 * 2)
+    assert figure.size == (3 * 16 + 2 * 2, 2 * (2 * 16 + 2 * 2) - 2 * 2 + LEGEND_HEIGHT)
     assert figure.getpixel((2 * 18, 36)) == (200, 200, 200)  # clip 1's frame 2, top left
     first = np.asarray(acceptance_map(steps[0, :4], (2, 2), 16, last_pass=12))
     np.testing.assert_array_equal(np.asarray(figure)[17:33, :16], first)  # frame 0's map under it, scale 1..12
     with pytest.raises(ValueError, match="2 clips but acceptance data for 1"):
         clip_acceptance_figure(videos, steps[:1], (3, 2, 2))
+
+
+@pytest.mark.parametrize("last", [1, 2, 16, 89])
+def test_the_legend_under_a_figure_runs_from_pass_1_to_its_last_pass_in_the_maps_colours(last) -> None:
+    images = [Image.new("RGB", (16, 16))]
+    steps = torch.linspace(1, last, 16).round().long()[None]
+    figure = acceptance_figure(images, steps, (4, 4), cols=1, min_size=64)
+    bar = np.asarray(figure)[64 + 22]  # a row through the colour bar
+    assert figure.size == (128, 64 + LEGEND_HEIGHT)
+    assert tuple(bar[LEGEND_INSET]) == tuple(colormap(np.array([0.0]))[0])  # pass 1's colour at the left end
+    right = colormap(np.array([1.0 if last > 1 else 0.0]))[0]
+    assert tuple(bar[128 - LEGEND_INSET - 1]) == tuple(right)  # the last pass's at the right end
+    right_map = np.asarray(figure)[:64, 64:]
+    assert tuple(right_map[2, 2]) == tuple(bar[LEGEND_INSET])  # the map's first token: pass 1
 
 
 @pytest.mark.parametrize("lo, hi, expected", [

@@ -3,7 +3,8 @@
 For each image, a map of its token grid in which every token is coloured by the target forward pass that
 produced it (early passes dark blue, late ones yellow), with borders between tokens produced by different
 passes, so the runs of tokens accepted together stand out. Vanilla AR gives a smooth raster gradient; a good
-speculative sampler gives long runs. A clip gets a row of frames above the row of their maps.
+speculative sampler gives long runs. A clip gets a row of frames above the row of their maps. A colour bar under
+the figure gives the pass number of each colour.
 """
 
 from __future__ import annotations
@@ -45,10 +46,44 @@ def acceptance_map(accept_step: torch.Tensor, grid: tuple[int, int], size: int, 
     return Image.fromarray(big).resize((size, size), Image.NEAREST)
 
 
+LEGEND_HEIGHT = 44  # pixels of the colour bar under an acceptance figure
+LEGEND_INSET = 6  # pixels between the colour bar's ends and the figure's edges
+
+
+def pass_legend(width: int, last_pass: int) -> Image.Image:
+    """A ``width``-pixel colour bar of passes 1 to ``last_pass`` in the maps' colours, round pass numbers under it
+    and a title over it."""
+    out = Image.new("RGB", (width, LEGEND_HEIGHT), (255, 255, 255))
+    draw, font = ImageDraw.Draw(out), ImageFont.load_default(size=11)
+    draw.text((LEGEND_INSET, 2), "forward pass that produced the token", fill=(0, 0, 0), font=font)
+    left, right, top = LEGEND_INSET, width - LEGEND_INSET - 1, 17
+    fractions = np.linspace(0, 1 if last_pass > 1 else 0, max(right - left + 1, 1))
+    out.paste(Image.fromarray(np.repeat(colormap(fractions)[None], 10, axis=0)), (left, top))
+    ticks = {1, last_pass}
+    if last_pass > 2:
+        inner = [int(t) for t in nice_ticks(1, last_pass) if t == int(t)]
+        ticks |= {t for t in inner if 0.1 < (t - 1) / (last_pass - 1) < 0.9}  # none crowding an end's number
+    for tick in sorted(ticks):
+        x = left + round((tick - 1) / max(last_pass - 1, 1) * (right - left))
+        draw.line([(x, top + 10), (x, top + 12)], fill=(0, 0, 0))
+        anchor = "lt" if tick == 1 else "rt" if tick == last_pass else "mt"
+        draw.text((x, top + 13), str(tick), fill=(0, 0, 0), font=font, anchor=anchor)
+    return out
+
+
+def with_legend(figure: Image.Image, last_pass: int) -> Image.Image:
+    """``figure`` with :func:`pass_legend` under it."""
+    out = Image.new("RGB", (figure.width, figure.height + LEGEND_HEIGHT), (255, 255, 255))
+    out.paste(figure, (0, 0))
+    out.paste(pass_legend(figure.width, last_pass), (0, figure.height))
+    return out
+
+
 def acceptance_figure(images: Sequence[Image.Image], accept_step: torch.Tensor, grid: tuple[int, int],
                       cols: int = 4, min_size: int = 128) -> Image.Image:
-    """Each image beside its acceptance map, ``cols`` pairs per row, one colour scale for the whole batch; small
-    images are enlarged (nearest neighbour) to ``min_size`` so the token cells stay visible."""
+    """Each image beside its acceptance map, ``cols`` pairs per row, one colour scale for the whole batch, its
+    legend under them (:func:`pass_legend`); small images are enlarged (nearest neighbour) to ``min_size`` so the
+    token cells stay visible."""
     if len(images) != accept_step.shape[0]:
         raise ValueError(f"{len(images)} images but acceptance data for {accept_step.shape[0]}")
     size = max(images[0].size[0], min_size)
@@ -60,13 +95,14 @@ def acceptance_figure(images: Sequence[Image.Image], accept_step: torch.Tensor, 
         x, y = (i % cols) * (2 * size + gap), (i // cols) * (size + gap)
         out.paste(image.resize((size, size), Image.NEAREST), (x, y))
         out.paste(acceptance_map(accept_step[i], grid, size, last), (x + size, y))
-    return out
+    return with_legend(out, last)
 
 
 def clip_acceptance_figure(videos: np.ndarray, accept_step: torch.Tensor, grid: tuple[int, int, int],
                            min_size: int = 64) -> Image.Image:
     """Each clip (uint8 [T, H, W, 3] of ``videos``) as a row of its frames above a row of their acceptance maps
-    (``accept_step`` [N, T*h*w] over the (frames, rows, columns) ``grid``), one colour scale for all clips."""
+    (``accept_step`` [N, T*h*w] over the (frames, rows, columns) ``grid``), one colour scale for all clips, its
+    legend under them (:func:`pass_legend`)."""
     if len(videos) != accept_step.shape[0]:
         raise ValueError(f"{len(videos)} clips but acceptance data for {accept_step.shape[0]}")
     frames, rows, cols = grid
@@ -81,7 +117,7 @@ def clip_acceptance_figure(videos: np.ndarray, accept_step: torch.Tensor, grid: 
             x = t * (size + gap)
             out.paste(Image.fromarray(clip[t]).resize((size, size), Image.NEAREST), (x, y))
             out.paste(acceptance_map(steps[t], (rows, cols), size, last), (x, y + size + gap // 2))
-    return out
+    return with_legend(out, last)
 
 
 # ---------------------------------------------------------------------------------------------------------------
