@@ -772,4 +772,54 @@ def tiny_lumina_dir(tmp_path_factory):
 def tiny_lumina_factory():
     """:func:`make_tiny_lumina_dir`, for tests that need another seed or codebook."""
     return make_tiny_lumina_dir
+
+
+def lumina_reference_logits(w: dict[str, torch.Tensor], hf: dict, ids: torch.Tensor) -> torch.Tensor:
+    """Logits [B, T, text vocab] of unpadded sequences ``ids`` [B, T] (positions 0..T-1), computed as Lumina's
+    ``lumina_mgpt/model/chameleon/modeling_chameleon.py`` does (``mask_image_logits`` off) from the weights ``w`` of
+    its safetensors and its ``config.json`` ``hf``: RMSNorm pre-norm blocks; queries and keys layer-normalised over
+    ``head_dim`` (eps 1e-5) with the ``[model_parallel_size, head_dim]`` weight and bias repeated over each shard's
+    heads, then Llama's ``rotate_half`` rotary embedding; repeated KV heads; SwiGLU; ``lm_head``."""
+    import math
+
+    import torch.nn.functional as F
+
+    d, nh, nkv, mp = hf["hidden_size"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["model_parallel_size"]
+    (b, t), hd, eps = ids.shape, d // nh, hf["rms_norm_eps"]
+    freqs = torch.outer(torch.arange(t).float(), 1.0 / hf["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+    cos, sin = torch.cat([freqs, freqs], -1).cos()[:, None], torch.cat([freqs, freqs], -1).sin()[:, None]
+
+    def rms(x, weight):
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rotate_half(x):
+        return torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], dim=-1)
+
+    def head_norm(x, name, heads):  # ChameleonLayerNorm: statistics over head_dim, shard weights repeated per head
+        weight, bias = (w[f"{name}.{p}"].repeat_interleave(heads // mp, 0) for p in ("weight", "bias"))
+        return F.layer_norm(x, (hd,), eps=1e-5) * weight + bias
+
+    h = w["model.embed_tokens.weight"][ids]
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    for i in range(hf["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = rms(h, w[p + "input_layernorm.weight"])
+        q = head_norm((x @ w[p + "self_attn.q_proj.weight"].T).view(b, t, nh, hd), p + "self_attn.q_norm", nh)
+        k = head_norm((x @ w[p + "self_attn.k_proj.weight"].T).view(b, t, nkv, hd), p + "self_attn.k_norm", nkv)
+        v = (x @ w[p + "self_attn.v_proj.weight"].T).view(b, t, nkv, hd)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(nh // nkv, 2), v.repeat_interleave(nh // nkv, 2)
+        scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
+        attn = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        h = h + torch.einsum("bhts,bshd->bthd", attn, v).reshape(b, t, d) @ w[p + "self_attn.o_proj.weight"].T
+        x = rms(h, w[p + "post_attention_layernorm.weight"])
+        gate, up = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
+        h = h + (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    return rms(h, w["model.norm.weight"]) @ w["lm_head.weight"].T
+
+
+@pytest.fixture(scope="session")
+def lumina_reference():
+    """:func:`lumina_reference_logits`."""
+    return lumina_reference_logits
 # ---- end Lumina-mGPT ---------------------------------------------------------------------------------------

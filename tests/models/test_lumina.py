@@ -1,9 +1,10 @@
 """Lumina-mGPT (Chameleon) as a vgen backbone, on a tiny random folder in Lumina's released layout.
 
-The oracle is a forward pass written here from Lumina's ``lumina_mgpt/model/chameleon/modeling_chameleon.py``
-(RMSNorm pre-norm blocks; queries and keys layer-normalised over ``head_dim`` with the ``[model_parallel_size,
-head_dim]`` weight and bias repeated over each shard's heads, before Llama's ``rotate_half`` rotary embedding;
-SwiGLU; ``lm_head``), and a greedy loop written from its ``inference_solver.py`` logits processors (guidance on raw
+The oracle is a forward pass written in the tests from Lumina's ``lumina_mgpt/model/chameleon/modeling_chameleon.py``
+(``lumina_reference`` in tests/conftest.py: RMSNorm pre-norm blocks; queries and keys layer-normalised over
+``head_dim`` with the ``[model_parallel_size, head_dim]`` weight and bias repeated over each shard's heads, before
+Llama's ``rotate_half`` rotary embedding; SwiGLU; ``lm_head``), and a greedy loop written here from its
+``inference_solver.py`` logits processors (guidance on raw
 logits against the context that starts at ``<racm3:break>``, then the forced new-line / ``<eoss>`` tokens or the
 image-token mask, then top-k). ``transformers``' ``ChameleonModel`` computes the same hidden states once the q/k
 norms are expanded per head. The differences found between the two implementations, checked below:
@@ -18,12 +19,10 @@ norms are expanded per head. The differences found between the two implementatio
 from __future__ import annotations
 
 import json
-import math
 import shutil
 
 import pytest
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from vgen.hub import CheckpointError
@@ -52,42 +51,10 @@ def hf_config(tiny_lumina_dir) -> dict:
     return json.loads((tiny_lumina_dir / "config.json").read_text())
 
 
-def lumina_forward(w: dict[str, torch.Tensor], hf: dict, ids: list[int]) -> torch.Tensor:
-    """Logits [T, text vocab] of one unpadded sequence, as Lumina's ChameleonForConditionalGeneration computes them
-    (``mask_image_logits`` off), positions 0..T-1."""
-    d, nh, nkv, mp = hf["hidden_size"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["model_parallel_size"]
-    hd, t, eps = d // nh, len(ids), hf["rms_norm_eps"]
-    freqs = torch.outer(torch.arange(t).float(), 1.0 / hf["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
-    cos, sin = torch.cat([freqs, freqs], -1).cos()[:, None], torch.cat([freqs, freqs], -1).sin()[:, None]
-
-    def rms(x, weight):
-        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-
-    def rotate_half(x):
-        return torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], dim=-1)
-
-    def head_norm(x, name, heads):  # ChameleonLayerNorm: stats over head_dim, shard weights repeated per head
-        x = F.layer_norm(x, (hd,), eps=1e-5)
-        return x * w[name + ".weight"].repeat_interleave(heads // mp, 0) + w[name + ".bias"].repeat_interleave(
-            heads // mp, 0)
-
-    h = w["model.embed_tokens.weight"][torch.tensor(ids)]
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
-    for i in range(hf["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        x = rms(h, w[p + "input_layernorm.weight"])
-        q = head_norm((x @ w[p + "self_attn.q_proj.weight"].T).view(t, nh, hd), p + "self_attn.q_norm", nh)
-        k = head_norm((x @ w[p + "self_attn.k_proj.weight"].T).view(t, nkv, hd), p + "self_attn.k_norm", nkv)
-        v = (x @ w[p + "self_attn.v_proj.weight"].T).view(t, nkv, hd)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
-        scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(hd)
-        attn = scores.masked_fill(~causal, float("-inf")).softmax(-1)
-        h = h + torch.einsum("hts,shd->thd", attn, v).reshape(t, d) @ w[p + "self_attn.o_proj.weight"].T
-        x = rms(h, w[p + "post_attention_layernorm.weight"])
-        gate, up = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
-        h = h + (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
-    return rms(h, w["model.norm.weight"]) @ w["lm_head.weight"].T
+@pytest.fixture(scope="module")
+def forward(lumina_reference, weights, hf_config):
+    """One unpadded sequence (a list of ids) -> its logits [T, text vocab], by the reference."""
+    return lambda ids: lumina_reference(weights, hf_config, torch.tensor([ids]))[0]
 
 
 def prompt_rows(cond) -> list[list[int]]:
@@ -117,7 +84,7 @@ def test_code_ids_follow_the_imgimg_names_of_text_tokenizer(lumina) -> None:
 
 
 @torch.no_grad()
-def test_teacher_forced_logits_equal_lumina_forward(lumina, weights, hf_config) -> None:
+def test_teacher_forced_logits_equal_lumina_forward(lumina, forward) -> None:
     model, config = lumina.model, lumina.model.config
     cond = lumina.condition(PROMPTS)
     codes = torch.randint(4, (2, config.num_tokens), generator=torch.Generator().manual_seed(0))
@@ -131,12 +98,12 @@ def test_teacher_forced_logits_equal_lumina_forward(lumina, weights, hf_config) 
             seq.append(code)
             if c % width == width - 1:
                 seq.append(newline)
-        expected = lumina_forward(weights, hf_config, seq)[predicts][:, model.code_ids]
+        expected = forward(seq)[predicts][:, model.code_ids]
         torch.testing.assert_close(logits[b], expected, rtol=1e-4, atol=1e-4)
 
 
 @torch.no_grad()
-def test_transformers_chameleon_agrees_once_qk_norms_are_expanded(weights, hf_config, lumina) -> None:
+def test_transformers_chameleon_agrees_once_qk_norms_are_expanded(weights, hf_config, lumina, forward) -> None:
     """and shows the two differences that keep ``transformers`` from running Lumina's images."""
     hf = hf_config
     config = transformers.ChameleonConfig(
@@ -155,15 +122,15 @@ def test_transformers_chameleon_agrees_once_qk_norms_are_expanded(weights, hf_co
     tf.load_state_dict({**expanded, **own}, strict=True)
     ids = prompt_rows(lumina.condition(PROMPTS[1:]))[0] + lumina.model.code_ids[[0, 2, 1]].tolist()
     hidden = tf.model(torch.tensor([ids])).last_hidden_state[0]
-    torch.testing.assert_close(hidden @ weights["lm_head.weight"].T, lumina_forward(weights, hf, ids), rtol=1e-4,
+    torch.testing.assert_close(hidden @ weights["lm_head.weight"].T, forward(ids), rtol=1e-4,
                                atol=1e-4)
     image_logits = tf(torch.tensor([ids])).logits[0][:, lumina.model.code_ids]
     assert bool((image_logits == torch.finfo(image_logits.dtype).min).all())  # tf masks every image token
     assert not hasattr(tf.model.vqmodel, "decoder")
 
 
-def lumina_greedy(w: dict[str, torch.Tensor], hf: dict, prompt: list[int], image_ids: list[int], newline: int,
-                  eoss: int, grid: tuple[int, int], cfg: float, top_k: int) -> list[int]:
+def lumina_greedy(forward, prompt: list[int], image_ids: list[int], newline: int, eoss: int, grid: tuple[int, int],
+                  cfg: float, top_k: int) -> list[int]:
     """The image tokens (codes, new lines, ``<eoss>``) Lumina's ``generate`` picks greedily after a prompt ending
     in the image header, through ``create_logits_processor(cfg, image_top_k)``: guidance on raw logits against the
     unconditional context (the header, then every generated token), then the new-line / ``<eoss>`` forcing or the
@@ -171,7 +138,7 @@ def lumina_greedy(w: dict[str, torch.Tensor], hf: dict, prompt: list[int], image
     h, width = grid
     seq, uncond, out = list(prompt), prompt[-3:], []
     while not out or out[-1] != eoss:
-        cond_logits, uncond_logits = lumina_forward(w, hf, seq)[-1], lumina_forward(w, hf, uncond)[-1]
+        cond_logits, uncond_logits = forward(seq)[-1], forward(uncond)[-1]
         scores = cfg * (cond_logits - uncond_logits) + uncond_logits
         n = len(out) + 1
         if n % (width + 1) == 0 or n == (width + 1) * h + 1:
@@ -188,13 +155,13 @@ def lumina_greedy(w: dict[str, torch.Tensor], hf: dict, prompt: list[int], image
 
 
 @torch.no_grad()
-def test_greedy_ar_equals_lumina_inference_solver(lumina, weights, hf_config, run_ar) -> None:
+def test_greedy_ar_equals_lumina_inference_solver(lumina, forward, run_ar) -> None:
     model, config = lumina.model, lumina.model.config
     cond = lumina.condition(PROMPTS)
     tokens = run_ar(model, cond, SamplingParams(temperature=0.0, cfg_scale=config.cfg_scale, top_k=config.top_k))
     for b, prompt in enumerate(prompt_rows(cond)):
-        expected = lumina_greedy(weights, hf_config, prompt, sorted(model.code_ids.tolist()), config.row_end[0],
-                                 config.tail[0], config.grid, config.cfg_scale, config.top_k)
+        expected = lumina_greedy(forward, prompt, sorted(model.code_ids.tolist()), config.row_end[0], config.tail[0],
+                                 config.grid, config.cfg_scale, config.top_k)
         assert config.layout.sequence(model.code_ids[tokens[b : b + 1]])[0, 3:].tolist() == expected
 
 
