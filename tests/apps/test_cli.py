@@ -554,3 +554,20 @@ def test_the_app_serves_every_folder_vgen_load_reads_and_refuses_others_in_one_l
     code, _, err = run(["app", "--model-dir", str(tmp_path)], capsys)
     assert code == 2 and err.count("\n") == 1
     assert f"--model-dir {tmp_path} is not a model folder vgen.load reads" in err and "Janus-Pro" in err
+
+
+def test_sample_draws_a_lumina_folder_at_the_image_size_asked_with_mcsjd(tiny_lumina_dir, tmp_path, capsys):
+    out, stats = tmp_path / "lumina.png", tmp_path / "lumina.json"
+    code, printed, err = run(["sample", "--model", str(tiny_lumina_dir), "--image-size", "32", "--prompt", "a red star",
+                              "--sampler", "mcsjd", "--out", str(out), "--stats", str(stats), "--no-captions"], capsys)
+    assert code == 0, err
+    recorded = json.loads(stats.read_text())
+    assert recorded["sampler"] == "mcsjd" and recorded["tokens"] == 4 and recorded["prompts"] == ["a red star"]
+    assert Image.open(out).size == (32, 32) and "wrote 1 image" in printed
+
+
+def test_image_size_is_refused_in_one_line_for_a_model_of_one_size(tiny_janus_dir, tmp_path, capsys):
+    code, _, err = run(["sample", "--model", str(tiny_janus_dir), "--image-size", "32", "--prompt", "a red cat",
+                        "--out", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--image-size is for LlamaGen checkpoints and Lumina-mGPT" in err
+    assert f"folders; {tiny_janus_dir} draws images of its own size" in err

@@ -46,7 +46,7 @@ def test_names_and_folders_that_are_not_pipelines_fail_specifically(tmp_path):
         vgen.load("nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="not a vgen pipeline folder .*, nor a LlamaGen-T2I one "
-                                              r"\(no llamagen_t2i.json\) or a released Janus-Pro one"):
+                                              r"\(no llamagen_t2i.json\) or a released Janus-Pro, Lumina-mGPT one"):
         vgen.load(tmp_path / "empty")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "pipeline.json").write_text("{not json")
@@ -293,3 +293,26 @@ def test_load_sets_the_threads_asked_for_and_leaves_them_unasked(tiny_pipeline_d
             vgen.load(tiny_pipeline_dir, threads=0)
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_lumina_folder_is_a_prompt_pipeline_with_the_inference_solvers_defaults_at_the_size_asked(tiny_lumina_dir):
+    from vgen.models.chameleon import load_lumina
+    from vgen.pipelines.load import is_model_folder, load_lumina_pipeline
+    from vgen.samplers import ARSampler, SamplingParams
+
+    assert is_model_folder(tiny_lumina_dir)
+    with pytest.raises(ValueError, match=r"has no <reserved08824> \(needed for 768-px images\)"):
+        vgen.load(tiny_lumina_dir)  # the released default size; the tiny tokenizer has sizes up to 96 px
+    pipe = load_lumina_pipeline(tiny_lumina_dir, image_size=32)
+    assert pipe.info.defaults == {"cfg_scale": 3.0, "top_k": 2000} and pipe.info.image_size == 32
+    assert pipe.model.grid == (2, 2) and not pipe.takes_negative_prompt
+    # prompts get what its 128 positions leave beside 2 rows of 2 codes, each with its row end, and <eoss>
+    assert pipe.model.config.max_prompt_tokens == 128 - 2 * 3 - 1
+    prompts = ["a red star", "a big blue cat on the moon"]
+    out = pipe(prompt=prompts, temperature=0.0)
+    loaded = load_lumina(tiny_lumina_dir, image_size=32, max_prompt_tokens=121)
+    direct = ARSampler().sample(loaded.model, loaded.condition(prompts),
+                                SamplingParams(cfg_scale=3.0, top_k=2000, temperature=0.0))
+    assert torch.equal(out.tokens, direct.tokens) and out.images[0].size == (32, 32)
+    with pytest.raises(ValueError, match="takes no negative_prompt"):
+        pipe(prompt=prompts, negative_prompt="blurry")

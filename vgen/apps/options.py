@@ -19,6 +19,7 @@ from vgen.data.prompts import FORMATS, PromptSet, read_prompt_set
 from vgen.models.llamagen import LLAMAGEN_T2I_CHECKPOINTS
 from vgen.pipelines import StreamPipeline
 from vgen.pipelines.inputs import MAX_SAMPLES, check_device
+from vgen.pipelines.load import RELEASED_FOLDERS, released_family
 from vgen.samplers import SamplingParams, available_samplers, get_sampler, samplers_taking
 from vgen.samplers.options import DeclaredOption, declarations, declared_options, merge_settings
 from vgen.samplers.streaming import StreamConfig
@@ -214,8 +215,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("model")
     src.add_argument("--model", default=None,
                      help="embedded model name (`vgen models`), pipeline folder, LlamaGen-T2I folder (`vgen "
-                          "t2i-config`) or Janus folder (default: shapes-c2i; shapes-t2i when prompts are given); "
-                          "or LlamaGen checkpoints, below")
+                          "t2i-config`), or a released Janus-Pro, Emu3 or Lumina-mGPT folder (default: shapes-c2i; "
+                          "shapes-t2i when prompts are given); or LlamaGen checkpoints, below")
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -234,7 +235,8 @@ def add_llamagen_args(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--vq-model", default="VQ-16", help="LlamaGen VQ of --vq-ckpt (VQ-16 or VQ-8)")
     group.add_argument("--image-size", type=int, default=None,
                        help="image size of --gpt-ckpt (256, 384, 512; default: 256, or a text-to-image release's "
-                            "own)")
+                            "own), or of the images an Emu3 or Lumina-mGPT --model folder draws (default: 720 and "
+                            "768)")
     group.add_argument("--t5-path", default=None,
                        help="local FLAN-T5-XL folder: --gpt-ckpt is then a LlamaGen text-to-image checkpoint "
                             "(t2i_XL_stage1_256.pt, t2i_XL_stage2_512.pt) that takes --prompt")
@@ -420,8 +422,16 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
     if getattr(args, "t5_path", None):
         raise UsageError("--t5-path goes with LlamaGen text-to-image checkpoints (--gpt-ckpt, --vq-ckpt)")
     prompted = getattr(args, "prompts", None) or getattr(args, "prompt_file", None)
-    default = pipelines.DEFAULT_TEXT_MODEL if prompted else pipelines.DEFAULT_MODEL
-    pipe = pipelines.load(args.model or default, device=args.device, dtype=dtype)
+    model = args.model or (pipelines.DEFAULT_TEXT_MODEL if prompted else pipelines.DEFAULT_MODEL)
+    if getattr(args, "image_size", None) is not None:
+        family = released_family(model)
+        if family is None or not family.sized:
+            sized = " or ".join(name for name, f in RELEASED_FOLDERS.items() if f.sized)
+            raise UsageError(f"--image-size is for LlamaGen checkpoints and {sized} folders; {model} draws "
+                             f"images of its own size")
+        pipe = family.load(model, args.device, dtype, image_size=args.image_size)
+    else:
+        pipe = pipelines.load(model, device=args.device, dtype=dtype)
     if isinstance(pipe, StreamPipeline) and not streaming:
         raise UsageError(f"{pipe.info.name} is a streaming video model: use `vgen stream --model {args.model}`")
     return pipe

@@ -23,6 +23,9 @@ from vgen.hub import (
     local_path,
     read_torch_checkpoint,
 )
+from vgen.models.chameleon import IMAGE_SIZE as LUMINA_IMAGE_SIZE
+from vgen.models.chameleon import PATCH as LUMINA_PATCH
+from vgen.models.chameleon import is_lumina_folder, load_lumina
 from vgen.models.janus import is_janus_folder, load_janus
 from vgen.models.llamagen import (
     LLAMAGEN_T2I_CHECKPOINTS,
@@ -50,6 +53,8 @@ LLAMAGEN_T2I_DEFAULTS = {"cfg_scale": 7.5, "top_k": 1000}
 
 
 MAX_PARAMS_OPTION = Option("the most values a model folder may hold", at_least=1)
+MAX_PROMPT_TOKENS = 256
+"""The prompt tokens (padding included) a released family's pipeline makes room for in its cache."""
 
 
 DEFAULT_MODEL = "shapes-c2i"  # the embedded model of `vgen sample` and `vgen.load()`
@@ -66,7 +71,7 @@ def is_model_folder(folder: str | Path) -> bool:
     its own layout (:data:`RELEASED_FOLDERS`)."""
     path = Path(folder)
     return ((path / PIPELINE_CONFIG).is_file() or (path / LLAMAGEN_T2I_CONFIG).is_file()
-            or any(is_family(path) for is_family, _ in RELEASED_FOLDERS.values()))
+            or released_family(path) is not None)
 
 
 def pipeline_folder(name_or_path: str | Path) -> Path:
@@ -100,9 +105,9 @@ def load(name_or_path: str | Path = DEFAULT_MODEL, device: str | torch.device = 
     MAX_PARAMS_OPTION.check("max_params", max_params, int)
     if threads is not None:
         set_threads(threads)
-    for is_family, load_family in RELEASED_FOLDERS.values():
-        if is_family(name_or_path):
-            return load_family(name_or_path, device, dtype)
+    family = released_family(name_or_path)
+    if family is not None:
+        return family.load(name_or_path, device, dtype)
     if (Path(name_or_path) / LLAMAGEN_T2I_CONFIG).is_file():
         return _load_llamagen_t2i_folder(Path(name_or_path), device, dtype)
     path = pipeline_folder(name_or_path)
@@ -298,11 +303,57 @@ def load_janus_pipeline(folder: str | Path, device: str | torch.device = "cpu",
     return ImagePipeline(model, tokenizer, info, prompt_encoder=loaded.condition).to(device, dtype)
 
 
-RELEASED_FOLDERS: dict[str, tuple[Callable[[str | Path], bool], Callable[..., ImagePipeline]]] = {
-    "Janus-Pro": (is_janus_folder, load_janus_pipeline),
+def load_lumina_pipeline(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                         image_size: int | None = None) -> ImagePipeline:
+    """A Lumina-mGPT folder (``save_pretrained`` of its Chameleon model, with Chameleon's tokenizer files in
+    ``ckpts/chameleon/tokenizer/``, :func:`~vgen.models.chameleon.load_lumina`) as a text-to-image pipeline of
+    square ``image_size``-px images (default 768: 48 x 48 codes): ``pipe(prompt=[...])`` with the defaults of
+    Lumina's inference solver, CFG 3 against its unconditional image header and top-k 2000 over image codes.
+    Prompts may take :data:`MAX_PROMPT_TOKENS` tokens, or what the model's context leaves beside the image where
+    that is less. The backbone is read in ``dtype`` (float32 by default), the VQGAN kept in float32."""
+    check_device(device)
+    image_size = LUMINA_IMAGE_SIZE if image_size is None else image_size
+    loaded = load_lumina(folder, dtype=dtype, device=device, image_size=image_size,
+                         max_prompt_tokens=_lumina_prompt_room(Path(folder), image_size))
+    config = loaded.model.config
+    info = PipelineInfo(name=Path(folder).name, image_size=image_size,
+                        defaults={"cfg_scale": config.cfg_scale, "top_k": config.top_k})
+    return ImagePipeline(loaded.model, loaded.tokenizer, info, prompt_encoder=loaded.condition).to(device, dtype)
+
+
+def _lumina_prompt_room(folder: Path, image_size: int) -> int:
+    """:data:`MAX_PROMPT_TOKENS`, or fewer (at least 1) where the ``max_position_embeddings`` of ``folder``'s
+    config.json leave less beside a square ``image_size``-px image: a row end after each row of codes, then
+    ``<eoss>`` (:mod:`vgen.models.chameleon`; a config that cannot be read is :func:`load_lumina`'s to refuse)."""
+    try:
+        positions = int(json.loads((folder / "config.json").read_text()).get("max_position_embeddings", 4096))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return MAX_PROMPT_TOKENS
+    side = image_size // (LUMINA_PATCH // 2)  # 16 px a code
+    return max(1, min(MAX_PROMPT_TOKENS, positions - side * (side + 1) - 1))
+
+
+@dataclass(frozen=True)
+class ReleasedFamily:
+    """A model family whose released checkpoint folders :func:`load` reads in their own layout: the test that a
+    folder holds one, and its pipeline loader ``load(folder, device, dtype)``, which takes ``image_size=`` too
+    where ``sized`` (the family generates more than one size)."""
+
+    is_folder: Callable[[str | Path], bool]
+    load: Callable[..., ImagePipeline]
+    sized: bool = False
+
+
+RELEASED_FOLDERS: dict[str, ReleasedFamily] = {
+    "Janus-Pro": ReleasedFamily(is_janus_folder, load_janus_pipeline),
+    "Lumina-mGPT": ReleasedFamily(is_lumina_folder, load_lumina_pipeline, sized=True),
 }
-"""The families whose released checkpoint folders :func:`load` reads in their own layout: by name, the test that a
-folder holds one and the loader ``(folder, device, dtype)`` of its pipeline."""
+"""The families :func:`load` reads from their released folders, by name."""
+
+
+def released_family(folder: str | Path) -> ReleasedFamily | None:
+    """The family of :data:`RELEASED_FOLDERS` whose released folder ``folder`` is, if any."""
+    return next((family for family in RELEASED_FOLDERS.values() if family.is_folder(folder)), None)
 
 
 def _llamagen_vq_config(vq_model: str, codebook_size: int, codebook_embed_dim: int) -> VQConfig:
