@@ -272,3 +272,8 @@ def test_a_prompt_longer_than_the_cache_is_one_line(lumina) -> None:
     with pytest.raises(ValueError, match="takes at most 40") as err:
         lumina.condition(["a red star " * 10])
     one_line(err)
+
+
+def test_prompt_room_defaults_to_what_the_context_leaves_beside_the_image(tiny_lumina_dir) -> None:
+    """128 positions less 4 rows of 4 codes and a new line each, less ``<eoss>``."""
+    assert load_lumina(tiny_lumina_dir, image_size=64).model.config.max_prompt_tokens == 128 - 4 * 5 - 1

@@ -60,6 +60,7 @@ PROMPT_TEMPLATE = "Generate an image of {w}x{h} according to the following promp
 IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PATCH = 32  # pixels a size token counts (Lumina's item processor: <reserved{8800 + side / 32}>)
 CFG_SCALE, TOP_K, IMAGE_SIZE = 3.0, 2000, 768
+MAX_PROMPT_TOKENS = 256  # the default room for a prompt (template and image header included) in a cache
 
 
 def size_token(pixels: int) -> str:
@@ -288,9 +289,12 @@ def _check_lumina_config(hf: dict, where: Path) -> None:
 
 
 def lumina_config(hf: dict, vocab: dict[str, int], code_ids: Sequence[int], image_size: int = IMAGE_SIZE,
-                  vq_factor: int = 16, max_prompt_tokens: int = 256, where: Path = Path("config.json")) -> MLLMConfig:
+                  vq_factor: int = 16, max_prompt_tokens: int | None = None,
+                  where: Path = Path("config.json")) -> MLLMConfig:
     """The :class:`MLLMConfig` of a Lumina-mGPT ``config.json`` (``hf``) for square images of ``image_size`` px:
-    ``vocab`` is the text tokenizer's (the fixed tokens by name), ``code_ids`` the text id of each VQ code."""
+    ``vocab`` is the text tokenizer's (the fixed tokens by name), ``code_ids`` the text id of each VQ code.
+    ``max_prompt_tokens`` (image header included) defaults to :data:`MAX_PROMPT_TOKENS`, or what the model's
+    ``max_position_embeddings`` leave beside the image (its codes, a row end after each row, ``<eoss>``)."""
     _check_lumina_config(hf, where)
     if image_size % PATCH or image_size <= 0:
         raise ValueError(f"image_size {image_size} is not a positive multiple of {PATCH} (Lumina-mGPT's size tokens "
@@ -301,8 +305,11 @@ def lumina_config(hf: dict, vocab: dict[str, int], code_ids: Sequence[int], imag
     missing = [n for n in names if n not in vocab]
     if missing:
         raise ValueError(f"the model's tokenizer has no {', '.join(missing)} (needed for {image_size}-px images)")
-    side, pad = image_size // vq_factor, hf.get("pad_token_id")
+    side, pad, positions = image_size // vq_factor, hf.get("pad_token_id"), hf.get("max_position_embeddings", 4096)
     pad = 0 if pad is None else pad  # any id: padding is masked out of attention
+    if max_prompt_tokens is None:  # a context too short for a prompt keeps the default, which MLLMConfig refuses
+        room = positions - side * (side + 1) - 1 if isinstance(positions, int) else 0
+        max_prompt_tokens = min(MAX_PROMPT_TOKENS, room) if room >= 16 else MAX_PROMPT_TOKENS
     try:
         return MLLMConfig(
             vocab_size=len(code_ids), text_vocab_size=hf["vocab_size"], dim=hf["hidden_size"],
@@ -312,9 +319,8 @@ def lumina_config(hf: dict, vocab: dict[str, int], code_ids: Sequence[int], imag
             intermediate_size=hf["intermediate_size"], qk_norm=True, image_rows=side, image_cols=side,
             row_end=(vocab[NEW_LINE],), head_tokens=(vocab[IMAGE_START], vocab[size_token(image_size)],
                                                      vocab[size_token(image_size)]),
-            tail=(vocab[IMAGE_END],), max_positions=hf.get("max_position_embeddings", 4096),
-            max_prompt_tokens=max_prompt_tokens, pad_token_id=pad, cfg_scale=CFG_SCALE,
-            top_k=TOP_K)
+            tail=(vocab[IMAGE_END],), max_positions=positions, max_prompt_tokens=max_prompt_tokens,
+            pad_token_id=pad, cfg_scale=CFG_SCALE, top_k=TOP_K)
     except KeyError as e:
         raise ValueError(f"{where} has no {e.args[0]!r}") from None
     except (TypeError, ValueError) as e:
@@ -467,9 +473,10 @@ class LoadedLumina:
 
 
 def load_lumina(folder: str | Path, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-                image_size: int = IMAGE_SIZE, max_prompt_tokens: int = 256) -> LoadedLumina:
+                image_size: int = IMAGE_SIZE, max_prompt_tokens: int | None = None) -> LoadedLumina:
     """A Lumina-mGPT folder (see the module docstring), read offline, for square images of ``image_size`` px: the
-    backbone (``dtype``, float32 by default), the VQGAN (float32, as Lumina runs it) and the text tokenizer."""
+    backbone (``dtype``, float32 by default), the VQGAN (float32, as Lumina runs it) and the text tokenizer.
+    ``max_prompt_tokens``: as :func:`lumina_config`."""
     path = check_lumina_folder(folder)
     try:
         from transformers import AutoTokenizer
