@@ -12,6 +12,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 MARGIN = 4  # white pixels around each captioned tile
+CAPTION_WIDTH = 160  # pixels: a captioned image is enlarged to at least this width so that its words fit
 
 
 def to_uint8(images: torch.Tensor) -> np.ndarray:
@@ -36,7 +37,7 @@ def image_grid(images: Sequence[Image.Image], cols: int) -> Image.Image:
     return grid
 
 
-def captioned_grid(images: Sequence[Image.Image], captions: Sequence[str], cols: int, cell: int = 160,
+def captioned_grid(images: Sequence[Image.Image], captions: Sequence[str], cols: int, cell: int = CAPTION_WIDTH,
                    font_size: int = 12, lines: int = 4) -> Image.Image:
     """Tile images row-major, each at least ``cell`` pixels wide (smaller ones enlarged, larger ones kept) with its
     caption wrapped beneath it in up to ``lines`` lines (a longer caption ends in an ellipsis), so a grid of prompts

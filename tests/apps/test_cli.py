@@ -13,6 +13,7 @@ from PIL import Image
 
 from vgen.apps.cli import build_parser, main
 from vgen.images import MARGIN
+from vgen.visualize import LEGEND_HEIGHT
 
 
 def run(args, capsys):
@@ -152,7 +153,7 @@ def test_speculative_sampling_writes_an_acceptance_map(tiny_pipeline_dir, tmp_pa
                            "--window", "4", "--lantern-k", "5", "--draft-coupling", "gumbel", "--out", str(out),
                            "--acceptance-map", str(amap), "--stats", str(stats)], capsys)
     assert code == 0 and "tokens per pass" in stdout
-    assert Image.open(amap).size == (3 * 2 * 128 + 2 * 8, 128)  # each sample beside its map, enlarged
+    assert Image.open(amap).size == (3 * 2 * 128 + 2 * 8, 128 + LEGEND_HEIGHT)  # each sample beside its map
     s = json.loads(stats.read_text())
     assert s["sampler"] == "lantern" and s["details"]["drafter"] == "jacobi" and s["details"]["lantern_k"] == 5
     assert s["forward_passes"] < 16 and len(s["accept_step"]) == 3
@@ -309,8 +310,8 @@ def test_continuous_model_samples_with_cspd_and_its_own_default(tiny_continuous_
     s = json.loads(stats.read_text())
     assert s["sampler"] == "cspd" and s["tokens"] == 2 * 16 and s["details"]["prefill_tokens"] == 4
     assert s["details"]["draft_length"] == 3 and Image.open(amap).size[0] > 0
-    code, _, _ = run(["sample", "--model", model, "--num-images", "1", "--out", str(out), "--stats", str(stats)],
-                     capsys)
+    code, _, _ = run(["sample", "--model", model, "--num-images", "1", "--out", str(out), "--stats", str(stats),
+                      "--overwrite"], capsys)
     assert code == 0 and json.loads(stats.read_text())["sampler"] == "continuous-ar"
 
 
@@ -554,6 +555,39 @@ def test_the_app_serves_every_folder_vgen_load_reads_and_refuses_others_in_one_l
     code, _, err = run(["app", "--model-dir", str(tmp_path)], capsys)
     assert code == 2 and err.count("\n") == 1
     assert f"--model-dir {tmp_path} is not a model folder vgen.load reads" in err and "Janus-Pro" in err
+
+
+def test_the_default_output_names_the_model_and_the_sampler(tiny_pipeline_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run(["sample", "--model", str(tiny_pipeline_dir)], capsys)[0] == 0
+    code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--sampler", "sjd"], capsys)
+    assert code == 0 and "to tiny_sjd.png" in stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny_ar.png", "tiny_sjd.png"]
+
+
+@pytest.mark.parametrize(("given", "existing"), [
+    (["--out", "grid.png"], "grid.png"), ([], "tiny_ar.png"), (["--out", "x.png", "--stats", "s.json"], "s.json"),
+    (["--out", "x.png", "--acceptance-map", "map.png"], "map.png")])
+def test_an_existing_output_is_refused_before_any_sampling_unless_overwrite(tiny_pipeline_dir, tmp_path, capsys,
+                                                                            monkeypatch, given, existing):
+    from vgen.samplers.ar import ARSampler
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / existing).write_bytes(b"earlier work")
+    sample = ARSampler.sample
+    monkeypatch.setattr(ARSampler, "sample", lambda *a, **k: pytest.fail("sampled"))
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), *given], capsys)
+    assert code == 2
+    assert err == f"vgen: error: {existing} exists; pass --overwrite to replace it, or name another file\n"
+    assert (tmp_path / existing).read_bytes() == b"earlier work"
+    monkeypatch.setattr(ARSampler, "sample", sample)
+    assert run(["sample", "--model", str(tiny_pipeline_dir), *given, "--overwrite"], capsys)[0] == 0
+    assert (tmp_path / existing).read_bytes() != b"earlier work"
+
+
+def test_sample_help_says_captions_enlarge_the_images():
+    text = " ".join(build_parser()._subparsers._group_actions[0].choices["sample"].format_help().split())
+    assert "under it, the image enlarged to 160 px wide (nearest neighbour) so the words fit" in text
 
 
 def test_sample_draws_a_lumina_folder_at_the_image_size_asked_with_mcsjd(tiny_lumina_dir, tmp_path, capsys):

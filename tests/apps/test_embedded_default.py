@@ -28,7 +28,7 @@ def test_shapes_c2i_is_shipped_small():
 def test_vgen_sample_without_arguments_writes_a_grid_of_every_class(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["sample", "--stats", "stats.json", "--no-progress"]) == 0
-    grid = Image.open(tmp_path / "samples.png")
+    grid = Image.open(tmp_path / "shapes-c2i_ar.png")
     assert grid.size == (8 * 64, 64)  # one 64 px image per class, in one row
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["model"] == "shapes-c2i" and stats["class_ids"] == list(range(len(CLASS_NAMES)))
@@ -215,7 +215,7 @@ def test_a_prompt_alone_goes_to_the_text_default(tmp_path, monkeypatch):
     assert main(["sample", "--prompt", prompt, "--stats", "stats.json", "--no-progress"]) == 0
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["model"] == "shapes-t2i" and stats["prompts"] == [prompt] and stats["tokens"] == 256
-    assert (tmp_path / "samples.png").is_file()
+    assert (tmp_path / "shapes-t2i_ar.png").is_file()
 
 
 @pytest.mark.slow

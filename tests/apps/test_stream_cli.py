@@ -238,3 +238,14 @@ def test_quality_of_a_streaming_model_refuses_a_window_context(tiny_stream_pipel
     assert main(["quality", "--model", str(tiny_stream_pipeline_dir), "--num-images", "1", "--window-context",
                  "2"]) == 2
     assert "--window-context is for video token models" in capsys.readouterr().err
+
+
+def test_the_default_output_names_the_model_and_an_existing_one_is_refused(tiny_stream_pipeline_dir, tmp_path,
+                                                                          capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, stdout, _ = run(["--model", str(tiny_stream_pipeline_dir), "--frames", "2"], capsys)
+    assert code == 0 and "to tiny-stream_stream.mp4" in stdout and (tmp_path / "tiny-stream_stream.mp4").is_file()
+    code, _, err = run(["--model", str(tiny_stream_pipeline_dir), "--frames", "2"], capsys)
+    assert code == 2 and err == ("vgen: error: tiny-stream_stream.mp4 exists; pass --overwrite to replace it, or "
+                                 "name another file\n")
+    assert run(["--model", str(tiny_stream_pipeline_dir), "--frames", "2", "--overwrite"], capsys)[0] == 0

@@ -120,8 +120,9 @@ def check_suffix(path: str, suffixes: set[str]) -> None:
                          f"use one of {sorted(suffixes)}")
 
 
-def check_writable(path: str | None, suffixes: set[str] | None = None) -> None:
-    """Fail before any work if ``path`` cannot be written (so that nothing computed is lost)."""
+def check_writable(path: str | None, suffixes: set[str] | None = None, overwrite: bool = True) -> None:
+    """Fail before any work if ``path`` cannot be written (so that nothing computed is lost), or exists unless
+    ``overwrite`` (so that no earlier output is replaced silently)."""
     if path is None:
         return
     p = Path(path)
@@ -130,10 +131,27 @@ def check_writable(path: str | None, suffixes: set[str] | None = None) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise UsageError(f"cannot write {path}: it is a directory")
+    if not overwrite and p.exists():
+        raise UsageError(f"{path} exists; pass --overwrite to replace it, or name another file")
     if not parent.is_dir():
         raise UsageError(f"cannot write {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"cannot write {path}: permission denied")
+
+
+def add_overwrite_flag(group: argparse._ArgumentGroup) -> None:
+    """--overwrite: replace output files that exist (:func:`check_writable`)."""
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace output files that exist (without it a command refuses them before any work)")
+
+
+def output_name(model: str, made_by: str, suffix: str) -> str:
+    """A default output file that says what made it: ``shapes-c2i_mcsjd.png`` for ``model`` and ``made_by`` (a
+    sampler; characters other than letters, digits, ``.`` and ``-`` made ``-``)."""
+    def clean(text: str) -> str:
+        return re.sub(r"[^\w.-]+", "-", text).strip("-.") or "out"
+
+    return f"{clean(model)}_{clean(made_by)}{suffix}"
 
 
 def device_name(text: str) -> str:

@@ -16,19 +16,21 @@ from vgen.apps.options import (
     add_device_args,
     add_model_args,
     add_negative_prompt_arg,
+    add_overwrite_flag,
     add_sampler_args,
     add_sampler_option_flags,
     check_writable,
     class_label,
     load_pipeline,
     negative_prompt_args,
+    output_name,
     plural,
     sampler_options,
     sampling_overrides,
 )
 from vgen.eval.videos import read_video
-from vgen.images import captioned_grid, image_grid
-from vgen.pipelines import tile_clips
+from vgen.images import CAPTION_WIDTH, captioned_grid, image_grid
+from vgen.pipelines import default_sampler, tile_clips
 from vgen.pipelines.inputs import check_prompts, read_prompt_file
 from vgen.samplers import get_sampler
 from vgen.video_io import VIDEO_FORMATS, write_video
@@ -63,19 +65,21 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                      help="video model: frames each later window continues (default: half the window)")
     add_sampler_args(p, option_flags=False)
     out = p.add_argument_group("output")
-    out.add_argument("--out", default="samples.png",
-                     help="image grid to write (default: samples.png); for a video model an .mp4, .gif or "
-                          "frame-grid .png")
+    out.add_argument("--out", default=None,
+                     help="image grid to write; for a video model an .mp4, .gif or frame-grid .png (default: "
+                          "MODEL_SAMPLER.png, such as shapes-c2i_ar.png; MODEL_SAMPLER.mp4 for a video model)")
     out.add_argument("--fps", type=int, default=8, help="frames per second of a video output")
     out.add_argument("--cols", type=int, default=None, help="grid columns (default: up to 8)")
     out.add_argument("--captions", action=argparse.BooleanOptionalAction, default=None,
-                     help="write each image's prompt (or class name) under it (default: on for a text-to-image "
-                          "model, off for a class model)")
+                     help=f"write each image's prompt (or class name) under it, the image enlarged to "
+                          f"{CAPTION_WIDTH} px wide (nearest neighbour) so the words fit (default: on for a "
+                          f"text-to-image model, off for a class model)")
     out.add_argument("--stats", default=None,
                      help="write the sampler's stats as JSON here, with the per-token data of the acceptance map")
     out.add_argument("--acceptance-map", default=None,
                      help="write each image beside the map of the forward pass that produced each token (for a "
-                          "video model: each clip's frames above their maps)")
+                          "video model: each clip's frames above their maps), a colour bar of the passes under them")
+    add_overwrite_flag(out)
     add_device_args(out)
     add_sampler_option_flags(p)
     add_checkpoint_args(p)
@@ -83,9 +87,9 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_sample(args: argparse.Namespace) -> None:
-    check_writable(args.out, IMAGE_SUFFIXES | set(VIDEO_FORMATS))
-    check_writable(args.stats, {".json"})
-    check_writable(args.acceptance_map, IMAGE_SUFFIXES)
+    check_writable(args.out, IMAGE_SUFFIXES | set(VIDEO_FORMATS), args.overwrite)
+    check_writable(args.stats, {".json"}, args.overwrite)
+    check_writable(args.acceptance_map, IMAGE_SUFFIXES, args.overwrite)
     if args.cols is not None and args.cols < 1:
         raise UsageError(f"--cols must be >= 1, got {args.cols}")
     if args.fps < 1:
@@ -97,6 +101,10 @@ def run_sample(args: argparse.Namespace) -> None:
         raise UsageError(f"--context {args.context} is not a file")
     pipe = load_pipeline(args)
     negative = negative_prompt_args(args, pipe)
+    if args.out is None:
+        suffix = ".mp4" if hasattr(pipe, "num_frames") else ".png"
+        args.out = output_name(pipe.info.name, args.sampler or default_sampler(pipe.model), suffix)
+        check_writable(args.out, None, args.overwrite)
     if hasattr(pipe, "num_frames"):
         return run_sample_video(args, pipe, options)
     for flag, value in (("--context", args.context), ("--num-frames", args.num_frames),

@@ -17,10 +17,12 @@ from vgen.apps.options import (
     UsageError,
     add_device_args,
     add_option_flags,
+    add_overwrite_flag,
     check_count,
     check_writable,
     class_label,
     load_pipeline,
+    output_name,
     plural,
     recommended_defaults,
     set_options,
@@ -58,22 +60,27 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     add_option_flags(p.add_argument_group("schedule and context (unset = the model's recommended value)"),
                      settings, recommended_defaults(settings))
     o = p.add_argument_group("output")
-    o.add_argument("--out", default="stream.mp4", help=".mp4 (crash-safe, fragmented) or .gif")
+    o.add_argument("--out", default=None, help=".mp4 (crash-safe, fragmented) or .gif (default: MODEL_stream.mp4, "
+                                                 "such as shapes-blockdiff_stream.mp4)")
     o.add_argument("--fps", type=int, default=8, help="frames per second of the video file")
     o.add_argument("--profile", default=None, help="write the profiling report (JSON) here")
+    add_overwrite_flag(o)
     add_device_args(o)
     p.set_defaults(func=run_stream)
 
 
 def run_stream(args: argparse.Namespace) -> None:
-    check_writable(args.out, {".mp4", ".gif"})
-    check_writable(args.profile, {".json"})
+    check_writable(args.out, {".mp4", ".gif"}, args.overwrite)
+    check_writable(args.profile, {".json"}, args.overwrite)
     check_count("--frames (--num-frames)", args.frames)
     if args.fps <= 0:
         raise UsageError(f"--fps must be > 0, got {args.fps}")
     pipe = load_pipeline(args, streaming=True)
     if not isinstance(pipe, StreamPipeline):
         raise UsageError(f"{pipe.info.name} is not a streaming (block-diffusion) model; try --model shapes-blockdiff")
+    if args.out is None:
+        args.out = output_name(pipe.info.name, "stream", ".mp4")
+        check_writable(args.out, None, args.overwrite)
     class_id = pipe.class_id(args.class_id)
     for frame, _ in args.switch:
         if frame < 0:
