@@ -24,7 +24,6 @@ Samplers number slots as if every prefix were one position (slot ``s`` holds ima
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from vgen.models.backbone import GRID_LIMIT, BackboneConfig
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid
 from vgen.models.config_fields import declare, size
+from vgen.models.hf_folder import check_model_folder, model_type
 from vgen.models.layers import FeedForward, RMSNorm, permute_rotary, rope_grid_table
 from vgen.models.linear import Linear
 from vgen.models.llamagen import TransformerBlock
@@ -419,33 +419,12 @@ class LoadedJanus:
 
 def is_janus_folder(folder: str | Path) -> bool:
     """Whether ``folder`` holds a ``transformers`` checkpoint whose config names the Janus model type."""
-    config_file = Path(folder) / "config.json"
-    try:
-        return config_file.is_file() and json.loads(config_file.read_text()).get("model_type") == "janus"
-    except (json.JSONDecodeError, AttributeError):
-        return False
+    return model_type(folder) == "janus"
 
 
 def check_janus_folder(folder: str | Path) -> Path:
     """``folder`` as a Path, or a one-line ValueError if it is missing or not a Janus checkpoint with its processor."""
-    path = Path(folder)
-    if not path.is_dir():
-        raise ValueError(f"Janus folder {str(path)!r} does not exist; " + JANUS_PRO_HINT.format(folder=path))
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ValueError(f"{str(path)!r} is not a Janus checkpoint (no config.json); "
-                         + JANUS_PRO_HINT.format(folder=path))
-    try:
-        kind = json.loads(config_file.read_text()).get("model_type")
-    except (json.JSONDecodeError, AttributeError) as e:
-        raise ValueError(f"{str(config_file)!r} is not a readable config: {e}") from None
-    if kind != "janus":
-        raise ValueError(f"{str(path)!r} holds a {kind!r} model, not Janus (model_type 'janus'); the original "
-                         f"deepseek-ai layout is not read, " + JANUS_PRO_HINT.format(folder=path))
-    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model")):
-        raise ValueError(f"{str(path)!r} has a Janus model but no tokenizer (tokenizer.json); save the processor "
-                         f"there too (processor.save_pretrained)")
-    return path
+    return check_model_folder(folder, "janus", "Janus", JANUS_PRO_HINT, "the original deepseek-ai layout is not read, ")
 
 
 def load_janus(folder: str | Path, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
