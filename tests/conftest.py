@@ -531,6 +531,28 @@ def layout_prompt(model, lengths: tuple[int, ...], seed: int = 0):
     return PrefixCondition(values, mask)
 
 
+@torch.no_grad()
+def layout_reference_logits(model, prompt: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """The law a layout model's samplers must follow, computed without its cache: logits [B, N, V] of code i given
+    the unpadded ``prompt`` ids [L] (ending in the head) and ``codes[:, :i]``, from one causal forward over the
+    prompt and ``layout.sequence`` of each row (row ends written in), read at the position before each code."""
+    layout = model.token_layout
+    body = layout.sequence(model.code_ids[codes])[:, len(layout.head):]
+    ids = torch.cat([prompt.expand(len(codes), -1), body], dim=1)
+    h = model.text_embeddings(ids)
+    rope = model.rope[:ids.shape[1]]
+    for i, layer in enumerate(model.layers):
+        h = layer(h, rope, None, i)
+    slots = len(prompt) + layout.offset(torch.arange(codes.shape[1])) - 1
+    return model.head(model.norm(h)[:, slots]).float()
+
+
+@pytest.fixture(scope="session")
+def layout_reference():
+    """:func:`layout_reference_logits`."""
+    return layout_reference_logits
+
+
 @pytest.fixture(scope="session")
 def tiny_layout_lm():
     """:func:`make_tiny_layout_lm`, for any grid, codebook, qk-norm or seed."""
@@ -779,14 +801,16 @@ def lumina_reference_logits(w: dict[str, torch.Tensor], hf: dict, ids: torch.Ten
     ``lumina_mgpt/model/chameleon/modeling_chameleon.py`` does (``mask_image_logits`` off) from the weights ``w`` of
     its safetensors and its ``config.json`` ``hf``: RMSNorm pre-norm blocks; queries and keys layer-normalised over
     ``head_dim`` (eps 1e-5) with the ``[model_parallel_size, head_dim]`` weight and bias repeated over each shard's
-    heads, then Llama's ``rotate_half`` rotary embedding; repeated KV heads; SwiGLU; ``lm_head``."""
+    heads (``transformers``' ``[heads, head_dim]`` as it is), then Llama's ``rotate_half`` rotary embedding; repeated
+    KV heads; SwiGLU; ``lm_head``."""
     import math
 
     import torch.nn.functional as F
 
-    d, nh, nkv, mp = hf["hidden_size"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["model_parallel_size"]
+    d, nh, nkv = hf["hidden_size"], hf["num_attention_heads"], hf["num_key_value_heads"]
     (b, t), hd, eps = ids.shape, d // nh, hf["rms_norm_eps"]
-    freqs = torch.outer(torch.arange(t).float(), 1.0 / hf["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+    theta = hf["rope_theta"] if "rope_theta" in hf else hf["rope_parameters"]["rope_theta"]  # transformers 5
+    freqs = torch.outer(torch.arange(t).float(), 1.0 / theta ** (torch.arange(0, hd, 2).float() / hd))
     cos, sin = torch.cat([freqs, freqs], -1).cos()[:, None], torch.cat([freqs, freqs], -1).sin()[:, None]
 
     def rms(x, weight):
@@ -796,7 +820,8 @@ def lumina_reference_logits(w: dict[str, torch.Tensor], hf: dict, ids: torch.Ten
         return torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], dim=-1)
 
     def head_norm(x, name, heads):  # ChameleonLayerNorm: statistics over head_dim, shard weights repeated per head
-        weight, bias = (w[f"{name}.{p}"].repeat_interleave(heads // mp, 0) for p in ("weight", "bias"))
+        rows = w[name + ".weight"].shape[0]  # model_parallel_size (Lumina's layout) or heads (transformers')
+        weight, bias = (w[f"{name}.{p}"].repeat_interleave(heads // rows, 0) for p in ("weight", "bias"))
         return F.layer_norm(x, (hd,), eps=1e-5) * weight + bias
 
     h = w["model.embed_tokens.weight"][ids]
@@ -816,6 +841,40 @@ def lumina_reference_logits(w: dict[str, torch.Tensor], hf: dict, ids: torch.Ten
         gate, up = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
         h = h + (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
     return rms(h, w["model.norm.weight"]) @ w["lm_head.weight"].T
+
+
+def make_tiny_anole_dir(folder, seed: int = 0, codes: int = 4):
+    """``transformers``' ``ChameleonForConditionalGeneration`` saved as it saves it (the language model of
+    :func:`lumina_hf_config` with N(0, 0.3) weights, q/k norms per head; its VQ encoder) with the word-level
+    tokenizer, and Chameleon's files (a VQGAN of ``codes`` codes) in ``ckpts/chameleon/tokenizer/``: an Anole-style
+    folder."""
+    transformers = pytest.importorskip("transformers", reason="Anole needs transformers (pip install -e .[t2i])")
+
+    generator = torch.Generator().manual_seed(seed)
+    vocab, tok = write_tiny_chameleon_tokenizer(folder / "ckpts" / "chameleon" / "tokenizer", codes, generator)
+    hf = lumina_hf_config(vocab)
+    config = transformers.ChameleonConfig(
+        **{k: hf[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                              "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "rms_norm_eps",
+                              "bos_token_id", "eos_token_id", "pad_token_id", "vocabulary_map")},
+        vq_config={"embed_dim": TINY_VQGAN["embed_dim"], "num_embeddings": codes, "base_channels": 32,
+                   "channel_multiplier": [1, 2]})
+    model = transformers.ChameleonForConditionalGeneration(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.startswith("model.vqmodel."):
+                shift = 1.0 if name.endswith("norm.weight") else 0.0
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.3 + shift)
+    model.save_pretrained(folder)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                         unk_token="<unk>").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_anole_dir(tmp_path_factory):
+    """A saved tiny random ``transformers`` Chameleon folder with Chameleon's files (:func:`make_tiny_anole_dir`)."""
+    return make_tiny_anole_dir(tmp_path_factory.mktemp("anole") / "tiny")
 
 
 @pytest.fixture(scope="session")

@@ -9,34 +9,20 @@ import pytest
 import torch
 
 from vgen.models.conditioning import PrefixCondition, cat_conditions
-from vgen.models.mllm import LayoutLM, MLLMConfig
+from vgen.models.mllm import MLLMConfig
 
 GRID = (2, 3)  # W = 3 codes a row, E = 1 row end, a head of 2
 
 
-@torch.no_grad()
-def reference_logits(model: LayoutLM, cond: PrefixCondition, codes: torch.Tensor) -> torch.Tensor:
-    """Logits [B, N, V] of code i given the prompt and codes[:, :i]: each row unpadded, one causal forward over
-    prompt + ``layout.sequence`` (its head is the prompt's end), read at the position before each code."""
-    layout, out = model.token_layout, []
-    for row in range(len(codes)):
-        prompt = cond.values[row][cond.mask[row]]
-        ids = torch.cat([prompt, layout.sequence(model.code_ids[codes[row:row + 1]])[0, len(layout.head):]])
-        h = model.text_embeddings(ids[None])
-        rope = model.rope[:len(ids)]
-        for i, layer in enumerate(model.layers):
-            h = layer(h, rope, None, i)
-        slots = len(prompt) + layout.offset(torch.arange(codes.shape[1])) - 1
-        out.append(model.head(model.norm(h)[0, slots]))
-    return torch.stack(out)
-
-
 @pytest.fixture(scope="module", params=[False, True], ids=["llama", "qk-norm"])
-def case(request, tiny_layout_lm, layout_prompts):
+def case(request, tiny_layout_lm, layout_prompts, layout_reference):
+    """A model, prompts of 3 lengths (left-padded), codes, and the reference logits of each row (unpadded)."""
     model = tiny_layout_lm(GRID, qk_norm=request.param)
     cond = layout_prompts(model, (3, 1, 5))
     codes = torch.randint(model.vocab_size, (3, model.num_tokens), generator=torch.Generator().manual_seed(1))
-    return model, cond, codes, reference_logits(model, cond, codes)
+    expected = torch.cat([layout_reference(model, cond.values[b][cond.mask[b]], codes[b:b + 1])
+                          for b in range(len(codes))])
+    return model, cond, codes, expected
 
 
 def test_teacher_forced_decode_equals_the_full_sequence_forward(case) -> None:

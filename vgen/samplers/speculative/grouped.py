@@ -130,7 +130,7 @@ def rank_neighbours(p: torch.Tensor, drafts: torch.Tensor, window: int) -> tuple
 
 
 def _build(options, model: nn.Module, tokenizer: nn.Module | None) -> GroupedRule:
-    return GroupedRule(model.tok_embeddings.weight.detach(), options.gsd_rank_window, options.gsd_p_threshold,
+    return GroupedRule(model.code_embeddings().detach(), options.gsd_rank_window, options.gsd_p_threshold,
                        options.gsd_dist_threshold)
 
 
