@@ -1,4 +1,4 @@
-"""Lumina-mGPT (a Chameleon model) as a vgen text-to-image backbone, with Chameleon's VQGAN image tokenizer.
+"""Lumina-mGPT and Anole (Chameleon models) as vgen text-to-image backbones, with Chameleon's VQGAN tokenizer.
 
 A Lumina-mGPT folder is the ``save_pretrained`` of Lumina's ``ChameleonXLLMXForConditionalGeneration``
 (Alpha-VLLM/Lumina-mGPT, ``model_type`` "chameleon"): ``config.json``, safetensors weights and the text tokenizer
@@ -23,6 +23,13 @@ Generation follows Lumina's ``inference_solver.py`` (``FlexARInferenceSolver``):
 - classifier-free guidance on raw logits, ``u + s (c - u)``, against the unconditional context that starts at the
   header (``<racm3:break>, h, w`` at positions 0, 1, 2, then every generated token); image top-k 2000 and guidance
   3.0 (``create_logits_processor``'s defaults), temperature 1; 768 px (48 x 48 codes) by default.
+
+``transformers``' own ``ChameleonForConditionalGeneration`` folders (Anole's converted checkpoint: q/k norms per
+head, ``model.vqmodel`` an encoder only) load the same way (:func:`load_anole`), with Chameleon's VQGAN in the same
+place, and generate as Anole's ``chameleon/inference/chameleon.py`` does: ``[BOS] + prompt + <reserved08706>``, then
+``<racm3:break>``, 32 x 32 codes with no row ends, ``<eoss>``; guidance 3 against ``[BOS, <racm3:break>]``,
+temperature 0.7, top-p 0.9. ``transformers`` cannot generate images from them itself: its forward sets every image
+logit to the lowest value, and its VQ model has no decoder.
 """
 
 from __future__ import annotations
@@ -56,10 +63,18 @@ TOKENIZER_FILES = ("text_tokenizer.json", "vqgan.yaml", "vqgan.ckpt")
 LUMINA_HINT = ("download a Lumina-mGPT checkpoint (e.g. `huggingface-cli download Alpha-VLLM/Lumina-mGPT-7B-768 "
                "--local-dir {folder}`) and put Chameleon's tokenizer files (text_tokenizer.json, vqgan.yaml, "
                "vqgan.ckpt, from Meta's Chameleon release) in {folder}/ckpts/chameleon/tokenizer/")
+ANOLE_HINT = ("save transformers' ChameleonForConditionalGeneration of an image-generating checkpoint there (e.g. "
+              "Anole-7b converted by transformers' convert_chameleon_weights_to_hf.py) with its tokenizer, and put "
+              "Chameleon's tokenizer files (text_tokenizer.json, vqgan.yaml, vqgan.ckpt) in "
+              "{folder}/ckpts/chameleon/tokenizer/")
+FAMILIES = {"lumina": ("Lumina-mGPT", LUMINA_HINT, "ChameleonXLLMXForConditionalGeneration"),
+            "anole": ("Anole", ANOLE_HINT, "ChameleonForConditionalGeneration")}
 PROMPT_TEMPLATE = "Generate an image of {w}x{h} according to the following prompt:\n{caption}<reserved08706>"
 IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PATCH = 32  # pixels a size token counts (Lumina's item processor: <reserved{8800 + side / 32}>)
 CFG_SCALE, TOP_K, IMAGE_SIZE = 3.0, 2000, 768
+ANOLE_IMAGE_SIZE, ANOLE_CFG_SCALE, ANOLE_TEMPERATURE, ANOLE_TOP_P = 512, 3.0, 0.7, 0.9
+END_OF_TURN, BOS = "<reserved08706>", "<s>"
 MAX_PROMPT_TOKENS = 256  # the default room for a prompt (template and image header included) in a cache
 
 
@@ -174,21 +189,35 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def is_lumina_folder(folder: str | Path) -> bool:
-    """Whether ``folder``'s ``config.json`` is Lumina-mGPT's: model type "chameleon" with Lumina's
-    ``ChameleonXLLMX*`` architecture or its ``z_loss_weight`` setting."""
+def _chameleon_kind(folder: str | Path) -> str | None:
+    """"lumina" for a Lumina-mGPT ``config.json`` (model type "chameleon" with Lumina's ``ChameleonXLLMX*``
+    architecture or its ``z_loss_weight`` setting), "anole" for ``transformers``' own
+    ``ChameleonForConditionalGeneration``, else None."""
     config_file = Path(folder) / "config.json"
     try:
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return False
+        return None
     if not isinstance(config, dict) or config.get("model_type") != "chameleon":
-        return False
-    archs = config.get("architectures") or []
-    return "z_loss_weight" in config or any(str(a).startswith("ChameleonXLLMX") for a in archs)
+        return None
+    archs = [str(a) for a in config.get("architectures") or []]
+    if "z_loss_weight" in config or any(a.startswith("ChameleonXLLMX") for a in archs):
+        return "lumina"
+    return "anole" if "ChameleonForConditionalGeneration" in archs else None
 
 
-def weight_files(folder: Path) -> list[Path]:
+def is_lumina_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a Lumina-mGPT checkpoint (``save_pretrained`` of its Chameleon model)."""
+    return _chameleon_kind(folder) == "lumina"
+
+
+def is_anole_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` holds ``transformers``' ``ChameleonForConditionalGeneration`` (Anole's converted
+    checkpoint, or Chameleon's)."""
+    return _chameleon_kind(folder) == "anole"
+
+
+def weight_files(folder: Path, hint: str = LUMINA_HINT) -> list[Path]:
     """The safetensors files of a ``save_pretrained`` folder: ``model.safetensors``, or the shards its
     ``model.safetensors.index.json`` names."""
     single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
@@ -196,7 +225,7 @@ def weight_files(folder: Path) -> list[Path]:
         return [single]
     if not index.is_file():
         raise ValueError(f"{folder} has no weights (model.safetensors or model.safetensors.index.json); "
-                         + LUMINA_HINT.format(folder=folder))
+                         + hint.format(folder=folder))
     weight_map = _read_json(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ValueError(f"{index} has no weight_map")
@@ -211,25 +240,34 @@ def check_lumina_folder(folder: str | Path) -> Path:
     """``folder`` as a Path, or a one-line ValueError naming what is missing (and where it goes): a Lumina-mGPT
     ``config.json``, its weights, its ``tokenizer.json``, and Chameleon's tokenizer files in
     ``ckpts/chameleon/tokenizer/``."""
+    return _check_folder(folder, "lumina")
+
+
+def check_anole_folder(folder: str | Path) -> Path:
+    """:func:`check_lumina_folder` for a ``transformers`` Chameleon folder (Anole)."""
+    return _check_folder(folder, "anole")
+
+
+def _check_folder(folder: str | Path, kind: str) -> Path:
     path = Path(folder)
+    name, hint, arch = FAMILIES[kind]
     if not path.is_dir():
-        raise ValueError(f"Lumina-mGPT folder {str(path)!r} does not exist; " + LUMINA_HINT.format(folder=path))
+        raise ValueError(f"{name} folder {str(path)!r} does not exist; " + hint.format(folder=path))
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ValueError(f"{str(path)!r} is not a Lumina-mGPT checkpoint (no config.json); "
-                         + LUMINA_HINT.format(folder=path))
+        raise ValueError(f"{str(path)!r} is not a {name} checkpoint (no config.json); " + hint.format(folder=path))
     config = _read_json(config_file)
-    if not is_lumina_folder(path):
+    if _chameleon_kind(path) != kind:
         raise ValueError(f"{config_file} describes a {config.get('model_type')!r} model "
                          f"({', '.join(map(str, config.get('architectures') or [])) or 'no architecture'}), not "
-                         f"Lumina-mGPT (model_type 'chameleon', architecture ChameleonXLLMXForConditionalGeneration)")
-    weight_files(path)
+                         f"{name} (model_type 'chameleon', architecture {arch})")
+    weight_files(path, hint)
     if not (path / "tokenizer.json").is_file():
-        raise ValueError(f"{path} has no tokenizer.json: Lumina-mGPT's prompts use the model folder's own tokenizer "
+        raise ValueError(f"{path} has no tokenizer.json: {name}'s prompts use the model folder's own tokenizer "
                          f"(saved with the checkpoint)")
     tok_dir = path / TOKENIZER_DIR
-    missing = [name for name in TOKENIZER_FILES if not (tok_dir / name).is_file()
-               and not (name == "vqgan.ckpt" and (tok_dir / "vqgan.safetensors").is_file())]
+    missing = [f for f in TOKENIZER_FILES if not (tok_dir / f).is_file()
+               and not (f == "vqgan.ckpt" and (tok_dir / "vqgan.safetensors").is_file())]
     if missing:
         raise ValueError(f"missing {', '.join(missing)} in {tok_dir}: put Chameleon's tokenizer files there (Lumina-"
                          f"mGPT's README places them in lumina_mgpt/ckpts/chameleon/tokenizer/)")
@@ -270,20 +308,28 @@ def image_token_ids(text_tokenizer: str | Path, vocabulary_map: dict[str, int] |
     return [code_ids[c] for c in range(codebook_size)]
 
 
-def _check_lumina_config(hf: dict, where: Path) -> None:
-    """A one-line ValueError for a config.json that is not the Llama-with-qk-norm Lumina-mGPT runs as."""
+def _rope_theta(hf: dict) -> float:
+    """The rotary base of a Chameleon config: ``rope_theta`` (Lumina, ``transformers`` 4), or inside
+    ``rope_parameters`` (``transformers`` 5); Chameleon's 10000 when unset."""
+    return float(hf.get("rope_theta") or (hf.get("rope_parameters") or {}).get("rope_theta") or 10000.0)
+
+
+def _check_chameleon_config(hf: dict, where: Path, lumina: bool) -> None:
+    """A one-line ValueError for a config.json that is not the Llama-with-qk-norm that Lumina-mGPT and Anole run
+    as (for Lumina, also one whose own forward masks the image tokens)."""
     problems = []
     if hf.get("swin_norm", False):
         problems.append("swin_norm (post-norm blocks) is not supported")
-    if hf.get("mask_image_logits", True):
+    if lumina and hf.get("mask_image_logits", True):
         problems.append("mask_image_logits is true (or unset, Lumina's default): Lumina's own forward then masks every "
                         "image token, so it cannot generate images")
     if hf.get("attention_bias", False) or hf.get("mlp_bias", False):
         problems.append("attention or MLP biases are not supported")
     if hf.get("hidden_act", "silu") != "silu":
         problems.append(f"hidden_act {hf.get('hidden_act')!r} is not silu")
-    if hf.get("rope_scaling") is not None:
-        problems.append(f"rope_scaling {hf.get('rope_scaling')!r} is not supported")
+    rope_type = (hf.get("rope_parameters") or {}).get("rope_type", "default")
+    if hf.get("rope_scaling") is not None or rope_type != "default":
+        problems.append(f"rotary scaling {hf.get('rope_scaling') or rope_type!r} is not supported")
     if problems:
         raise ValueError(f"{where}: " + "; ".join(problems))
 
@@ -295,7 +341,7 @@ def lumina_config(hf: dict, vocab: dict[str, int], code_ids: Sequence[int], imag
     ``vocab`` is the text tokenizer's (the fixed tokens by name), ``code_ids`` the text id of each VQ code.
     ``max_prompt_tokens`` (image header included) defaults to :data:`MAX_PROMPT_TOKENS`, or what the model's
     ``max_position_embeddings`` leave beside the image (its codes, a row end after each row, ``<eoss>``)."""
-    _check_lumina_config(hf, where)
+    _check_chameleon_config(hf, where, lumina=True)
     if image_size % PATCH or image_size <= 0:
         raise ValueError(f"image_size {image_size} is not a positive multiple of {PATCH} (Lumina-mGPT's size tokens "
                          f"count {PATCH}-px steps)")
@@ -305,22 +351,46 @@ def lumina_config(hf: dict, vocab: dict[str, int], code_ids: Sequence[int], imag
     missing = [n for n in names if n not in vocab]
     if missing:
         raise ValueError(f"the model's tokenizer has no {', '.join(missing)} (needed for {image_size}-px images)")
-    side, pad, positions = image_size // vq_factor, hf.get("pad_token_id"), hf.get("max_position_embeddings", 4096)
+    head = (vocab[IMAGE_START], vocab[size_token(image_size)], vocab[size_token(image_size)])
+    return _mllm_config(hf, code_ids, image_size // vq_factor, (vocab[NEW_LINE],), head, (vocab[IMAGE_END],),
+                        max_prompt_tokens, CFG_SCALE, TOP_K, where)
+
+
+def anole_config(hf: dict, vocab: dict[str, int], code_ids: Sequence[int], image_size: int = ANOLE_IMAGE_SIZE,
+                 vq_factor: int = 16, max_prompt_tokens: int | None = None,
+                 where: Path = Path("config.json")) -> MLLMConfig:
+    """The :class:`MLLMConfig` of a ``transformers`` Chameleon ``config.json`` generating as Anole does
+    (``chameleon/inference/chameleon.py``'s ``ImageDecoder``): ``<racm3:break>`` ends the prompt, then
+    ``(image_size / 16)^2`` codes with no row ends (32 x 32 at Chameleon's 512 px), then ``<eoss>``; guidance 3."""
+    _check_chameleon_config(hf, where, lumina=False)
+    if image_size % vq_factor or image_size <= 0:
+        raise ValueError(f"image_size {image_size} is not a positive multiple of the VQGAN's {vq_factor} px a code")
+    missing = [n for n in (IMAGE_START, IMAGE_END) if n not in vocab]
+    if missing:
+        raise ValueError(f"the model's tokenizer has no {', '.join(missing)}")
+    return _mllm_config(hf, code_ids, image_size // vq_factor, (), (vocab[IMAGE_START],), (vocab[IMAGE_END],),
+                        max_prompt_tokens, ANOLE_CFG_SCALE, None, where)
+
+
+def _mllm_config(hf: dict, code_ids: Sequence[int], side: int, row_end: tuple[int, ...], head: tuple[int, ...],
+                 tail: tuple[int, ...], max_prompt_tokens: int | None, cfg_scale: float, top_k: int | None,
+                 where: Path) -> MLLMConfig:
+    """The :class:`MLLMConfig` of a Chameleon ``config.json`` with a ``side x side`` layout; ``max_prompt_tokens``
+    None: :data:`MAX_PROMPT_TOKENS`, or what ``max_position_embeddings`` leave beside the image."""
+    pad, positions = hf.get("pad_token_id"), hf.get("max_position_embeddings", 4096)
     pad = 0 if pad is None else pad  # any id: padding is masked out of attention
     if max_prompt_tokens is None:  # a context too short for a prompt keeps the default, which MLLMConfig refuses
-        room = positions - side * (side + 1) - 1 if isinstance(positions, int) else 0
+        room = positions - side * (side + len(row_end)) - len(tail) if isinstance(positions, int) else 0
         max_prompt_tokens = min(MAX_PROMPT_TOKENS, room) if room >= 16 else MAX_PROMPT_TOKENS
     try:
         return MLLMConfig(
             vocab_size=len(code_ids), text_vocab_size=hf["vocab_size"], dim=hf["hidden_size"],
             n_layer=hf["num_hidden_layers"], n_head=hf["num_attention_heads"],
             n_kv_head=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-            norm_eps=float(hf.get("rms_norm_eps", 1e-5)), rope_base=float(hf.get("rope_theta", 10000.0)),
+            norm_eps=float(hf.get("rms_norm_eps", 1e-5)), rope_base=_rope_theta(hf),
             intermediate_size=hf["intermediate_size"], qk_norm=True, image_rows=side, image_cols=side,
-            row_end=(vocab[NEW_LINE],), head_tokens=(vocab[IMAGE_START], vocab[size_token(image_size)],
-                                                     vocab[size_token(image_size)]),
-            tail=(vocab[IMAGE_END],), max_positions=positions, max_prompt_tokens=max_prompt_tokens,
-            pad_token_id=pad, cfg_scale=CFG_SCALE, top_k=TOP_K)
+            row_end=row_end, head_tokens=head, tail=tail, max_positions=positions,
+            max_prompt_tokens=max_prompt_tokens, pad_token_id=pad, cfg_scale=cfg_scale, top_k=top_k)
     except KeyError as e:
         raise ValueError(f"{where} has no {e.args[0]!r}") from None
     except (TypeError, ValueError) as e:
@@ -364,7 +434,7 @@ def _qk_rows(hf: dict, shapes: dict[str, tuple[int, ...]], where: str) -> dict[s
     return rows
 
 
-def read_lumina_weights(files: Sequence[Path], hf: dict, config: MLLMConfig, code_ids: Sequence[int],
+def read_chameleon_weights(files: Sequence[Path], hf: dict, config: MLLMConfig, code_ids: Sequence[int],
                         dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """:class:`LayoutLM`'s state dict from Lumina-mGPT's safetensors ``files``: the header shapes are checked against
     ``hf`` (``config.json``) first, then each tensor is read once and mapped (q/k rows from Llama's halves to vgen's
@@ -431,24 +501,27 @@ def lumina_prompt(caption: str, image_size: int) -> str:
     return PROMPT_TEMPLATE.format(w=image_size, h=image_size, caption=caption)
 
 
-def lumina_condition(tokenizer: Any, prompts: Sequence[str], config: MLLMConfig, image_size: int) -> PrefixCondition:
-    """Each prompt as Lumina's inference solver feeds it, ``[BOS] + encode(lumina_prompt(p))`` (no special tokens
-    added by the tokenizer; BOS is its ``bos_token_id``, else EOS, as ``xllmx``'s Tokenizer), then the image header
-    ``config.head_tokens``; rows left-padded to one length. No null prompt: the backbone's null condition is the
-    header alone, Lumina's unconditional context."""
+def _bos(tokenizer: Any) -> int:
+    """The BOS id as ``xllmx``'s Tokenizer takes it: the tokenizer's ``bos_token_id``, else its EOS."""
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
+def _check_prompts(prompts: Sequence[str]) -> None:
     if isinstance(prompts, str) or not len(prompts):
         raise ValueError("give a non-empty list of prompts")
     for i, p in enumerate(prompts):
         if not isinstance(p, str) or not p.strip():
             raise ValueError(f"prompt {i} is empty or not a string")
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    head = list(config.head_tokens)
-    rows = [[bos, *tokenizer.encode(lumina_prompt(p, image_size), add_special_tokens=False), *head] for p in prompts]
+
+
+def _left_padded(rows: list[list[int]], config: MLLMConfig, family: str) -> PrefixCondition:
+    """Token rows left-padded to one length (pad id, masked), or a one-line ValueError for a row longer than
+    ``config.max_prompt_tokens``."""
     longest = max(range(len(rows)), key=lambda i: len(rows[i]))
-    if len(rows[longest]) > config.max_prompt_tokens:
-        raise ValueError(f"prompt {longest} takes {len(rows[longest])} tokens with Lumina-mGPT's template and image "
-                         f"header; this model takes at most {config.max_prompt_tokens} (max_prompt_tokens): shorten it")
     length = len(rows[longest])
+    if length > config.max_prompt_tokens:
+        raise ValueError(f"prompt {longest} takes {length} tokens with {family}'s template and image header; this "
+                         f"model takes at most {config.max_prompt_tokens} (max_prompt_tokens): shorten it")
     ids = torch.full((len(rows), length), config.pad_token_id, dtype=torch.long)
     mask = torch.zeros(len(rows), length, dtype=torch.bool)
     for i, row in enumerate(rows):
@@ -457,19 +530,67 @@ def lumina_condition(tokenizer: Any, prompts: Sequence[str], config: MLLMConfig,
     return PrefixCondition(ids, mask)
 
 
+def lumina_condition(tokenizer: Any, prompts: Sequence[str], config: MLLMConfig, image_size: int) -> PrefixCondition:
+    """Each prompt as Lumina's inference solver feeds it, ``[BOS] + encode(lumina_prompt(p))`` (no special tokens
+    added by the tokenizer), then the image header ``config.head_tokens``; rows left-padded to one length. No null
+    prompt: the backbone's null condition is the header alone, Lumina's unconditional context."""
+    _check_prompts(prompts)
+    head = list(config.head_tokens)
+    rows = [[_bos(tokenizer), *tokenizer.encode(lumina_prompt(p, image_size), add_special_tokens=False), *head]
+            for p in prompts]
+    return _left_padded(rows, config, "Lumina-mGPT")
+
+
+def anole_condition(tokenizer: Any, prompts: Sequence[str], config: MLLMConfig) -> PrefixCondition:
+    """Each prompt as Anole's ``text2image.py`` feeds it: ``[BOS] + encode(p) + [<reserved08706>]`` (the end of the
+    user's turn), then ``<racm3:break>``, left-padded. Its guidance mixes three rows, ``u + 1.2 (i - u) + 3 (c -
+    i)``, where the image-conditioned row ``i`` keeps the prompt's BOS, image tokens and image markers: for a text
+    prompt that is ``[BOS, <racm3:break>]``, the unconditional row ``u`` itself, so the mix is ``u + 3 (c - u)``,
+    vgen's guidance against the null prompt ``[BOS, <racm3:break>]`` carried here."""
+    _check_prompts(prompts)
+    vocab, head = tokenizer.get_vocab(), list(config.head_tokens)
+    if END_OF_TURN not in vocab:
+        raise ValueError(f"the model's tokenizer has no {END_OF_TURN} (Chameleon's end of turn)")
+    bos = _bos(tokenizer)
+    rows = [[bos, *tokenizer.encode(p, add_special_tokens=False), vocab[END_OF_TURN], *head] for p in prompts]
+    null = torch.tensor([[bos, *head]] * len(rows))
+    cond = _left_padded(rows, config, "Anole")
+    return PrefixCondition(cond.values, cond.mask, null=PrefixCondition(null, torch.ones_like(null, dtype=torch.bool)))
+
+
 @dataclass
 class LoadedLumina:
-    """What :func:`load_lumina` returns: the backbone, Chameleon's VQGAN, the text tokenizer and the image size."""
+    """What :func:`load_lumina` returns: the backbone, Chameleon's VQGAN, the text tokenizer, the image size, and
+    the family's sampling defaults (``defaults``: options of :class:`~vgen.samplers.SamplingParams`)."""
 
     model: LayoutLM
     tokenizer: VQModel
     text_tokenizer: Any
     image_size: int
 
+    @property
+    def defaults(self) -> dict[str, float | int]:
+        """Lumina's inference solver: guidance 3 and top-k 2000 over the image tokens, temperature 1."""
+        return {"cfg_scale": self.model.config.cfg_scale, "top_k": self.model.config.top_k}
+
     def condition(self, prompts: Sequence[str]) -> PrefixCondition:
         """:func:`lumina_condition` of ``prompts`` on the model's device."""
         cond = lumina_condition(self.text_tokenizer, prompts, self.model.config, self.image_size)
         return cond.to(self.model.head.weight.device)
+
+
+class LoadedAnole(LoadedLumina):
+    """What :func:`load_anole` returns (the fields of :class:`LoadedLumina`)."""
+
+    @property
+    def defaults(self) -> dict[str, float | int]:
+        """Anole's ``Options.Image``: guidance 3 (text; 1.2 on an image that a text prompt does not have),
+        temperature 0.7, top-p 0.9, no top-k."""
+        return {"cfg_scale": self.model.config.cfg_scale, "temperature": ANOLE_TEMPERATURE, "top_p": ANOLE_TOP_P}
+
+    def condition(self, prompts: Sequence[str]) -> PrefixCondition:
+        """:func:`anole_condition` of ``prompts`` on the model's device."""
+        return anole_condition(self.text_tokenizer, prompts, self.model.config).to(self.model.head.weight.device)
 
 
 def load_lumina(folder: str | Path, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
@@ -478,22 +599,44 @@ def load_lumina(folder: str | Path, dtype: torch.dtype | None = None, device: to
     backbone (``dtype``, float32 by default), the VQGAN (float32, as Lumina runs it) and the text tokenizer.
     ``max_prompt_tokens``: as :func:`lumina_config`."""
     path = check_lumina_folder(folder)
+    model, vq, text_tokenizer = _load(path, dtype, device, lambda hf, vocab, code_ids, factor: lumina_config(
+        hf, vocab, code_ids, image_size, factor, max_prompt_tokens, path / "config.json"))
+    return LoadedLumina(model, vq, text_tokenizer, image_size)
+
+
+def load_anole(folder: str | Path, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+               image_size: int = ANOLE_IMAGE_SIZE, max_prompt_tokens: int | None = None) -> LoadedAnole:
+    """A ``transformers`` Chameleon folder (``save_pretrained`` of ``ChameleonForConditionalGeneration`` with its
+    tokenizer; Chameleon's VQGAN and ``text_tokenizer.json`` in ``ckpts/chameleon/tokenizer/``, which
+    ``transformers``' folder lacks: its VQ model has no decoder) generating as Anole does (:func:`anole_config`).
+    ``transformers`` itself cannot: its forward sets every image-token logit to the lowest value. vgen reads the
+    weights directly, so the image rows of ``lm_head`` are used as they are; whether they draw images is the
+    checkpoint's (Anole's do; Chameleon's release was tuned not to generate images)."""
+    path = check_anole_folder(folder)
+    model, vq, text_tokenizer = _load(path, dtype, device, lambda hf, vocab, code_ids, factor: anole_config(
+        hf, vocab, code_ids, image_size, factor, max_prompt_tokens, path / "config.json"))
+    return LoadedAnole(model, vq, text_tokenizer, image_size)
+
+
+def _load(path: Path, dtype: torch.dtype | None, device: torch.device | str | None,
+          make_config: Any) -> tuple[LayoutLM, VQModel, Any]:
+    """The backbone, VQGAN and text tokenizer of a checked Chameleon folder; ``make_config(hf, vocab, code_ids,
+    vq_factor)`` gives the backbone's :class:`MLLMConfig`."""
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
-        raise ImportError(f"Lumina-mGPT needs transformers (pip install -e \".[t2i]\"): {e}") from None
+        raise ImportError(f"Chameleon models need transformers (pip install -e \".[t2i]\"): {e}") from None
     hf = _read_json(path / "config.json")
     tok_dir = path / TOKENIZER_DIR
     vq = load_vqgan(tok_dir)
     code_ids = image_token_ids(tok_dir / "text_tokenizer.json", hf.get("vocabulary_map"), vq.codebook_size)
     text_tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    config = lumina_config(hf, text_tokenizer.get_vocab(), code_ids, image_size, vq.downsample_factor,
-                           max_prompt_tokens, path / "config.json")
-    state = read_lumina_weights(weight_files(path), hf, config, code_ids, dtype or torch.float32)
+    config = make_config(hf, text_tokenizer.get_vocab(), code_ids, vq.downsample_factor)
+    state = read_chameleon_weights(weight_files(path), hf, config, code_ids, dtype or torch.float32)
     with torch.device("meta"):
         model = LayoutLM(config)
     model.load_state_dict(state, strict=True, assign=True)
     model = model.eval()
     if device is not None:
         model, vq = model.to(device), vq.to(device)
-    return LoadedLumina(model, vq, text_tokenizer, image_size)
+    return model, vq, text_tokenizer
