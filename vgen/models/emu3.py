@@ -211,19 +211,21 @@ class Emu3VQ(nn.Module):
 
 
 def emu3_condition(processor: Any, prompts: Sequence[str], grid: tuple[int, int],
-                   negative_prompt: str | Sequence[str] = NEGATIVE_PROMPT,
+                   negative_prompt: str | Sequence[str] | None = None,
                    max_prompt_tokens: int | None = None) -> PrefixCondition:
     """The prompt rows the docs' ``generate`` call runs for a ``grid`` of codes: ``BOS + prompt + <|image start|>h*w
     <|image token|>`` (the processor's image-generation mode), left-padded to one length, and as ``null`` the
-    negative prompt (one for all rows, or one per row) tokenised as ``BOS + text`` as the docs do, left-padded to its
-    own length. Rotary positions skip the padding in both; ``transformers``' guidance processor numbers the
-    negative rows from their first position, padding included, so per-row negative prompts of different lengths
-    give it other positions (the docs' one negative prompt for all rows has no padding)."""
+    negative prompt (one for all rows, or one per row; None: :data:`NEGATIVE_PROMPT`) tokenised as ``BOS + text`` as
+    the docs do, left-padded to its own length. Rotary positions skip the padding in both; ``transformers``'
+    guidance processor numbers the negative rows from their first position, padding included, so per-row negative
+    prompts of different lengths give it other positions (the docs' one negative prompt has no padding)."""
     if isinstance(prompts, str) or not len(prompts):
         raise ValueError("give a non-empty list of prompts")
     for i, p in enumerate(prompts):
         if not isinstance(p, str) or not p.strip():
             raise ValueError(f"prompt {i} is empty or not a string")
+    if negative_prompt is None:
+        negative_prompt = NEGATIVE_PROMPT
     negatives = [negative_prompt] * len(prompts) if isinstance(negative_prompt, str) else list(negative_prompt)
     if len(negatives) != len(prompts) or not all(isinstance(n, str) for n in negatives):
         raise ValueError(f"negative_prompt must be one string or one per prompt ({len(prompts)})")
@@ -255,7 +257,7 @@ class LoadedEmu3:
     processor: Any
     defaults: Emu3Defaults
 
-    def condition(self, prompts: Sequence[str], negative_prompt: str | Sequence[str] = NEGATIVE_PROMPT
+    def condition(self, prompts: Sequence[str], negative_prompt: str | Sequence[str] | None = None
                   ) -> PrefixCondition:
         """:func:`emu3_condition` of ``prompts`` for the model's grid, on the model's device."""
         cond = emu3_condition(self.processor, prompts, self.model.grid, negative_prompt,
