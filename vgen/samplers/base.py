@@ -7,6 +7,7 @@ the settings every sampler shares (temperature, top-k/top-p, classifier-free gui
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from abc import ABC, abstractmethod
@@ -16,6 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from vgen.kernels.spec import SamplingSpec
 from vgen.models.conditioning import Condition, cat_conditions
@@ -121,7 +123,8 @@ class SamplerStats:
     ``tokens`` counts image tokens over the batch; ``accept_step[b, n]`` is the (1-based) target forward pass
     that produced token ``n`` of sample ``b``; ``accepted_lengths`` lists the tokens each verification gave a
     row (accepted drafts plus the recovered or bonus token; empty for AR); ``details`` holds the sampler's
-    resolved settings (e.g. which drafter a preset picked).
+    resolved settings (e.g. which drafter a preset picked). Tokens are image codes only: the fixed tokens a
+    backbone writes among them (row ends, :mod:`vgen.models.layout`) are not counted.
     """
 
     sampler: str
@@ -216,10 +219,11 @@ class Sampler(ABC):
 
     @abstractmethod
     def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
-               generator: torch.Generator | None = None, progress: bool = False,
+               generator: torch.Generator | None = None, progress: bool | tqdm = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         """Generate ``model.num_tokens`` image tokens for each row of the condition ``cond`` (class ids [B] or a
-        :class:`~vgen.models.conditioning.PrefixCondition`; see :mod:`vgen.models.conditioning`). ``tokenizer`` and
+        :class:`~vgen.models.conditioning.PrefixCondition`; see :mod:`vgen.models.conditioning`), counted on
+        :func:`progress_bar` (a bar of its own when ``progress`` is true, or the bar ``progress`` is). ``tokenizer`` and
         ``draft_head`` are for samplers that use them (LANTERN's latent neighbourhoods come from the codebook;
         a speculative sampler may draft with the head)."""
 
@@ -242,6 +246,15 @@ _REGISTRY: dict[str, type[Sampler]] = {}
 # the models of each token order, as ``vgen models`` and ``vgen samplers`` name them
 MODEL_KINDS = {"raster": "next-token AR", "next-neighbour": "next-neighbour AR (NAR)",
                "next-block": "next-block AR (NBP)", "continuous": "continuous-token AR (diffusion head)"}
+
+
+def progress_bar(progress: bool | tqdm, total: int, desc: str) -> contextlib.AbstractContextManager[tqdm]:
+    """The bar a sampler counts on, in one unit for every sampler: image tokens over all rows of the batch.
+    ``progress`` itself when it is a bar already (a pipeline that draws a request in chunks counts them all on one,
+    and closes it), else a new bar of ``total`` tokens, shown when ``progress`` is true."""
+    if isinstance(progress, tqdm):
+        return contextlib.nullcontext(progress)
+    return tqdm(total=total, desc=desc, unit="tok", disable=not progress)
 
 
 def register_sampler(cls: type[S]) -> type[S]:
