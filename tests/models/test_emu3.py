@@ -7,6 +7,7 @@ line before any weight is read."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -21,6 +22,7 @@ from vgen.models.emu3 import (  # noqa: E402
     NEGATIVE_PROMPT,
     Emu3VQ,
     LoadedEmu3,
+    emu3_code_ids,
     emu3_condition,
     emu3_config,
     emu3_defaults,
@@ -171,9 +173,9 @@ def test_missing_and_wrong_folders_are_refused_in_one_line(tmp_path, tiny_emu3_d
     shutil.copy(tiny_emu3_dir / "config.json", tmp_path / "no-tok")
     cases = [(tmp_path / "nowhere", "does not exist; put an Emu3-Gen checkpoint in transformers' layout there, "
                                     "e.g. `huggingface-cli download BAAI/Emu3-Gen-hf"),
-             (tmp_path / "empty", r"is not a Emu3 checkpoint \(no config.json\)"),
+             (tmp_path / "empty", r"is not an Emu3 checkpoint \(no config.json\)"),
              (tmp_path / "original", "holds a 'Emu3' model, not Emu3 .*the original BAAI/Emu3-Gen layout"),
-             (tmp_path / "no-tok", "has a Emu3 model but no tokenizer")]
+             (tmp_path / "no-tok", "has an Emu3 model but no tokenizer")]
     for folder, message in cases:
         with pytest.raises(ValueError, match=message) as info:
             load_emu3(folder)
@@ -224,3 +226,15 @@ def test_a_vq_model_of_another_scale_is_refused(hf_model) -> None:
                                                                    latent_channels=2, channel_multiplier=[1, 1],
                                                                    num_res_blocks=1, attn_resolutions=[],
                                                                    hidden_size=32)))
+
+
+def test_a_vocabulary_without_every_visual_token_or_the_row_end_is_refused(hf_model) -> None:
+    vocab = dict(hf_model.config.vocabulary_map)
+    del vocab["<|visual token 000007|>"]
+    with pytest.raises(ValueError, match="names 63 visual tokens, not one for each of the 64 codes"):
+        emu3_code_ids(vocab, 64)
+    config = transformers.Emu3Config(text_config=hf_model.config.text_config.to_dict(),
+                                     vq_config=hf_model.config.vq_config.to_dict(),
+                                     vocabulary_map={k: v for k, v in vocab.items() if k != "<|extra_200|>"})
+    with pytest.raises(ValueError, match=re.escape("vocabulary_map has no '<|extra_200|>' token")):
+        emu3_config(config, hf_model.generation_config, image_area=AREA)

@@ -23,11 +23,12 @@ def check_model_folder(folder: str | Path, kind: str, family: str, hint: str, ot
     tokenizer. ``family`` names the model in the messages; ``hint`` (with ``{folder}``) says how to get one."""
     path = Path(folder)
     hint = hint.format(folder=path)
+    a = "an" if family[0] in "AEIOU" else "a"
     if not path.is_dir():
         raise ValueError(f"{family} folder {str(path)!r} does not exist; {hint}")
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ValueError(f"{str(path)!r} is not a {family} checkpoint (no config.json); {hint}")
+        raise ValueError(f"{str(path)!r} is not {a} {family} checkpoint (no config.json); {hint}")
     try:
         found = json.loads(config_file.read_text()).get("model_type")
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
@@ -36,6 +37,6 @@ def check_model_folder(folder: str | Path, kind: str, family: str, hint: str, ot
         raise ValueError(f"{str(path)!r} holds a {found!r} model, not {family} (model_type {kind!r}); "
                          f"{other_layouts}{hint}")
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model")):
-        raise ValueError(f"{str(path)!r} has a {family} model but no tokenizer (tokenizer.json); save the processor "
+        raise ValueError(f"{str(path)!r} has {a} {family} model but no tokenizer (tokenizer.json); save the processor "
                          f"there too (processor.save_pretrained)")
     return path
