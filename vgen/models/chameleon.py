@@ -74,7 +74,7 @@ IMAGE_START, IMAGE_END, NEW_LINE = "<racm3:break>", "<eoss>", "<reserved08799>"
 PATCH = 32  # pixels a size token counts (Lumina's item processor: <reserved{8800 + side / 32}>)
 CFG_SCALE, TOP_K, IMAGE_SIZE = 3.0, 2000, 768
 ANOLE_IMAGE_SIZE, ANOLE_CFG_SCALE, ANOLE_TEMPERATURE, ANOLE_TOP_P = 512, 3.0, 0.7, 0.9
-END_OF_TURN, BOS = "<reserved08706>", "<s>"
+END_OF_TURN = "<reserved08706>"
 MAX_PROMPT_TOKENS = 256  # the default room for a prompt (template and image header included) in a cache
 
 
@@ -102,7 +102,7 @@ def vqgan_config(path: str | Path) -> VQConfig:
         dd = params["ddconfig"]
         fields = dict(codebook_size=params["n_embed"], codebook_embed_dim=params["embed_dim"], ch=dd["ch"],
                       ch_mult=dd["ch_mult"], num_res_blocks=dd["num_res_blocks"], z_channels=dd["z_channels"],
-                      dropout=float(dd.get("dropout", 0.0)))
+                      dropout=dd.get("dropout", 0.0))
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror}") from None
     except (yaml.YAMLError, UnicodeDecodeError):
