@@ -50,7 +50,8 @@ from vgen.apps.gradio_app import (
     serve,
     stream_video,
 )
-from vgen.data.scenes import EXAMPLE_PROMPTS
+from vgen.apps.models_cli import vocabulary_lines
+from vgen.data.scenes import EXAMPLE_PROMPTS, caption_vocabulary
 from vgen.eval.videos import read_video
 from vgen.images import image_grid
 from vgen.pipelines import DEFAULT_TEXT_MODEL
@@ -311,7 +312,7 @@ def test_a_video_model_draws_clips_of_the_frames_asked_for_window_by_window(gen,
     expected = load(tiny_video_pipeline_dir)([1], seed=0, num_frames=5).videos[0]
     assert np.abs(frames.astype(int) - expected.astype(int)).mean() < 20  # the same clip through the codec
     assert "| target forward passes | 5 |" in stats  # 3 frames, then a window of 2 new frames
-    for bad in (0, 65, 2.5):
+    for bad in (-1, 65, 2.5):  # 0: the model's window
         with pytest.raises(InputError, match="clip_frames must be"):
             gen(str(tiny_video_pipeline_dir), "nbp", clip_frames=bad, **SETTINGS)
     assert model_controls(str(tiny_video_pipeline_dir), ModelAccess(local_paths=True)).video
@@ -380,10 +381,34 @@ def test_a_class_model_ignores_the_prompt_field(gen, tiny_model) -> None:
 
 
 def test_the_controls_follow_the_model(access, tiny_model, tiny_t2i) -> None:
-    raster = available_samplers("raster")
-    assert model_controls(tiny_model, access) == ModelControls(raster)
-    assert model_controls(tiny_t2i, access) == ModelControls(raster, True, EXAMPLE_PROMPTS[:3])
+    raster, settings = available_samplers("raster"), dict(temperature=1.0, top_k=0, top_p=1.0, cfg_scale=2.0,
+                                                          cfg_interval=-1)  # the tiny models' cfg_scale
+    assert model_controls(tiny_model, access) == ModelControls(raster, class_names=("a", "b", "c"),
+                                                               settings=settings)
+    words = tuple(vocabulary_lines(caption_vocabulary()))
+    assert model_controls(tiny_t2i, access) == ModelControls(raster, True, EXAMPLE_PROMPTS[:3], vocabulary=words,
+                                                             settings=settings)
     assert model_controls("/etc", access) == ModelControls(available_samplers())  # Generate says why
+    assert model_controls(tiny_model, access).class_help() == "a class name: a, b, c, or its id (0 = the first)"
+    shown = model_controls(tiny_t2i, access).vocabulary_markdown()
+    assert "one shape per image" in shown and "\n- colour: blue, cyan, golden," in shown
+
+
+def test_the_class_box_takes_a_name_or_an_id(gen, tiny_model) -> None:
+    by_name, by_id = gen(tiny_model, "ar", **{**SETTINGS, "class_id": " b "}), gen(tiny_model, "ar", **SETTINGS)
+    assert by_name[0].tobytes() == by_id[0].tobytes()  # class 1 is b
+    with pytest.raises(ValueError, match=r"unknown class 'zebra' for tiny; classes: a, b, c \(or ids 0..2\)"):
+        gen(tiny_model, "ar", **{**SETTINGS, "class_id": "zebra"})
+    with pytest.raises(ValueError, match="class_id must be a finite number, got 'nan'"):
+        gen(tiny_model, "ar", **{**SETTINGS, "class_id": "nan"})
+
+
+def test_a_class_switch_takes_a_name_the_streams_model_has() -> None:
+    sessions = StreamSessions()
+    with sessions.running("visitor", {"circle": 0, "star": 3}.__getitem__) as control:
+        assert sessions.switch("visitor", "star") == "class 3 from the next block" and control.pending_class() == 3
+    with sessions.running("visitor"), pytest.raises(InputError, match="takes class ids, not names such as 'star'"):
+        sessions.switch("visitor", "star")
 
 
 def page_fields(app) -> dict[str, dict]:
@@ -395,11 +420,27 @@ def test_the_page_opens_with_the_prompt_box_for_a_text_model_and_the_class_picke
         access, tiny_t2i) -> None:
     for default, text in (("shapes-c2i", False), (tiny_t2i, True)):
         fields = page_fields(build_app(default, access=access))
-        assert fields["prompt"]["visible"] is text and fields["class id"]["visible"] is not text
+        assert fields["prompt"]["visible"] is text and fields["class name or id"]["visible"] is not text
         assert fields["example prompts"]["visible"] is text
     fields = page_fields(build_app(tiny_t2i, access=access))
     assert fields["prompt"]["value"] == EXAMPLE_PROMPTS[0]  # ready to generate
     assert [choice[0] for choice in fields["example prompts"]["choices"]] == list(EXAMPLE_PROMPTS[:3])
+
+
+def test_the_page_sends_no_analytics_and_shows_numbers_with_their_bounds_and_the_models_values(access) -> None:
+    app = build_app("shapes-c2i", access=access)
+    assert app.config["analytics_enabled"] is False and os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+    fields = {}
+    for c in app.config["components"]:  # the first of a label: the Generate tab's
+        fields.setdefault(c.get("props", {}).get("label"), c)
+    shown = {name: {k: fields[name]["props"][k] for k in ("minimum", "maximum", "step", "value")}
+             for name in ("top_p", "cfg_scale", "window", "number of images")}
+    assert shown == {"top_p": dict(minimum=0, maximum=1, step=0.01, value=1.0),
+                     "cfg_scale": dict(minimum=0, maximum=100.0, step=0.01, value=4.0),  # shapes-c2i's own
+                     "window": dict(minimum=1, maximum=65536, step=1, value=16),
+                     "number of images": dict(minimum=1, maximum=16, step=1, value=4)}
+    assert {fields[name]["type"] for name in shown} == {"number"} and fields["class name or id"]["type"] == "textbox"
+    assert fields["accept"]["type"] == "dropdown" and fields["accept"]["props"]["value"] == ""
 
 
 # ---- the command ------------------------------------------------------------------------------------------------
@@ -514,6 +555,23 @@ def test_live_app_draws_a_prompt(live_app, tiny_t2i) -> None:
         call(live_app, model=tiny_t2i, prompt=" ")
 
 
+def test_live_app_names_the_parameters_of_generate(live_app) -> None:
+    endpoint = live_app.view_api(return_format="dict", print_info=False)["named_endpoints"]["/generate"]
+    assert [parameter["parameter_name"] for parameter in endpoint["parameters"]] == GENERATE_INPUTS
+
+
+def test_the_launch_lines_give_the_commands_flag_for_a_public_link(tmp_path, capsys, monkeypatch) -> None:
+    import gradio as gr
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    with gr.Blocks(analytics_enabled=False) as app:
+        gr.Markdown("a page")
+    serve(app, port=_free_port(), prevent_thread_lock=True)
+    app.close()
+    printed = capsys.readouterr().out
+    assert "Running on local URL" in printed and "run `vgen app --share`" in printed and "share=True" not in printed
+
+
 def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:
     with pytest.raises(Exception, match=r"window must be an integer in \[1, "):
         call(live_app, model=tiny_model, window="0")
@@ -536,7 +594,9 @@ HUGE = {"class_id": "is out of range", "num_images": "must be an integer in [1, 
 def test_every_field_answers_an_absurd_value_with_its_own_message(live_app, tiny_model, field) -> None:
     values = {**dict.fromkeys(GENERATE_INPUTS, ""), **dict(model=tiny_model, sampler="sjd", class_id=1, num_images=1,
                                                           seed=0, compare=False, gpt_model="GPT-B", image_size=256)}
-    for text, message in {**BAD_VALUES, "1e30": HUGE[field]}.items():
+    # text in the class box is a class name
+    names = {"[1, 2]": "unknown class '[1, 2]'", '{"a": 1}': "unknown class", "true": "unknown class 'True'"}
+    for text, message in {**BAD_VALUES, "1e30": HUGE[field], **(names if field == "class_id" else {})}.items():
         data = json.dumps([values[name] if name != field else "VALUE" for name in GENERATE_INPUTS])
         event, answer = raw_call(live_app, "generate", data.replace('"VALUE"', text))
         assert event == "error" and message in answer["error"] and len(answer["error"]) < 200, (text, answer)

@@ -1,10 +1,11 @@
 """The web demo in a real browser: Playwright drives Debian's Chromium (headless) against the app on loopback,
-sets a class, clicks Generate, waits for the image, checks its pixels are not blank and saves a screenshot; it
-switches to a text-to-image model, types a prompt and does the same; on the Streaming tab it starts a stream,
-checks a live frame, stops it and waits for the video. Screenshots go to a temporary folder, so that running the
-tests leaves the checkout clean; ``VGEN_WRITE_SCREENSHOT=1 pytest tests/apps/test_gradio_browser.py`` refreshes
-docs/results/images/app_screenshot.png, app_prompt.png and app_streaming.png. Skipped only where Playwright or
-Chromium is not installed (``.ci/run`` installs both)."""
+sets a class by name, clicks Generate, waits for the image, checks its pixels are not blank and saves a
+screenshot; it switches to a text-to-image model, finds its words beside the prompt box, types a prompt and does
+the same; on the Streaming tab it starts a stream, checks a live frame, stops it and waits for the video.
+Screenshots go to a temporary folder, so that running the tests leaves the checkout clean;
+``VGEN_WRITE_SCREENSHOT=1 pytest tests/apps/test_gradio_browser.py`` refreshes docs/results/images/
+app_screenshot.png, app_prompt.png and app_streaming.png. Skipped only where Playwright or Chromium is not
+installed (``.ci/run`` installs both)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def screenshot_path(name: str, tmp_path: Path) -> Path:
 def test_generate_in_the_browser_shows_a_non_blank_image(tmp_path: Path) -> None:
     screenshot = screenshot_path(SCREENSHOT.name, tmp_path)
     with app_page(1100) as page:
-        page.get_by_label("class id").fill("3")
+        page.get_by_label("class name or id").fill("star")
         page.get_by_role("button", name="Generate").click()
         page.get_by_text("tokens per forward").wait_for(timeout=120_000)  # the stats table of the run
         image = page.locator("img[src*='gradio_api/file=']").first  # the first output: the image grid
@@ -93,7 +94,8 @@ def test_a_prompt_in_the_browser_shows_a_non_blank_image(tiny_t2i_pipeline_dir, 
         page.get_by_role("option", name=model, exact=True).click()
         prompt = page.get_by_placeholder("describe the image")
         prompt.wait_for(state="visible", timeout=60_000)
-        assert not page.get_by_label("class id").is_visible()
+        assert not page.get_by_label("class name or id").is_visible()
+        expect(page.get_by_text("The words this model knows")).to_be_visible()
         page.get_by_label("example prompts").click()
         page.get_by_role("option", name=EXAMPLE_PROMPTS[2], exact=True).click()
         expect(prompt).to_have_value(EXAMPLE_PROMPTS[2])  # an example prompt fills the box

@@ -3,27 +3,34 @@
 The model list comes from :func:`vgen.available_models` and the folders its operator names (:class:`ModelAccess`;
 any server path, and LlamaGen checkpoint paths, only when the operator allows local models), the sampler list
 from the sampler registry, and a sampler's parameters are passed only when its config has them and the field is
-filled in (empty = the preset's own default). The Generate tab shows the class picker for a class-conditional
-model and a prompt box with the model's example prompts for a text-to-image one, switching with the model
-(:func:`model_controls`). Streaming models get their own tab, where frames play as each block completes, with Stop
-(at the next denoising step) and a class switch that takes effect at the next block.
+filled in (empty = the preset's own default; a number field shows the model's or the sampler's value and its
+declared bounds, as a browser sends an empty one as 0). The Generate tab shows the class box (a name or an id)
+for a class-conditional model and a prompt box with the model's example prompts and its words for a
+text-to-image one, switching with the model (:func:`model_controls`). Streaming models get their own tab, where
+frames play as each block completes, with Stop (at the next denoising step) and a class switch that takes effect
+at the next block.
 
 Every field is checked before any work: numbers against the same option declarations the command line uses
 (:class:`PageFields` for the page's own), text against a length cap (a prompt also against the words its model
 reads), models against the access rules. Bad input is shown in the page as one message that never echoes a long
 value or tells whether a server path exists, and logged as one line; the app keeps serving. Generations and streams
 share one concurrency limit; each request's files live in a temporary folder that is removed once Gradio has its
-copy. The server (:func:`serve`) takes no upload and runs only the handlers the page calls itself
-(:class:`PageGate`), and SIGTERM stops it as Ctrl-C does, removing Gradio's cache. ``gradio`` is imported lazily:
-it is the ``app`` extra.
+copy. The server (:func:`serve`) takes no upload, runs only the handlers the page calls itself
+(:class:`PageGate`) and sends Gradio no analytics; SIGTERM stops it as Ctrl-C does, removing Gradio's cache.
+``/generate`` names its parameters as :data:`GENERATE_INPUTS` does. ``gradio`` is imported lazily: it is the
+``app`` extra.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import inspect
+import io
 import logging
+import os
 import signal
 import tempfile
 import threading
@@ -36,6 +43,7 @@ from typing import Any
 
 from PIL import Image
 
+from vgen.apps.models_cli import pipeline_info, vocabulary_lines
 from vgen.apps.options import cut_values, one_line, sampler_classes, sampling_options
 from vgen.data.scenes import caption_words
 from vgen.hub import ASSETS, CheckpointError
@@ -51,12 +59,21 @@ from vgen.pipelines import (
     default_sampler,
     load,
     load_llamagen,
+    pipeline_folder,
     tile_clips,
 )
 from vgen.pipelines.inputs import check_prompts
 from vgen.pipelines.stream import MODEL_FOLDER
-from vgen.samplers import available_samplers, get_sampler
-from vgen.samplers.options import DeclaredOption, declarations, declared_options, option, parse_option
+from vgen.samplers import SamplingParams, available_samplers, get_sampler
+from vgen.samplers.options import (
+    DeclaredOption,
+    Option,
+    declarations,
+    declared_options,
+    merge_settings,
+    option,
+    parse_option,
+)
 from vgen.samplers.streaming import StreamConfig, StreamControl
 from vgen.video_io import StreamingVideoWriter, write_video
 from vgen.visualize import acceptance_figure
@@ -70,8 +87,8 @@ class PageFields:
     num_images: int = option(4, "number of images (clips for a video model)", at_least=1, at_most=16)
     seed: int = option(0, "random seed", at_least=0, at_most=2**63 - 1)
     num_frames: int = option(160, "frames to stream", at_least=1, at_most=2000)
-    clip_frames: int = option(None, "frames a clip (empty: the model's window; longer: window by window)",
-                              at_least=1, at_most=64)
+    clip_frames: int = option(0, "frames a clip (longer than the model's window: window by window)", at_least=0,
+                              at_most=64, note="0 = the model's window")
 
 
 # the page's option fields, from the declarations: its own, the settings every sampler shares, then every
@@ -91,6 +108,7 @@ CONCURRENCY_ID = "vgen"  # generations, streams and model loads share one limit
 TEMP_PREFIX = "vgen-app-"
 API_PREFIX = "/gradio_api"
 UPLOAD_ROUTES = ("upload", "process_recording")  # the last part of the paths where Gradio stores what is sent
+SHARE_HINTS = ("set `share=True` in `launch()`", "run `vgen app --share`")  # Gradio's launch hint, and the CLI's
 _LOAD_LOCK = threading.Lock()
 log = logging.getLogger(__name__)
 
@@ -189,6 +207,22 @@ class ModelControls:
     text_to_image: bool = False
     example_prompts: tuple[str, ...] = ()
     video: bool = False
+    class_names: tuple[str, ...] = ()
+    vocabulary: tuple[str, ...] = ()  # a word-level text encoder's words, a line per attribute
+    # the model's recommended sampling settings, which its number fields show
+    settings: dict[str, Any] = dataclasses.field(default_factory=lambda: SamplingParams().to_dict())
+
+    def class_help(self) -> str:
+        """The class box's help: the model's class names, when it records them."""
+        names = f": {', '.join(self.class_names)}" if self.class_names else ""
+        return f"a class name{names}, or its id (0 = the first)"
+
+    def vocabulary_markdown(self) -> str:
+        """The words a text model knows, by attribute, to show beside the prompt box; empty for any other."""
+        if not self.vocabulary:
+            return ""
+        return "**The words this model knows** (one shape per image):\n\n" + "\n".join(
+            f"- {line}" for line in self.vocabulary)
 
 
 def model_controls(model: str, access: ModelAccess = ModelAccess()) -> ModelControls:
@@ -200,16 +234,31 @@ def model_controls(model: str, access: ModelAccess = ModelAccess()) -> ModelCont
     except (ValueError, CheckpointError, OSError):
         return ModelControls(available_samplers())
     samplers = available_samplers(getattr(pipe.model, "token_order", "raster"))
+    settings = SamplingParams(**merge_settings(pipe.info.defaults, {})).to_dict()
     if not getattr(pipe, "text_conditional", False):
-        return ModelControls(samplers, video=isinstance(pipe, VideoPipeline))
-    return ModelControls(samplers, True, tuple(pipe.info.example_prompts or ()))
+        return ModelControls(samplers, video=isinstance(pipe, VideoPipeline),
+                             class_names=tuple(pipe.info.class_names or ()), settings=settings)
+    encoder = getattr(pipe, "text_encoder", None)
+    words = vocabulary_lines(encoder.config.vocabulary) if isinstance(encoder, WordTextEncoder) else []
+    return ModelControls(samplers, True, tuple(pipe.info.example_prompts or ()), vocabulary=tuple(words),
+                         settings=settings)
+
+
+def stream_settings(model: str, access: ModelAccess = ModelAccess()) -> dict[str, Any]:
+    """A streaming model's recommended settings, which the Streaming tab's number fields show (read from its
+    pipeline.json, without loading it); the stream's own defaults when the name does not load."""
+    try:
+        defaults = pipeline_info(pipeline_folder(access.check(model))).defaults
+    except (ValueError, CheckpointError, OSError):
+        defaults = {}
+    return dataclasses.asdict(StreamConfig(**merge_settings(defaults, {})))
 
 
 def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str, Any]:
     """The pipeline's condition from the page: the prompt for a text-to-image model (checked against the length
     cap and the words its text encoder reads), the class id otherwise; the other field is not read."""
     if not pipe.text_conditional:
-        return {"class_ids": [page_number("class_id", class_id)]}
+        return {"class_ids": [page_class(class_id)]}
     if prompt is not None and not isinstance(prompt, str):
         check_prompts(prompt, many=False)  # refuses it by the pipelines' rule: a prompt is text, never str(value)
     text = text_field("prompt", prompt)
@@ -252,15 +301,59 @@ def page_number(name: str, value: Any, optional: bool = False) -> int | None:
     return number
 
 
-def option_box(gr, option: DeclaredOption):
-    """The text box of a declared option: its name, its help, empty = the model's (or the sampler's) value."""
-    return gr.Textbox(value="", label=option.name, info=option.help, placeholder="empty: the default")
+def page_class(value: Any) -> int | str:
+    """A class field: a class name (text that is not a number; the pipeline checks it and lists the names) or a
+    class id, read and checked as :func:`page_number` does."""
+    if isinstance(value, str):
+        text = text_field("class", value)
+        try:
+            float(text)
+        except ValueError:
+            if text:
+                return text
+    return page_number("class_id", value)
+
+
+def unchecked(number):
+    """A number field that passes every value it is sent on as is, to vgen's checks (:func:`page_number`,
+    :func:`parse_optional`), which say what is wrong with it: Gradio's own check of its bounds would round a number
+    first, and fail on infinity or on text sent to the API. The browser still shows the bounds. (On the instance:
+    a subclass of a Gradio component would make Gradio write a type stub beside this module.)"""
+    number.preprocess = lambda payload: payload
+    return number
+
+
+def bounds(spec: Option) -> dict[str, float]:
+    """The ``minimum`` and ``maximum`` of a number field for a declaration (an open bound as its limit)."""
+    low = spec.at_least if spec.at_least is not None else spec.above
+    high = spec.at_most if spec.at_most is not None else spec.below
+    return {k: v for k, v in (("minimum", low), ("maximum", high)) if v is not None}
+
+
+def option_box(gr, option: DeclaredOption, value: Any = None):
+    """The field of a declared option: a number field with its bounds showing ``value`` (default: the option's
+    own; a browser sends an empty number field as 0, so a number field is never empty), a list of its choices or
+    a text box, empty = the model's (or the sampler's) value; with its name and help."""
+    shown = dict(label=option.name, info=option.help)
+    if option.kind in (int, float):
+        return unchecked(gr.Number(value=option.default if value is None else value,
+                                   step=1 if option.kind is int else 0.01, **bounds(option.spec), **shown))
+    if option.spec.allowed() is not None:
+        return gr.Dropdown(["", *option.spec.allowed()], value="", allow_custom_value=True, **shown)
+    return gr.Textbox(value="", placeholder="empty: the default", **shown)
 
 
 def number_box(gr, name: str, label: str, value: int | None, visible: bool = True):
-    """The number field of one of the page's own numbers; any value reaches :func:`page_number`, which says what
-    is wrong with it (Gradio's own bounds check would round first and fail on infinity)."""
-    return gr.Number(value=value, label=label, info=PAGE_FIELDS[name].help, step=1, visible=visible)
+    """The number field of one of the page's own numbers, with its declared bounds; any value reaches
+    :func:`page_number`, which says what is wrong with it."""
+    declared = PAGE_FIELDS[name]
+    return unchecked(gr.Number(value=value, label=label, info=declared.help, step=1, visible=visible,
+                               **bounds(declared.spec)))
+
+
+def class_box(gr, label: str, value: str, info: str, visible: bool = True):
+    """The class field: a class name or an id (:func:`page_class`)."""
+    return gr.Textbox(value=value, label=label, info=info, visible=visible, placeholder="a class name or id")
 
 
 def sampler_options(sampler: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -300,6 +393,7 @@ def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any
     if unknown:
         raise TypeError(f"generate() got unknown option fields {unknown}")
     count, seed = (page_number(n, v) for n, v in [("num_images", num_images), ("seed", seed)])
+    frames = page_number("clip_frames", clip_frames, optional=True) or None  # 0, empty: the model's window
     sampler = text_field("sampler", sampler)
     if sampler not in available_samplers():
         raise InputError(f"unknown sampler {sampler!r}; available: {', '.join(available_samplers())}")
@@ -317,7 +411,7 @@ def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any
     chosen = get_sampler(sampler, **sampler_options(sampler, sampler_values))
     if isinstance(pipe, VideoPipeline):
         clips = pipe(condition["class_ids"], num_videos=count, sampler=chosen,
-                     num_frames=page_number("clip_frames", clip_frames, optional=True), **settings)
+                     num_frames=frames, **settings)
         path = write_video(tile_clips(clips.videos, cols), Path(folder) / "clips.mp4", fps=8)
         first_frames = image_grid([Image.fromarray(video[0]) for video in clips.videos], cols)
         return first_frames, None, stats_markdown(clips.stats.to_dict(), None), None, str(path)
@@ -341,11 +435,12 @@ def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: A
     """Stream a video: after each block, its last frame (enlarged) and a progress line; at the end (or once
     ``control`` stops it), the mp4 of every frame done, written in ``folder``. Empty ``steps`` or ``cfg_scale``
     keep the pipeline's defaults. Raises :class:`InputError` / ``ValueError`` on bad input."""
-    class_id, num_frames, seed = (page_number(n, v) for n, v in [("class_id", class_id),
-                                                                  ("num_frames", num_frames), ("seed", seed)])
+    num_frames, seed = (page_number(n, v) for n, v in [("num_frames", num_frames), ("seed", seed)])
+    label = page_class(class_id)
     pipe = get_pipeline(model, access=access)
     if not isinstance(pipe, StreamPipeline):
         raise InputError(f"{pipe.info.name} is not a streaming video model: use the Generate tab")
+    class_id = pipe.class_id(label)
     options = {"steps": parse_optional(STREAM_FIELDS["steps"], steps),
                "cfg_scale": parse_optional(STREAM_FIELDS["cfg_scale"], cfg_scale)}
     pipe.stream_config(**options)  # bad settings fail before anything starts
@@ -370,19 +465,25 @@ class StreamSessions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._streams: dict[object, list[StreamControl]] = {}
+        self._classes: dict[StreamControl, Callable[[str], int]] = {}
 
     @contextlib.contextmanager
-    def running(self, session: str | None) -> Iterator[StreamControl]:
-        """The control of a new stream of ``session``, registered while the block runs."""
+    def running(self, session: str | None,
+                classes: Callable[[str], int] | None = None) -> Iterator[StreamControl]:
+        """The control of a new stream of ``session``, registered while the block runs; ``classes`` gives the id
+        of a class name for a switch (none: ids only)."""
         control, key = StreamControl(), object() if session is None else session
         with self._lock:
             self._streams.setdefault(key, []).append(control)
+            if classes is not None:
+                self._classes[control] = classes
         try:
             yield control
         finally:
             with self._lock:
                 streams = self._streams[key]
                 streams.remove(control)
+                self._classes.pop(control, None)
                 if not streams:
                     del self._streams[key]
 
@@ -404,13 +505,18 @@ class StreamSessions:
         return "stopping"
 
     def switch(self, session: str | None, class_id: Any) -> str:
-        """Change the session's newest stream to ``class_id`` from its next block on."""
+        """Change the session's newest stream to ``class_id`` (a name or an id, :func:`page_class`) from its next
+        block on."""
         control = self.newest(session)
         if control is None:
             return "no stream is running"
-        class_id = page_number("class_id", class_id)
-        control.set_class(class_id)
-        return f"class {class_id} from the next block"
+        label = page_class(class_id)
+        if isinstance(label, str):
+            if control not in self._classes:
+                raise InputError(f"this stream takes class ids, not names such as {label!r}")
+            label = self._classes[control](label)
+        control.set_class(label)
+        return f"class {label} from the next block"
 
     def end(self, session: str | None) -> None:
         """Cancel every stream of a session that has gone away."""
@@ -446,12 +552,13 @@ def build_app(default_model: str = DEFAULT_TEXT_MODEL, max_concurrency: int = 2,
     """The Gradio Blocks page, with at most ``max_concurrency`` generations, streams and model loads at once in
     all, serving the models ``access`` allows; ``sessions`` keeps its running streams. Gradio's cached outputs are
     removed after an hour and at exit."""
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # a local tool sends nothing; read where Gradio is imported
     import gradio as gr
 
     stream_models = [m for m in access.models() if is_streaming(m)]
     sessions = StreamSessions() if sessions is None else sessions
     limit = dict(concurrency_limit=max_concurrency, concurrency_id=CONCURRENCY_ID)
-    with gr.Blocks(title="vgen", delete_cache=(3600, 3600)) as app:
+    with gr.Blocks(title="vgen", delete_cache=(3600, 3600), analytics_enabled=False) as app:
         gr.Markdown("# vgen: visual autoregressive generation with fast samplers")
         with gr.Tabs():
             add_generate_tab(gr, default_model, [m for m in access.models() if m not in stream_models], access, limit)
@@ -467,15 +574,20 @@ def build_app(default_model: str = DEFAULT_TEXT_MODEL, max_concurrency: int = 2,
 
 def serve(app, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **launch: Any):
     """Launch the page behind :class:`PageGate` and, unless ``prevent_thread_lock``, serve until Ctrl-C or
-    SIGTERM (:func:`sigterm_interrupts`), then close it. Closing the app ends its open connections too, so that the
+    SIGTERM (:func:`sigterm_interrupts`), then close it. Gradio's launch lines are printed with its hint for a
+    public link given as the command's flag (``--share``). Closing the app ends its open connections too, so that the
     server's shutdown, which removes Gradio's cache, completes (Gradio's own wait for Ctrl-C stops only the server,
     which waits for a connected page past its exit)."""
     from starlette.middleware import Middleware
 
     wait = not launch.pop("prevent_thread_lock", False)
     with sigterm_interrupts():
-        launched = app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
-                              app_kwargs={"middleware": [Middleware(PageGate, blocks=app)]}, **launch)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()) as said:  # Gradio's launch lines, its hint the CLI's
+                launched = app.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
+                                      app_kwargs={"middleware": [Middleware(PageGate, blocks=app)]}, **launch)
+        finally:
+            print(said.getvalue().replace(*SHARE_HINTS), end="", flush=True)
         try:
             while wait and app.is_running:
                 time.sleep(0.1)
@@ -621,6 +733,10 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
         except (ValueError, CheckpointError, OSError) as e:  # InputError is a ValueError
             raise refusal(gr, e) from None
 
+    # Gradio names an API's parameters after the function's: /generate's are the page's field names
+    run.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                           for name in GENERATE_INPUTS])
+
     with gr.Tab("Generate"):
         with gr.Row():
             with gr.Column():
@@ -629,7 +745,8 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
                                     label=model_label(access, "model"))
                 sampler = gr.Dropdown(available_samplers(), value="sjd", allow_custom_value=True, label="sampler")
                 shown = model_controls(default_model, access)
-                class_id = number_box(gr, "class_id", "class id", 0, visible=not shown.text_to_image)
+                class_id = class_box(gr, "class name or id", next(iter(shown.class_names), "0"), shown.class_help(),
+                                     visible=not shown.text_to_image)
                 prompt = gr.Textbox(value=next(iter(shown.example_prompts), ""), label="prompt",
                                     visible=shown.text_to_image, placeholder="describe the image",
                                     info=f"what to draw, in a sentence (at most {MAX_TEXT} characters; Enter "
@@ -637,13 +754,14 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
                 example_prompts = gr.Dropdown(list(shown.example_prompts), value=None, label="example prompts",
                                               info="pick one to put it in the prompt box",
                                               visible=bool(shown.example_prompts))
+                vocabulary = gr.Markdown(shown.vocabulary_markdown(), visible=bool(shown.vocabulary))
                 num_images = number_box(gr, "num_images", "number of images", 4)
                 seed = number_box(gr, "seed", "seed", 0)
-                clip_frames = number_box(gr, "clip_frames", "frames a clip (video models)", None,
+                clip_frames = number_box(gr, "clip_frames", "frames a clip (video models)", 0,
                                          visible=shown.video)
-                sampling = [option_box(gr, o) for o in SAMPLING_FIELDS]
+                sampling = [option_box(gr, o, shown.settings[o.name]) for o in SAMPLING_FIELDS]
                 compare = gr.Checkbox(value=False, label="compare with vanilla AR on the same seed")
-                with gr.Accordion("sampler parameters (empty: the preset's default)", open=False):
+                with gr.Accordion("sampler parameters (a list left empty: the preset's choice)", open=False):
                     fields = [option_box(gr, o) for o in SAMPLER_FIELDS]
                 with gr.Accordion("LlamaGen checkpoints (server paths; nothing is downloaded)", open=False,
                                   visible=access.local_paths):
@@ -666,7 +784,8 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
                          zip(presets, shown.example_prompts)], [model, sampler, prompt, num_images, seed])
         elif not shown.text_to_image:
             gr.Examples([[default_model, name, class_value, count, seed_value] for (name, count, seed_value),
-                         class_value in zip(presets, (0, 3, 7))], [model, sampler, class_id, num_images, seed])
+                         class_value in zip(presets, shown.class_names[::3] or ("0", "1", "2"))],
+                        [model, sampler, class_id, num_images, seed])
     inputs = [model, sampler, class_id, prompt, num_images, seed, clip_frames, compare, gpt_ckpt, vq_ckpt, gpt_model,
               image_size, *sampling, *fields]
     gr.on([button.click, prompt.submit], run, inputs, [images, amap, stats, ar_images, clip], api_name="generate",
@@ -677,15 +796,23 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
         choices = controls.samplers
         example = {} if text else {"value": next(iter(controls.example_prompts), "")}  # a prompt is never echoed
         return (gr.update(choices=choices, value=current if current in choices else choices[0]),
-                gr.update(visible=not controls.text_to_image),
+                gr.update(visible=not controls.text_to_image, info=controls.class_help()),
                 gr.update(visible=controls.text_to_image, **example),
                 gr.update(visible=bool(controls.example_prompts), choices=list(controls.example_prompts),
                           value=None),
-                gr.update(visible=controls.video))
+                gr.update(visible=bool(controls.vocabulary), value=controls.vocabulary_markdown()),
+                gr.update(visible=controls.video),
+                *(gr.update(value=controls.settings[o.name]) for o in SAMPLING_FIELDS))
 
-    model.change(model_changed, [model, sampler, prompt], [sampler, class_id, prompt, example_prompts, clip_frames],
-                 api_name=False, **limit)
+    model.change(model_changed, [model, sampler, prompt],
+                 [sampler, class_id, prompt, example_prompts, vocabulary, clip_frames, *sampling], api_name=False,
+                 **limit)
     example_prompts.input(None, example_prompts, prompt, js="(text) => text")  # in the browser: no handler
+
+
+def stream_class(model: str, access: ModelAccess, name: str) -> int:
+    """The id of the class ``name`` of a streaming ``model`` (a ValueError lists its names)."""
+    return get_pipeline(model, access=access).class_id(name)
 
 
 def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAccess, sessions: StreamSessions,
@@ -698,7 +825,7 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
             yield from stream_video(*args, folder=folder, control=control, access=access)
 
     async def run(model, class_id, num_frames, seed, steps, cfg_scale, request: gr.Request):
-        with sessions.running(session_of(request)) as control:
+        with sessions.running(session_of(request), functools.partial(stream_class, model, access)) as control:
             try:
                 frames = frames_of(control, model, class_id, num_frames, seed, steps, cfg_scale)
                 async for item in iterate_in_thread(frames, control.cancel):
@@ -710,14 +837,15 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
         with gr.Column():
             model = gr.Dropdown(models, value=default_model, allow_custom_value=True,
                                 label=model_label(access, "streaming model"))
-            class_id = number_box(gr, "class_id", "class of the video", 0)
+            class_id = class_box(gr, "class of the video", "0", "a class name or its id")
             num_frames = number_box(gr, "num_frames", "frames", 160)
             seed = number_box(gr, "seed", "seed", 0)
-            steps = option_box(gr, STREAM_FIELDS["steps"])
-            cfg_scale = option_box(gr, STREAM_FIELDS["cfg_scale"])
+            recommended = stream_settings(default_model, access)
+            steps = option_box(gr, STREAM_FIELDS["steps"], recommended["steps"])
+            cfg_scale = option_box(gr, STREAM_FIELDS["cfg_scale"], recommended["cfg_scale"])
             start = gr.Button("Stream", variant="primary")
             stop = gr.Button("Stop")
-            new_class = number_box(gr, "class_id", "switch to class", 1)
+            new_class = class_box(gr, "switch to class", "1", "a class name or its id")
             switch = gr.Button("Switch class at the next block")
         with gr.Column():
             frame = gr.Image(type="pil", label="latest frame", format="png", height=256)
@@ -727,10 +855,10 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
     def stop_clicked(request: gr.Request) -> str:
         return sessions.stop(session_of(request))
 
-    def switch_clicked(c: float, request: gr.Request) -> str:
+    def switch_clicked(c: Any, request: gr.Request) -> str:
         try:
             return sessions.switch(session_of(request), c)
-        except InputError as e:
+        except ValueError as e:  # InputError, or a class name the stream's model does not have
             raise refusal(gr, e) from None
 
     # gradio passes the request to a parameter annotated gr.Request; with postponed annotations the string
@@ -739,5 +867,11 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
         fn.__annotations__["request"] = gr.Request
     start.click(run, [model, class_id, num_frames, seed, steps, cfg_scale], [frame, status, video],
                 api_name="stream", **limit)
+
+    def model_changed(name: str):
+        settings = stream_settings(name, access)
+        return gr.update(value=settings["steps"]), gr.update(value=settings["cfg_scale"])
+
+    model.change(model_changed, model, [steps, cfg_scale], api_name=False, **limit)
     stop.click(stop_clicked, None, status, api_name="stop_stream", concurrency_limit=None)
     switch.click(switch_clicked, new_class, status, api_name="switch_class", concurrency_limit=None)

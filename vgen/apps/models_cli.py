@@ -113,14 +113,19 @@ def skeleton(folder: Path) -> torch.nn.Module:
         return model_cls(config)
 
 
+def pipeline_info(folder: Path) -> PipelineInfo:
+    """What a pipeline folder's ``pipeline.json`` records, read without loading any weights."""
+    try:
+        return PipelineInfo(**json.loads((folder / PIPELINE_CONFIG).read_text()))
+    except (json.JSONDecodeError, TypeError) as e:
+        raise CheckpointError(f"bad {folder / PIPELINE_CONFIG}: {e}") from None
+
+
 def describe(name: str) -> str:
     """Three lines on the pipeline ``name``: its name and kind, its classes (a text model: example prompts), its
     default settings."""
     folder = pipeline_folder(name)
-    try:
-        info = PipelineInfo(**json.loads((folder / PIPELINE_CONFIG).read_text()))
-    except (json.JSONDecodeError, TypeError) as e:
-        raise CheckpointError(f"bad {folder / PIPELINE_CONFIG}: {e}") from None
+    info = pipeline_info(folder)
     if (folder / MODEL_FOLDER).is_dir():
         model = skeleton(folder / MODEL_FOLDER)
         kind = (f"class-conditional streaming video for `vgen stream` ({info.image_size} px), block diffusion, "
