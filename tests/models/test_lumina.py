@@ -277,3 +277,21 @@ def test_a_prompt_longer_than_the_cache_is_one_line(lumina) -> None:
 def test_prompt_room_defaults_to_what_the_context_leaves_beside_the_image(tiny_lumina_dir) -> None:
     """128 positions less 4 rows of 4 codes and a new line each, less ``<eoss>``."""
     assert load_lumina(tiny_lumina_dir, image_size=64).model.config.max_prompt_tokens == 128 - 4 * 5 - 1
+
+
+def test_sharded_weights_load_as_one_file_and_a_missing_shard_is_named(folder_copy, weights, lumina) -> None:
+    """Lumina's 7B checkpoints come in shards named by ``model.safetensors.index.json``."""
+    names = sorted(weights)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, keys in shards.items():
+        save_file({k: weights[k] for k in keys}, str(folder_copy / shard))
+    (folder_copy / "model.safetensors").unlink()
+    (folder_copy / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}))
+    loaded = load_lumina(folder_copy, image_size=64, max_prompt_tokens=40)
+    for name, tensor in lumina.model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], tensor)
+    (folder_copy / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ValueError, match="names shards missing from .*: model-00002-of-00002.safetensors") as err:
+        load_lumina(folder_copy, image_size=64, max_prompt_tokens=40)
+    one_line(err)

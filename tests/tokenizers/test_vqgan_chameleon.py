@@ -153,3 +153,14 @@ def test_weights_that_do_not_fit_the_yaml_are_one_line(tokenizer_dir, taming, tm
     with pytest.raises(CheckpointError, match="missing keys: decoder.conv_blocks.4.res.1.conv2.weight") as err:
         load_vqgan(folder)
     assert "\n" not in str(err.value) and "vqgan.ckpt" in str(err.value)
+
+
+def test_taming_training_loss_weights_in_the_checkpoint_are_left_out(tokenizer_dir, taming, tmp_path) -> None:
+    """A taming checkpoint saved from training also holds its loss (LPIPS and the discriminator) under ``loss.``."""
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    shutil.copy(tokenizer_dir / "vqgan.yaml", folder)
+    torch.save({"state_dict": {**taming, "loss.discriminator.main.0.weight": torch.ones(4, 3, 4, 4)}},
+               folder / "vqgan.ckpt")
+    codes = torch.tensor([[[0, 1], [2, 3]]])
+    torch.testing.assert_close(load_vqgan(folder).decode_code(codes), load_vqgan(tokenizer_dir).decode_code(codes))
