@@ -26,6 +26,19 @@ def emu3(tiny_emu3_dir) -> LoadedEmu3:
     return load_emu3(tiny_emu3_dir, image_area=576)  # 3 x 3 codes of 64
 
 
+DISCRETE = ["ar", "sjd", "mcsjd", "lantern", "gsd", "speculative"]
+
+
+@pytest.mark.parametrize("name", DISCRETE)
+def test_every_discrete_sampler_runs_on_emu3(emu3, run_sampler, name) -> None:
+    """Codes only (the row ends stay inside the model), LANTERN's codebook and GSD's code embeddings included."""
+    out = run_sampler(name, emu3.model, emu3.condition(PROMPTS), SamplingParams(cfg_scale=3.0, top_k=20),
+                      tokenizer=emu3.tokenizer)
+    assert out.tokens.shape == (2, 9) and int(out.tokens.min()) >= 0 and int(out.tokens.max()) < 64
+    assert out.stats.tokens == 2 * 9 and out.stats.accept_step.shape == (2, 9)
+    assert 1 <= out.stats.forward_passes <= 9
+
+
 GREEDY = {"greedy": SamplingParams(temperature=0.0), "greedy-cfg": SamplingParams(temperature=0.0, cfg_scale=3.0)}
 
 
