@@ -19,6 +19,7 @@ norms are expanded per head. The differences found between the two implementatio
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -295,3 +296,13 @@ def test_sharded_weights_load_as_one_file_and_a_missing_shard_is_named(folder_co
     with pytest.raises(ValueError, match="names shards missing from .*: model-00002-of-00002.safetensors") as err:
         load_lumina(folder_copy, image_size=64, max_prompt_tokens=40)
     one_line(err)
+
+
+def test_the_shapes_read_for_a_released_7b_config_are_its_parameter_count() -> None:
+    """Lumina-mGPT-7B (Chameleon-7B's shapes, q/k norms [1, 128]): 7,013,158,912 parameters without the VQ model
+    (tests/models/test_mllm_sizes.py derives the number from ``transformers``' Chameleon-7B)."""
+    hf = {"vocab_size": 65536, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+          "num_attention_heads": 32, "num_key_value_heads": 32, "model_parallel_size": 1}
+    shapes = chameleon.checkpoint_shapes(hf, {"q_norm": 1, "k_norm": 1})
+    assert sum(math.prod(s) for s in shapes.values()) == 7_013_158_912
+    assert len(shapes) == 3 + 32 * 13

@@ -397,7 +397,7 @@ def _mllm_config(hf: dict, code_ids: Sequence[int], side: int, row_end: tuple[in
         raise ValueError(f"{where}: {e}") from None
 
 
-def _expected_shapes(hf: dict, qk_rows: dict[str, int]) -> dict[str, tuple[int, ...]]:
+def checkpoint_shapes(hf: dict, qk_rows: dict[str, int]) -> dict[str, tuple[int, ...]]:
     """The tensor shapes of a Lumina-mGPT checkpoint (``transformers``' Chameleon names) that ``config.json``
     describes, the vqmodel left out; ``qk_rows``: the rows of the q and k norms the file holds (accepted layouts)."""
     d, v, inter = hf["hidden_size"], hf["vocab_size"], hf["intermediate_size"]
@@ -447,7 +447,7 @@ def read_chameleon_weights(files: Sequence[Path], hf: dict, config: MLLMConfig, 
             if not key.startswith("model.vqmodel."):
                 shapes[key], owner[key] = shape, f
     try:
-        problem = describe_mismatch(_expected_shapes(hf, _qk_rows(hf, shapes, where)), shapes)
+        problem = describe_mismatch(checkpoint_shapes(hf, _qk_rows(hf, shapes, where)), shapes)
     except KeyError as e:
         raise ValueError(f"{where} has no {e.args[0]!r}") from None
     if problem:
