@@ -156,21 +156,15 @@ def lumina_greedy(forward, prompt: list[int], image_ids: list[int], newline: int
 
 
 @torch.no_grad()
-def test_greedy_ar_equals_lumina_inference_solver(lumina, forward, run_ar) -> None:
+def test_greedy_ar_equals_lumina_inference_solver(lumina, forward) -> None:
     model, config = lumina.model, lumina.model.config
     cond = lumina.condition(PROMPTS)
-    tokens = run_ar(model, cond, SamplingParams(temperature=0.0, cfg_scale=config.cfg_scale, top_k=config.top_k))
+    params = SamplingParams(temperature=0.0, cfg_scale=config.cfg_scale, top_k=config.top_k)
+    tokens = get_sampler("ar").sample(model, cond, params, generator=torch.Generator().manual_seed(0)).tokens
     for b, prompt in enumerate(prompt_rows(cond)):
         expected = lumina_greedy(forward, prompt, sorted(model.code_ids.tolist()), config.row_end[0], config.tail[0],
                                  config.grid, config.cfg_scale, config.top_k)
-        assert config.layout.sequence(model.code_ids[tokens[b : b + 1]])[0, 3:].tolist() == expected
-
-
-@pytest.fixture
-def run_ar():
-    def run(model, cond, params):
-        return get_sampler("ar").sample(model, cond, params, generator=torch.Generator().manual_seed(0)).tokens
-    return run
+        assert config.layout.sequence(model.code_ids[tokens[b:b + 1]])[0, 3:].tolist() == expected
 
 
 # ---- the folder: bad input is one line -------------------------------------------------------------------------
@@ -190,7 +184,7 @@ def one_line(err: pytest.ExceptionInfo) -> str:
     return str(err.value)
 
 
-def test_is_lumina_folder(tiny_lumina_dir, folder_copy) -> None:
+def test_a_lumina_folder_is_told_by_its_architecture_or_z_loss_weight(tiny_lumina_dir, folder_copy) -> None:
     assert is_lumina_folder(tiny_lumina_dir) and check_lumina_folder(tiny_lumina_dir) == tiny_lumina_dir
     config = json.loads((folder_copy / "config.json").read_text())
     config.pop("z_loss_weight")
