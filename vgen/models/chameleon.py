@@ -135,16 +135,16 @@ def vqgan_state_dict(taming: dict[str, torch.Tensor], config: VQConfig) -> dict[
         parts = key.split(".")
         if parts[0] == "loss":
             continue
-        if parts[0] in ("encoder", "decoder") and parts[1] == "mid":
+        if len(parts) < 4:  # a name of no block: kept, for the strict load to name
+            pass
+        elif parts[0] in ("encoder", "decoder") and parts[1] == "mid":
             parts[2] = mid.get(parts[2], parts[2])
         elif parts[0] == "encoder" and parts[1] == "down":
             parts[1] = "conv_blocks"
-            if parts[3] == "block":
-                parts[3] = "res"
-        elif parts[0] == "decoder" and parts[1] == "up":
+            parts[3] = "res" if parts[3] == "block" else parts[3]
+        elif parts[0] == "decoder" and parts[1] == "up" and parts[2].isdigit():
             parts[1], parts[2] = "conv_blocks", str(n - 1 - int(parts[2]))
-            if parts[3] == "block":
-                parts[3] = "res"
+            parts[3] = "res" if parts[3] == "block" else parts[3]
         out[".".join(parts)] = value
     out["quantize.codebook_used"] = torch.zeros(65536)
     return out
