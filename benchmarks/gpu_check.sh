@@ -11,8 +11,10 @@
 # speculative sampler and vanilla AR, eager and under CUDA graphs, bf16, batch 1 and 8, on the embedded default
 # and on a random GPT-B; tables in $OUT/compiled_{default,gptb}/), t2i_speed (benchmarks/t2i_speed.py: AR vs
 # mcsjd / lantern on random LlamaGen-T2I GPT-XL and Janus-Pro-1B sized models, bf16, batch 1 and 8, tables in
-# $OUT/t2i_speed.json and .md) and t2i_tests (the text-to-image parity tests; benchmarks/gpu_check_t2i.sh runs
-# both). Each step writes $OUT/<step>.log and a line to $OUT/summary.log; a failing or timed-out step does not
+# $OUT/t2i_speed.json and .md), t2i_mllm (the same script on random Emu3-Gen and Lumina-mGPT-7B sized models, the
+# two with fixed tokens among their codes: bf16, batch 1 and 4, their first T2I_MLLM_ROWS rows of codes (6; "" for
+# all), with the peak memory of each; tables in $OUT/t2i_mllm/) and t2i_tests (the text-to-image parity tests;
+# benchmarks/gpu_check_t2i.sh runs the three). Each step writes $OUT/<step>.log and a line to $OUT/summary.log; a failing or timed-out step does not
 # stop the others. Every step has its own time limit and the whole run keeps within BUDGET_S seconds (steps that
 # would start too late are skipped, and say so).
 # Environment: PYTHON (python3), OUT (gpu_check_out), BUDGET_S (540), GPU_TEST_WORKERS (4, pytest-xdist workers
@@ -150,6 +152,9 @@ step_compiled() {
 # test_speculative_sampler.py only its tests of a t2i model
 T2I_TESTS=(tests/models/test_llamagen_t2i.py tests/models/test_janus.py tests/models/test_text_encoder.py
     tests/models/test_conditioning.py tests/samplers/test_sampler_janus.py tests/pipelines/test_load.py
+    tests/models/test_emu3.py tests/samplers/test_sampler_emu3.py tests/models/test_lumina.py
+    tests/samplers/test_sampler_lumina.py tests/models/test_anole.py tests/models/test_mllm.py
+    tests/samplers/test_sampler_layout.py tests/models/test_mllm_sizes.py
     tests/samplers/speculative/test_speculative_sampler.py)
 
 step_t2i_tests() {
@@ -164,7 +169,14 @@ step_t2i_tests() {
 step_t2i_speed() {
     # shellcheck disable=SC2086
     run 330 "$PYTHON" benchmarks/t2i_speed.py --device cuda --dtype bf16 --batch-sizes 1 8 --repeats 1 \
-        --out "$OUT" ${T2I_SPEED_ARGS:-}
+        --models llamagen-t2i janus-pro-1b --out "$OUT" ${T2I_SPEED_ARGS:-}
+}
+
+step_t2i_mllm() {
+    local rows=${T2I_MLLM_ROWS-6}
+    # shellcheck disable=SC2086
+    run 360 "$PYTHON" benchmarks/t2i_speed.py --device cuda --dtype bf16 --batch-sizes 1 4 --repeats 1 \
+        --models emu3-gen lumina-mgpt-7b ${rows:+--rows "$rows"} --out "$OUT/t2i_mllm" ${T2I_SPEED_ARGS:-}
 }
 
 ALL=(env tests kernels speculative ar)
@@ -172,9 +184,9 @@ STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL[@]}")
 for STEP in "${STEPS[@]}"; do
     case "$STEP" in
-        env | tests | kernels | speculative | ar | extra | compiled | t2i_speed | t2i_tests) ;;
+        env | tests | kernels | speculative | ar | extra | compiled | t2i_speed | t2i_mllm | t2i_tests) ;;
         *)
-            echo "unknown step '$STEP'; steps: ${ALL[*]} extra compiled t2i_speed t2i_tests" >&2
+            echo "unknown step '$STEP'; steps: ${ALL[*]} extra compiled t2i_speed t2i_mllm t2i_tests" >&2
             exit 99
             ;;
     esac

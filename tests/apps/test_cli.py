@@ -541,7 +541,8 @@ def test_a_negative_prompt_for_a_model_whose_guidance_takes_none_is_refused_in_o
     assert not (tmp_path / "x.png").exists()
 
 
-def test_the_app_serves_every_folder_vgen_load_reads_and_refuses_others_in_one_line(tiny_janus_dir, tmp_path,
+def test_the_app_serves_every_folder_vgen_load_reads_and_refuses_others_in_one_line(tiny_janus_dir, tiny_emu3_dir,
+                                                                                     tiny_lumina_dir, tmp_path,
                                                                                      monkeypatch, capsys):
     pytest.importorskip("gradio")
     from vgen.apps import gradio_app
@@ -549,8 +550,9 @@ def test_the_app_serves_every_folder_vgen_load_reads_and_refuses_others_in_one_l
     built = []
     monkeypatch.setattr(gradio_app, "build_app", lambda *args: built.append(args))
     monkeypatch.setattr(gradio_app, "serve", lambda *args: None)
-    assert main(["app", "--model-dir", str(tiny_janus_dir), "--model", str(tiny_janus_dir)]) == 0
-    assert built[0][2].folders == (str(tiny_janus_dir),)
+    folders = [str(tiny_janus_dir), str(tiny_emu3_dir), str(tiny_lumina_dir)]
+    assert main(["app", *(f"--model-dir={f}" for f in folders), "--model", folders[1]]) == 0
+    assert built[0][2].folders == tuple(folders)
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     code, _, err = run(["app", "--model-dir", str(tmp_path)], capsys)
     assert code == 2 and err.count("\n") == 1
@@ -603,5 +605,18 @@ def test_sample_draws_a_lumina_folder_at_the_image_size_asked_with_mcsjd(tiny_lu
 def test_image_size_is_refused_in_one_line_for_a_model_of_one_size(tiny_janus_dir, tmp_path, capsys):
     code, _, err = run(["sample", "--model", str(tiny_janus_dir), "--image-size", "32", "--prompt", "a red cat",
                         "--out", str(tmp_path / "x.png")], capsys)
-    assert code == 2 and err.count("\n") == 1 and "--image-size is for LlamaGen checkpoints and Lumina-mGPT" in err
+    assert code == 2 and err.count("\n") == 1
+    assert "--image-size is for LlamaGen checkpoints and Emu3, Lumina-mGPT or Anole folders" in err
     assert f"folders; {tiny_janus_dir} draws images of its own size" in err
+
+
+@pytest.mark.parametrize("negative", [[], ["--negative-prompt", "lowres, blurry"]])
+def test_sample_draws_an_emu3_folder_with_mcsjd_against_its_negative_prompt(negative, tiny_emu3_dir, tmp_path, capsys):
+    out, stats = tmp_path / "emu3.png", tmp_path / "emu3.json"
+    code, printed, err = run(["sample", "--model", str(tiny_emu3_dir), "--image-size", "32", "--prompt", "a red star",
+                              "--sampler", "mcsjd", *negative, "--out", str(out), "--stats", str(stats),
+                              "--no-captions"], capsys)
+    assert code == 0, err
+    recorded = json.loads(stats.read_text())
+    assert recorded["sampler"] == "mcsjd" and recorded["tokens"] == 16 and recorded["prompts"] == ["a red star"]
+    assert Image.open(out).size == (32, 32) and "wrote 1 image" in printed

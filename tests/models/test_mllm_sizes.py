@@ -1,6 +1,7 @@
 """The released sizes of the two layout families, on the meta device (nothing is allocated or downloaded):
 ``transformers``' own classes at Emu3-Gen's and Chameleon / Lumina-mGPT-7B's released configs hold the released
-parameter counts, and vgen's :class:`~vgen.models.mllm.LayoutLM` at the same sizes holds the language model less the
+parameter counts, and vgen's :class:`~vgen.models.mllm.LayoutLM` at the same sizes (the configs
+``benchmarks/t2i_speed.py`` times, built by the families' own config converters) holds the language model less the
 head rows of the text tokens it never predicts (it keeps only the image-code rows of ``lm_head``)."""
 
 from __future__ import annotations
@@ -49,3 +50,20 @@ def test_transformers_chameleon_7b_holds_the_released_parameter_count_and_lumina
     per_head = 4 * 32 * 128  # q and k, weight and bias, a row per head
     shared = 4 * LUMINA_QK_NORM[0] * LUMINA_QK_NORM[1]
     assert CHAMELEON_LM - 32 * (per_head - shared) == 7_013_158_912
+
+
+@pytest.mark.parametrize(("name", "language_model", "text_rows", "codes", "vgen_count"), [
+    ("emu3_gen_config", EMU3_LM, 184622, EMU3_CODES, 7_870_017_536),
+    ("lumina_7b_config", CHAMELEON_LM, 65536, CHAMELEON_CODES, 6_778_785_792),
+])
+def test_the_benchmarks_layout_lm_is_the_released_language_model_less_the_head_rows_of_text(
+        name, language_model, text_rows, codes, vgen_count, benchmark_module) -> None:
+    from vgen.models.mllm import LayoutLM
+
+    config, code_ids = getattr(benchmark_module("t2i_speed"), name)(tiny=False)
+    assert (config.text_vocab_size, config.vocab_size, len(code_ids)) == (text_rows, codes, codes)
+    with torch.device("meta"):
+        model = LayoutLM(config)
+    # LayoutLM keeps the whole embedding table but only the code rows of lm_head (qk norms a row per head, as tf)
+    assert count(model) == vgen_count == language_model - (text_rows - codes) * config.dim
+    assert tuple(model.head.weight.shape) == (codes, 4096) and model.config.n_layer == 32

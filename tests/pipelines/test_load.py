@@ -46,7 +46,8 @@ def test_names_and_folders_that_are_not_pipelines_fail_specifically(tmp_path):
         vgen.load("nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="not a vgen pipeline folder .*, nor a LlamaGen-T2I one "
-                                              r"\(no llamagen_t2i.json\) or a released Janus-Pro, Lumina-mGPT one"):
+                                              r"\(no llamagen_t2i.json\) or a released Janus-Pro, Emu3, "
+                                              "Lumina-mGPT, Anole one"):
         vgen.load(tmp_path / "empty")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "pipeline.json").write_text("{not json")
@@ -310,9 +311,46 @@ def test_a_lumina_folder_is_a_prompt_pipeline_with_the_inference_solvers_default
     assert pipe.model.config.max_prompt_tokens == 128 - 2 * 3 - 1
     prompts = ["a red star", "a big blue cat on the moon"]
     out = pipe(prompt=prompts, temperature=0.0)
-    loaded = load_lumina(tiny_lumina_dir, image_size=32, max_prompt_tokens=121)
+    loaded = load_lumina(tiny_lumina_dir, image_size=32)
     direct = ARSampler().sample(loaded.model, loaded.condition(prompts),
                                 SamplingParams(cfg_scale=3.0, top_k=2000, temperature=0.0))
     assert torch.equal(out.tokens, direct.tokens) and out.images[0].size == (32, 32)
     with pytest.raises(ValueError, match="takes no negative_prompt"):
         pipe(prompt=prompts, negative_prompt="blurry")
+
+
+def test_an_emu3_folder_is_a_prompt_pipeline_guided_against_the_docs_negative_prompt_or_the_one_given(tiny_emu3_dir):
+    from vgen.models.emu3 import load_emu3
+    from vgen.pipelines.load import is_model_folder, load_emu3_pipeline
+    from vgen.samplers import ARSampler, SamplingParams
+
+    assert is_model_folder(tiny_emu3_dir)
+    pipe = load_emu3_pipeline(tiny_emu3_dir, image_size=24)  # 3 x 3 codes of 8 px
+    # the tiny folder's generation config sets no guidance: the original code's CFG 3 and top-k 2048
+    assert pipe.info.defaults == {"cfg_scale": 3.0, "top_k": 2048} and pipe.info.image_size == 24
+    assert pipe.takes_negative_prompt and pipe.model.grid == (3, 3)
+    loaded, prompts = load_emu3(tiny_emu3_dir, image_area=24 * 24), ["a red star", "a big blue dog on the moon"]
+    params = SamplingParams(cfg_scale=3.0, top_k=2048, temperature=0.0)
+    for negative in (None, "lowres, blurry"):
+        given = {} if negative is None else {"negative_prompt": negative}
+        out = pipe(prompt=prompts, temperature=0.0, **given)
+        direct = ARSampler().sample(loaded.model, loaded.condition(prompts, negative), params)
+        assert torch.equal(out.tokens, direct.tokens) and out.images[0].size == (24, 24)
+    # the negative prompt is what the guidance rows run: the conditional rows stay, the null rows change
+    docs = pipe.logits(prompt=prompts, tokens=out.tokens, unconditional=True)
+    own = pipe.logits(prompt=prompts, tokens=out.tokens, unconditional=True, negative_prompt="lowres, blurry")
+    torch.testing.assert_close(docs[:2], own[:2], rtol=1e-4, atol=1e-5)  # batched with other padding: rounding
+    assert (docs[2:] - own[2:]).abs().max() > 0.1
+    with pytest.raises(ValueError, match="image_size 30 is not a positive multiple of Emu3's 8 pixels a code"):
+        load_emu3_pipeline(tiny_emu3_dir, image_size=30)
+
+
+def test_an_anole_folder_is_a_prompt_pipeline_with_anoles_sampling_settings(tiny_anole_dir):
+    from vgen.pipelines.load import is_model_folder, load_anole_pipeline
+
+    assert is_model_folder(tiny_anole_dir)
+    pipe = load_anole_pipeline(tiny_anole_dir, image_size=32)
+    assert pipe.info.defaults == {"cfg_scale": 3.0, "temperature": 0.7, "top_p": 0.9}
+    assert pipe.info.image_size == 32 and pipe.model.grid == (2, 2) and not pipe.takes_negative_prompt
+    out = pipe(prompt=["a red star", "a big blue cat on the moon"], sampler="mcsjd", seed=0)
+    assert out.tokens.shape == (2, 4) and out.images[1].size == (32, 32)

@@ -233,8 +233,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("model")
     src.add_argument("--model", default=None,
                      help="embedded model name (`vgen models`), pipeline folder, LlamaGen-T2I folder (`vgen "
-                          "t2i-config`), or a released Janus-Pro, Emu3 or Lumina-mGPT folder (default: shapes-c2i; "
-                          "shapes-t2i when prompts are given); or LlamaGen checkpoints, below")
+                          "t2i-config`), or a released Janus-Pro, Emu3, Lumina-mGPT or Anole folder (default: "
+                          "shapes-c2i; shapes-t2i when prompts are given); or LlamaGen checkpoints, below")
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -253,8 +253,8 @@ def add_llamagen_args(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--vq-model", default="VQ-16", help="LlamaGen VQ of --vq-ckpt (VQ-16 or VQ-8)")
     group.add_argument("--image-size", type=int, default=None,
                        help="image size of --gpt-ckpt (256, 384, 512; default: 256, or a text-to-image release's "
-                            "own), or of the images an Emu3 or Lumina-mGPT --model folder draws (default: 720 and "
-                            "768)")
+                            "own), or of the images an Emu3, Lumina-mGPT or Anole --model folder draws (default: "
+                            "720, 768 and 512)")
     group.add_argument("--t5-path", default=None,
                        help="local FLAN-T5-XL folder: --gpt-ckpt is then a LlamaGen text-to-image checkpoint "
                             "(t2i_XL_stage1_256.pt, t2i_XL_stage2_512.pt) that takes --prompt")
@@ -444,7 +444,8 @@ def load_pipeline(args: argparse.Namespace, streaming: bool = False):
     if getattr(args, "image_size", None) is not None:
         family = released_family(model)
         if family is None or not family.sized:
-            sized = " or ".join(name for name, f in RELEASED_FOLDERS.items() if f.sized)
+            *some, last = [name for name, f in RELEASED_FOLDERS.items() if f.sized]
+            sized = f"{', '.join(some)} or {last}" if some else last
             raise UsageError(f"--image-size is for LlamaGen checkpoints and {sized} folders; {model} draws "
                              f"images of its own size")
         pipe = family.load(model, args.device, dtype, image_size=args.image_size)

@@ -23,9 +23,10 @@ from vgen.hub import (
     local_path,
     read_torch_checkpoint,
 )
-from vgen.models.chameleon import IMAGE_SIZE as LUMINA_IMAGE_SIZE
-from vgen.models.chameleon import PATCH as LUMINA_PATCH
-from vgen.models.chameleon import is_lumina_folder, load_lumina
+from vgen.models.chameleon import LoadedLumina, is_anole_folder, is_lumina_folder, load_anole, load_lumina
+from vgen.models.emu3 import IMAGE_AREA as EMU3_IMAGE_AREA
+from vgen.models.emu3 import SPATIAL_FACTOR as EMU3_PIXELS_PER_CODE
+from vgen.models.emu3 import is_emu3_folder, load_emu3
 from vgen.models.janus import is_janus_folder, load_janus
 from vgen.models.llamagen import (
     LLAMAGEN_T2I_CHECKPOINTS,
@@ -53,8 +54,6 @@ LLAMAGEN_T2I_DEFAULTS = {"cfg_scale": 7.5, "top_k": 1000}
 
 
 MAX_PARAMS_OPTION = Option("the most values a model folder may hold", at_least=1)
-MAX_PROMPT_TOKENS = 256
-"""The prompt tokens (padding included) a released family's pipeline makes room for in its cache."""
 
 
 DEFAULT_MODEL = "shapes-c2i"  # the embedded model of `vgen sample` and `vgen.load()`
@@ -94,7 +93,7 @@ def load(name_or_path: str | Path = DEFAULT_MODEL, device: str | torch.device = 
     """An embedded default by name, or a pipeline folder written by ``save_pretrained``: a
     :class:`StreamPipeline` for a block-diffusion model, a :class:`VideoPipeline` for a backbone over a
     frames x rows x columns grid, an :class:`ImagePipeline` otherwise; a released checkpoint folder of a family of
-    :data:`RELEASED_FOLDERS` (Janus-Pro, Emu3, Lumina-mGPT) in its own layout; a LlamaGen-T2I folder with its
+    :data:`RELEASED_FOLDERS` (Janus-Pro, Emu3, Lumina-mGPT, Anole) in its own layout; a LlamaGen-T2I folder with its
     :data:`LLAMAGEN_T2I_CONFIG` (:func:`load_llamagen_t2i`). Each model folder may hold at most ``max_params``
     values (:func:`~vgen.hub.from_pretrained`). ``threads`` sets the CPU threads torch computes with for the rest of
     the process: a number, or ``"auto"``, the cores not busy elsewhere (:func:`~vgen.threads.set_threads`, what the
@@ -303,34 +302,55 @@ def load_janus_pipeline(folder: str | Path, device: str | torch.device = "cpu",
     return ImagePipeline(model, tokenizer, info, prompt_encoder=loaded.condition).to(device, dtype)
 
 
+def load_emu3_pipeline(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                       image_size: int | None = None) -> ImagePipeline:
+    """An Emu3 folder in ``transformers``' layout (``Emu3ForConditionalGeneration`` and ``Emu3Processor`` saved
+    together, e.g. BAAI/Emu3-Gen-hf; :func:`~vgen.models.emu3.load_emu3`) as a text-to-image pipeline of square
+    ``image_size``-px images (default 720, ``Emu3Processor``'s area: 90 x 90 codes; a multiple of 8 px):
+    ``pipe(prompt=[...], negative_prompt=...)``, guided against the docs' negative prompt unless another is given.
+    The defaults are the folder's ``generation_config.json`` guidance scale and top-k where it sets them, else the
+    original code's CFG 3 and top-k 2048 (:class:`~vgen.models.emu3.Emu3Defaults` says which)."""
+    check_device(device)
+    if image_size is not None and (image_size < 1 or image_size % EMU3_PIXELS_PER_CODE):
+        raise ValueError(f"image_size {image_size} is not a positive multiple of Emu3's {EMU3_PIXELS_PER_CODE} "
+                         f"pixels a code")
+    area = EMU3_IMAGE_AREA if image_size is None else image_size ** 2
+    loaded = load_emu3(folder, dtype=dtype, device=device, image_area=area)
+    model, defaults = loaded.model, loaded.defaults
+    info = PipelineInfo(name=Path(folder).name, image_size=model.grid[0] * loaded.tokenizer.downsample_factor,
+                        defaults={"cfg_scale": defaults.cfg_scale, "top_k": defaults.top_k})
+    return ImagePipeline(model, loaded.tokenizer, info, prompt_encoder=loaded.condition,
+                         takes_negative_prompt=True).to(device, dtype)
+
+
 def load_lumina_pipeline(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                          image_size: int | None = None) -> ImagePipeline:
     """A Lumina-mGPT folder (``save_pretrained`` of its Chameleon model, with Chameleon's tokenizer files in
     ``ckpts/chameleon/tokenizer/``, :func:`~vgen.models.chameleon.load_lumina`) as a text-to-image pipeline of
     square ``image_size``-px images (default 768: 48 x 48 codes): ``pipe(prompt=[...])`` with the defaults of
     Lumina's inference solver, CFG 3 against its unconditional image header and top-k 2000 over image codes.
-    Prompts may take :data:`MAX_PROMPT_TOKENS` tokens, or what the model's context leaves beside the image where
-    that is less. The backbone is read in ``dtype`` (float32 by default), the VQGAN kept in float32."""
+    Prompts may take 256 tokens, or what the model's context leaves beside the image where that is less. The
+    backbone is read in ``dtype`` (float32 by default), the VQGAN kept in float32."""
     check_device(device)
-    image_size = LUMINA_IMAGE_SIZE if image_size is None else image_size
-    loaded = load_lumina(folder, dtype=dtype, device=device, image_size=image_size,
-                         max_prompt_tokens=_lumina_prompt_room(Path(folder), image_size))
-    config = loaded.model.config
-    info = PipelineInfo(name=Path(folder).name, image_size=image_size,
-                        defaults={"cfg_scale": config.cfg_scale, "top_k": config.top_k})
+    size = {} if image_size is None else {"image_size": image_size}
+    return _chameleon_pipeline(load_lumina(folder, dtype=dtype, device=device, **size), folder, device, dtype)
+
+
+def load_anole_pipeline(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                        image_size: int | None = None) -> ImagePipeline:
+    """A ``transformers`` Chameleon folder of an image-generating checkpoint (Anole), with Chameleon's tokenizer
+    files in ``ckpts/chameleon/tokenizer/`` (:func:`~vgen.models.chameleon.load_anole`), as a text-to-image pipeline
+    of square ``image_size``-px images (default 512: 32 x 32 codes) with Anole's defaults: CFG 3, temperature 0.7,
+    top-p 0.9."""
+    check_device(device)
+    size = {} if image_size is None else {"image_size": image_size}
+    return _chameleon_pipeline(load_anole(folder, dtype=dtype, device=device, **size), folder, device, dtype)
+
+
+def _chameleon_pipeline(loaded: LoadedLumina, folder: str | Path, device: str | torch.device,
+                        dtype: torch.dtype | None) -> ImagePipeline:
+    info = PipelineInfo(name=Path(folder).name, image_size=loaded.image_size, defaults=dict(loaded.defaults))
     return ImagePipeline(loaded.model, loaded.tokenizer, info, prompt_encoder=loaded.condition).to(device, dtype)
-
-
-def _lumina_prompt_room(folder: Path, image_size: int) -> int:
-    """:data:`MAX_PROMPT_TOKENS`, or fewer (at least 1) where the ``max_position_embeddings`` of ``folder``'s
-    config.json leave less beside a square ``image_size``-px image: a row end after each row of codes, then
-    ``<eoss>`` (:mod:`vgen.models.chameleon`; a config that cannot be read is :func:`load_lumina`'s to refuse)."""
-    try:
-        positions = int(json.loads((folder / "config.json").read_text()).get("max_position_embeddings", 4096))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return MAX_PROMPT_TOKENS
-    side = image_size // (LUMINA_PATCH // 2)  # 16 px a code
-    return max(1, min(MAX_PROMPT_TOKENS, positions - side * (side + 1) - 1))
 
 
 @dataclass(frozen=True)
@@ -346,7 +366,9 @@ class ReleasedFamily:
 
 RELEASED_FOLDERS: dict[str, ReleasedFamily] = {
     "Janus-Pro": ReleasedFamily(is_janus_folder, load_janus_pipeline),
+    "Emu3": ReleasedFamily(is_emu3_folder, load_emu3_pipeline, sized=True),
     "Lumina-mGPT": ReleasedFamily(is_lumina_folder, load_lumina_pipeline, sized=True),
+    "Anole": ReleasedFamily(is_anole_folder, load_anole_pipeline, sized=True),
 }
 """The families :func:`load` reads from their released folders, by name."""
 
