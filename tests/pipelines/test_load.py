@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -354,3 +355,19 @@ def test_an_anole_folder_is_a_prompt_pipeline_with_anoles_sampling_settings(tiny
     assert pipe.info.image_size == 32 and pipe.model.grid == (2, 2) and not pipe.takes_negative_prompt
     out = pipe(prompt=["a red star", "a big blue cat on the moon"], sampler="mcsjd", seed=0)
     assert out.tokens.shape == (2, 4) and out.images[1].size == (32, 32)
+
+
+def test_the_acceptance_map_of_a_model_with_row_ends_draws_its_codes_alone(tiny_lumina_dir):
+    from vgen.pipelines.load import load_lumina_pipeline
+    from vgen.visualize import acceptance_map, colormap
+
+    pipe = load_lumina_pipeline(tiny_lumina_dir, image_size=64)  # 4 x 4 codes, a new-line token after each row
+    out = pipe(prompt=["a red star", "a big blue cat on the moon"], sampler="mcsjd", seed=0)
+    steps = out.stats.accept_step
+    assert steps.shape == (2, 16) and out.stats.tokens == 32  # the row ends are neither drawn, counted nor mapped
+    cell, last = 8, int(steps.max())
+    picture = np.asarray(acceptance_map(steps[1], pipe.model.grid, 4 * cell, last))
+    for code, step in enumerate(steps[1].tolist()):  # code (r, c) of the raster is cell (r, c) of the map
+        r, c = divmod(code, 4)
+        expected = colormap(np.array((step - 1) / max(last - 1, 1)))
+        assert (picture[r * cell + cell // 2, c * cell + cell // 2] == expected).all()
