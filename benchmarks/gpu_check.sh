@@ -112,7 +112,7 @@ step_tests() {
     if [ "$GPU_TEST_WORKERS" != 0 ] && "$PYTHON" -c 'import xdist' 2>/dev/null; then
         workers=(-n "$GPU_TEST_WORKERS")
     fi
-    # -m gpu on the command line overrides pyproject's addopts (-m 'not gpu'): the last -m wins
+    # -m gpu: only the GPU tests, so that tests/kernels/conftest.py leaves Triton's interpreter off
     # shellcheck disable=SC2086
     run 330 "$PYTHON" -m pytest -m gpu -p no:cacheprovider -q -rfEs --durations=15 "${workers[@]}" $files
 }

@@ -882,3 +882,18 @@ def lumina_reference():
     """:func:`lumina_reference_logits`."""
     return lumina_reference_logits
 # ---- end Lumina-mGPT ---------------------------------------------------------------------------------------
+
+
+# ---- markers: a test marked gpu is skipped where there is no CUDA device --------------------------------------
+NO_CUDA = "needs a CUDA device (on a GPU machine: pytest -m gpu)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip every test marked ``gpu`` where CUDA is not available, so that a run on a CPU machine passes with any
+    ``-m`` expression (``-m "not slow"``) or none, and says why each was skipped."""
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA))
+# ---- end markers -------------------------------------------------------------------------------------------
