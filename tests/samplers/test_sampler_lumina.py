@@ -51,7 +51,7 @@ def lumina_law(lumina: LoadedLumina, reference, folder, prompt: list[int], cfg: 
     return scores.softmax(-1).gather(-1, ALL_IMAGES[..., None])[..., 0].prod(-1)
 
 
-def image_counts(run_sampler, lumina: LoadedLumina, sampler, params: SamplingParams, rows: int = 4000) -> torch.Tensor:
+def image_counts(run_sampler, lumina: LoadedLumina, sampler, params: SamplingParams, rows: int = 3000) -> torch.Tensor:
     cond = lumina.condition(["a red star"])
     cond = PrefixCondition(cond.values.expand(rows, -1).clone(), cond.mask.expand(rows, -1).clone())
     tokens = run_sampler(sampler, lumina.model, cond, params, tokenizer=lumina.tokenizer).tokens
