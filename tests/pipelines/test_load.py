@@ -321,7 +321,7 @@ def test_a_lumina_folder_is_a_prompt_pipeline_with_the_inference_solvers_default
 
 
 def test_an_emu3_folder_is_a_prompt_pipeline_guided_against_the_docs_negative_prompt_or_the_one_given(tiny_emu3_dir):
-    from vgen.models.emu3 import load_emu3
+    from vgen.models.emu3 import NEGATIVE_PROMPT, LoadedEmu3
     from vgen.pipelines.load import is_model_folder, load_emu3_pipeline
     from vgen.samplers import ARSampler, SamplingParams
 
@@ -330,12 +330,13 @@ def test_an_emu3_folder_is_a_prompt_pipeline_guided_against_the_docs_negative_pr
     # the tiny folder's generation config sets no guidance: the original code's CFG 3 and top-k 2048
     assert pipe.info.defaults == {"cfg_scale": 3.0, "top_k": 2048} and pipe.info.image_size == 24
     assert pipe.takes_negative_prompt and pipe.model.grid == (3, 3)
-    loaded, prompts = load_emu3(tiny_emu3_dir, image_area=24 * 24), ["a red star", "a big blue dog on the moon"]
+    loaded, prompts = pipe.prompt_encoder.__self__, ["a red star", "a big blue dog on the moon"]
+    assert isinstance(loaded, LoadedEmu3)  # the family's own prompt rows (tests/models/test_emu3.py)
     params = SamplingParams(cfg_scale=3.0, top_k=2048, temperature=0.0)
-    for negative in (None, "lowres, blurry"):
-        given = {} if negative is None else {"negative_prompt": negative}
+    for negative in (NEGATIVE_PROMPT, "lowres, blurry"):
+        given = {} if negative == NEGATIVE_PROMPT else {"negative_prompt": negative}
         out = pipe(prompt=prompts, temperature=0.0, **given)
-        direct = ARSampler().sample(loaded.model, loaded.condition(prompts, negative), params)
+        direct = ARSampler().sample(pipe.model, loaded.condition(prompts, negative), params)
         assert torch.equal(out.tokens, direct.tokens) and out.images[0].size == (24, 24)
     # the negative prompt is what the guidance rows run: the conditional rows stay, the null rows change
     docs = pipe.logits(prompt=prompts, tokens=out.tokens, unconditional=True)
