@@ -136,11 +136,19 @@ def test_each_declared_option_is_a_web_field_with_the_same_name_help_and_default
     gr = pytest.importorskip("gradio")
     from vgen.apps.gradio_app import GENERATE_INPUTS, SAMPLER_FIELDS, build_app
 
-    boxes = {b.label: b for b in build_app().blocks.values() if isinstance(b, gr.Textbox)}
+    fields = {}
+    for block in build_app().blocks.values():  # the first of a label: the Generate tab's
+        if isinstance(block, (gr.Textbox, gr.Number, gr.Dropdown)):
+            fields.setdefault(block.label, block)
     web_options = sampling_options() + SAMPLER_FIELDS + [declarations(StreamConfig)[n] for n in ("steps", "cfg_scale")]
     for o in web_options:
-        assert (boxes[o.name].info, boxes[o.name].value) == (o.help, "")
+        field = fields[o.name]
+        assert field.info == o.help
         assert o.name in GENERATE_INPUTS or o.name == "steps"
+        if o.kind in (int, float):  # a number field shows a value: a browser sends an empty one as 0
+            assert isinstance(field, gr.Number) and field.value is not None
+        else:  # empty: the sampler's own
+            assert field.value == "" and (o.spec.allowed() is None or isinstance(field, gr.Dropdown))
     # the web page offers every sampler option the command line does, but compiling
     assert {o.name for o in SAMPLER_FIELDS} == {o.name for o in SAMPLER_OPTIONS} - {"compile"}
 
