@@ -375,6 +375,13 @@ def test_a_bad_prompt_gets_its_own_message(gen, tiny_t2i, prompt, message) -> No
     assert len(str(e.value)) < 200  # never the prompt itself
 
 
+def test_unknown_prompt_words_are_noted_under_the_stats_with_what_to_say(gen, tiny_t2i) -> None:
+    stats = gen(tiny_t2i, "ar", **SETTINGS, prompt="two red stars")[2]
+    assert stats.endswith("**Note:** the prompt's words this model does not know, read as unknown: stars (say "
+                          "'star'), two; stars, two: the model draws one shape per image")
+    assert "Note" not in gen(tiny_t2i, "ar", **SETTINGS, prompt="a red star")[2]
+
+
 def test_a_class_model_ignores_the_prompt_field(gen, tiny_model) -> None:
     plain = gen(tiny_model, "ar", **SETTINGS)[0]
     assert gen(tiny_model, "ar", **SETTINGS, prompt="x" * 1_000_000)[0].tobytes() == plain.tobytes()

@@ -6,7 +6,8 @@ from the sampler registry, and a sampler's parameters are passed only when its c
 filled in (empty = the preset's own default; a number field shows the model's or the sampler's value and its
 declared bounds, as a browser sends an empty one as 0). The Generate tab shows the class box (a name or an id)
 for a class-conditional model and a prompt box with the model's example prompts and its words for a
-text-to-image one, switching with the model (:func:`model_controls`). Streaming models get their own tab, where
+text-to-image one, switching with the model (:func:`model_controls`); a prompt's unknown words are noted under
+the stats, with what to say instead. Streaming models get their own tab, where
 frames play as each block completes, with Stop (at the next denoising step) and a class switch that takes effect
 at the next block.
 
@@ -49,7 +50,7 @@ from vgen.data.scenes import caption_words
 from vgen.hub import ASSETS, CheckpointError
 from vgen.images import image_grid
 from vgen.models.llamagen import GPT_SIZES
-from vgen.models.word_encoder import WordTextEncoder
+from vgen.models.word_encoder import WordTextEncoder, unknown_word_notes
 from vgen.pipelines import (
     DEFAULT_TEXT_MODEL,
     ImagePipeline,
@@ -426,7 +427,18 @@ def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any
         figures = {"ar_forward_passes": ar.stats.forward_passes,
                    "step_compression": ar.stats.forward_passes / out.stats.forward_passes,
                    "latency_ratio": ar.stats.wall_time_s / out.stats.wall_time_s}
-    return image_grid(out.images, cols), amap, stats_markdown(out.stats.to_dict(), figures), ar_grid, None
+    table = stats_markdown(out.stats.to_dict(), figures) + prompt_note(pipe, condition.get("prompt"))
+    return image_grid(out.images, cols), amap, table, ar_grid, None
+
+
+def prompt_note(pipe: ImagePipeline, prompt: str | None) -> str:
+    """What the page adds under the stats about a prompt's words a word-level text encoder does not know (the
+    warning the command line prints, :func:`~vgen.models.word_encoder.unknown_word_notes`); empty when none."""
+    encoder = getattr(pipe, "text_encoder", None)
+    if prompt is None or not isinstance(encoder, WordTextEncoder):
+        return ""
+    notes = unknown_word_notes(prompt, encoder.known)
+    return f"\n\n**Note:** the prompt's {notes}" if notes else ""
 
 
 def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: Any, cfg_scale: Any, *,
