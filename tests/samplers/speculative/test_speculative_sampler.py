@@ -19,6 +19,7 @@ from vgen.samplers import ar as ar_module
 from vgen.samplers.logits import apply_cfg
 from vgen.samplers.speculative import sampler as sampler_module
 from vgen.samplers.speculative.drafters import Drafter
+from vgen.samplers.speculative.neighbour import NeighbourDrafter
 
 GRID_GPT = GPTConfig(vocab_size=64, dim=64, n_layer=2, n_head=4, num_classes=5, block_size=36)
 CLASSES = torch.tensor([0, 3, 1])
@@ -160,6 +161,8 @@ LOSSLESS_PARAMS = {"plain": SamplingParams(), "cfg-topk-temp": SamplingParams(cf
                                                  ("sjd", dict(window=3, drafter="head")),
                                                  ("sjd", dict(window=3, draft_coupling="maximal")),
                                                  ("sjd", dict(window=4, draft_coupling="gumbel")),
+                                                 ("mcsjd", dict(window=4, drafter="neighbour")),
+                                                 ("sjd", dict(window=3, drafter="neighbour")),
                                                  ("speculative", dict(accept="match", window=3))])
 def test_lossless_samplers_match_the_exact_joint_distribution(chi_square_p, run_sampler, params, sampler, kwargs,
                                                               tiny_gpt_factory) -> None:
@@ -177,6 +180,18 @@ def test_the_distribution_test_catches_a_lossy_rule(chi_square_p, run_sampler, t
     params = SamplingParams()
     lossy = get_sampler("gsd", window=3, gsd_p_threshold=1.0, gsd_dist_threshold=2**16)
     counts = sequence_counts(run_sampler, model, lossy, params, batches=2)
+    assert chi_square_p(counts, exact_joint(model, params)) < 1e-6
+
+
+def test_the_distribution_test_catches_drafts_that_misstate_their_law(chi_square_p, run_sampler, tiny_gpt_factory,
+                                                                      monkeypatch) -> None:
+    """Power check on a drafter: neighbour drafts that take the neighbour's most likely token while claiming to be
+    draws from its law (their q) are accepted too often and fail the test that the true draws pass."""
+    model = tiny_gpt_factory(SEQ_GPT)
+    params = SamplingParams()
+    monkeypatch.setattr(NeighbourDrafter, "draw", lambda self, p, pos, generator: p.argmax(-1))
+    counts = sequence_counts(run_sampler, model, get_sampler("mcsjd", window=4, drafter="neighbour"), params,
+                             batches=2)
     assert chi_square_p(counts, exact_joint(model, params)) < 1e-6
 
 

@@ -286,12 +286,18 @@ def gumbel_refresh(probs: torch.Tensor, noise: torch.Tensor, shift: torch.Tensor
     ``uniforms`` [B, L, V]. The Gumbel-max draw ``argmax(log p + g)`` is taken as ``argmax(p / E)`` with
     ``E = exp(-g)``, an Exp(1) variable, and the noise is kept as ``1 / E``: the same draw without the logarithms of
     ``p``."""
-    length = probs.shape[1]
-    offset = shift[:, None] + torch.arange(length, device=shift.device)
-    shifted = noise.gather(1, offset.clamp(max=length - 1)[..., None].expand_as(probs))
-    fresh = -1 / torch.log(uniforms.clamp_min(1e-20))
-    noise = torch.where((offset < length)[..., None], shifted, fresh)
+    noise = aligned_noise(noise, shift, uniforms)
     return (probs * noise).argmax(-1), noise
+
+
+def aligned_noise(noise: torch.Tensor, shift: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The noise [B, L, V] (as ``1 / E``) of :func:`gumbel_refresh`'s outputs: column j of row b is the last pass's
+    ``noise`` at column ``shift[b] + j`` where that lies inside it, else made from ``uniforms`` [B, L, V]."""
+    length = uniforms.shape[1]
+    offset = shift[:, None] + torch.arange(length, device=shift.device)
+    shifted = noise.gather(1, offset.clamp(max=length - 1)[..., None].expand_as(uniforms))
+    fresh = -1 / torch.log(uniforms.clamp_min(1e-20))
+    return torch.where((offset < length)[..., None], shifted, fresh)
 
 
 def gumbel_carry(probs: torch.Tensor, noise: torch.Tensor, shift: torch.Tensor, uniforms: torch.Tensor,
