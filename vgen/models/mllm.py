@@ -98,6 +98,7 @@ class MLLMConfig(BackboneConfig):
 
     @property
     def layout(self) -> TokenLayout:
+        """Where the fixed ids sit among the codes (:attr:`LayoutLM.token_layout`)."""
         return TokenLayout(self.grid, self.row_end, self.head_tokens, self.tail)
 
 
