@@ -26,7 +26,8 @@ def test_sample_writes_grid_and_stats(tiny_pipeline_dir, tmp_path, capsys):
     out, stats = tmp_path / "grid.png", tmp_path / "stats.json"
     code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--class-id", "1", "--class-id", "2",
                            "--num-images", "4", "--out", str(out), "--stats", str(stats), "--cols", "2"], capsys)
-    assert code == 0 and "wrote 4 images" in stdout and "(16 forward passes, one per token, " in stdout
+    assert code == 0 and "wrote 4 images to " in stdout
+    assert ": 16 forward passes per image, one per token, in 1 batch of 4; " in stdout
     assert "next-token AR takes" not in stdout
     assert Image.open(out).size == (32, 32)  # 2 x 2 grid of 16 px images
     s = json.loads(stats.read_text())
@@ -152,11 +153,12 @@ def test_speculative_sampling_writes_an_acceptance_map(tiny_pipeline_dir, tmp_pa
     code, stdout, _ = run(["sample", "--model", str(tiny_pipeline_dir), "--num-images", "3", "--sampler", "lantern",
                            "--window", "4", "--lantern-k", "5", "--draft-coupling", "gumbel", "--out", str(out),
                            "--acceptance-map", str(amap), "--stats", str(stats)], capsys)
-    assert code == 0 and "tokens per pass" in stdout
+    assert code == 0 and "forward passes per image where next-token AR takes 16 (" in stdout
+    assert "x fewer), in 3 batches of 1; " in stdout  # a speculative sampler on a CPU: one image at a time
     assert Image.open(amap).size == (3 * 2 * 128 + 2 * 8, 128 + LEGEND_HEIGHT)  # each sample beside its map
     s = json.loads(stats.read_text())
     assert s["sampler"] == "lantern" and s["details"]["drafter"] == "jacobi" and s["details"]["lantern_k"] == 5
-    assert s["forward_passes"] < 16 and len(s["accept_step"]) == 3
+    assert s["passes_per_image"] < 16 and len(s["accept_step"]) == 3
 
 
 def test_classes_go_by_name_as_well_as_by_id(tiny_pipeline_dir, tmp_path, capsys):
@@ -425,7 +427,7 @@ def test_a_nar_model_samples_with_nar_by_default_in_h_plus_w_minus_1_passes(tiny
     code, stdout, err = run(["sample", "--model", str(folder), "--num-images", "2", "--out", str(out), "--stats",
                              str(stats)], capsys)
     assert code == 0, err
-    assert "7 forward passes where next-token AR takes 16, 2.29 tokens per pass" in stdout
+    assert "7 forward passes per image where next-token AR takes 16 (2.29x fewer), in 1 batch of 2" in stdout
     assert json.loads(stats.read_text())["sampler"] == "nar"
 
 
@@ -620,3 +622,44 @@ def test_sample_draws_an_emu3_folder_with_mcsjd_against_its_negative_prompt(nega
     recorded = json.loads(stats.read_text())
     assert recorded["sampler"] == "mcsjd" and recorded["tokens"] == 16 and recorded["prompts"] == ["a red star"]
     assert Image.open(out).size == (32, 32) and "wrote 1 image" in printed
+
+
+def test_a_speculative_sampler_draws_one_image_at_a_time_on_a_cpu_unless_given_a_batch_size(tiny_pipeline_dir,
+                                                                                            tmp_path, capsys):
+    stats = tmp_path / "s.json"
+    base = ["sample", "--model", str(tiny_pipeline_dir), "--num-images", "3", "--sampler", "mcsjd", "--out",
+            str(tmp_path / "g.png"), "--stats", str(stats), "--overwrite"]
+    assert run(base, capsys)[0] == 0
+    one = json.loads(stats.read_text())
+    assert (one["batches"], one["images_per_batch"]) == (3, 1)
+    assert one["passes_per_image"] == pytest.approx(sum(max(row) for row in one["accept_step"]) / 3)
+    assert one["step_compression"] == pytest.approx(16 / one["passes_per_image"])
+    assert run([*base, "--batch-size", "3"], capsys)[0] == 0
+    assert (json.loads(stats.read_text())["batches"], json.loads(stats.read_text())["images_per_batch"]) == (1, 3)
+    assert run([*base, "--sampler", "ar"], capsys)[0] == 0
+    assert json.loads(stats.read_text())["batches"] == 1  # a one-token-per-pass sampler: one batch
+
+
+def test_compare_draws_the_same_images_with_ar_and_prints_figures_that_reconcile(tiny_pipeline_dir, tmp_path, capsys):
+    stats = tmp_path / "s.json"
+    code, stdout, err = run(["sample", "--model", str(tiny_pipeline_dir), "--num-images", "2", "--sampler", "sjd",
+                             "--out", str(tmp_path / "g.png"), "--stats", str(stats), "--compare"], capsys)
+    assert code == 0, err
+    s = json.loads(stats.read_text())
+    ref = s["compare"]
+    assert ref["sampler"] == "ar" and ref["passes_per_image"] == 16
+    assert ref["step_compression"] == pytest.approx(16 / s["passes_per_image"]) == pytest.approx(s["step_compression"])
+    assert ref["latency_ratio"] == pytest.approx(ref["wall_time_s"] / s["wall_time_s"])
+    assert stdout.splitlines()[-1] == (f"ar, same seed and batches: 16.0 forward passes per image, "
+                                       f"{ref['wall_time_s']:.2f} s sampling; sjd took "
+                                       f"{ref['step_compression']:.2f}x fewer passes and ran "
+                                       f"{ref['latency_ratio']:.2f}x as fast")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--batch-size", "-3"], "--batch-size must be >= 1, got -3"),
+])
+def test_a_bad_batch_size_is_refused_in_one_line(tiny_pipeline_dir, tmp_path, capsys, args, message):
+    code, _, err = run(["sample", "--model", str(tiny_pipeline_dir), "--out", str(tmp_path / "g.png"), *args], capsys)
+    assert code == 2 and err.startswith(f"vgen: error: {message}") and err.count("\n") == 1, err

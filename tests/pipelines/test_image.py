@@ -12,6 +12,7 @@ from vgen.models.conditioning import PrefixCondition
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.pipelines import ImagePipeline, PipelineInfo, load
 from vgen.samplers import ARSampler, SamplingParams
+from vgen.samplers.base import SharedBar
 from vgen.tokenizers.vq import VQConfig, VQModel
 
 TINY_VQ = VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4)
@@ -339,3 +340,24 @@ def test_a_negative_prompt_is_refused_in_one_line_by_a_model_whose_guidance_take
         pipe(negative_prompt="blurry", **condition)
     with pytest.raises(ValueError, match="takes no negative_prompt"):
         pipe.logits(tokens=torch.zeros(1, 4, dtype=torch.long), negative_prompt="blurry", **condition)
+
+
+@pytest.mark.parametrize(("pipeline", "sampler"), [
+    ("tiny_pipeline_dir", "ar"), ("tiny_pipeline_dir", "sjd"), ("tiny_pipeline_dir", "mcsjd"),
+    ("tiny_pipeline_dir", "lantern"), ("tiny_pipeline_dir", "gsd"), ("tiny_continuous_pipeline_dir", "continuous-ar"),
+    ("tiny_continuous_pipeline_dir", "cspd")])
+def test_a_request_counts_every_images_tokens_on_one_bar_whatever_the_sampler(pipeline, sampler, request, monkeypatch):
+    import vgen.pipelines.image as image
+
+    bars = []
+    monkeypatch.setattr(image, "SharedBar", lambda *args: bars.append(SharedBar(*args)) or bars[-1])
+    pipe = load(request.getfixturevalue(pipeline))
+    pipe([0, 1, 2], sampler=sampler, batch_size=2, progress=True)  # two chunks: 2 images, then 1
+    (bar,) = bars
+    assert bar.total == bar.n == bar.bar.n == 3 * pipe.model.num_tokens
+
+
+def test_a_request_refused_by_its_sampler_shows_no_bar(tiny_pipeline_dir, capsys):
+    with pytest.raises(ValueError, match="sampler 'cspd' does not fit"):
+        load(tiny_pipeline_dir)([0, 1, 2], sampler="cspd", batch_size=2, progress=True)
+    assert capsys.readouterr().err == ""

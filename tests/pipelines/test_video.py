@@ -23,6 +23,7 @@ from vgen.models.nar import NARConfig, NARTransformer
 from vgen.models.nbp import NBPConfig, NBPTransformer
 from vgen.pipelines import PipelineInfo, VideoPipeline, load, tile_clips
 from vgen.video_io import write_video
+from vgen.visualize import LEGEND_HEIGHT
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_a_video_nar_backbone_loads_as_a_video_pipeline_and_takes_t_plus_h_plus_
     assert out.videos.shape == (2, 3, 16, 16, 3) and out.tokens.shape == (2, 48)
     code, stdout, err = run(["sample", "--model", str(folder), "--out", str(tmp_path / "c.gif")], capsys)
     assert code == 0, err
-    assert "9 forward passes where next-token AR takes 48" in stdout
+    assert "9 forward passes per clip where next-token AR takes 48" in stdout
 
 
 def test_given_first_frames_are_kept_as_tokens_and_continued(video_dir) -> None:
@@ -170,7 +171,7 @@ def test_vgen_sample_writes_a_clip_that_reads_back(video_dir, tmp_path, capsys, 
     assert np.abs(frames.astype(int) - expected.astype(int)).mean() < 20  # lossy codecs, same clip
     s = json.loads(stats.read_text())
     assert s["forward_passes"] == 3 and s["tokens"] == 48 and s["frames_per_second"] > 0
-    assert s["next_token_forward_passes"] == 48 and "3 forward passes where next-token AR takes 48" in stdout
+    assert s["next_token_forward_passes"] == 48 and "3 forward passes per clip where next-token AR takes 48" in stdout
 
 
 def test_vgen_sample_draws_clips_longer_than_the_window(video_dir, tmp_path, capsys) -> None:
@@ -179,7 +180,7 @@ def test_vgen_sample_draws_clips_longer_than_the_window(video_dir, tmp_path, cap
                              "--window-context", "2", "--out", str(out), "--stats", str(stats),
                              "--acceptance-map", str(amap)], capsys)
     assert code == 0, err
-    assert "wrote 1 clip of 5 frames" in stdout and "5 forward passes where next-token AR takes 80" in stdout
+    assert "wrote 1 clip of 5 frames" in stdout and "5 forward passes per clip where next-token AR takes 80" in stdout
     assert read_video(out).shape == (5, 16, 16, 3)
     s = json.loads(stats.read_text())
     assert s["details"]["windows"] == 3 and s["tokens"] == 80
@@ -203,8 +204,9 @@ def test_a_speculative_video_ar_run_draws_its_acceptance_map(tiny_video_ar_pipel
     assert code == 0, err
     s = json.loads(stats.read_text())
     assert s["sampler"] == "mcsjd" and s["tokens"] == 2 * 48 and s["next_token_forward_passes"] == 48
-    assert s["forward_passes"] < 48 and f"{s['forward_passes']} forward passes where next-token AR takes 48" in stdout
-    assert Image.open(amap).size == (3 * 64 + 2 * 4, 2 * (2 * 64 + 2 * 4) - 2 * 4)  # 3 frames, 2 clips, 64 px
+    assert s["passes_per_image"] < 48 and s["batches"] == 2  # a speculative sampler on a CPU: one clip at a time
+    assert "forward passes per clip where next-token AR takes 48 (" in stdout and "in 2 batches of 1" in stdout
+    assert Image.open(amap).size == (3 * 64 + 2 * 4, 2 * (2 * 64 + 2 * 4) - 2 * 4 + LEGEND_HEIGHT)  # 3 frames, 2 clips
 
 
 @pytest.mark.parametrize("args, message", [

@@ -186,3 +186,12 @@ def test_tokens_per_forward_averages_rows_and_the_batch_figure_counts_the_batch(
     assert (d["tokens_per_forward"], d["batch_tokens_per_forward"]) == (stats.tokens_per_forward, 1000.0)
     plain = SamplerStats(sampler="ar", forward_passes=16, tokens=64, wall_time_s=1.0, batch_size=4)
     assert (plain.tokens_per_forward, plain.batch_tokens_per_forward) == (1.0, 4.0)  # every row took every pass
+
+
+@pytest.mark.parametrize("kind", ["nar", "nbp"])
+def test_a_parallel_sampler_counts_every_rows_tokens_on_the_bar_it_is_given(kind, tiny_nar_factory,
+                                                                            tiny_nbp_factory) -> None:
+    model = tiny_nar_factory((3, 3)) if kind == "nar" else tiny_nbp_factory((3, 3))
+    bar = base.SharedBar(2 * 9, kind, show=False)
+    get_sampler(kind).sample(model, torch.tensor([0, 1]), SamplingParams(), progress=bar)
+    assert bar.n == 2 * 9

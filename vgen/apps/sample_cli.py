@@ -9,6 +9,8 @@ import math
 import time
 from pathlib import Path
 
+import torch
+
 from vgen.apps.options import (
     IMAGE_SUFFIXES,
     UsageError,
@@ -30,9 +32,9 @@ from vgen.apps.options import (
 )
 from vgen.eval.videos import read_video
 from vgen.images import CAPTION_WIDTH, captioned_grid, image_grid
-from vgen.pipelines import default_sampler, tile_clips
+from vgen.pipelines import PipelineOutput, default_sampler, tile_clips
 from vgen.pipelines.inputs import check_prompts, read_prompt_file
-from vgen.samplers import get_sampler
+from vgen.samplers import SamplerStats, get_sampler
 from vgen.video_io import VIDEO_FORMATS, write_video
 from vgen.visualize import acceptance_figure, clip_acceptance_figure
 
@@ -63,7 +65,14 @@ def add_sample_parser(sub: argparse._SubParsersAction) -> None:
                           "window by window, each continuing the last --window-context frames")
     gen.add_argument("--window-context", type=int, default=None,
                      help="video model: frames each later window continues (default: half the window)")
-    add_sampler_args(p, option_flags=False)
+    sampling = add_sampler_args(p, option_flags=False)
+    sampling.add_argument("--batch-size", type=int, default=None,
+                          help="images (clips) drawn at once (default: 1 for a speculative sampler on a CPU, where a "
+                               "batch runs until its slowest image is done and every pass costs more per image; "
+                               "else up to 64)")
+    sampling.add_argument("--compare", action="store_true",
+                          help="draw the same images again with the model's one-token-per-pass sampler (ar), same "
+                               "seed and batch size, and print the step compression and latency ratio against it")
     out = p.add_argument_group("output")
     out.add_argument("--out", default=None,
                      help="image grid to write; for a video model an .mp4, .gif or frame-grid .png (default: "
@@ -94,6 +103,8 @@ def run_sample(args: argparse.Namespace) -> None:
         raise UsageError(f"--cols must be >= 1, got {args.cols}")
     if args.fps < 1:
         raise UsageError(f"--fps must be >= 1, got {args.fps}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     options = sampler_options(args)
     if args.sampler is not None:
         get_sampler(args.sampler, **options)  # bad names and settings fail before the model loads
@@ -105,8 +116,13 @@ def run_sample(args: argparse.Namespace) -> None:
         suffix = ".mp4" if hasattr(pipe, "num_frames") else ".png"
         args.out = output_name(pipe.info.name, args.sampler or default_sampler(pipe.model), suffix)
         check_writable(args.out, None, args.overwrite)
+    batch_size = args.batch_size or (1 if one_at_a_time(args.sampler, args.device) else None)
+    if args.compare and default_sampler(pipe.model) not in ONE_PER_PASS:
+        raise UsageError(f"--compare draws with a one-token-per-pass sampler; {pipe.info.name} draws several tokens "
+                         f"a pass ({default_sampler(pipe.model)}): `vgen bench --reference-model` compares it with "
+                         f"a next-token model")
     if hasattr(pipe, "num_frames"):
-        return run_sample_video(args, pipe, options)
+        return run_sample_video(args, pipe, options, batch_size)
     for flag, value in (("--context", args.context), ("--num-frames", args.num_frames),
                         ("--window-context", args.window_context)):
         if value is not None:
@@ -123,19 +139,24 @@ def run_sample(args: argparse.Namespace) -> None:
         if not pipe.info.example_prompts:
             raise UsageError(f"{pipe.info.name} is a text-to-image model: give --prompt or --prompt-file")
         prompts = list(pipe.info.example_prompts)
-    out = pipe(args.class_ids, num_images=args.num_images, sampler=args.sampler, seed=args.seed,
-               progress=not args.no_progress, prompt=prompts, **negative, **sampling_overrides(args), **options)
+    request = dict(num_images=args.num_images, seed=args.seed, progress=not args.no_progress, prompt=prompts,
+                   batch_size=batch_size, **negative, **sampling_overrides(args))
+    out = pipe(args.class_ids, sampler=args.sampler, **request, **options)
     elapsed = time.perf_counter() - start
     cols = args.cols or min(8, len(out.images))
     grid_of(out, pipe, cols, args.captions).save(args.out)
     if args.acceptance_map:
         acceptance_figure(out.images, out.stats.accept_step, pipe.model.grid, min(4, cols)).save(args.acceptance_map)
-    stats = {**out.stats.to_dict(per_token=True), "model": pipe.info.name, "class_ids": out.class_ids,
-             "prompts": out.prompts, "next_token_forward_passes": math.prod(pipe.model.grid), "total_time_s": elapsed}
+    stats = {**out.stats.to_dict(per_token=True), **pass_figures(out.stats, math.prod(pipe.model.grid)),
+             "model": pipe.info.name, "class_ids": out.class_ids, "prompts": out.prompts, "total_time_s": elapsed}
+    if args.compare:
+        stats["compare"] = compared(out.stats, pipe(args.class_ids, sampler=default_sampler(pipe.model), **request),
+                                    stats["next_token_forward_passes"])
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
-    print(f"wrote {plural(len(out.images), 'image')} to {args.out} ({passes_summary(stats)}, "
-          f"{out.stats.wall_time_s:.2f} s sampling)")
+    print(f"wrote {plural(len(out.images), 'image')} to {args.out}: {passes_summary(stats)}")
+    if args.compare:
+        print(compare_summary(stats))
 
 
 def grid_of(out, pipe, cols: int, captions: bool | None):
@@ -167,18 +188,66 @@ def read_prompts(args: argparse.Namespace) -> list[str] | None:
     return prompts
 
 
+ONE_PER_PASS = ("ar", "continuous-ar")  # the samplers that draw one token per forward pass
+
+
+def one_at_a_time(sampler: str | None, device: str) -> bool:
+    """Whether ``vgen sample`` draws one image at a time unless told otherwise: for a speculative sampler (one that
+    verifies drafts) on a CPU, where a batch runs until its slowest image is done and a pass costs more for each
+    image it carries, so drafting cuts the time of one image, not of a batch."""
+    return sampler is not None and get_sampler(sampler).lossless is not None and torch.device(device).type == "cpu"
+
+
+def pass_figures(stats: SamplerStats, next_token: int) -> dict:
+    """The passes behind each image: ``passes_per_image`` (the target passes until each image's last token, on
+    average), ``next_token_forward_passes`` (one per token), ``step_compression`` (their ratio),
+    ``images_per_batch`` and ``batches``."""
+    chunks = stats.details.get("chunks", 1)
+    if stats.accept_step is None:
+        per_image = stats.forward_passes / chunks
+    else:
+        per_image = float(stats.accept_step.amax(dim=1).double().mean())
+    return {"passes_per_image": per_image, "next_token_forward_passes": next_token,
+            "step_compression": next_token / per_image, "images_per_batch": math.ceil(stats.batch_size / chunks),
+            "batches": chunks}
+
+
+def compared(stats: SamplerStats, reference: PipelineOutput, next_token: int) -> dict:
+    """The figures of ``--compare``: the one-token-per-pass run's sampler, passes per image and sampling time, and
+    the step compression and latency ratio against it."""
+    ref = pass_figures(reference.stats, next_token)["passes_per_image"]
+    mine = pass_figures(stats, next_token)["passes_per_image"]
+    return {"sampler": reference.stats.sampler, "passes_per_image": ref, "wall_time_s": reference.stats.wall_time_s,
+            "step_compression": ref / mine, "latency_ratio": reference.stats.wall_time_s / stats.wall_time_s}
+
+
 def passes_summary(stats: dict) -> str:
-    """The forward passes, for the closing line: against next-token AR's one per token, with the tokens per pass,
-    for a sampler that takes another number of them."""
-    passes, next_token = stats["forward_passes"], stats["next_token_forward_passes"]
-    counted = plural(passes, "forward pass", "forward passes")
-    if passes == next_token:
-        return f"{counted}, one per token"
-    return f"{counted} where next-token AR takes {next_token}, {stats['tokens_per_forward']:.2f} tokens per pass"
+    """The closing line's figures: passes per image (against next-token AR's one per token when the sampler takes
+    another number), the batches, the sampling time."""
+    per_image, next_token = stats["passes_per_image"], stats["next_token_forward_passes"]
+    passes = f"{per_image:.1f}" if per_image != round(per_image) else str(round(per_image))
+    if abs(per_image - next_token) < 1e-9:
+        counted = f"{passes} forward passes per image, one per token"
+    else:
+        counted = (f"{passes} forward passes per image where next-token AR takes {next_token} "
+                   f"({stats['step_compression']:.2f}x fewer)")
+    size, batches = stats["images_per_batch"], stats["batches"]
+    return (f"{counted}, in {plural(batches, 'batch', 'batches')} of {size}; {stats['wall_time_s']:.2f} s "
+            f"sampling")
 
 
-def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
+def compare_summary(stats: dict) -> str:
+    """The line ``--compare`` adds: the reference run and the step compression and latency ratio against it."""
+    ref = stats["compare"]
+    return (f"{ref['sampler']}, same seed and batches: {ref['passes_per_image']:.1f} forward passes per image, "
+            f"{ref['wall_time_s']:.2f} s sampling; {stats['sampler']} took {ref['step_compression']:.2f}x fewer "
+            f"passes and ran {ref['latency_ratio']:.2f}x as fast")
+
+
+def run_sample_video(args: argparse.Namespace, pipe, options: dict, batch_size: int | None) -> None:
     """``vgen sample`` for a video pipeline: the clips side by side as one mp4 / GIF, or a frame-grid PNG."""
+    if args.compare:
+        raise UsageError(f"--compare is for image models; {pipe.info.name} generates videos")
     if Path(args.out).suffix.lower() not in VIDEO_FORMATS:
         raise UsageError(f"{pipe.info.name} generates videos; write them to one of {', '.join(VIDEO_FORMATS)}, "
                          f"not {Path(args.out).suffix}")
@@ -192,17 +261,17 @@ def run_sample_video(args: argparse.Namespace, pipe, options: dict) -> None:
     start = time.perf_counter()
     out = pipe(args.class_ids, num_videos=args.num_images, sampler=args.sampler, seed=args.seed,
                progress=not args.no_progress, context=context, num_frames=args.num_frames,
-               window_context=args.window_context, **sampling_overrides(args), **options)
+               window_context=args.window_context, batch_size=batch_size, **sampling_overrides(args), **options)
     elapsed = time.perf_counter() - start
     clip = tile_clips(out.videos, args.cols or min(4, len(out.videos)))
     write_video(clip, args.out, fps=args.fps)
     grid = (out.videos.shape[1], *pipe.model.grid[1:])
     if args.acceptance_map:
         clip_acceptance_figure(out.videos, out.stats.accept_step, grid).save(args.acceptance_map)
-    stats = {**out.stats.to_dict(per_token=True), "model": pipe.info.name, "class_ids": out.class_ids,
-             "next_token_forward_passes": math.prod(grid), "total_time_s": elapsed,
+    stats = {**out.stats.to_dict(per_token=True), **pass_figures(out.stats, math.prod(grid)), "model": pipe.info.name,
+             "class_ids": out.class_ids, "total_time_s": elapsed,
              "frames_per_second": out.videos.shape[0] * out.videos.shape[1] / out.stats.wall_time_s}
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
-    print(f"wrote {plural(len(out.videos), 'clip')} of {plural(out.videos.shape[1], 'frame')} to {args.out} "
-          f"({passes_summary(stats)}, {out.stats.wall_time_s:.2f} s sampling)")
+    print(f"wrote {plural(len(out.videos), 'clip')} of {plural(out.videos.shape[1], 'frame')} to {args.out}: "
+          f"{passes_summary(stats).replace('per image', 'per clip')}")

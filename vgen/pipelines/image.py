@@ -7,6 +7,7 @@ checkpoint files. The CLI and the web app are thin layers over this class: no ge
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from vgen.samplers import (
     continuing_samplers,
     get_sampler,
 )
+from vgen.samplers.base import SharedBar
 from vgen.samplers.continuous import TOKEN_ORDER, check_draft
 from vgen.samplers.options import merge_settings, short_repr
 from vgen.tokenizers.kl import KLTokenizer
@@ -320,14 +322,15 @@ class ImagePipeline(ClassConditional):
             generator.manual_seed(0 if seed is None else int(seed))
 
         def draw() -> Iterator[SampleOutput]:
-            for rows in req.chunks():
-                continuation = {}
-                if prefix is not None:
-                    rows_prefix = prefix[rows.start:rows.stop] if _rows_of(prefix) == req.count else prefix
-                    continuation = {"prefix": rows_prefix.to(self.device)}
-                yield sampler_obj.sample(self.model, req.condition(rows).to(self.device), params, generator=generator,
-                                         progress=progress, tokenizer=self.tokenizer, draft_head=self.draft_head,
-                                         **continuation)
+            with contextlib.closing(SharedBar(req.count * self.model.num_tokens, sampler_obj.name, progress)) as bar:
+                for rows in req.chunks():
+                    continuation = {}
+                    if prefix is not None:
+                        rows_prefix = prefix[rows.start:rows.stop] if _rows_of(prefix) == req.count else prefix
+                        continuation = {"prefix": rows_prefix.to(self.device)}
+                    yield sampler_obj.sample(self.model, req.condition(rows).to(self.device), params,
+                                             generator=generator, progress=bar, tokenizer=self.tokenizer,
+                                             draft_head=self.draft_head, **continuation)
         return req, draw()
 
     def sample_tokens(self, class_ids: Sequence[ClassLabel] | ClassLabel | None = None,

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
@@ -37,6 +36,7 @@ from vgen.samplers.base import (
     SamplerStats,
     SamplingParams,
     prepare_condition,
+    progress_bar,
     register_sampler,
 )
 from vgen.samplers.compiling import (
@@ -111,12 +111,12 @@ class ARSampler(Sampler):
         else:
             step = functools.partial(compiled_step(mode), model)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
-        with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
+        with progress_bar(progress, batch * n, self.name) as bar:
             logits = model.prefill(batch_cond, cache)
             for t in range(n):
                 sampled = draw(target_probs(logits, params, t), params.greedy, generator)
                 tokens[:, t] = sampled
-                bar.update()
+                bar.update(batch)
                 if t + 1 < n:
                     prev = sampled[:, None]  # [B, 1] and contiguous, guided or not: one compiled graph serves both
                     logits = step(torch.cat([prev, prev]) if guided else prev, cache)

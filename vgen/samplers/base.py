@@ -219,13 +219,13 @@ class Sampler(ABC):
 
     @abstractmethod
     def sample(self, model: nn.Module, cond: Condition, params: SamplingParams, *,
-               generator: torch.Generator | None = None, progress: bool | tqdm = False,
+               generator: torch.Generator | None = None, progress: bool | SharedBar = False,
                tokenizer: nn.Module | None = None, draft_head: nn.Module | None = None) -> SampleOutput:
         """Generate ``model.num_tokens`` image tokens for each row of the condition ``cond`` (class ids [B] or a
         :class:`~vgen.models.conditioning.PrefixCondition`; see :mod:`vgen.models.conditioning`), counted on
-        :func:`progress_bar` (a bar of its own when ``progress`` is true, or the bar ``progress`` is). ``tokenizer`` and
-        ``draft_head`` are for samplers that use them (LANTERN's latent neighbourhoods come from the codebook;
-        a speculative sampler may draft with the head)."""
+        :func:`progress_bar` (a bar of its own when ``progress`` is true, or the :class:`SharedBar` ``progress``
+        is). ``tokenizer`` and ``draft_head`` are for samplers that use them (LANTERN's latent neighbourhoods come
+        from the codebook; a speculative sampler may draft with the head)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self)}
@@ -248,11 +248,30 @@ MODEL_KINDS = {"raster": "next-token AR", "next-neighbour": "next-neighbour AR (
                "next-block": "next-block AR (NBP)", "continuous": "continuous-token AR (diffusion head)"}
 
 
-def progress_bar(progress: bool | tqdm, total: int, desc: str) -> contextlib.AbstractContextManager[tqdm]:
+class SharedBar:
+    """A progress bar of image tokens that several ``sample`` calls count on (a pipeline drawing a request in
+    chunks), drawn from its first count on: a call refused before it draws a token shows none."""
+
+    def __init__(self, total: int, desc: str, show: bool) -> None:
+        self.total, self.desc, self.show, self.n = total, desc, show, 0
+        self.bar: tqdm | None = None
+
+    def update(self, count: int = 1) -> None:
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, desc=self.desc, unit="tok", disable=not self.show)
+        self.bar.update(count)
+        self.n += count
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def progress_bar(progress: bool | SharedBar, total: int, desc: str) -> contextlib.AbstractContextManager:
     """The bar a sampler counts on, in one unit for every sampler: image tokens over all rows of the batch.
-    ``progress`` itself when it is a bar already (a pipeline that draws a request in chunks counts them all on one,
-    and closes it), else a new bar of ``total`` tokens, shown when ``progress`` is true."""
-    if isinstance(progress, tqdm):
+    ``progress`` itself when it is a :class:`SharedBar` (its owner closes it), else a new bar of ``total``
+    tokens, shown when ``progress`` is true."""
+    if isinstance(progress, SharedBar):
         return contextlib.nullcontext(progress)
     return tqdm(total=total, desc=desc, unit="tok", disable=not progress)
 

@@ -47,6 +47,7 @@ from vgen.samplers.base import (
     SamplerStats,
     SamplingParams,
     prepare_condition,
+    progress_bar,
     register_sampler,
 )
 from vgen.samplers.compiling import COMPILE_HELP, CUDA_GRAPH_MODES, check_compile, compile_mode, compile_step
@@ -161,7 +162,7 @@ def one_per_pass(model: nn.Module, z: torch.Tensor, cache: KVCache, noise: torch
     prefill's condition ``z``: one head trajectory and (but for the last token) one decode pass per token."""
     for i in range(count):
         tokens[:, i] = denoise(model, z[:, None], noise[:, i:i + 1], params, schedule, i, steps.chain)[0][:, 0]
-        bar.update(1)
+        bar.update(len(tokens))
         if i + 1 < count:
             z = steps.decode(model, _guided(tokens[:, i:i + 1], params.guided), cache)
 
@@ -197,7 +198,7 @@ class ContinuousARSampler(Sampler):
         device, batch, n = cond.device, len(cond), model.num_tokens
         cache, z = _start(model, batch_cond, extra=0)
         tokens = torch.empty(batch, n, model.token_channels, device=device)
-        with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
+        with progress_bar(progress, batch * n, self.name) as bar:
             one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, n, bar,
                          token_steps(self, "target"))
         stats = SamplerStats(sampler=self.name, forward_passes=n, tokens=batch * n,
@@ -284,89 +285,88 @@ class CSpD(Sampler):
         # 1. pre-filling: the target alone, the same for every row
         prefill = max(1, math.ceil(self.prefill_ratio * n))
         cache, z = _start(model, batch_cond, extra=k + 1)
-        bar = tqdm(total=n, desc=self.name, unit="tok", disable=not progress)
-        one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, prefill, bar, steps)
-        accept_step[:, :prefill] = torch.arange(1, prefill + 1)
-        passes = prefill  # the prefill pass, then one decode pass per pre-filled token but the last
-        pos = torch.full((batch,), prefill, dtype=torch.long, device=device)  # tokens done per row
+        with progress_bar(progress, batch * n, self.name) as bar:
+            one_per_pass(model, z, cache, noise, params, self.cfg_schedule, tokens, prefill, bar, steps)
+            accept_step[:, :prefill] = torch.arange(1, prefill + 1)
+            passes = prefill  # the prefill pass, then one decode pass per pre-filled token but the last
+            pos = torch.full((batch,), prefill, dtype=torch.long, device=device)  # tokens done per row
 
-        # the draft reads the prefix once; later rounds re-feed each row's last two tokens
-        draft_cache = draft.new_cache(rows, extra=k + 1)
-        draft.prefill(batch_cond, draft_cache)
-        zq = draft.decode(_guided(tokens[:, :prefill], guided), draft_cache)[:, -1]
-        draft_passes += 2
-        first_round = True
-        ar = torch.arange(batch, device=device)
-        while bool((pos < n).any()):
-            # drafts and verification cover only positions inside the image: a row with room for r < k tokens
-            # keeps at most r drafts and is then done (no residual or bonus token past its last position)
-            room = (n - pos).clamp(min=0)  # [B] tokens a row still needs
-            kr = min(k, int(room.max()))  # drafts this round
-            # 2. drafting
-            if not first_round:
-                two = torch.stack([tokens[ar, pos - 2], tokens[ar, pos - 1]], 1)
-                zq = draft.decode_rows(_guided(two, guided), _guided(pos - 1, guided), draft_cache)[:, -1]
-                draft_passes += 1
-            first_round = False
-            drafts, mean_q, std_q = [], [], []
-            for j in range(kr):
-                idx = (pos + j).clamp(max=n - 1)[:, None]
-                x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx][:, :, draws],
-                                                          params, self.cfg_schedule, idx, draft_chain))
-                drafts.append(x)
-                mean_q.append(m)
-                std_q.append(sd)
-                if j + 1 < kr:
-                    zq = draft.decode_rows(_guided(x[:, None], guided), _guided(pos + j + 1, guided),
-                                           draft_cache)[:, -1]
+            # the draft reads the prefix once; later rounds re-feed each row's last two tokens
+            draft_cache = draft.new_cache(rows, extra=k + 1)
+            draft.prefill(batch_cond, draft_cache)
+            zq = draft.decode(_guided(tokens[:, :prefill], guided), draft_cache)[:, -1]
+            draft_passes += 2
+            first_round = True
+            ar = torch.arange(batch, device=device)
+            while bool((pos < n).any()):
+                # drafts and verification cover only positions inside the image: a row with room for r < k tokens
+                # keeps at most r drafts and is then done (no residual or bonus token past its last position)
+                room = (n - pos).clamp(min=0)  # [B] tokens a row still needs
+                kr = min(k, int(room.max()))  # drafts this round
+                # 2. drafting
+                if not first_round:
+                    two = torch.stack([tokens[ar, pos - 2], tokens[ar, pos - 1]], 1)
+                    zq = draft.decode_rows(_guided(two, guided), _guided(pos - 1, guided), draft_cache)[:, -1]
                     draft_passes += 1
-            drafted += kr
-            drafts_t = torch.stack(drafts, 1)  # [B, kr, C]
-            # 3. verification: last accepted token + drafts, written from slot pos (slot s holds token s - 1)
-            window = torch.cat([tokens[ar, pos - 1][:, None], drafts_t], 1)
-            zp = model.decode_rows(_guided(window, guided), _guided(pos, guided), cache)  # [B', kr + 1, dim]
-            passes += 1
-            positions = (pos[:, None] + torch.arange(kr + 1, device=device)).clamp(max=n - 1)  # [B, kr + 1]
-            xp, mean_p, std_p = denoise(model, zp, noise[ar[:, None], positions], params, self.cfg_schedule,
-                                        positions, steps.chain)
-            # 4. acceptance, left to right
-            mq, sq = torch.stack(mean_q, 1), torch.stack(std_q, 1)
-            inside = torch.arange(kr, device=device)[None] < room[:, None]  # [B, kr] drafts inside the image
-            gaps.append(((mean_p[:, :kr] - mq).abs() / std_p[:, :kr]).mean(-1)[inside].cpu())
-            if params.temperature == 0:
-                ok = (drafts_t == xp[:, :kr]).all(-1)
-            else:
-                log_ratio = acceptance_log_ratio(drafts_t, mq, sq, mean_p[:, :kr], std_p[:, :kr],
-                                                 self.inner_temperature)
-                u = torch.rand(log_ratio.shape, generator=generator, device=device)
-                ok = u.log() < log_ratio
-            kept = torch.minimum(torch.cumprod(ok.long(), 1).sum(1), room)  # [B] drafts kept
-            new = torch.zeros(batch, model.token_channels, device=device)
-            more = kept < room  # rows that take a target token after their kept drafts
-            full = more & (kept == kr)  # every draft kept: the target's bonus token
-            new[full] = xp[full, kr]
-            rej = more & ~full  # a rejected draft: a residual sample in its place
-            if bool(rej.any()):
-                r = ar[rej]
-                j = kept[rej]
+                first_round = False
+                drafts, mean_q, std_q = [], [], []
+                for j in range(kr):
+                    idx = (pos + j).clamp(max=n - 1)[:, None]
+                    x, m, sd = (t[:, 0] for t in denoise(draft, zq[:, None], noise[ar[:, None], idx][:, :, draws],
+                                                              params, self.cfg_schedule, idx, draft_chain))
+                    drafts.append(x)
+                    mean_q.append(m)
+                    std_q.append(sd)
+                    if j + 1 < kr:
+                        zq = draft.decode_rows(_guided(x[:, None], guided), _guided(pos + j + 1, guided),
+                                               draft_cache)[:, -1]
+                        draft_passes += 1
+                drafted += kr
+                drafts_t = torch.stack(drafts, 1)  # [B, kr, C]
+                # 3. verification: last accepted token + drafts, written from slot pos (slot s holds token s - 1)
+                window = torch.cat([tokens[ar, pos - 1][:, None], drafts_t], 1)
+                zp = model.decode_rows(_guided(window, guided), _guided(pos, guided), cache)  # [B', kr + 1, dim]
+                passes += 1
+                positions = (pos[:, None] + torch.arange(kr + 1, device=device)).clamp(max=n - 1)  # [B, kr + 1]
+                xp, mean_p, std_p = denoise(model, zp, noise[ar[:, None], positions], params, self.cfg_schedule,
+                                            positions, steps.chain)
+                # 4. acceptance, left to right
+                mq, sq = torch.stack(mean_q, 1), torch.stack(std_q, 1)
+                inside = torch.arange(kr, device=device)[None] < room[:, None]  # [B, kr] drafts inside the image
+                gaps.append(((mean_p[:, :kr] - mq).abs() / std_p[:, :kr]).mean(-1)[inside].cpu())
                 if params.temperature == 0:
-                    new[rej] = xp[r, j]
+                    ok = (drafts_t == xp[:, :kr]).all(-1)
                 else:
-                    new[rej], fell = sample_residual(mean_p[r, j], std_p[r, j], mq[r, j], sq[r, j], xp[r, j],
-                                                     generator, self.max_residual_tries)
-                    fallbacks += int(fell.sum())
-            step = kept + more.long()  # [B] tokens each row gains
-            for b in range(batch):
-                if room[b] == 0:
-                    continue
-                p0, m, g = int(pos[b]), int(kept[b]), int(step[b])
-                tokens[b, p0:p0 + m] = drafts_t[b, :m]
-                tokens[b, p0 + m:p0 + g] = new[b]
-                accept_step[b, p0:p0 + g] = passes
-                accepted_lengths.append(g)
-                bar.update(g)
-            pos = pos + step
-        bar.close()
+                    log_ratio = acceptance_log_ratio(drafts_t, mq, sq, mean_p[:, :kr], std_p[:, :kr],
+                                                     self.inner_temperature)
+                    u = torch.rand(log_ratio.shape, generator=generator, device=device)
+                    ok = u.log() < log_ratio
+                kept = torch.minimum(torch.cumprod(ok.long(), 1).sum(1), room)  # [B] drafts kept
+                new = torch.zeros(batch, model.token_channels, device=device)
+                more = kept < room  # rows that take a target token after their kept drafts
+                full = more & (kept == kr)  # every draft kept: the target's bonus token
+                new[full] = xp[full, kr]
+                rej = more & ~full  # a rejected draft: a residual sample in its place
+                if bool(rej.any()):
+                    r = ar[rej]
+                    j = kept[rej]
+                    if params.temperature == 0:
+                        new[rej] = xp[r, j]
+                    else:
+                        new[rej], fell = sample_residual(mean_p[r, j], std_p[r, j], mq[r, j], sq[r, j], xp[r, j],
+                                                         generator, self.max_residual_tries)
+                        fallbacks += int(fell.sum())
+                step = kept + more.long()  # [B] tokens each row gains
+                for b in range(batch):
+                    if room[b] == 0:
+                        continue
+                    p0, m, g = int(pos[b]), int(kept[b]), int(step[b])
+                    tokens[b, p0:p0 + m] = drafts_t[b, :m]
+                    tokens[b, p0 + m:p0 + g] = new[b]
+                    accept_step[b, p0:p0 + g] = passes
+                    accepted_lengths.append(g)
+                    bar.update(g)
+                pos = pos + step
         stats = SamplerStats(sampler=self.name, forward_passes=passes, tokens=batch * n,
                              wall_time_s=time.perf_counter() - start_time, batch_size=batch,
                              draft_forward_passes=draft_passes, accepted_lengths=accepted_lengths,

@@ -19,10 +19,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from vgen.models.conditioning import Condition
-from vgen.samplers.base import SampleOutput, Sampler, SamplerStats, SamplingParams, prepare_condition, register_sampler
+from vgen.samplers.base import (
+    SampleOutput,
+    Sampler,
+    SamplerStats,
+    SamplingParams,
+    prepare_condition,
+    progress_bar,
+    register_sampler,
+)
 from vgen.samplers.logits import apply_cfg, build_processors, sample_logits
 
 
@@ -46,13 +53,13 @@ class NARSampler(Sampler):
         processors = build_processors(params)
         tokens = torch.empty(batch, n, dtype=torch.long, device=device)
         steps, drawn = model.steps, 0
-        with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
+        with progress_bar(progress, batch * n, self.name) as bar:
             logits = model.prefill(batch_cond, cache)
             for s, positions in enumerate(steps):
                 sampled = sample_logits(processors(apply_cfg(logits, params, drawn)), params.greedy, generator)[0]
                 tokens[:, positions] = sampled
                 drawn += len(positions)
-                bar.update(len(positions))
+                bar.update(batch * len(positions))
                 if s + 1 < len(steps):
                     logits = model.decode(torch.cat([sampled, sampled]) if guided else sampled, s, cache)
         if device.type == "cuda":

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from vgen.models.conditioning import Condition
 from vgen.samplers.base import (
@@ -38,6 +37,7 @@ from vgen.samplers.base import (
     SamplerStats,
     SamplingParams,
     prepare_condition,
+    progress_bar,
     register_sampler,
 )
 from vgen.samplers.logits import apply_cfg, build_processors, cfg_merge, sample_logits
@@ -97,23 +97,23 @@ class NBPSampler(Sampler):
 
         first = model.first_tokens
         prefilled = given >= max(b, first)  # the given blocks run in one pass
-        with tqdm(total=n, desc=self.name, unit="tok", disable=not progress) as bar:
+        with progress_bar(progress, batch * n, self.name) as bar:
             if prefilled:
                 logits = model.prefill_given(batch_cond, feed(tokens[:, :given]), cache)
-                bar.update(given)
+                bar.update(batch * given)
             else:
                 logits = model.prefill(batch_cond, cache)
             if model.hybrid and not prefilled:  # the first blocks token by token
                 for i in range(first):
                     tokens[:, i:i + 1] = draw(logits, i // b, i, 1)
-                    bar.update(1)
+                    bar.update(batch)
                     if i + 1 < first:
                         logits = model.decode_first_block(feed(tokens[:, i:i + 1]), cache)
                 logits = model.decode(feed(tokens[:, first - b:first]), cache)
             for k in range(given // b if prefilled else first // b, num_blocks):
                 block = draw(logits, k, k * b, b)
                 tokens[:, k * b:(k + 1) * b] = block
-                bar.update(b)
+                bar.update(batch * b)
                 if k + 1 < num_blocks:
                     logits = model.decode(feed(block), cache)
         if device.type == "cuda":

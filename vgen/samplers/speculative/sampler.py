@@ -35,7 +35,6 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from vgen.models.cache import KVCache
 from vgen.models.conditioning import Condition
@@ -47,6 +46,7 @@ from vgen.samplers.base import (
     SamplerStats,
     SamplingParams,
     prepare_condition,
+    progress_bar,
     register_sampler,
 )
 from vgen.samplers.compiling import (
@@ -183,11 +183,13 @@ class Speculative(Sampler):
         # tokens each pass gave each row (-1: the row was done), read once at the end
         produced_by_pass = torch.full((n + check_every, batch), -1, dtype=torch.long, device=device)
         run = 0
-        with tqdm(total=batch * n, initial=batch, desc=self.name, unit="tok", disable=not progress) as bar:
+        counted = 0  # tokens put on the bar so far
+        with progress_bar(progress, batch * n, self.name) as bar:
             while True:
                 if run % check_every == 0:
                     done = int(pos.sum())  # the one device sync of a check
-                    bar.update(done - bar.n)
+                    bar.update(done - counted)
+                    counted = done
                     if done == batch * n:
                         break
                 drafts, q = drafter.propose(tokens, pos, length - 1, generator)
