@@ -1,8 +1,9 @@
 """The README's commands run as written on a fresh clone: every ``vgen`` command of its shell blocks parses, and
 those of blocks that need no downloaded weights (a block that does says so in its first line) run in order in an
 empty folder, as does its first Python block. Only their counts are cut (:data:`CAPS`; ``vgen sample`` draws one
-image or clip), so that the run fits the test budget. ``vgen app`` starts a server and ``vgen bench`` runs four
-samplers with FID (tests/apps/test_bench_cli.py runs it): both are parsed only."""
+image or clip) and they compute on one thread (the test shares the machine), so that the run fits the test budget.
+``vgen app`` starts a server and ``vgen bench`` runs four samplers with FID (tests/apps/test_bench_cli.py runs
+it): both are parsed only."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from vgen.apps.cli import build_parser, main
+from vgen.threads import threads_for
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
@@ -94,11 +96,12 @@ def test_the_readme_runs_as_written_in_an_empty_folder(tmp_path, monkeypatch, ca
     for argv in readme_commands(runnable=True):
         if argv[0] in PARSED_ONLY:
             continue
-        if main(capped(argv)) != 0:
+        if main([*capped(argv), "--threads", "1"]) != 0:
             failed.append(f"vgen {' '.join(argv)}: {capsys.readouterr().err.strip()}")
     code = blocks("python")[0]
     for name, cap in PYTHON_CAPS.items():
         code = re.sub(rf"\b{name}=\d+", f"{name}={cap}", code)
-    exec(compile(code, str(README), "exec"), {})
+    with threads_for(1):
+        exec(compile(code, str(README), "exec"), {})
     assert failed == []
     assert (tmp_path / "real-clips" / "000003_star.mp4").is_file() and (tmp_path / "square.png").is_file()
