@@ -8,7 +8,7 @@ OpenMP threads sleep instead of spinning while they wait). Each run is a fresh `
 command's wall time, imports and model loading included, with the one-minute load average when it started. The
 busy core is ``python -c "while True: pass"``. A run past ``--timeout`` seconds is stopped and shown as ``>T``.
 
-    python benchmarks/threads_contention.py                  # about 3-4 minutes on an idle 2-core machine
+    python benchmarks/threads_contention.py --timeout 60     # 16 runs, each stopped after --timeout seconds
 
 The target: every row within 1.5x of its idle time with one core busy.
 """

@@ -1,9 +1,10 @@
 """How many CPU threads torch computes with: a number the user gives, or ``"auto"``, the cores that nothing else is
 busy on.
 
-torch's default takes every core. Its OpenMP threads spin while they wait for one another, so a single busy process
-elsewhere on the machine makes every parallel step wait for the slowest thread: on a 2-core machine with one core
-busy, ``vgen stream`` falls from about 12 frames/s to under 2 (docs/performance.md, "Threads on a busy machine").
+torch's default takes every core. Its OpenMP threads spin while they wait for one another, so a process busy
+elsewhere on the machine makes every parallel step wait for the slowest thread: on a shared 2-core machine
+``vgen sample`` with both cores did not finish in 60 s where one thread took 8-26 s (docs/performance.md, "Threads
+on a busy machine").
 ``"auto"`` counts the cores in use when vgen starts and leaves them out; with ``OMP_NUM_THREADS`` set it keeps
 what the user asked for.
 """
