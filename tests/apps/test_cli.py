@@ -650,7 +650,7 @@ def test_compare_draws_the_same_images_with_ar_and_prints_figures_that_reconcile
     assert ref["sampler"] == "ar" and ref["passes_per_image"] == 16
     assert ref["step_compression"] == pytest.approx(16 / s["passes_per_image"]) == pytest.approx(s["step_compression"])
     assert ref["latency_ratio"] == pytest.approx(ref["wall_time_s"] / s["wall_time_s"])
-    assert stdout.splitlines()[-1] == (f"ar, same seed and batches: 16.0 forward passes per image, "
+    assert stdout.splitlines()[-1] == (f"ar, same seed and batches: 16 forward passes per image, "
                                        f"{ref['wall_time_s']:.2f} s sampling; sjd took "
                                        f"{ref['step_compression']:.2f}x fewer passes and ran "
                                        f"{ref['latency_ratio']:.2f}x as fast")

@@ -225,7 +225,7 @@ def passes_summary(stats: dict) -> str:
     """The closing line's figures: passes per image (against next-token AR's one per token when the sampler takes
     another number), the batches, the sampling time."""
     per_image, next_token = stats["passes_per_image"], stats["next_token_forward_passes"]
-    passes = f"{per_image:.1f}" if per_image != round(per_image) else str(round(per_image))
+    passes = count_text(per_image)
     if abs(per_image - next_token) < 1e-9:
         counted = f"{passes} forward passes per image, one per token"
     else:
@@ -236,10 +236,15 @@ def passes_summary(stats: dict) -> str:
             f"sampling")
 
 
+def count_text(value: float) -> str:
+    """A mean count as the closing lines show it: a whole number as one, else to one decimal."""
+    return str(round(value)) if value == round(value) else f"{value:.1f}"
+
+
 def compare_summary(stats: dict) -> str:
     """The line ``--compare`` adds: the reference run and the step compression and latency ratio against it."""
     ref = stats["compare"]
-    return (f"{ref['sampler']}, same seed and batches: {ref['passes_per_image']:.1f} forward passes per image, "
+    return (f"{ref['sampler']}, same seed and batches: {count_text(ref['passes_per_image'])} forward passes per image, "
             f"{ref['wall_time_s']:.2f} s sampling; {stats['sampler']} took {ref['step_compression']:.2f}x fewer "
             f"passes and ran {ref['latency_ratio']:.2f}x as fast")
 
