@@ -342,17 +342,18 @@ def test_a_negative_prompt_is_refused_in_one_line_by_a_model_whose_guidance_take
         pipe.logits(tokens=torch.zeros(1, 4, dtype=torch.long), negative_prompt="blurry", **condition)
 
 
-@pytest.mark.parametrize(("pipeline", "sampler"), [
-    ("tiny_pipeline_dir", "ar"), ("tiny_pipeline_dir", "sjd"), ("tiny_pipeline_dir", "mcsjd"),
-    ("tiny_pipeline_dir", "lantern"), ("tiny_pipeline_dir", "gsd"), ("tiny_continuous_pipeline_dir", "continuous-ar"),
-    ("tiny_continuous_pipeline_dir", "cspd")])
-def test_a_request_counts_every_images_tokens_on_one_bar_whatever_the_sampler(pipeline, sampler, request, monkeypatch):
+@pytest.mark.parametrize(("pipeline", "sampler", "options"), [
+    ("tiny_pipeline_dir", "ar", {}), ("tiny_pipeline_dir", "mcsjd", {}),
+    ("tiny_continuous_pipeline_dir", "continuous-ar", {"head_steps": 2}),
+    ("tiny_continuous_pipeline_dir", "cspd", {"head_steps": 2})])
+def test_a_request_counts_every_images_tokens_on_one_bar_whatever_the_sampler(pipeline, sampler, options, request,
+                                                                              monkeypatch):
     import vgen.pipelines.image as image
 
     bars = []
     monkeypatch.setattr(image, "SharedBar", lambda *args: bars.append(SharedBar(*args)) or bars[-1])
     pipe = load(request.getfixturevalue(pipeline))
-    pipe([0, 1, 2], sampler=sampler, batch_size=2, progress=True)  # two chunks: 2 images, then 1
+    pipe([0, 1, 2], sampler=sampler, batch_size=2, progress=True, **options)  # two chunks: 2 images, then 1
     (bar,) = bars
     assert bar.total == bar.n == bar.bar.n == 3 * pipe.model.num_tokens
 
