@@ -92,3 +92,11 @@ def test_eval_clip_bad_input_is_one_line_naming_the_file(tiny_clip_dir, tiny_t5_
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err.startswith(f"vgen: error: {message}")
         assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("flag", ["--images", "--videos"])
+def test_eval_stats_refuses_an_empty_path_in_one_line(flag, tmp_path, capsys) -> None:
+    assert main(["eval", "stats", flag, "", "--out", str(tmp_path / "stats.npz")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"vgen: error: {flag} needs a path: a folder, .npz or .npy\n"
+    assert not (tmp_path / "stats.npz").exists()

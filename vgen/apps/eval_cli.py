@@ -129,8 +129,11 @@ def run_eval_fvd(args: argparse.Namespace) -> None:
 def run_eval_stats(args: argparse.Namespace) -> None:
     check_writable(args.out, {".npz"})
     check_writable(None if args.json in (None, "-") else args.json, {".json"})
-    media = "images" if args.images else "videos"
-    result = compute_stats(args.images or args.videos, args.out, _settings(args, media))
+    media = "images" if args.images is not None else "videos"
+    source = getattr(args, media)
+    if not source.strip():
+        raise UsageError(f"--{media} needs a path: a folder, .npz or .npy")
+    result = compute_stats(source, args.out, _settings(args, media))
     _emit(result, args, f"wrote statistics of {plural(result['count'], media[:-1])} ({result['features']} "
                         f"features) to {args.out}")
 
