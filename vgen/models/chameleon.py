@@ -52,7 +52,7 @@ from vgen.hub import (
     safetensors_shapes,
 )
 from vgen.models.conditioning import PrefixCondition
-from vgen.models.layers import permute_rotary
+from vgen.models.layers import llama_block_weights, permute_rotary
 from vgen.models.mllm import LayoutLM, MLLMConfig
 from vgen.tokenizers.vq import VQConfig, VQModel
 
@@ -476,18 +476,10 @@ def read_chameleon_weights(files: Sequence[Path], hf: dict, config: MLLMConfig, 
            "norm.weight": get("model.norm.weight"), "head.weight": get("lm_head.weight")[codes].contiguous()}
     for i in range(config.n_layer):
         src, dst = f"model.layers.{i}.", f"layers.{i}."
-        q = permute_rotary(get(src + "self_attn.q_proj.weight"), nh)
-        k = permute_rotary(get(src + "self_attn.k_proj.weight"), nkv)
-        out[dst + "attention.wqkv.weight"] = torch.cat([q, k, get(src + "self_attn.v_proj.weight")])
-        out[dst + "attention.wo.weight"] = get(src + "self_attn.o_proj.weight")
+        out.update(llama_block_weights(get, src, dst, nh, nkv))
         for name, heads in (("q_norm", nh), ("k_norm", nkv)):
             for part in ("weight", "bias"):
                 out[f"{dst}attention.{name}.{part}"] = norm(f"{src}self_attn.{name}.{part}", heads)
-        out[dst + "feed_forward.w1.weight"] = get(src + "mlp.gate_proj.weight")
-        out[dst + "feed_forward.w3.weight"] = get(src + "mlp.up_proj.weight")
-        out[dst + "feed_forward.w2.weight"] = get(src + "mlp.down_proj.weight")
-        out[dst + "attention_norm.weight"] = get(src + "input_layernorm.weight")
-        out[dst + "ffn_norm.weight"] = get(src + "post_attention_layernorm.weight")
     return out
 
 

@@ -115,6 +115,19 @@ Condition = torch.Tensor | PrefixCondition
 """Class ids [B] or a :class:`PrefixCondition`."""
 
 
+def check_prompt_ids(cond: PrefixCondition, max_tokens: int, vocab_size: int, name: str = "prompt") -> None:
+    """Raise a ValueError unless ``cond`` holds token ids [B, L] of a ``vocab_size`` vocabulary, at most
+    ``max_tokens`` positions long (padding included): the prompts of models that embed their own text tokens."""
+    if cond.values.ndim != 2 or cond.values.is_floating_point():
+        raise ValueError(f"a {name} is token ids [B, L], got {cond.values.dtype} of shape {tuple(cond.values.shape)}")
+    if cond.length > max_tokens:
+        raise ValueError(f"{name} of {cond.length} tokens (padding included) is longer than this model's limit of "
+                         f"{max_tokens} (max_prompt_tokens)")
+    ids = cond.values[cond.mask]
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(f"{name} token ids must lie in [0, {vocab_size})")
+
+
 def cat_conditions(conditions: Sequence[Condition]) -> Condition:
     """Rows of several conditions of one kind stacked in order (the CFG batch ``[cond; null]``). Prompts of token
     ids are left-padded to the longest (id 0, masked); prefixes of embeddings must have one length. The ``null``

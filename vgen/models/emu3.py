@@ -38,7 +38,7 @@ from torch import nn
 from vgen.hub import describe_mismatch, safetensors_shapes
 from vgen.models.conditioning import PrefixCondition
 from vgen.models.hf_folder import check_model_folder, model_type
-from vgen.models.layers import permute_rotary
+from vgen.models.layers import llama_block_weights
 from vgen.models.mllm import LayoutLM, MLLMConfig
 
 EMU3_GEN_HINT = ("put an Emu3-Gen checkpoint in transformers' layout there, e.g. `huggingface-cli download "
@@ -155,16 +155,8 @@ def emu3_state_dict(hf: dict[str, torch.Tensor], config: MLLMConfig,
     out = {"text_embeddings.weight": hf[lm + "embed_tokens.weight"], "code_ids": code_ids.to(head.device),
            "norm.weight": hf[lm + "norm.weight"], "head.weight": head[code_ids.to(head.device)]}
     for i in range(config.n_layer):
-        src, dst = f"{lm}layers.{i}.", f"layers.{i}."
-        q = permute_rotary(hf[src + "self_attn.q_proj.weight"], config.n_head)
-        k = permute_rotary(hf[src + "self_attn.k_proj.weight"], config.kv_heads)
-        out[dst + "attention.wqkv.weight"] = torch.cat([q, k, hf[src + "self_attn.v_proj.weight"]])
-        out[dst + "attention.wo.weight"] = hf[src + "self_attn.o_proj.weight"]
-        out[dst + "feed_forward.w1.weight"] = hf[src + "mlp.gate_proj.weight"]
-        out[dst + "feed_forward.w3.weight"] = hf[src + "mlp.up_proj.weight"]
-        out[dst + "feed_forward.w2.weight"] = hf[src + "mlp.down_proj.weight"]
-        out[dst + "attention_norm.weight"] = hf[src + "input_layernorm.weight"]
-        out[dst + "ffn_norm.weight"] = hf[src + "post_attention_layernorm.weight"]
+        out.update(llama_block_weights(hf.__getitem__, f"{lm}layers.{i}.", f"layers.{i}.", config.n_head,
+                                       config.kv_heads))
     return out
 
 

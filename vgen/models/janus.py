@@ -35,10 +35,10 @@ from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT, BackboneConfig
 from vgen.models.cache import KVCache
-from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid
+from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid, check_prompt_ids
 from vgen.models.config_fields import declare, size
 from vgen.models.hf_folder import check_model_folder, model_type
-from vgen.models.layers import FeedForward, RMSNorm, permute_rotary, rope_grid_table
+from vgen.models.layers import FeedForward, RMSNorm, llama_block_weights, rope_grid_table
 from vgen.models.linear import Linear
 from vgen.models.llamagen import TransformerBlock
 
@@ -179,15 +179,7 @@ class JanusT2I(TokenGrid, nn.Module):
         """Raise a ValueError unless ``cond`` is a prompt prefix of token ids this model can take."""
         if not isinstance(cond, PrefixCondition):
             raise ValueError(f"{type(self).__name__} is text-conditioned: give a prompt, not class ids")
-        if cond.values.ndim != 2 or cond.values.is_floating_point():
-            raise ValueError(f"a Janus prompt is token ids [B, L], got {cond.values.dtype} of shape "
-                             f"{tuple(cond.values.shape)}")
-        if cond.length > self.config.max_prompt_tokens:
-            raise ValueError(f"prompt of {cond.length} tokens (padding included) is longer than this model's limit "
-                             f"of {self.config.max_prompt_tokens} (max_prompt_tokens)")
-        ids = cond.values[cond.mask]
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.text_vocab_size):
-            raise ValueError(f"prompt token ids must lie in [0, {self.config.text_vocab_size})")
+        check_prompt_ids(cond, self.config.max_prompt_tokens, self.config.text_vocab_size)
 
     def null_condition(self, cond: PrefixCondition) -> PrefixCondition:
         """The unconditional prompt of ``generate(generation_mode="image")``: every token but BOS and BOI replaced
@@ -323,16 +315,8 @@ def janus_t2i_state_dict(hf: dict[str, torch.Tensor], config: JanusT2IConfig) ->
     out["text_embeddings.weight"] = hf[lm + "embed_tokens.weight"]
     out["norm.weight"] = hf[lm + "norm.weight"]
     for i in range(config.n_layer):
-        src, dst = f"{lm}layers.{i}.", f"layers.{i}."
-        q = permute_rotary(hf[src + "self_attn.q_proj.weight"], config.n_head)
-        k = permute_rotary(hf[src + "self_attn.k_proj.weight"], config.kv_heads)
-        out[dst + "attention.wqkv.weight"] = torch.cat([q, k, hf[src + "self_attn.v_proj.weight"]])
-        out[dst + "attention.wo.weight"] = hf[src + "self_attn.o_proj.weight"]
-        out[dst + "feed_forward.w1.weight"] = hf[src + "mlp.gate_proj.weight"]
-        out[dst + "feed_forward.w3.weight"] = hf[src + "mlp.up_proj.weight"]
-        out[dst + "feed_forward.w2.weight"] = hf[src + "mlp.down_proj.weight"]
-        out[dst + "attention_norm.weight"] = hf[src + "input_layernorm.weight"]
-        out[dst + "ffn_norm.weight"] = hf[src + "post_attention_layernorm.weight"]
+        out.update(llama_block_weights(hf.__getitem__, f"{lm}layers.{i}.", f"layers.{i}.", config.n_head,
+                                       config.kv_heads))
     out["tok_embeddings.weight"] = hf["model.generation_embeddings.weight"]
     for name in ("fc1.weight", "fc1.bias", *(f"hidden_layers.{j}.{p}" for j in range(config.aligner_layers - 1)
                                              for p in ("weight", "bias"))):

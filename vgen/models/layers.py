@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -135,6 +137,23 @@ def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     d = weight.shape[0] // heads
     order = torch.arange(d).view(2, d // 2).t().reshape(-1)
     return weight.view(heads, d, -1)[:, order].reshape(weight.shape)
+
+
+def llama_block_weights(get: Callable[[str], torch.Tensor], src: str, dst: str, n_head: int,
+                        kv_heads: int) -> dict[str, torch.Tensor]:
+    """One decoder layer in ``transformers``' Llama key layout (``{src}self_attn.q_proj.weight``, ``mlp.*``, the
+    two RMSNorms) as the keys of a vgen :class:`~vgen.models.llamagen.TransformerBlock` under ``dst``: query, key
+    and value fused into ``attention.wqkv`` with the query and key rows in vgen's rotary order
+    (:func:`permute_rotary`). ``get`` reads one tensor by key (a dict's ``__getitem__``, a safetensors reader)."""
+    q = permute_rotary(get(src + "self_attn.q_proj.weight"), n_head)
+    k = permute_rotary(get(src + "self_attn.k_proj.weight"), kv_heads)
+    return {dst + "attention.wqkv.weight": torch.cat([q, k, get(src + "self_attn.v_proj.weight")]),
+            dst + "attention.wo.weight": get(src + "self_attn.o_proj.weight"),
+            dst + "feed_forward.w1.weight": get(src + "mlp.gate_proj.weight"),
+            dst + "feed_forward.w3.weight": get(src + "mlp.up_proj.weight"),
+            dst + "feed_forward.w2.weight": get(src + "mlp.down_proj.weight"),
+            dst + "attention_norm.weight": get(src + "input_layernorm.weight"),
+            dst + "ffn_norm.weight": get(src + "post_attention_layernorm.weight")}
 
 
 class PrefixMask:

@@ -25,7 +25,7 @@ from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT, BackboneConfig
 from vgen.models.cache import KVCache
-from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid
+from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid, check_prompt_ids
 from vgen.models.config_fields import declare, size
 from vgen.models.layers import FeedForward, RMSNorm, rope_grid_table
 from vgen.models.layout import TokenLayout
@@ -170,15 +170,7 @@ class LayoutLM(TokenGrid, nn.Module):
         for name, c in (("prompt", cond), ("null prompt", cond.null)):
             if c is None:
                 continue
-            if c.values.ndim != 2 or c.values.is_floating_point():
-                raise ValueError(f"a {name} is token ids [B, L], got {c.values.dtype} of shape "
-                                 f"{tuple(c.values.shape)}")
-            if c.length > self.config.max_prompt_tokens:
-                raise ValueError(f"{name} of {c.length} tokens (padding included) is longer than this model's "
-                                 f"limit of {self.config.max_prompt_tokens} (max_prompt_tokens)")
-            ids = c.values[c.mask]
-            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.text_vocab_size):
-                raise ValueError(f"{name} token ids must lie in [0, {self.config.text_vocab_size})")
+            check_prompt_ids(c, self.config.max_prompt_tokens, self.config.text_vocab_size, name)
             head = self.config.head_tokens
             if head and (c.length < len(head) or not bool((c.values[:, -len(head):] == c.values.new_tensor(head))
                                                           .all())):
