@@ -95,15 +95,16 @@ MAX_GSD_DISTANCE = 2**16
 class Speculative(Sampler):
     """Speculative decoding with any ``drafter`` x ``accept`` rule.
 
-    ``drafter``: ``jacobi`` (SJD: the target's previous pass), ``head`` (a trained draft head shipped with the
-    model) or ``auto`` (the head when the model has one, else Jacobi). ``accept``: ``exact`` (lossless),
+    ``drafter``: ``jacobi`` (SJD: the target's previous pass), ``neighbour`` (Jacobi drafts whose fresh positions
+    draw from the target's law at their grid neighbour), ``head`` (a trained draft head shipped with the model) or
+    ``auto`` (the head when the model has one, else Jacobi). ``accept``: ``exact`` (lossless),
     ``lantern``, ``gsd`` or ``match`` (deterministic Jacobi). ``window``: positions per target pass (drafts + 1).
     The ``lantern_*`` and ``gsd_*`` fields are read only by their rule.
     """
 
     name: ClassVar[str] = "speculative"
-    description: ClassVar[str] = ("any drafter (jacobi, head) x any acceptance rule (exact and match lossless, "
-                                  "lantern and gsd not; default exact)")
+    description: ClassVar[str] = ("any drafter (jacobi, neighbour, head) x any acceptance rule (exact and match "
+                                  "lossless, lantern and gsd not; default exact)")
     lossless: ClassVar[bool | None] = True
     drafter: str = option("jacobi", "who proposes the drafts", choices=lambda: [*available_drafters(), "auto"],
                           unknown="drafter")
