@@ -373,3 +373,27 @@ def test_every_declared_option_past_its_bounds_is_refused_in_one_line(world, cap
     problems = [f"{what}: {outcome} {problem or ''}" for what, argv in cases
                 for outcome, problem in [run(argv, capsys, tmp_path)] if (outcome, problem) != ("refused", None)]
     assert not problems, "\n".join(problems)
+
+
+# (command of the world, flags naming its outputs, the output made beforehand): every command that writes a file
+OUTPUTS = [("sample", [], "s.png"), ("sample", ["--stats", "st.json"], "st.json"), ("stream", [], "s.mp4"),
+           ("quality", ["--json", "q.json"], "q.json"), ("quality", ["--grid", "g.png"], "g.png"),
+           ("quality stream", ["--json", "q.json"], "q.json"), ("sample-many", [], "run.npz"),
+           ("sample-many", ["--npz", "p.npz"], "p.npz"), ("bench", [], "bench/bench.md"),
+           ("eval fid", ["--json", "r.json"], "r.json"), ("eval fvd", ["--json", "r.json"], "r.json"),
+           ("eval stats", [], "stats.npz"), ("eval stats", ["--json", "r.json"], "r.json"),
+           ("eval clip", ["--json", "r.json"], "r.json")]
+
+
+@pytest.mark.parametrize(("command", "flags", "existing"), OUTPUTS, ids=[f"{c} {e}" for c, _, e in OUTPUTS])
+def test_an_existing_output_is_refused_before_any_work_unless_overwrite(command, flags, existing, world, capsys,
+                                                                        tmp_path):
+    path = tmp_path / existing
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"earlier output")
+    argv, before = [*world[command], *flags], tree(tmp_path)
+    assert main(argv) == 2  # no work reached (the fuzz's stop would raise)
+    assert capsys.readouterr().err == f"vgen: error: {existing} exists; pass --overwrite to replace it, or name " \
+                                      f"another file\n"
+    assert tree(tmp_path) == before and path.read_bytes() == b"earlier output"
+    assert run([*argv, "--overwrite"], capsys, tmp_path) == ("accepted", None)

@@ -138,7 +138,7 @@ def test_a_streaming_model_draws_clips_of_num_frames_with_its_cfg_scale(tiny_str
     assert clips.shape == (3, 3, 16, 16, 3) and labels.tolist() == [1, 2, 1]
     settings = json.loads((tmp_path / "run" / "sample_many.json").read_text())["settings"]
     assert settings["frames"] == 3 and settings["stream"]["cfg_scale"] == 2.0 and settings["stream"]["steps"] == 2
-    assert "drew 0 in this run on 1 process, kept 3" in run(args, capsys)[1]
+    assert "drew 0 in this run on 1 process, kept 3" in run([*args, "--overwrite"], capsys)[1]
     code, _, err = run(["--model", tiny_stream_pipeline_dir, "--num-samples", 1, "--out", tmp_path / "default"],
                        capsys)
     assert code == 0 and packed(tmp_path / "default.npz")[0].shape == (1, 8, 16, 16, 3), err  # trained length
@@ -159,8 +159,8 @@ def test_a_video_token_model_draws_clips_longer_than_its_window(tiny_video_pipel
     expected = load(tiny_video_pipeline_dir)([0, 1], seed=SamplePlan(0, 2, (0, 1, 2)).batch_seed(0), num_frames=5,
                                              window_context=2).videos
     np.testing.assert_array_equal(clips[:2], expected)  # batch 0 is the pipeline's windowed clips
-    assert "drew 0 in this run on 1 process, kept 3" in run(args, capsys)[1]
-    code, _, err = run([*args[:-2], "--window-context", 1, "--out", tmp_path / "run"], capsys)
+    assert "drew 0 in this run on 1 process, kept 3" in run([*args, "--overwrite"], capsys)[1]
+    code, _, err = run([*args[:-2], "--window-context", 1, "--out", tmp_path / "run", "--overwrite"], capsys)
     assert code == 2 and "other settings" in err, err
 
 
@@ -233,7 +233,7 @@ def test_a_damaged_png_is_named_and_drawn_again(tiny_pipeline_dir, tmp_path, cap
     assert run(args, capsys)[0] == 0
     reference = packed(tmp_path / "run.npz")
     (tmp_path / "run" / "000001.png").write_bytes(b"")
-    code, out, err = run(args, capsys)
+    code, out, err = run([*args, "--overwrite"], capsys)
     assert code == 0 and "drew 2 in this run on 1 process, kept 2" in out
     assert err.startswith(f"vgen: warning: {tmp_path / 'run' / '000001.png'} is damaged") and "drew it again" in err
     assert all(np.array_equal(a, b) for a, b in zip(packed(tmp_path / "run.npz"), reference))
@@ -285,7 +285,7 @@ def test_a_prompt_file_draws_its_prompts_in_turn_and_packs_them(tiny_t2i_pipelin
         assert f["prompts"].tolist() == ["a large blue ring on a yellow background", "a small red star"] * 2 + [
             "a large blue ring on a yellow background"]
     prompts.write_text("a large blue ring on a yellow background\na small green star\n")
-    code, _, err = run(args, capsys)
+    code, _, err = run([*args, "--overwrite"], capsys)
     assert code == 2 and "holds samples made with other settings (plan: " in err and err.count("\n") == 1, err
 
 
@@ -317,10 +317,10 @@ def test_a_parti_set_draws_one_image_a_prompt_with_its_ids_and_columns_in_the_np
         "source": str(parti), "format": "parti", "subset": 2, "subset_seed": 1}
     assert recorded["prompts"] == [{"prompt": table[r][0], "id": str(r + 1), "category": table[r][1],
                                     "challenge": table[r][2]} for r in rows]
-    code, _, err = run(args(2, 1, "--num-samples", 5), capsys)  # more samples than prompts: the prompts in turn
+    code, _, err = run(args(2, 1, "--num-samples", 5, "--overwrite"), capsys)  # more samples than prompts, in turn
     assert code == 0 and packed_all(tmp_path / "run.npz")["ids"].tolist() == [str(r + 1) for r in rows * 3][:5]
     for other in (args(2, 2), args(3, 1), args(2, 1, "--format", "text")):
-        code, _, err = run(other, capsys)
+        code, _, err = run([*other, "--overwrite"], capsys)
         assert code == 2 and "holds samples made with other settings (plan: " in err, (other, err)
 
 

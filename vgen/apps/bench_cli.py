@@ -16,16 +16,19 @@ from vgen.apps.options import (
     add_checkpoint_args,
     add_device_args,
     add_model_args,
+    add_overwrite_flag,
     add_prompt_set_args,
     add_sampler_option_flags,
     add_sampling_args,
     check_count,
+    check_writable,
     load_pipeline,
     read_prompt_set_args,
     sampler_options,
     sampling_params,
 )
 from vgen.eval.bench import (
+    OUTPUTS,
     SamplerSpec,
     bench_table,
     category_table,
@@ -103,6 +106,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_sampler_option_flags(p, "each row whose sampler takes it and whose spec does not set it")
     out = p.add_argument_group("output")
     out.add_argument("--out", default="bench", help="folder for bench.json, bench.md and bench.png (default: bench)")
+    add_overwrite_flag(out)
     add_device_args(out)
     add_checkpoint_args(p)
     p.set_defaults(func=run_bench_command)
@@ -124,6 +128,9 @@ def run_bench_command(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.out} exists and is not a folder")
     if not out.parent.is_dir():
         raise UsageError(f"cannot create {args.out}: directory {out.parent} does not exist")
+    if out.is_dir():
+        for name in OUTPUTS.values():
+            check_writable(str(out / name), None, args.overwrite)
     for flag, path in (("--real", args.real), ("--clip", args.clip)):
         if path is not None and not Path(path).exists():
             raise UsageError(f"{flag} {path} does not exist")

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from vgen.apps.options import UsageError, check_writable, device_name, plural
+from vgen.apps.options import UsageError, add_overwrite_flag, check_writable, device_name, plural
 from vgen.eval.clip import check_clip_folder, check_pairs, clip_score, load_clip
 from vgen.eval.evaluate import EvalSettings, compute_stats, frechet_report
 from vgen.eval.features import load_images
@@ -51,6 +51,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     clip.add_argument("--batch-size", type=int, default=64, help="images per CLIP batch")
     for parser, func in ((fid, run_eval_fid), (fvd, run_eval_fvd), (stats, run_eval_stats), (clip, run_eval_clip)):
         parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help=JSON_HELP)
+        add_overwrite_flag(parser)
         parser.set_defaults(func=func)
 
 
@@ -111,7 +112,7 @@ def frechet_line(result: dict, media: str) -> str:
 
 
 def _run_frechet(args: argparse.Namespace, media: str) -> None:
-    check_writable(None if args.json in (None, "-") else args.json, {".json"})
+    check_writable(None if args.json in (None, "-") else args.json, {".json"}, args.overwrite)
     if args.kid_subsets < 1 or (args.kid_subset_size is not None and args.kid_subset_size < 2):
         raise UsageError("--kid-subsets must be >= 1 and --kid-subset-size >= 2")
     result = frechet_report(args.real, args.fake, _settings(args, media), args.kid_subsets, args.kid_subset_size)
@@ -127,8 +128,8 @@ def run_eval_fvd(args: argparse.Namespace) -> None:
 
 
 def run_eval_stats(args: argparse.Namespace) -> None:
-    check_writable(args.out, {".npz"})
-    check_writable(None if args.json in (None, "-") else args.json, {".json"})
+    check_writable(args.out, {".npz"}, args.overwrite)
+    check_writable(None if args.json in (None, "-") else args.json, {".json"}, args.overwrite)
     media = "images" if args.images is not None else "videos"
     source = getattr(args, media)
     if not source.strip():
@@ -156,7 +157,7 @@ def clip_line(result: dict) -> str:
 
 
 def run_eval_clip(args: argparse.Namespace) -> None:
-    check_writable(None if args.json in (None, "-") else args.json, {".json"})
+    check_writable(None if args.json in (None, "-") else args.json, {".json"}, args.overwrite)
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     check_clip_folder(args.clip)

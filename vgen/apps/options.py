@@ -139,7 +139,7 @@ def check_writable(path: str | None, suffixes: set[str] | None = None, overwrite
         raise UsageError(f"cannot write {path}: permission denied")
 
 
-def add_overwrite_flag(group: argparse._ArgumentGroup) -> None:
+def add_overwrite_flag(group: argparse._ActionsContainer) -> None:
     """--overwrite: replace output files that exist (:func:`check_writable`)."""
     group.add_argument("--overwrite", action="store_true",
                        help="replace output files that exist (without it a command refuses them before any work)")

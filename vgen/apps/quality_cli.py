@@ -18,6 +18,7 @@ from vgen import pipelines
 from vgen.apps.options import (
     IMAGE_SUFFIXES,
     UsageError,
+    add_overwrite_flag,
     add_sampler_args,
     add_stream_args,
     check_count,
@@ -66,6 +67,7 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
                    help="video token models: frames each later window continues (default: half the window)")
     p.add_argument("--grid", default=None, help="also write a grid, one row per class, of the first samples")
     p.add_argument("--json", default=None, help="write every figure here (JSON), the confusion matrix included")
+    add_overwrite_flag(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-token-stats", action="store_true",
                    help="skip the token statistics, whose teacher-forced pass over every sample costs about as "
@@ -78,8 +80,8 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_quality(args: argparse.Namespace) -> None:
-    check_writable(args.grid, IMAGE_SUFFIXES)
-    check_writable(args.json, {".json"})
+    check_writable(args.grid, IMAGE_SUFFIXES, args.overwrite)
+    check_writable(args.json, {".json"}, args.overwrite)
     check_count("--num-images", args.num_images)
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")

@@ -23,6 +23,7 @@ from vgen.apps.options import (
     add_checkpoint_args,
     add_device_args,
     add_model_args,
+    add_overwrite_flag,
     add_prompt_set_args,
     add_sampler_args,
     add_stream_args,
@@ -51,9 +52,11 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
                                    "ADM-style .npz (arr_0: uint8 [N, H, W, 3] or clips [N, T, H, W, 3], arr_1: "
                                    "labels; for a text-to-image model's --prompts, arr_1: prompt numbers, "
                                    "prompts: the prompts, ids: their source's ids, and categories and challenges "
-                                   "where the set has them). Rerunning the same command resumes and redraws damaged "
-                                   "PNGs; sample i depends only on i and the settings, not on the number of "
-                                   "processes.")
+                                   "where the set has them). Rerunning the same command resumes: it keeps the PNGs "
+                                   "already drawn with the same settings (a folder of other settings is refused), "
+                                   "redraws damaged ones and draws the rest; the .npz is packed once all are drawn, "
+                                   "and one that exists is replaced only with --overwrite. Sample i depends only on "
+                                   "i and the settings, not on the number of processes.")
     add_model_args(p)
     gen = add_sampler_args(p)
     add_stream_args(p)
@@ -79,6 +82,7 @@ def add_sample_many_parser(sub: argparse._SubParsersAction) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--out", required=True, help="folder of PNGs (created with its parents; rerun to resume)")
     out.add_argument("--npz", default=None, help="packed file to write (default: the --out folder's name + .npz)")
+    add_overwrite_flag(out)
     add_device_args(out)
     add_checkpoint_args(p)
     p.set_defaults(func=run_sample_many)
@@ -96,6 +100,8 @@ def run_sample_many(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.out} exists and is not a folder")
     npz = args.npz or str(out.with_name(out.name + ".npz"))
     check_suffix(npz, {".npz"})
+    if Path(npz).exists():  # refused before any work; a new one's folder is made and checked once all else is
+        check_writable(npz, None, args.overwrite)
     if prompt_set is not None and (args.class_ids or args.balanced):
         raise UsageError(f"--class-id and --balanced are for a class model; {prompt_flag(args)}'s prompts go in "
                          f"turn")
