@@ -290,7 +290,7 @@ def test_package_records_sampling_defaults_that_quality_uses_unless_overridden(t
     quality = ["quality", "--model", str(out), "--num-images", "2", "--batch-size", "2", "--json", str(report)]
     assert run(quality, capsys)[0] == 0
     assert json.loads(report.read_text())["sampling"] | defaults == json.loads(report.read_text())["sampling"]
-    assert run([*quality, "--temperature", "1", "--top-p", "0.9"], capsys)[0] == 0
+    assert run([*quality, "--temperature", "1", "--top-p", "0.9", "--overwrite"], capsys)[0] == 0
     sampling = json.loads(report.read_text())["sampling"]
     assert (sampling["temperature"], sampling["top_k"], sampling["top_p"]) == (1.0, 5, 0.9)
 
@@ -338,7 +338,7 @@ def test_quality_samples_with_the_sampler_and_options_asked_for(tiny_continuous_
     assert printed.startswith("tiny-continuous: 2 images, seed 0, continuous-ar head_steps=3 (")
     code, _, err = run(["quality", "--model", str(tiny_continuous_pipeline_dir), "--num-images", "2",
                         "--batch-size", "2", "--sampler", "cspd", "--inner-temperature", "4", "--draft-steps", "2",
-                        "--json", str(report)], capsys)
+                        "--json", str(report), "--overwrite"], capsys)
     assert code == 0, err
     assert json.loads(report.read_text())["sampler"] == {"name": "cspd",
                                                           "options": {"inner_temperature": 4.0, "draft_steps": 2}}
