@@ -382,7 +382,8 @@ OUTPUTS = [("sample", [], "s.png"), ("sample", ["--stats", "st.json"], "st.json"
            ("sample-many", ["--npz", "p.npz"], "p.npz"), ("bench", [], "bench/bench.md"),
            ("eval fid", ["--json", "r.json"], "r.json"), ("eval fvd", ["--json", "r.json"], "r.json"),
            ("eval stats", [], "stats.npz"), ("eval stats", ["--json", "r.json"], "r.json"),
-           ("eval clip", ["--json", "r.json"], "r.json")]
+           ("eval clip", ["--json", "r.json"], "r.json"), ("train package", [], "pkg/pipeline.json"),
+           ("t2i-config", [], "t2i/llamagen_t2i.json")]
 
 
 @pytest.mark.parametrize(("command", "flags", "existing"), OUTPUTS, ids=[f"{c} {e}" for c, _, e in OUTPUTS])

@@ -21,7 +21,7 @@ from vgen.apps.options import (
     add_sampler_option_flags,
     add_sampling_args,
     check_count,
-    check_writable,
+    check_files_in,
     load_pipeline,
     read_prompt_set_args,
     sampler_options,
@@ -128,9 +128,7 @@ def run_bench_command(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.out} exists and is not a folder")
     if not out.parent.is_dir():
         raise UsageError(f"cannot create {args.out}: directory {out.parent} does not exist")
-    if out.is_dir():
-        for name in OUTPUTS.values():
-            check_writable(str(out / name), None, args.overwrite)
+    check_files_in(args.out, OUTPUTS.values(), args.overwrite)
     for flag, path in (("--real", args.real), ("--clip", args.clip)):
         if path is not None and not Path(path).exists():
             raise UsageError(f"{flag} {path} does not exist")

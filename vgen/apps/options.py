@@ -139,6 +139,14 @@ def check_writable(path: str | None, suffixes: set[str] | None = None, overwrite
         raise UsageError(f"cannot write {path}: permission denied")
 
 
+def check_files_in(folder: str, names: Iterable[str], overwrite: bool) -> None:
+    """:func:`check_writable` for the files ``names`` a command writes into ``folder``, where that folder exists (a
+    new one is made by the command)."""
+    if Path(folder).is_dir():
+        for name in names:
+            check_writable(str(Path(folder) / name), None, overwrite)
+
+
 def add_overwrite_flag(group: argparse._ActionsContainer) -> None:
     """--overwrite: replace output files that exist (:func:`check_writable`)."""
     group.add_argument("--overwrite", action="store_true",

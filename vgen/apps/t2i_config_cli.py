@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import argparse
 
-from vgen.apps.options import UsageError, add_llamagen_args, add_option_flags, sampling_options, set_options
+from vgen.apps.options import (
+    UsageError,
+    add_llamagen_args,
+    add_option_flags,
+    add_overwrite_flag,
+    check_files_in,
+    sampling_options,
+    set_options,
+)
 from vgen.pipelines import LLAMAGEN_T2I_CONFIG, LLAMAGEN_T2I_DEFAULTS, write_llamagen_t2i_config
 from vgen.samplers.options import merge_settings
 
@@ -19,6 +27,7 @@ def add_t2i_config_parser(sub: argparse._SubParsersAction) -> None:
                                    f"and vgen.load(FOLDER) load them.")
     p.add_argument("folder", help=f"the folder to write {LLAMAGEN_T2I_CONFIG} into (made if missing); files inside "
                                   f"it are recorded relative to it, others by their absolute path")
+    add_overwrite_flag(p)
     add_llamagen_args(p.add_argument_group("LlamaGen text-to-image files and architecture"))
     recommended = p.add_argument_group(f"recommended sampling settings, stored as the folder's defaults (unset = "
                                        f"LlamaGen's sample_t2i.py: {LLAMAGEN_T2I_DEFAULTS})")
@@ -29,6 +38,7 @@ def add_t2i_config_parser(sub: argparse._SubParsersAction) -> None:
 def run_t2i_config(args: argparse.Namespace) -> None:
     if not (args.gpt_ckpt and args.vq_ckpt):
         raise UsageError("vgen t2i-config needs --gpt-ckpt and --vq-ckpt")
+    check_files_in(args.folder, [LLAMAGEN_T2I_CONFIG], args.overwrite)
     defaults = merge_settings(LLAMAGEN_T2I_DEFAULTS, set_options(args, sampling_options()))
     folder = write_llamagen_t2i_config(args.folder, args.gpt_ckpt, args.vq_ckpt, args.t5_path, args.image_size,
                                        args.gpt_model or "GPT-XL", args.vq_model, args.codebook_size,

@@ -21,6 +21,8 @@ from vgen.apps.options import (
     RUNS,
     UsageError,
     add_option_flags,
+    add_overwrite_flag,
+    check_files_in,
     device_name,
     sampling_options,
     set_options,
@@ -29,7 +31,7 @@ from vgen.apps.options import (
 from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
 from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
-from vgen.hub import from_pretrained
+from vgen.hub import PIPELINE_CONFIG, from_pretrained
 from vgen.models.backbone import ROPE_KINDS
 from vgen.models.mar import MARConfig
 from vgen.models.nbp import BLOCK_KINDS
@@ -576,6 +578,7 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
                                                      "config is recorded in the pipeline)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
+    add_overwrite_flag(t)
     t.add_argument("--name", default="shapes-c2i", help="the pipeline's name, recorded in its pipeline.json")
     recommended = t.add_argument_group(f"recommended sampling settings of a token model, stored as the pipeline's "
                                        f"defaults (unset = the sampler's own; --cfg-scale: {AR_CFG_SCALE})")
@@ -594,6 +597,7 @@ def recorded_token_settings(args: argparse.Namespace) -> dict:
 
 
 def run_package(args: argparse.Namespace) -> None:
+    check_files_in(args.out, [PIPELINE_CONFIG], args.overwrite)
     dtype = torch_dtype(args.dtype)
     gpt = from_pretrained(args.gpt)
     if hasattr(gpt, "forward_block"):  # a block-diffusion model: a streaming pipeline
