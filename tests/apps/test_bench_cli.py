@@ -31,6 +31,7 @@ def test_bench_writes_json_table_and_plot(tiny_shapes_pipeline_dir, tmp_path, ca
     assert ar["step_compression"] == 1 and result["setup"]["reference"] == "ar"
     assert all(r["step_compression"] == ar["forward_passes"] / r["forward_passes"] for r in rows)
     assert result["setup"]["sampling"]["cfg_scale"] == 3.0 and result["setup"]["num_samples"] == 4
+    assert result["setup"]["real_count"] == 32  # --num-real rendered validation images
     table = (tmp_path / "b" / "bench.md").read_text()
     assert [line.split("|")[1].strip() for line in table.splitlines()[4:]] == ["sjd", "ar", "gsd4"]
     assert table.split("\n\n", 1)[1] in out and Image.open(tmp_path / "b" / "bench.png").size == (1560, 400)

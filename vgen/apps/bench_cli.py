@@ -154,7 +154,7 @@ def run_bench_command(args: argparse.Namespace) -> None:
         result = run_bench(pipe, specs, num_samples, args.seed, args.batch_size, params, real,
                            progress=not args.no_progress, reference_pipe=reference_pipe,
                            reference_spec=reference_spec, prompts=prompts, clip=clip, extractor=extractor,
-                           by_category=args.by_category)
+                           by_category=args.by_category, num_real=args.num_real)
     result["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
     for message in result["warnings"]:
         print(f"vgen: warning: {message}", file=sys.stderr)

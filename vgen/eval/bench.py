@@ -399,7 +399,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
               progress: bool = False, reference_pipe: ImagePipeline | None = None,
               judge: AttributeClassifier | None = None, reference_spec: SamplerSpec | None = None,
               prompts: PromptSet | None = None, clip: ClipScorer | None = None,
-              extractor: Extractor | None = None, by_category: bool = False) -> dict:
+              extractor: Extractor | None = None, by_category: bool = False, num_real: int = 1024) -> dict:
     """Measure every sampler of ``specs`` (vanilla AR added first when missing) on the same images; returns
     ``{"setup": ..., "results": [one row per sampler]}`` (and ``categories`` with ``by_category``) ready for JSON.
 
@@ -409,7 +409,8 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
     text-to-image model draws ``prompts`` in turn, or for the scenes model the first ``num_samples`` held-out
     prompts, judged by ``judge`` (default: the shipped scene judge). ``clip`` adds the CLIP score. The Fréchet
     distances are in ``real``'s features, else ``extractor``'s, else vgen's domain features; a model of another
-    domain with neither gets none.
+    domain with neither gets none. Without ``real``, a model of vgen's domains is measured against ``num_real``
+    rendered validation images (clips, held-out scenes).
     """
     if num_samples < 2:
         raise ValueError(f"need at least 2 samples per sampler for FID, got {num_samples}")
@@ -427,7 +428,7 @@ def run_bench(pipe: ImagePipeline, specs: Sequence[SamplerSpec], num_samples: in
     params = params or SamplingParams(**pipe.info.defaults)
     conditions = bench_conditions(pipe, num_samples, seed, batch_size, prompts, judge)
     if real is None and (not pipe.text_conditional or is_scenes_model(pipe)):  # a domain of vgen's: render it
-        real = real_reference(pipe, extractor=extractor)
+        real = real_reference(pipe, num_real=num_real, extractor=extractor)
     extractor = real.extractor if real is not None else extractor
     rows, stats_of, per_sample = [], {}, {}
     start = time.perf_counter()
