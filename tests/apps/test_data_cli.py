@@ -26,10 +26,19 @@ def test_images_default_to_the_rendering_of_the_default_model(tmp_path, capsys):
     assert np.array_equal(np.stack([np.asarray(Image.open(f)) for f in files]), expected)
 
 
+def test_moving_scenes_write_n_clips_and_n_captions(tmp_path, capsys):
+    assert main(["data", "render", "--kind", "moving-scenes", "--num", "2", "--format", "gif", "--out",
+                 str(tmp_path / "m"), "--no-progress"]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote 2 moving-scenes of the val split to {tmp_path / 'm'}"
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["000000.gif", "000001.gif", "captions.txt"]
+    assert len((tmp_path / "m" / "captions.txt").read_text().splitlines()) == 2
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--kind", "clips", "--model", "shapes-c2i"], "--model shapes-c2i was trained on images, not clips"),
     (["--kind", "images", "--model", "shapes-t2i"], "--model shapes-t2i records no rendering of its training data"),
     (["--kind", "scenes", "--model", "shapes-t2i"], "--model applies to images and clips"),
+    (["--kind", "moving-scenes", "--model", "shapes-t2i"], "--model applies to images and clips: moving-scenes have"),
     (["--kind", "images", "--seed", "-2"], "--seed must be >= 0, got -2"),
     (["--kind", "images", "--num", "0"], r"--num must be in \[1, "),
 ])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vgen.data import clips, scenes, shapes
+from vgen.data import clips, moving_scenes, scenes, shapes
 from vgen.data.render import CAPTIONS_FILE, split_seed, write_set
 from vgen.eval.videos import read_video
 
@@ -27,9 +27,11 @@ def test_a_seed_of_one_s_own_replaces_the_split_s(tmp_path):
     assert np.array_equal(np.asarray(Image.open(paths[1])), shapes.sample_image(7, 1)[0])
 
 
-def test_clips_have_split_seeds_of_their_own():
+def test_clips_and_moving_scenes_have_split_seeds_of_their_own():
     assert split_seed("images", "val") == split_seed("scenes", "val") == shapes.SPLIT_SEEDS["val"]
     assert split_seed("clips", "val") == clips.SPLIT_SEEDS["val"] != shapes.SPLIT_SEEDS["val"]
+    assert split_seed("moving-scenes", "val") == moving_scenes.SPLIT_SEEDS["val"] not in (
+        shapes.SPLIT_SEEDS["val"], clips.SPLIT_SEEDS["val"])
 
 
 def test_clips_are_the_split_s_clips_as_gif(tmp_path):
@@ -48,14 +50,26 @@ def test_scenes_come_with_their_captions_in_file_order(tmp_path):
     assert np.array_equal(np.asarray(Image.open(paths[2])), images[2])
 
 
+def test_moving_scenes_are_the_split_s_clips_beside_their_captions(tmp_path):
+    cfg = {"num_frames": 3, "frame_size": 16, "supersample": 1}
+    paths = write_set("moving-scenes", 3, tmp_path, split="test", data=cfg, clip_format=".gif", progress=False)
+    expected, captions, _ = moving_scenes.render_moving_scenes(moving_scenes.SPLIT_SEEDS["test"], 0, 3,
+                                                               moving_scenes.MovingScenesConfig(**cfg))
+    assert [p.name for p in paths] == ["000000.gif", "000001.gif", "000002.gif"]
+    assert (tmp_path / CAPTIONS_FILE).read_text().splitlines() == captions
+    assert np.abs(read_video(paths[1]).astype(int) - expected[1]).mean() < 8  # GIF's palette
+
+
 @pytest.mark.parametrize("kind, kwargs, message", [
-    ("audio", {}, "kind must be one of images, clips, scenes, got 'audio'"),
+    ("audio", {}, "kind must be one of images, clips, scenes, moving-scenes, got 'audio'"),
     ("images", {"split": "dev"}, "split must be one of train, val, test, got 'dev'"),
     ("images", {"num": 0}, "num must be a whole number >= 1, got 0"),
     ("images", {"seed": -1}, "seed must be >= 0, got -1"),
     ("clips", {"clip_format": ".avi"}, r"clip_format must be one of .mp4, .gif, got '.avi'"),
     ("scenes", {"data": SMOOTH}, "scenes have one rendering"),
     ("clips", {"data": SMOOTH}, "data is not a rendering config of clips: .*image_size"),
+    ("moving-scenes", {"data": {"frame_size": 8}}, "frame_size must be >= 16 pixels, got 8"),
+    ("moving-scenes", {"data": SMOOTH}, "data is not a rendering config of moving-scenes: .*image_size"),
 ])
 def test_bad_arguments_fail_before_anything_is_written(tmp_path, kind, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -18,13 +18,14 @@ DATA_MODELS = {"images": DEFAULT_MODEL, "clips": "shapes-video-nbp"}
 
 
 def add_data_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="write the procedural data sets (images, clips, captioned scenes) as files")
+    p = sub.add_parser("data", help="write the procedural data sets (images, clips, captioned scenes, moving "
+                                    "ones) as files")
     dsub = p.add_subparsers(dest="what", required=True)
     r = dsub.add_parser("render", help="write the first N items of a procedural set into a folder",
                         description="The images, clips or captioned scenes the embedded models were trained on, "
                                     "rendered as their training caches hold them: PNGs named <index>_<class>, "
                                     f"clips as mp4 or GIF, scenes as PNGs beside {CAPTIONS_FILE} (one caption a "
-                                    "line, in file order).")
+                                    "line, in file order), moving scenes as mp4 or GIF beside theirs.")
     r.add_argument("--kind", choices=KINDS, required=True, help="which set")
     r.add_argument("--num", type=int, required=True, help="how many items")
     r.add_argument("--out", required=True, help="the folder to write (new or empty)")
@@ -32,17 +33,19 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--seed", type=int, default=None, help="a seed of your own instead of the split's")
     r.add_argument("--model", default=None,
                    help="an embedded model or pipeline folder whose recorded rendering to use (default: "
-                        f"{DATA_MODELS['images']} for images, {DATA_MODELS['clips']} for clips; scenes have one)")
-    r.add_argument("--format", choices=[f[1:] for f in CLIP_FORMATS], default="mp4", help="the clips' file type")
+                        f"{DATA_MODELS['images']} for images, {DATA_MODELS['clips']} for clips; scenes and "
+                        "moving scenes have one)")
+    r.add_argument("--format", choices=[f[1:] for f in CLIP_FORMATS], default="mp4",
+                   help="the clips' (and moving scenes') file type")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=run_data_render)
 
 
 def recorded_rendering(kind: str, model: str | None) -> dict | None:
     """The rendering config a pipeline folder records for ``kind`` (``--model``, else :data:`DATA_MODELS`)."""
-    if kind == "scenes":
+    if kind not in DATA_MODELS:
         if model is not None:
-            raise UsageError("--model applies to images and clips: scenes have one rendering")
+            raise UsageError(f"--model applies to images and clips: {kind} have one rendering")
         return None
     folder = pipeline_folder(model or DATA_MODELS[kind])
     data = json.loads((folder / PIPELINE_CONFIG).read_text()).get("data")

@@ -74,11 +74,12 @@ class ClipsConfig:
 
 @dataclass(frozen=True)
 class Motion:
-    """A clip's trajectory in pixels: centres [T, 2] (x, y), angles [T] in radians and the outer radius."""
+    """A clip's trajectory in pixels: centres [T, 2] (x, y), angles [T] in radians and the outer radius (one for
+    the clip, or one a frame [T] for a shape that changes size)."""
 
     centres: np.ndarray
     angles: np.ndarray
-    radius: float
+    radius: float | np.ndarray
 
 
 def _fold(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -108,9 +109,9 @@ def shape_masks(class_id: int, mo: Motion, cfg: ClipsConfig = ClipsConfig()) -> 
     """(fill alpha, outline alpha) of every frame, float [T, S, S] in [0, 1], anti-aliased by supersampling."""
     k, big = cfg.supersample, cfg.frame_size * cfg.supersample
     fills, outlines = [], []
-    for (cx, cy), angle in zip(mo.centres, mo.angles):
+    for (cx, cy), angle, r in zip(mo.centres, mo.angles, np.broadcast_to(mo.radius, mo.angles.shape)):
         canvas = Image.new("L", (big, big), 0)
-        _draw_shape(ImageDraw.Draw(canvas), CLASS_NAMES[class_id], cx * k, cy * k, mo.radius * k, float(angle))
+        _draw_shape(ImageDraw.Draw(canvas), CLASS_NAMES[class_id], cx * k, cy * k, float(r) * k, float(angle))
         outline = canvas.filter(ImageFilter.MaxFilter(2 * k + 1))
         for im, out in ((canvas, fills), (outline, outlines)):
             out.append(np.asarray(im.resize((cfg.frame_size,) * 2, Image.BOX), np.float32) / 255.0)

@@ -131,8 +131,9 @@ def _background_phrase(background: int, rng: np.random.Generator) -> str:
     return f"{_article(word)} {word} {_pick(rng, BACKGROUND_NOUNS)}"
 
 
-def caption(scene: Scene, rng: np.random.Generator) -> str:
-    """A sentence stating the scene's stated attributes, in one of several word orders."""
+def caption(scene: Scene, rng: np.random.Generator, action: str = "") -> str:
+    """A sentence stating the scene's stated attributes, in one of several word orders; ``action`` (what the
+    object does, e.g. "moving right") follows the object's noun."""
     names = scene.names()
     colour = _pick(rng, COLOUR_WORDS[names["colour"]])
     shape = _pick(rng, SHAPE_WORDS[names["shape"]])
@@ -140,7 +141,7 @@ def caption(scene: Scene, rng: np.random.Generator) -> str:
     place = _place_phrase(scene.position, rng) if "position" in scene.stated else ""
     ground = _background_phrase(scene.background, rng) if "background" in scene.stated else ""
     noun = " ".join(w for w in (size, colour, shape) if w)
-    thing = f"{_article(noun)} {noun}"
+    thing = " ".join(w for w in (_article(noun), noun, action) if w)
     on = f"{_pick(rng, ('on', 'against', 'over'))} {ground}" if ground else ""
     order = int(rng.integers(4))
     if order == 0:
@@ -204,7 +205,16 @@ def render_scene(scene: Scene, rng: np.random.Generator, image_size: int = 64) -
     bg = _scene_background(scene.background, rng, image_size)
     cx, cy, r, angle = shape_geometry(scene, rng, image_size)
     fill_a, outline_a = shape_alpha(CLASS_NAMES[scene.shape], cx, cy, r, angle, image_size)
-    color = _hsv(COLOURS[COLOUR_NAMES[scene.colour]] + rng.uniform(-7, 7), rng.uniform(0.72, 1.0),
+    return paint_shape(bg, fill_a, outline_a, scene.colour, rng)
+
+
+def paint_shape(bg: np.ndarray, fill_a: np.ndarray, outline_a: np.ndarray, colour: int,
+                rng: np.random.Generator) -> np.ndarray:
+    """uint8 [..., S, S, 3]: a shape of colour ``colour`` (hue jittered, lightly shaded across the image) with its
+    outline over the background ``bg`` [S, S, 3]; ``fill_a`` and ``outline_a`` are alphas [..., S, S] (a scene's
+    one image, or the frames of a clip)."""
+    image_size = bg.shape[0]
+    color = _hsv(COLOURS[COLOUR_NAMES[colour]] + rng.uniform(-7, 7), rng.uniform(0.72, 1.0),
                  rng.uniform(0.78, 1.0))
     y, x = np.mgrid[0:image_size, 0:image_size].astype(np.float32) / image_size
     a = rng.uniform(0, 2 * math.pi)
