@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vgen.samplers",),
     ("vgen.models", "vgen.tokenizers"),
     ("vgen.kernels", "vgen.data"),
-    ("vgen.images", "vgen.video_io", "vgen.visualize", "vgen.interrupts"),
+    ("vgen.images", "vgen.video_io", "vgen.visualize", "vgen.interrupts", "vgen.threads"),
 )
 """Top to bottom; each entry is a module or a subpackage with every module under it."""
 

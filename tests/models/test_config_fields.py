@@ -26,6 +26,7 @@ from vgen.models.draft_head import DraftHeadConfig
 from vgen.models.janus import JanusT2IConfig
 from vgen.models.llamagen import GPTConfig
 from vgen.models.mar import MARConfig
+from vgen.models.mllm import MLLMConfig
 from vgen.models.nar import NARConfig
 from vgen.models.nbp import NBPConfig
 from vgen.models.word_encoder import WordEncoderConfig
@@ -37,7 +38,7 @@ VALID: dict[type, ModelConfig] = {config.__class__: config for config in (
     HeadConfig(), DraftHeadConfig(dim=64, n_head=4, block_size=16), BlockDiffConfig(), ClassifierConfig(),
     AttributeClassifierConfig(attributes=(("shape", 8), ("colour", 4))), VideoClassifierConfig(),
     WordEncoderConfig.for_words(["a", "red", "star"]), JanusT2IConfig(boi_token_id=100, pad_token_id=101),
-    VQConfig(), KLConfig())}
+    MLLMConfig(row_end=(8803,), head_tokens=(8197, 8824, 8824), tail=(8196,)), VQConfig(), KLConfig())}
 """A valid config of each class (GPTConfig's is a text-to-image one, where every field is in use)."""
 
 RELATIONS: list[tuple[ModelConfig, dict, str]] = [
@@ -68,6 +69,10 @@ RELATIONS: list[tuple[ModelConfig, dict, str]] = [
     (VALID[WordEncoderConfig], dict(dim=30), "dim 30 is not divisible by n_head 4"),
     (VALID[JanusT2IConfig], dict(pad_token_id=None), "a Janus config needs boi_token_id and pad_token_id"),
     (VALID[JanusT2IConfig], dict(boi_token_id=102400), "boi_token_id 102400 is not a token of the text_vocab_size"),
+    (VALID[MLLMConfig], dict(vocab_size=70000), "vocab_size 70000 .image codes. exceeds the text_vocab_size 65536"),
+    (VALID[MLLMConfig], dict(tail=(65536,)), "tail id 65536 is not a token of the text_vocab_size 65536"),
+    (VALID[MLLMConfig], dict(max_positions=2048), "a 48x48 image after a prompt of max_prompt_tokens 256 takes 2609 "
+                                                  "positions, more than the model's max_positions 2048"),
     (VQConfig(), dict(norm_groups=3), "channel width 128 is not divisible by norm_groups=3"),
     (VQConfig(), dict(ch=4, ch_mult=(2, 4), norm_groups=8), "channel width 4 is not divisible by norm_groups=8"),
     (KLConfig(), dict(image_size=30), "image_size 30 is not divisible by the downsampling 4"),
@@ -134,7 +139,8 @@ def out_of_range(kind: Any, spec: Declared, value: Any) -> list[Any]:
     bad = [leaf(b) for b in bad] if leaf in (int, float) else ["no-such-choice"] if spec.choices else []
     if typing.get_origin(kind) is not tuple:
         return bad
-    lengths = [[]] if spec.length[1] == SIZE_LIMIT else [[], list(value) * (spec.length[1] + 1)]
+    lengths = ([[]] if spec.length[0] > 0 else []) + ([] if spec.length[1] == SIZE_LIMIT
+                                                       else [list(value) * (spec.length[1] + 1)])
     return [_with_leaf(kind, value, b) for b in bad] + lengths
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from vgen.hub import (
+from vgen.models.checkpoint_io import (
     CheckpointError,
     describe_mismatch,
     load_weights,

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vgen.hub import describe_mismatch, safetensors_shapes
+from vgen.models.checkpoint_io import describe_mismatch, safetensors_shapes
 from vgen.models.conditioning import PrefixCondition
 from vgen.models.hf_folder import check_model_folder, model_type
 from vgen.models.layers import llama_block_weights
