@@ -31,7 +31,7 @@ def listed(capsys, monkeypatch):
 
     def run(*args: str):
         with monkeypatch.context() as patched:
-            patched.setattr("vgen.hub.load_file", fail)
+            patched.setattr("vgen.models.checkpoint_io.load_file", fail)
             code = main(["models", *args])
         captured = capsys.readouterr()
         entries, name = {}, None
