@@ -99,6 +99,13 @@ class PrefixCondition:
         """Positions per row, padding included."""
         return self.values.shape[1]
 
+    def causal_mask(self) -> torch.Tensor:
+        """The attention mask [B, 1, L, L] of a prefill over this prefix: causal, with the padding seen by no query
+        but itself (a query that sees nothing would give NaNs)."""
+        positions = torch.arange(self.length, device=self.device)
+        causal = positions[None, :] <= positions[:, None]
+        return (causal & self.mask[:, None, None, :]) | torch.eye(self.length, dtype=torch.bool, device=self.device)
+
     @property
     def device(self) -> torch.device:
         return self.values.device

@@ -222,9 +222,7 @@ class JanusT2I(TokenGrid, nn.Module):
         cache.reserve(n)
         cache.start(cond.mask)
         positions = torch.arange(n, device=cond.device)
-        causal = positions[None, :] <= positions[:, None]
-        # padding is seen by no query but itself (a query that sees nothing would give NaNs)
-        mask = (causal & cond.mask[:, None, None, :]) | torch.eye(n, dtype=torch.bool, device=cond.device)
+        mask = cond.causal_mask()
         h = self.text_embeddings(cond.values)
         rope = self._rope(positions)
         for i, layer in enumerate(self.layers):

@@ -229,9 +229,7 @@ class LayoutLM(TokenGrid, nn.Module):
         cache.reserve(n)
         cache.start(cond.mask)
         positions = torch.arange(n, device=cond.device)
-        causal = positions[None, :] <= positions[:, None]
-        # padding is seen by no query but itself (a query that sees nothing would give NaNs)
-        mask = (causal & cond.mask[:, None, None, :]) | torch.eye(n, dtype=torch.bool, device=cond.device)
+        mask = cond.causal_mask()
         h = self._run(cond.values, self._rope(positions, cache), cache, mask=mask)
         cache.advance(n)
         logits = self.head(h[:, -1]).float()
