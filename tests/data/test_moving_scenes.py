@@ -16,13 +16,15 @@ from vgen.data.moving_scenes import (
     MovingScenesConfig,
     cached_moving_scenes,
     caption_vocabulary,
+    evaluation_prompts,
     moving_caption,
     render_moving_scenes,
     sample_moving_scene,
     sample_trajectory,
+    switch_pairs,
     words_by_attribute,
 )
-from vgen.data.scenes import COLOUR_WORDS, DIAMETER, SHAPE_WORDS, SIZE_WORDS, SIZES
+from vgen.data.scenes import COLOUR_WORDS, DIAMETER, PLAIN_BACKGROUNDS, SHAPE_WORDS, SIZE_WORDS, SIZES
 
 SMALL = MovingScenesConfig(num_frames=6, frame_size=32, supersample=2)
 CFG = MovingScenesConfig()
@@ -30,6 +32,8 @@ CFG = MovingScenesConfig()
 DRAWN = [sample_trajectory(5, i, CFG) for i in range(240)]
 # What each drift means on screen: (x, y) steps in pixels, rows counted down.
 ON_SCREEN = {"moving right": (1, 0), "moving left": (-1, 0), "moving up": (0, -1), "moving down": (0, 1)}
+PLACE_WORDS = {"top": {"top", "upper"}, "bottom": {"bottom", "lower"}, "left": {"left"}, "right": {"right"},
+               "centre": {"centre", "center", "middle"}}
 
 
 def _words(text: str) -> set[str]:
@@ -178,6 +182,60 @@ def test_the_cache_renders_once_and_keeps_to_its_config(tmp_path):
         cached_moving_scenes(tmp_path, "val", 2, CFG, workers=1)
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         cached_moving_scenes(tmp_path, "dev", 2, SMALL)
+
+
+
+def _states(text: str, attributes: dict[str, str]) -> None:
+    """The prompt names each attribute in ``attributes`` with one of the grammar's words for it, and no other."""
+    words = _words(text)
+    assert any(w in text for w in SHAPE_WORDS[attributes["shape"]]), text
+    assert words & set(COLOUR_WORDS[attributes["colour"]]), text
+    assert words & set(SIZE_WORDS[attributes["size"]]), text
+    assert attributes["background"] in words and words & {"background", "backdrop"}, text
+    motion = attributes["motion"]
+    if motion in ON_SCREEN:
+        assert words & {"moving", "drifting"} and motion.split()[-1] in words, text
+    else:
+        assert words & ({"bouncing"} if motion == "bouncing" else {"circling", "orbiting"}), text
+    assert ({"growing", "shrinking"} & words) == ({attributes["growth"]} - {"steady"}), text
+    assert ("position" in attributes) == (motion == "circling")  # the place only where the object stays
+    for part in attributes.get("position", "").split():
+        assert words & PLACE_WORDS[part], text
+
+
+def test_evaluation_prompts_state_every_attribute_and_are_reproducible_by_seed():
+    prompts = evaluation_prompts(60)
+    assert prompts == evaluation_prompts(60) and evaluation_prompts(10) == prompts[:10]
+    assert evaluation_prompts(10, seed=1) != prompts[:10] and evaluation_prompts(10, "val") != prompts[:10]
+    assert len({text for text, _ in prompts}) == 60
+    for text, attributes in prompts:
+        assert set(attributes) <= set(ATTRIBUTES) and set(ATTRIBUTES) - set(attributes) <= {"position"}
+        assert all(value in moving_scenes.ATTRIBUTE_VALUES[a] for a, value in attributes.items())
+        _states(text, attributes)
+    assert {a["motion"] for _, a in prompts} == set(MOTIONS)
+    assert set(caption_vocabulary()) >= {w for text, _ in prompts for w in _words(text)}
+
+
+def test_switch_pairs_change_the_shape_and_the_colour_only():
+    pairs = switch_pairs(60, seed=3)
+    assert pairs == switch_pairs(60, seed=3) and switch_pairs(5, seed=3) == pairs[:5]
+    assert [first for first, _ in pairs] == evaluation_prompts(60, seed=3)
+    for (_, before), (text, after) in pairs:
+        _states(text, after)
+        assert after["shape"] != before["shape"] and after["colour"] != before["colour"]
+        assert {a: v for a, v in after.items() if a not in ("shape", "colour")} == \
+            {a: v for a, v in before.items() if a not in ("shape", "colour")}
+        assert after["colour"] != after["background"] or after["background"] not in PLAIN_BACKGROUNDS
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: evaluation_prompts(3, "dev"), "unknown split 'dev'"),
+    (lambda: switch_pairs(3, seed=-1), "count and seed must be >= 0, got 3, -1"),
+    (lambda: evaluation_prompts(-2), "count and seed must be >= 0, got -2, 0"),
+])
+def test_bad_prompt_set_arguments_fail_in_one_line(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
 
 
 @pytest.mark.parametrize("kwargs, message", [

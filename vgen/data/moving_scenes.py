@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -27,8 +27,17 @@ import numpy as np
 
 from vgen.data import scenes
 from vgen.data.clips import EXTENT, ClipsConfig, Motion, _fold, shape_masks
-from vgen.data.scenes import DIAMETER, GRID, SIZES, Scene, caption, draw_scene, paint_shape
-from vgen.data.shapes import image_rng
+from vgen.data.scenes import (
+    COLOUR_NAMES,
+    DIAMETER,
+    GRID,
+    SIZES,
+    Scene,
+    caption,
+    draw_scene,
+    paint_shape,
+)
+from vgen.data.shapes import CLASS_NAMES, image_rng
 
 MOTIONS: tuple[str, ...] = ("moving right", "moving left", "moving up", "moving down", "bouncing", "circling")
 DRIFTS: dict[str, tuple[int, int]] = {"moving right": (1, 0), "moving left": (-1, 0), "moving up": (0, -1),
@@ -186,6 +195,15 @@ def moving_caption(ms: MovingScene, rng: np.random.Generator) -> str:
     return caption(scene, rng, motion_phrase(ms, rng))
 
 
+def drawn_trajectory(rng: np.random.Generator, cfg: MovingScenesConfig = MovingScenesConfig()
+                     ) -> tuple[MovingScene, Motion]:
+    """A clip's attributes and trajectory drawn from ``rng``, its position read from the trajectory."""
+    ms = draw_moving_scene(rng)
+    mo, anchor = trajectory(ms, rng, cfg)
+    place = nearest_place(anchor, SIZES[ms.scene.size], cfg.frame_size)
+    return replace(ms, scene=replace(ms.scene, position=place)), mo
+
+
 def sample_trajectory(seed: int, index: int, cfg: MovingScenesConfig = MovingScenesConfig()
                       ) -> tuple[MovingScene, Motion, np.random.Generator]:
     """Clip ``index``'s attributes (its position read from the trajectory) and trajectory, and the random stream
@@ -193,10 +211,8 @@ def sample_trajectory(seed: int, index: int, cfg: MovingScenesConfig = MovingSce
     if index < 0:
         raise ValueError(f"index must be >= 0, got {index}")
     rng = image_rng(seed, index)
-    ms = draw_moving_scene(rng)
-    mo, anchor = trajectory(ms, rng, cfg)
-    place = nearest_place(anchor, SIZES[ms.scene.size], cfg.frame_size)
-    return replace(ms, scene=replace(ms.scene, position=place)), mo, rng
+    ms, mo = drawn_trajectory(rng, cfg)
+    return ms, mo, rng
 
 
 def sample_moving_scene(seed: int, index: int, cfg: MovingScenesConfig = MovingScenesConfig()
@@ -221,6 +237,60 @@ def render_moving_scenes(seed: int, start: int, count: int, cfg: MovingScenesCon
     clips = np.stack([c for c, _, _ in items]) if items else np.empty(shape, np.uint8)
     attrs = np.array([m.attributes() for _, _, m in items], np.int64).reshape(-1, len(ATTRIBUTES))
     return clips, [t for _, t, _ in items], attrs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prompt sets: what a prompt-conditioned stream is asked for when it is measured.
+
+
+def stated_attributes(ms: MovingScene) -> dict[str, str]:
+    """Attribute -> name for every attribute a full caption of ``ms`` states: all but the place of an object that
+    leaves it (every motion but circling). A steady size is stated by naming no size change."""
+    names = ms.names()
+    if names["motion"] != "circling":
+        del names["position"]
+    return names
+
+
+def _full_caption(ms: MovingScene, rng: np.random.Generator) -> tuple[str, dict[str, str]]:
+    full = replace(ms, scene=replace(ms.scene, stated=scenes.ATTRIBUTES))
+    return moving_caption(full, rng), stated_attributes(full)
+
+
+def _prompt_draws(count: int, split: str, seed: int) -> Iterator[tuple[MovingScene, np.random.Generator]]:
+    """The attributes (trajectory-read, as a clip's) of prompt ``0 .. count-1`` of a set, and the random stream
+    left for its words: a pure function of ``(split, seed, index)``, so a shorter set is a longer one's start."""
+    if split not in SPLIT_SEEDS:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLIT_SEEDS)}")
+    if count < 0 or seed < 0:
+        raise ValueError(f"count and seed must be >= 0, got {count}, {seed}")
+    for index in range(count):
+        rng = np.random.default_rng([SPLIT_SEEDS[split], seed, index])
+        yield drawn_trajectory(rng)[0], rng
+
+
+def evaluation_prompts(count: int, split: str = "test", seed: int = 0) -> list[tuple[str, dict[str, str]]]:
+    """``count`` prompts drawn as ``split``'s clips are, each captioned in full (every attribute the grammar
+    states, see :func:`stated_attributes`), with those attributes by name: the prompts a stream's faithfulness
+    is measured on. Each ``seed`` gives a set of its own."""
+    return [_full_caption(ms, rng) for ms, rng in _prompt_draws(count, split, seed)]
+
+
+def switch_pairs(count: int, split: str = "test", seed: int = 0
+                 ) -> list[tuple[tuple[str, dict[str, str]], tuple[str, dict[str, str]]]]:
+    """``count`` (first, second) prompts with their attributes, for streams switched from one to the other: the
+    first is :func:`evaluation_prompts`' prompt of the same index, the second asks for another shape in another
+    colour (never the colour of a plain background) with every other attribute kept (size, place, background,
+    motion, size change), in words drawn afresh."""
+    pairs = []
+    for ms, rng in _prompt_draws(count, split, seed):
+        first = _full_caption(ms, rng)
+        shapes_left = [s for s in range(len(CLASS_NAMES)) if s != ms.scene.shape]
+        background = scenes.BACKGROUND_NAMES[ms.scene.background]
+        colours_left = [c for c in range(len(COLOUR_NAMES)) if c != ms.scene.colour and COLOUR_NAMES[c] != background]
+        scene = replace(ms.scene, shape=int(rng.choice(shapes_left)), colour=int(rng.choice(colours_left)))
+        pairs.append((first, _full_caption(replace(ms, scene=scene), rng)))
+    return pairs
 
 
 def caption_vocabulary() -> tuple[str, ...]:
