@@ -71,25 +71,33 @@ def tiny_continuous_pipeline_dir(tmp_path_factory):
     return pipe.save_pretrained(tmp_path_factory.mktemp("pipe") / "tiny-continuous")
 
 
+from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder  # noqa: E402
+
+
+def make_tiny_word_encoder(words: tuple[str, ...], seed: int = 0) -> WordTextEncoder:
+    """An eval-mode word-level text encoder over ``words`` (16 features, 24 positions) whose matrices are N(0, 0.2),
+    so that its caption features depend on the prompt."""
+    torch.manual_seed(seed)
+    encoder = WordTextEncoder(WordEncoderConfig.for_words(words, dim=16, n_layer=1, n_head=2, max_length=24))
+    with torch.no_grad():
+        for p in encoder.parameters():
+            if p.ndim > 1:
+                p.normal_(std=0.2)
+    return encoder.eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_t2i_pipeline_dir(tmp_path_factory):
     """A saved text-to-image pipeline with 16x16-pixel images (4x4 tokens): a LlamaGen-T2I GPT, its word-level text
     encoder over the scene captions' words, and three example prompts; weights N(0, 0.2), so that the images
     depend on the prompt. The embedded ``shapes-t2i`` has this layout."""
     from vgen.data.scenes import EXAMPLE_PROMPTS, caption_vocabulary
-    from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
     from vgen.pipelines import ImagePipeline, PipelineInfo
     from vgen.tokenizers.vq import VQConfig, VQModel
 
     gpt = make_tiny_gpt(GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, block_size=16,
                                   model_type="t2i", caption_dim=16, cls_token_num=24))
-    torch.manual_seed(0)
-    words = WordTextEncoder(WordEncoderConfig.for_words(caption_vocabulary(), dim=16, n_layer=1, n_head=2,
-                                                        max_length=24))
-    with torch.no_grad():
-        for p in words.parameters():
-            if p.ndim > 1:
-                p.normal_(std=0.2)
+    words = make_tiny_word_encoder(caption_vocabulary())
     vq = VQModel(VQConfig(codebook_size=32, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8, norm_groups=4))
     info = PipelineInfo(name="tiny-t2i", image_size=16, defaults={"cfg_scale": 2.0},
                         example_prompts=list(EXAMPLE_PROMPTS[:3]))
@@ -210,6 +218,25 @@ def tiny_stream_pipeline_dir(tmp_path_factory):
     info = PipelineInfo(name="tiny-stream", image_size=16, class_names=["a", "b", "c"],
                         defaults={"steps": 2, "first_steps": 2, "sink_frames": 2, "window_frames": 4})
     return StreamPipeline(make_tiny_blockdiff(), info).save_pretrained(tmp_path_factory.mktemp("pipe") / "stream")
+
+
+import dataclasses  # noqa: E402
+
+# a text model: the tiny geometry, captions of a make_tiny_word_encoder (16 features, 24 positions)
+TINY_TEXT_BLOCKDIFF = dataclasses.replace(TINY_BLOCKDIFF, text_dim=16, text_tokens=24)
+
+
+def make_tiny_text_blockdiff(seed: int = 0) -> tuple[BlockDiffusionTransformer, WordTextEncoder]:
+    """An eval-mode text block-diffusion model (``TINY_TEXT_BLOCKDIFF``, N(0, 0.1) weights, cross-attention open)
+    and a tiny word encoder over the moving scenes' caption words."""
+    from vgen.data.moving_scenes import caption_vocabulary
+
+    return make_tiny_blockdiff(TINY_TEXT_BLOCKDIFF, seed), make_tiny_word_encoder(caption_vocabulary(), seed)
+
+
+@pytest.fixture
+def tiny_text_blockdiff() -> tuple[BlockDiffusionTransformer, WordTextEncoder]:
+    return make_tiny_text_blockdiff()
 # ---- end block diffusion ------------------------------------------------------------------------------------
 
 
