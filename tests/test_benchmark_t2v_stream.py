@@ -1,0 +1,48 @@
+"""benchmarks/t2v_stream.py: a dry run on a tiny streaming model writes every figure (fidelity, one row per switch
+mode with the frames before the switch equal across modes, drift per chunk, speed with its switches), and bad
+arguments end in one line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+
+def test_the_table_reads_the_record(benchmark_module):
+    bench = benchmark_module("t2v_stream")
+    mode = {"streams": 4, "within_window": 0.75, "never": 0.25, "median_latency": 2.0, "mean_spike": 3.5,
+            "median_spike": 3.0, "label_flicker": None, "pixel_flicker": None, "latencies": [0, 2, 3, None]}
+    record = {"model": "m", "judged": ["shape", "colour"],
+              "switch": {"streams": 4, "frames": 48, "switch_frame": 16, "paired_before_switch": 1.0,
+                         "modes": {"recache": mode},
+                         "real": {"mean_spike_at_switch": 1.1, "mean_largest_spike": 1.6, "max_largest_spike": 2.5}}}
+    table = bench.markdown(record)
+    assert "| recache | 75.0% | 25.0% | 2.0 | 3.50 | - | - |" in table.splitlines()
+    assert "real clips: 1.10 at s, largest 1.60 on average, 2.50 at most" in table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--modes", "recache,fast"], "--modes must name some of recache, recache-keep-sink, plain, reset"),
+    (["--parts", "speed,colour"], "--parts must name some of"),
+    (["--switch-frame", "48"], r"--switch-frame must be in \[2, --frames\), got 48 of 48"),
+    (["--streams", "0"], "--streams must be >= 1, got 0"),
+    (["--long-frames", "8"], "--long-frames must be >= 10"),
+    (["--speed-every", "-1"], "--speed-every must be >= 0"),
+])
+def test_bad_arguments_end_in_one_line(benchmark_module, capsys, argv, message):
+    bench = benchmark_module("t2v_stream")
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(message, err), err
+
+
+def test_a_switch_inside_a_block_is_refused(benchmark_module, tiny_stream_pipeline_dir, tmp_path, capsys):
+    bench = benchmark_module("t2v_stream")
+    assert bench.main(["--model", str(tiny_stream_pipeline_dir), "--switch-frame", "5", "--frames", "12",
+                       "--out", str(tmp_path / "x.json")]) == 2
+    assert capsys.readouterr().err.strip() == (f"t2v_stream: --switch-frame 5 is not a block's first frame "
+                                               f"({tiny_stream_pipeline_dir} makes blocks of 2 frames)")
+    assert not (tmp_path / "x.json").exists()
