@@ -137,7 +137,7 @@ def test_the_wrong_kind_of_condition_is_refused_in_one_line(tiny_blockdiff, tiny
     cond = words.condition(PROMPTS[0])
     frames, sigma = _clip(batch=1, frames=2), torch.rand(1, 1)
     wrong = [
-        (tiny_blockdiff, cond, "class-conditional .* not a text prompt"),
+        (tiny_blockdiff, cond, "is class-conditional: give class ids, not a text prompt"),
         (model, torch.tensor([0]), "text-conditional: give a prompt"),
         (model, PrefixCondition(torch.zeros(1, 25, 16), torch.ones(1, 25, dtype=torch.bool)),
          "25 positions is longer than this model's text_tokens 24"),

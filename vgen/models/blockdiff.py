@@ -279,8 +279,7 @@ class BlockDiffusionTransformer(ClassConditional, nn.Module):
             raise ValueError(f"this block-diffusion model is text-conditional: give a prompt (a PrefixCondition of "
                              f"caption features [batch, <= {c.text_tokens}, {c.text_dim}]), not class ids")
         if not self.is_text and isinstance(cond, PrefixCondition):
-            raise ValueError(f"this block-diffusion model is class-conditional ({c.num_classes} classes): give "
-                             f"class ids, not a text prompt")
+            raise ValueError("this block-diffusion model is class-conditional: give class ids, not a text prompt")
 
     def _check_caption(self, cond: PrefixCondition) -> None:
         c, values = self.config, cond.values
