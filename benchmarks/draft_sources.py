@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+from collections.abc import Callable, Iterable
 
 import torch
+from torch import nn
 
 import vgen
-from vgen.samplers import SamplingParams, get_sampler
+from vgen.models.conditioning import Condition
+from vgen.samplers import Sampler, SamplingParams, get_sampler
 from vgen.samplers.speculative import sampler as sampler_module
 from vgen.samplers.speculative.drafters import Drafter, JacobiDrafter, Verification
 
@@ -44,6 +47,33 @@ class Recording(Drafter):
             self.passes.append((result.pos.clone(), self.carried_count, result.accepted.clone(),
                                 result.drafts.shape[1]))
         self.inner.observe(result)
+
+
+def parse_spec(spec: str) -> Sampler:
+    """The sampler of a spec ``name:key=value,...`` (e.g. ``mcsjd:window=32``)."""
+    name, _, options = spec.partition(":")
+    return get_sampler(name, **{k: int(v) if v.isdigit() else v
+                                for k, v in (kv.split("=") for kv in options.split(",") if kv)})
+
+
+def recorded(sampler: Sampler, model: nn.Module, conditions: Iterable[Condition], params: SamplingParams,
+             record: Callable[[JacobiDrafter], Recording] = Recording) -> tuple[list[Recording], int]:
+    """Run ``sampler`` once per condition (one row each, seeded by its place in ``conditions``) with every run's
+    drafter wrapped by ``record``: the recorders, one per run, and the forward passes of all runs."""
+    build = sampler_module.build_drafter
+    recorders: list[Recording] = []
+
+    def recording(*inputs: object) -> Recording:
+        recorders.append(record(build(*inputs)))
+        return recorders[-1]
+
+    sampler_module.build_drafter = recording
+    try:
+        passes = sum(sampler.sample(model, cond, params, generator=torch.Generator().manual_seed(i))
+                     .stats.forward_passes for i, cond in enumerate(conditions))
+    finally:
+        sampler_module.build_drafter = build
+    return recorders, passes
 
 
 def place(token: int, grid: tuple[int, ...]) -> str:
@@ -82,24 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     pipe = vgen.load(args.model)
     model, params = pipe.model, SamplingParams(**{k: v for k, v in pipe.info.defaults.items()
                                                   if k in SamplingParams.__dataclass_fields__})
-    build = sampler_module.build_drafter
     for spec in args.specs:
-        name, _, options = spec.partition(":")
-        sampler = get_sampler(name, **{k: int(v) if v.isdigit() else v
-                                       for k, v in (kv.split("=") for kv in options.split(",") if kv)})
-        recorders: list[Recording] = []
-
-        def recording(*inputs: object, into: list[Recording] = recorders) -> Recording:
-            into.append(Recording(build(*inputs)))
-            return into[-1]
-
-        sampler_module.build_drafter = recording
-        try:
-            passes = sum(sampler.sample(model, torch.tensor([i % pipe.num_classes]), params,
-                                        generator=torch.Generator().manual_seed(i)).stats.forward_passes
-                         for i in range(args.images))
-        finally:
-            sampler_module.build_drafter = build
+        classes = (torch.tensor([i % pipe.num_classes]) for i in range(args.images))
+        recorders, passes = recorded(parse_spec(spec), model, classes, params)
         judged, kept, ends = tally([p for r in recorders for p in r.passes], tuple(model.grid), model.num_tokens)
         total = sum(ends.values())
         rates = ", ".join(f"{s} {kept[s]}/{judged[s]} = {kept[s] / max(judged[s], 1):.2f}"
