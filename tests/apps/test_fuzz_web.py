@@ -337,7 +337,7 @@ def test_another_client_with_a_sessions_hash_cannot_end_or_steer_its_stream(serv
         other.close()
         assert call_result(url, "stop_stream", {"data": []}) == ["no stream is running"]  # no session at all
         time.sleep(0.5)
-        assert control is not None and not control.stopped and control.pending_class() is None and not job.done()
+        assert control is not None and not control.stopped and control.pending_switch() is None and not job.done()
         assert visitor.predict(api_name="/stop_stream") == "stopping"  # the session itself still can
         assert job.result(timeout=60)[1].startswith("stopped: ")
     finally:

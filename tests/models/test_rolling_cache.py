@@ -90,6 +90,32 @@ def test_replace_overwrites_the_resident_blocks() -> None:
     assert torch.equal(context[0][0], fresh) and torch.equal(context[0][1], -fresh)
 
 
+
+def test_replace_from_a_slot_keeps_the_blocks_before_it() -> None:
+    cache = RollingKVCache(1, 1, HEADS, DIM, TOKENS, CachePolicy(1, 2))
+    for i in range(3):
+        cache.push(block(i, layers=1))
+    fresh = torch.full((1, HEADS, 2 * TOKENS, DIM), 9.0)
+    cache.replace([(fresh, -fresh)], first_block=1)
+    context, _, _ = cache.context()
+    assert ids_in(context[0][0]) == [0, 9, 9] and torch.equal(context[0][1], -context[0][0])
+    with pytest.raises(ValueError, match="over the 1 resident blocks from slot 2"):
+        cache.replace([(fresh, -fresh)], first_block=2)
+    with pytest.raises(ValueError, match="first_block 4 is outside the 3 resident blocks"):
+        cache.replace([(fresh, -fresh)], first_block=4)
+
+
+def test_clear_empties_the_cache_and_the_next_block_is_a_sink_again() -> None:
+    cache = RollingKVCache(2, 1, HEADS, DIM, TOKENS, CachePolicy(1, 2, 1, 2))
+    size = cache.nbytes()
+    for i in range(6):
+        cache.push(block(i))
+    cache.clear()
+    assert cache.context() == (None, 0, None) and cache.bank_ids == [] and cache.nbytes() == size
+    for i in range(6, 10):
+        cache.push(block(i))
+    assert cache.block_ids == [6, 8, 9] and cache.bank_ids == [7]  # 6 is the sink; block ids keep counting
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"window_blocks": 0}, "at least one block"),
     ({"sink_blocks": -1}, ">= 0"),

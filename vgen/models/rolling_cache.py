@@ -165,16 +165,29 @@ class RollingKVCache:
         index = tokens[:, None, :, None].expand(-1, buf.shape[1], -1, buf.shape[3])
         return buf.gather(2, index)
 
-    def replace(self, kvs: list[KV]) -> None:
-        """Overwrite the resident blocks' keys/values (one [B, H, resident_tokens, D] pair per layer, in resident
-        order) and their summaries, e.g. after re-encoding them."""
+    def replace(self, kvs: list[KV], first_block: int = 0) -> None:
+        """Overwrite the keys/values and summaries of the resident blocks from slot ``first_block`` on (one
+        [B, H, tokens, D] pair per layer over exactly those blocks, in resident order), e.g. after re-encoding them;
+        ``first_block = sink_blocks`` keeps the sinks' keys/values. The bank is left as it is."""
         n = len(self.block_ids)
+        if not 0 <= first_block <= n:
+            raise ValueError(f"first_block {first_block} is outside the {n} resident blocks")
+        span = self._span(first_block, n - first_block)
+        if len(kvs) != self.num_layers or kvs[0][0].shape[2] != span.stop - span.start:
+            raise ValueError(f"replace takes {self.num_layers} (keys, values) pairs over the {n - first_block} "
+                             f"resident blocks from slot {first_block}")
         for i, (k, v) in enumerate(kvs):
-            self.kv[2 * i][:, :, self._span(0, n)] = k
-            self.kv[2 * i + 1][:, :, self._span(0, n)] = v
+            self.kv[2 * i][:, :, span] = k
+            self.kv[2 * i + 1][:, :, span] = v
         last = kvs[-1][0]
-        for slot in range(n):
-            self.summaries[:, slot] = self._summary(last[:, :, self._span(slot)])
+        for slot in range(first_block, n):
+            self.summaries[:, slot] = self._summary(last[:, :, self._span(slot - first_block)])
+
+    def clear(self) -> None:
+        """Forget every block, resident and banked (the buffers stay allocated): the next block pushed is a sink
+        again, at frame position 0, as at a stream's start. ``pushed`` keeps counting, so block ids stay unique."""
+        self.block_ids.clear()
+        self.bank_ids.clear()
 
     def nbytes(self) -> int:
         """Bytes held by every buffer (constant over the cache's life)."""

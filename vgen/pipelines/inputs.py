@@ -8,7 +8,7 @@ from __future__ import annotations
 import operator
 import unicodedata
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import torch
 
 from vgen.data.prompts import read_prompt_set
 from vgen.samplers.options import Option, short_repr
+from vgen.samplers.streaming import check_switch_frames
 
 ClassLabel = int | str  # a class id, or one of the pipeline's class names
 MAX_SAMPLES = 10**7  # the most images, clips or frames a call or command asks for: far beyond an evaluation's
@@ -212,6 +213,36 @@ class ClassConditional:
             raise ValueError("class_ids is empty: give at least one class id or name (None: every class)")
         return ids if count is None else [ids[i % len(ids)] for i in range(count)]
 
+
+
+def check_switches(switches: Mapping[int, Any] | Sequence[tuple[int, Any]], num_frames: int) -> list[tuple[int, Any]]:
+    """The (frame, target) pairs of a stream's switches (a ``{frame: target}`` mapping or a sequence of pairs), in
+    the order given: each frame an integer inside the stream and the frames strictly increasing as given (never
+    sorted: a switch out of order is a mistake to report; :func:`~vgen.samplers.streaming.check_switch_frames`),
+    and a prompt target non-blank (control characters taken out, as :func:`check_prompts` does). Each bad switch
+    is a ValueError naming it. What a target may be (a class or a prompt) is the model's to say."""
+    if isinstance(switches, Mapping):
+        pairs = list(switches.items())
+    elif isinstance(switches, Iterable) and not isinstance(switches, (str, bytes)):
+        pairs = list(switches)
+    else:
+        raise ValueError(f"switches must be a {{frame: target}} mapping or (frame, target) pairs, got "
+                         f"{type(switches).__name__}")
+    checked: list[tuple[int, Any]] = []
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"switches[{i}] must be a (frame, target) pair, got {short_repr(pair)}")
+        frame, target = pair
+        try:
+            if isinstance(frame, bool):
+                raise TypeError
+            frame = operator.index(frame)
+        except TypeError:
+            raise ValueError(f"switches[{i}]: the frame must be an integer, got {short_repr(frame)}") from None
+        checked.append((frame, target))
+    check_switch_frames([frame for frame, _ in checked], num_frames)
+    return [(frame, check_prompts(target, f"the prompt of the switch at frame {frame}", many=False)[0]
+             if isinstance(target, str) else target) for frame, target in checked]
 
 def _scalar(x: Any) -> bool:
     """Whether ``x`` is a 0-d array or tensor (one class id, though it has ``__iter__``)."""

@@ -17,9 +17,24 @@ Per block:
 4. with ``refresh="recompute"``, an eviction re-encodes the kept blocks from their clean frames, as CausVid
    recomputes the overlap, so the cache always equals a fresh encoding of what it keeps.
 
-Randomness comes from one ``torch.Generator`` per stream, drawn in a fixed order, so a seed fixes the stream.
-:class:`StreamControl` changes the class at the next block and pauses, resumes or stops the stream from another
-thread: after the block in hand, or (cancel, the web demo's Stop button) at its next denoising step.
+A stream is conditioned on a *target* per stream: a class id (class models) or a prompt (text models, whose
+``encode`` turns prompts into a :class:`~vgen.models.conditioning.PrefixCondition`). A *switch* to a new target
+applies before a block, in one of four ways (``StreamConfig.switch``):
+
+- ``recache`` (LongLive's KV re-cache): the resident blocks' clean frames, which the streamer always keeps (a few
+  KB), are re-encoded under the new condition in one whole-clip pass and replace the cache, so the context already
+  speaks of the new target while it still shows the old scene: the scene changes without a cut;
+- ``recache-keep-sink``: the same with the sinks' keys/values kept (LongLive's ``global_sink: true``);
+- ``plain``: the new condition over the old cache (what Self-Forcing's loop gives when its prompt is swapped);
+- ``reset``: the new condition over an empty cache, a new stream from ``first_steps`` (a cut: the baseline the
+  switch measures compare with).
+
+Evicted blocks in a retrieval bank keep their keys/values in every mode.
+
+Randomness comes from one ``torch.Generator`` per stream, drawn in a fixed order, so a seed fixes the stream and a
+switch changes nothing before it. :class:`StreamControl` switches the target at the next block and pauses, resumes
+or stops the stream from another thread: after the block in hand, or (cancel, the web demo's Stop button) at its
+next denoising step.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ from tqdm.auto import tqdm
 
 from vgen.images import to_uint8
 from vgen.models.blockdiff import BlockContext, BlockDiffusionTransformer
+from vgen.models.conditioning import Condition, PrefixCondition, cat_conditions
 from vgen.models.rolling_cache import CachePolicy, RollingKVCache
 from vgen.samplers.base import MAX_CFG_SCALE
 from vgen.samplers.logits import cfg_merge
@@ -43,6 +59,8 @@ from vgen.samplers.options import check_options, option
 
 REFRESH_MODES = ("none", "recompute")
 SOLVERS = ("euler", "renoise")
+SWITCH_MODES = ("recache", "recache-keep-sink", "plain", "reset")
+Target = int | str  # what a stream is conditioned on: a class id (class models) or a prompt (text models)
 MAX_STEPS = 1000  # denoising steps of one block: distilled streams take 1-8, flow matching rarely above 100
 MAX_SHIFT = 100  # schedules in use shift by 1 to 10; at 100 every level from 0.1 up is moved above 0.9
 # frames (and blocks, each a frame or more) of a model's trained length, which the context must fit: Self-Forcing's
@@ -89,6 +107,9 @@ class StreamConfig:
     bank_blocks: int = option(0, "evicted blocks kept for retrieval", at_least=0, at_most=MAX_FRAMES)
     refresh: str = option("none", "after an eviction, keep the cached keys (none) or re-encode the kept blocks "
                                   "(recompute)", choices=REFRESH_MODES)
+    switch: str = option("recache", "at a switch of target: re-encode the cached blocks under the new condition "
+                                    "(recache; recache-keep-sink keeps the sinks), keep the cache (plain), or empty "
+                                    "it (reset: a cut)", choices=SWITCH_MODES)
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -118,9 +139,10 @@ class StreamConfig:
 
 
 class StreamControl:
-    """Thread-safe steering of a running stream: :meth:`set_class` takes effect at the next block; :meth:`pause`
-    holds the stream before its next block until :meth:`resume`; :meth:`stop` ends it after the current block,
-    :meth:`cancel` at the current block's next denoising step (the unfinished block is dropped)."""
+    """Thread-safe steering of a running stream: :meth:`switch_to` (a class id or a prompt) takes effect at the
+    next block; :meth:`pause` holds the stream before its next block until :meth:`resume`; :meth:`stop` ends it
+    after the current block, :meth:`cancel` at the current block's next denoising step (the unfinished block is
+    dropped)."""
 
     def __init__(self) -> None:
         self._running = threading.Event()
@@ -128,17 +150,22 @@ class StreamControl:
         self._stopped = threading.Event()
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
-        self._class_id: int | None = None
+        self._target: Target | None = None
+
+    def switch_to(self, target: Target) -> None:
+        """Switch every stream of the batch to ``target`` at the next block (the stream checks it then)."""
+        with self._lock:
+            self._target = target
 
     def set_class(self, class_id: int) -> None:
-        with self._lock:
-            self._class_id = int(class_id)
+        """Switch to class ``class_id`` at the next block."""
+        self.switch_to(int(class_id))
 
-    def pending_class(self) -> int | None:
-        """The class asked for since the last call (then forgotten), or None."""
+    def pending_switch(self) -> Target | None:
+        """The target asked for since the last call (then forgotten), or None."""
         with self._lock:
-            class_id, self._class_id = self._class_id, None
-            return class_id
+            target, self._target = self._target, None
+            return target
 
     def pause(self) -> None:
         self._running.clear()
@@ -170,9 +197,11 @@ class StreamControl:
 @dataclass
 class StreamBlock:
     """One finished block: uint8 frames [B, F, S, S, 3] (F = the block's frames, fewer for a final partial
-    block), the index of its first frame, its class ids, its wall time, the bank blocks it retrieved and the whole
-    clean block as the model denoised it (``latents`` [B, frames_per_block, ...]: latent frames for a latent
-    model, before decoding)."""
+    block), the index of its first frame, its class ids (class streams; [] for text streams, whose ``prompts``
+    name each stream's prompt), its wall time, the bank blocks it retrieved and the whole clean block as the model
+    denoised it (``latents`` [B, frames_per_block, ...]: latent frames for a latent model, before decoding).
+    ``switched`` marks the first block under a new target, and ``recache_s`` the part of its ``latency_s`` spent
+    re-encoding the cache for it."""
 
     frames: np.ndarray
     start_frame: int
@@ -181,6 +210,9 @@ class StreamBlock:
     latency_s: float
     retrieved: list[list[int]] | None = None
     latents: torch.Tensor | None = None
+    prompts: list[str] | None = None
+    recache_s: float = 0.0
+    switched: bool = False
 
 
 @dataclass
@@ -228,17 +260,26 @@ class BlockStreamer:
     [-1, 1], e.g. :meth:`~vgen.tokenizers.kl.KLTokenizer.decode_frames`), run on each block before it is yielded;
     a pixel-space model's blocks are clamped to [-1, 1] instead. ``pixels`` says which the model is (default:
     pixels when there is no ``decode``); a latent stream without ``decode`` (training rollouts, which read
-    :attr:`StreamBlock.latents`) yields its latents' raw uint8 view as frames."""
+    :attr:`StreamBlock.latents`) yields its latents' raw uint8 view as frames. A text model streams prompts, which
+    ``encode`` turns into its condition (e.g. :meth:`~vgen.models.word_encoder.WordTextEncoder.condition`)."""
 
     def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig = StreamConfig(),
-                 decode: Callable[[torch.Tensor], torch.Tensor] | None = None, pixels: bool | None = None) -> None:
-        self.model, self.config, self.decode = model.eval(), config, decode
+                 decode: Callable[[torch.Tensor], torch.Tensor] | None = None, pixels: bool | None = None,
+                 encode: Callable[[Sequence[str]], PrefixCondition] | None = None) -> None:
+        self.model, self.config, self.decode, self.encode = model.eval(), config, decode, encode
         self.pixels = decode is None if pixels is None else pixels
         self.policy = config.policy(model.frames_per_block, model.config.train_frames)
+        if self.is_text and encode is None:
+            raise ValueError("a text model streams prompts: give BlockStreamer its text encoder (encode)")
 
     @property
     def guided(self) -> bool:
         return self.config.cfg_scale > 1.0
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the model is conditioned on prompts (else on class ids)."""
+        return bool(getattr(self.model, "is_text", False))
 
     def new_cache(self, batch_size: int) -> RollingKVCache:
         m, p = self.model.config, next(self.model.parameters())
@@ -246,7 +287,27 @@ class BlockStreamer:
         return RollingKVCache(m.n_layer, rows, m.n_head, m.head_dim, m.tokens_per_block, self.policy, p.dtype,
                               p.device)
 
-    def _velocity(self, x: torch.Tensor, sigma: float, cond: torch.Tensor, context: BlockContext | None):
+    def condition(self, targets: Sequence[Target]) -> Condition:
+        """The model's condition for one target per stream, with its null rows after it when the stream is guided
+        (the batch ``[cond; null]``): class ids for a class model, the encoded prompts for a text model. The wrong
+        kind of target, a blank prompt and a class out of range are each a one-line ValueError."""
+        device = next(self.model.parameters()).device
+        if self.is_text:
+            for t in targets:
+                if not isinstance(t, str):
+                    raise ValueError(f"the model is prompt-conditioned: give a prompt, not the class id {t!r}")
+                if not t.strip():
+                    raise ValueError("a prompt is empty: give the text of what to draw")
+            cond = self.encode(list(targets)).to(device)
+        else:
+            for t in targets:
+                if isinstance(t, str):
+                    raise ValueError(f"the model is class-conditional: give a class id, not the prompt {t!r}")
+            cond = torch.tensor([int(t) for t in targets], device=device)
+        self.model.check_condition(cond)
+        return cat_conditions([cond, self.model.null_condition(cond)]) if self.guided else cond
+
+    def _velocity(self, x: torch.Tensor, sigma: float, cond: Condition, context: BlockContext | None):
         """Velocity of a block: guided (CFG on the velocity, the doubled batch's second half unconditional) when
         the stream is guided and ``sigma`` is inside the guidance interval, else from the conditional rows alone
         (``cond`` and ``context`` hold both halves while the stream is guided)."""
@@ -275,90 +336,155 @@ class BlockStreamer:
         return (1 - s_next) * clean + s_next * torch.randn(x.shape, generator=generator, device=x.device)
 
     @torch.no_grad()
-    def stream(self, class_ids: Sequence[int], num_frames: int, seed: int | None = 0,
+    def stream(self, targets: Sequence[Target], num_frames: int, seed: int | None = 0,
                generator: torch.Generator | None = None, control: StreamControl | None = None,
-               progress: bool = False, cache: RollingKVCache | None = None) -> Iterator[StreamBlock]:
-        """Yield the blocks of ``len(class_ids)`` videos of ``num_frames`` frames each, in order. ``cache`` (empty,
-        from :meth:`new_cache`) may be passed to inspect it afterwards."""
+               progress: bool = False, cache: RollingKVCache | None = None,
+               switches: Sequence[tuple[int, Target]] = ()) -> Iterator[StreamBlock]:
+        """Yield the blocks of ``len(targets)`` videos of ``num_frames`` frames each, in order, one target (class
+        id or prompt, as the model takes) per video. ``switches`` ((frame, target) pairs, frames increasing inside
+        the stream) switch every video to the target before the block holding the frame (the last switch into a
+        block wins); ``control.switch_to`` does the same at the next block. Every argument is checked before the
+        first block. ``cache`` (empty, from :meth:`new_cache`) may be passed to inspect it afterwards."""
         model, cfg = self.model, self.config
-        class_ids = [int(c) for c in class_ids]
-        check_stream_request(class_ids, num_frames, model.num_classes)
+        targets = list(targets)
+        if not targets:
+            raise ValueError("no class ids or prompts: ask for at least one video")
+        if num_frames <= 0:
+            raise ValueError(f"frames must be > 0, got {num_frames}")
+        fpb, size = model.frames_per_block, model.config.frame_size
+        check_switch_frames([frame for frame, _ in switches], num_frames)
+        scheduled: dict[int, Target] = {}
+        for frame, target in switches:
+            self.condition([target])
+            scheduled[frame // fpb] = target
+        cond = self.condition(targets)
         device = next(model.parameters()).device
         if generator is None:
             generator = torch.Generator(device=device).manual_seed(0 if seed is None else seed)
-        fpb, size = model.frames_per_block, model.config.frame_size
         num_blocks = -(-num_frames // fpb)
-        cache = self.new_cache(len(class_ids)) if cache is None else cache
+        cache = self.new_cache(len(targets)) if cache is None else cache
         if cache.pushed:
             raise ValueError("stream needs an empty cache")
-        resident_frames: list[torch.Tensor] = []  # clean frames of resident blocks (for refresh="recompute")
-        resident_classes: list[torch.Tensor] = []
-        labels = torch.tensor(class_ids, device=device)
+        resident = _Resident()
         bar = tqdm(total=num_frames, desc="stream", unit="frame", disable=not progress)
         try:
             for k in range(num_blocks):
+                target = scheduled.get(k)
                 if control is not None:
                     control.wait_if_paused()
                     if control.stopped:
                         return
-                    new_class = control.pending_class()
-                    if new_class is not None:
-                        check_stream_request([new_class], 1, model.num_classes)
-                        labels = torch.full_like(labels, new_class)
+                    target = _first_not_none(control.pending_switch(), target)
                 start = time.perf_counter()
-                cond = torch.cat([labels, model.null_condition(labels)]) if self.guided else labels
+                recache_s = 0.0
+                if target is not None:
+                    targets = [target] * len(targets)
+                    cond = self.condition(targets)
+                    recache_s = self._switch(cache, cond, resident)
+                    if control is not None and control.cancelled:
+                        return
                 kvs, context_blocks, picked = cache.context()
                 context = model.prepare_context(kvs, context_blocks * fpb)
-                sigmas = flow_sigmas(cfg.first_steps if k == 0 else cfg.steps, cfg.shift).tolist()
-                x = torch.randn(len(labels), fpb, size, size, model.config.channels, generator=generator,
+                sigmas = flow_sigmas(cfg.steps if context_blocks else cfg.first_steps, cfg.shift).tolist()
+                x = torch.randn(len(targets), fpb, size, size, model.config.channels, generator=generator,
                                 device=device)
                 for s, s_next in zip(sigmas[:-1], sigmas[1:]):
                     if control is not None and control.cancelled:
                         return
                     x = self._step(x, self._velocity(x, s, cond, context), s, s_next, generator)
                 clean = x.clamp(-1.0, 1.0) if self.pixels else x
-                self._write_block(cache, clean, cond, context, generator, resident_frames, resident_classes)
+                self._write_block(cache, clean, cond, context, generator, resident)
                 shown = clean[:, :min(fpb, num_frames - k * fpb)]
                 frames = to_uint8(shown if self.decode is None else self.decode(shown))
                 latency = time.perf_counter() - start
                 bar.update(frames.shape[1])
-                yield StreamBlock(frames, k * fpb, k, labels.tolist(), latency,
+                text = self.is_text
+                yield StreamBlock(frames, k * fpb, k, [] if text else [int(t) for t in targets], latency,
                                   None if picked is None else [[cache.bank_ids[i] for i in row]
-                                                               for row in picked[:len(labels)].tolist()],
-                                  clean)
+                                                               for row in picked[:len(targets)].tolist()],
+                                  clean, list(targets) if text else None, recache_s, target is not None)
         finally:
             bar.close()
 
-    def _write_block(self, cache: RollingKVCache, clean: torch.Tensor, cond: torch.Tensor,
-                     context: BlockContext | None, generator: torch.Generator, resident_frames: list[torch.Tensor],
-                     resident_classes: list[torch.Tensor]) -> None:
-        """The cache forward: the block at ``context_noise`` (clean by default) writes its keys/values."""
+    def _switch(self, cache: RollingKVCache, cond: Condition, resident: _Resident) -> float:
+        """Apply a switch to ``cond`` (the full condition, null rows included when guided) to the cache, as
+        ``config.switch`` says; returns the seconds spent re-encoding it (0 when nothing was)."""
+        mode = self.config.switch
+        if mode == "plain" or not resident.frames:
+            return 0.0
+        if mode == "reset":
+            cache.clear()
+            resident.clear()
+            return 0.0
+        first = min(self.policy.sink_blocks, len(resident.frames)) if mode == "recache-keep-sink" else 0
+        resident.conds[first:] = [cond] * (len(resident.frames) - first)
+        if first == len(resident.frames):
+            return 0.0
+        start = time.perf_counter()
+        kvs = self.model.clean_context(self._rows(torch.cat(resident.frames, dim=1)), cond)
+        t = first * cache.block_tokens
+        cache.replace([(k[:, :, t:], v[:, :, t:]) for k, v in kvs], first)
+        return time.perf_counter() - start
+
+    def _rows(self, frames: torch.Tensor) -> torch.Tensor:
+        """Clean frames as the cache's rows: twice over (conditional and null rows) when the stream is guided."""
+        return torch.cat([frames, frames]) if self.guided else frames
+
+    def _write_block(self, cache: RollingKVCache, clean: torch.Tensor, cond: Condition,
+                     context: BlockContext | None, generator: torch.Generator, resident: _Resident) -> None:
+        """The cache forward: the block at ``context_noise`` (clean by default) writes its keys/values; its clean
+        frames and condition join the resident record (the evicted block's leave it)."""
         cfg = self.config
-        x = torch.cat([clean, clean]) if self.guided else clean
+        x = self._rows(clean)
         if cfg.context_noise > 0:
             noise = torch.randn(x.shape, generator=generator, device=x.device)
             x = (1 - cfg.context_noise) * x + cfg.context_noise * noise
         s = torch.full((len(x),), cfg.context_noise, device=x.device)
         _, kvs = self.model.forward_block(x, s, cond, context)
         evicted = cache.push(kvs)
-        if cfg.refresh != "recompute":
+        resident.frames.append(clean)
+        resident.conds.append(cond)
+        if evicted is None:
             return
-        resident_frames.append(x)
-        resident_classes.append(cond)
-        if evicted is not None:
-            del resident_frames[self.policy.sink_blocks], resident_classes[self.policy.sink_blocks]
-            frames = torch.cat(resident_frames, dim=1)
-            classes = torch.stack(resident_classes, dim=1)
-            cache.replace(self.model.clean_context(frames, classes))
+        del resident.frames[self.policy.sink_blocks], resident.conds[self.policy.sink_blocks]
+        if cfg.refresh == "recompute":
+            cache.replace(self.model.clean_context(self._rows(torch.cat(resident.frames, dim=1)),
+                                                   resident.condition()))
 
 
-def check_stream_request(class_ids: Sequence[int], num_frames: int, num_classes: int) -> None:
-    """Reject an empty batch, a frame count <= 0 and class ids out of range, with one specific message each."""
-    if not class_ids:
-        raise ValueError("no class ids: ask for at least one video")
-    if num_frames <= 0:
-        raise ValueError(f"frames must be > 0, got {num_frames}")
-    for c in class_ids:
-        if not 0 <= c < num_classes:
-            raise ValueError(f"class id {c} is out of range for a model with {num_classes} classes "
-                             f"(valid: 0..{num_classes - 1})")
+@dataclass
+class _Resident:
+    """The clean frames [B, frames_per_block, ...] and the condition of each block resident in the cache, in
+    cache order: what a re-encoding reads (a few KB; bounded by the cache's resident blocks)."""
+
+    frames: list[torch.Tensor] = field(default_factory=list)
+    conds: list[Condition] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.frames.clear()
+        self.conds.clear()
+
+    def condition(self) -> Condition:
+        """The condition of the resident blocks for a whole-clip pass: one when they share it, else class ids
+        per block [B, blocks]."""
+        if all(c is self.conds[0] for c in self.conds):
+            return self.conds[0]
+        return torch.stack(self.conds, dim=1)
+
+
+def _first_not_none(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def check_switch_frames(frames: Sequence[int], num_frames: int) -> None:
+    """Raise a ValueError naming the first bad switch unless every frame lies inside the stream (``0 < frame <
+    num_frames``; frame 0 is the stream's own target) and the frames strictly increase in the order given."""
+    last = 0
+    for frame in frames:
+        if not 0 < frame < num_frames:
+            raise ValueError(f"switch at frame {frame}: a switch frame must lie in 1..{num_frames - 1} "
+                             f"(the stream has {num_frames} frames)")
+        if frame <= last:
+            raise ValueError(f"switch at frame {frame} comes after the switch at frame {last}: switch frames "
+                             f"must increase in the order given")
+        last = frame
