@@ -237,6 +237,21 @@ def make_tiny_text_blockdiff(seed: int = 0) -> tuple[BlockDiffusionTransformer, 
 @pytest.fixture
 def tiny_text_blockdiff() -> tuple[BlockDiffusionTransformer, WordTextEncoder]:
     return make_tiny_text_blockdiff()
+
+
+TINY_TEXT_STREAM_PROMPTS = ["a red star on a white background", "a blue ring moving right", "a green square"]
+
+
+@pytest.fixture(scope="session")
+def tiny_text_stream_pipeline_dir(tmp_path_factory):
+    """A saved prompt-conditioned streaming pipeline (``make_tiny_text_blockdiff``'s model and word encoder, the
+    tiny stream's geometry and defaults) with ``TINY_TEXT_STREAM_PROMPTS`` as its example prompts."""
+    from vgen.pipelines import PipelineInfo, StreamPipeline
+
+    model, words = make_tiny_text_blockdiff()
+    info = PipelineInfo(name="tiny-text-stream", image_size=16, example_prompts=TINY_TEXT_STREAM_PROMPTS,
+                        defaults={"steps": 2, "first_steps": 2, "sink_frames": 2, "window_frames": 4})
+    return StreamPipeline(model, info, text_encoder=words).save_pretrained(tmp_path_factory.mktemp("pipe") / "t2v")
 # ---- end block diffusion ------------------------------------------------------------------------------------
 
 

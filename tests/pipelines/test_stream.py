@@ -1,6 +1,8 @@
 """The streaming pipeline: loads from a folder like every pipeline, yields a video block by block, and takes its
 recommended settings from the folder with per-call overrides. A latent model travels with its KL tokenizer,
-which decodes every block to pixels."""
+which decodes every block to pixels; a prompt-conditioned model with its text encoder and example prompts.
+Switches change a stream's class or prompt at the block holding their frame; a prompt for a class model, a class
+for a text model and a bad switch are refused in one line before any block."""
 
 from __future__ import annotations
 
@@ -118,3 +120,86 @@ def test_streams_beyond_a_chunk_or_clips_beyond_memory_are_refused_before_drawin
         pipe.stream_blocks([0, 1, 2], 4, batch_size=2)
     with pytest.raises(ValueError, match=r"^1000000 clips of 16x16 pixels take 11.4 GiB, .*`vgen sample-many`$"):
         pipe([0] * 10**6, num_frames=16)
+
+
+# the example prompts of conftest's tiny_text_stream_pipeline_dir
+TINY_TEXT_STREAM_PROMPTS = ["a red star on a white background", "a blue ring moving right", "a green square"]
+
+
+@pytest.fixture(scope="module")
+def text_pipe(tiny_text_stream_pipeline_dir) -> StreamPipeline:
+    return vgen.load(tiny_text_stream_pipeline_dir)
+
+
+def test_a_text_pipeline_loads_its_text_encoder_and_example_prompts(text_pipe, tiny_text_stream_pipeline_dir,
+                                                                    tiny_text_blockdiff) -> None:
+    _, words = tiny_text_blockdiff
+    assert text_pipe.is_text and (tiny_text_stream_pipeline_dir / "text_encoder").is_dir()
+    assert text_pipe.text_encoder.config == words.config and text_pipe.example_prompts == TINY_TEXT_STREAM_PROMPTS
+    prompt = TINY_TEXT_STREAM_PROMPTS[0]
+    torch.testing.assert_close(text_pipe.text_encoder.condition(prompt).values, words.condition(prompt).values)
+
+
+def test_a_text_stream_switches_prompt_at_the_block_holding_the_frame(text_pipe) -> None:
+    first, second = TINY_TEXT_STREAM_PROMPTS[:2]
+    blocks = list(text_pipe.stream_blocks(prompt=first, num_frames=8, switches={5: second}, seed=2))
+    assert [b.prompts for b in blocks] == [[first]] * 2 + [[second]] * 2 and all(b.class_ids == [] for b in blocks)
+    assert [b.switched for b in blocks] == [False, False, True, False]
+    direct = text_pipe.streamer().stream([first], 8, seed=2, switches=[(4, second)])
+    assert all(np.array_equal(a.frames, b.frames) for a, b in zip(blocks, direct, strict=True))
+    frames = np.concatenate(list(text_pipe.stream(prompt=first, num_frames=8, switches={5: second}, seed=2)))
+    assert np.array_equal(frames, np.concatenate([b.frames[0] for b in blocks]))
+
+
+def test_calling_a_text_pipeline_draws_its_example_prompts_unless_given_prompts(text_pipe) -> None:
+    out = text_pipe(num_frames=4, switches={2: "a yellow heart"})
+    assert out.videos.shape == (3, 4, 16, 16, 3) and out.prompts == TINY_TEXT_STREAM_PROMPTS and out.class_ids == []
+    assert text_pipe(prompts=["a pink moon"], num_frames=4).prompts == ["a pink moon"]
+
+
+def test_a_class_pipeline_switches_to_classes_by_id_or_name(pipe) -> None:
+    blocks = list(pipe.stream_blocks([0, 1], 8, switches={3: "c", 6: 0}, switch="plain", seed=1))
+    assert [b.class_ids for b in blocks] == [[0, 1], [2, 2], [2, 2], [0, 0]]
+    assert pipe([0], num_frames=4, switches=[(2, 1)]).class_ids == [0]
+
+
+CLASS_ONLY = "^tiny-stream is class-conditional: give class ids or names, not a prompt$"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda p, t: p.stream(prompt="a red star"), CLASS_ONLY),
+    (lambda p, t: p(prompts=["a red star"]), CLASS_ONLY),
+    (lambda p, t: t.stream(2), "^tiny-text-stream is prompt-conditioned: give a prompt, not class ids$"),
+    (lambda p, t: t([0, 1]), "^tiny-text-stream is prompt-conditioned: give a prompt, not class ids$"),
+    (lambda p, t: t.stream(), r"^tiny-text-stream is prompt-conditioned: give a prompt \(e.g. 'a red star on a white "),
+    (lambda p, t: t.stream(prompt=" "), "^prompt is empty: give the text of what to draw$"),
+    (lambda p, t: t.stream_blocks(prompt=["a red star", ""]), r"^prompt\[1\] is empty"),
+    (lambda p, t: t.stream(prompt="a red star", num_frames=8, switches={4: 2}),
+     "^switch at frame 4: tiny-text-stream is prompt-conditioned: give a prompt, not the class 2$"),
+    (lambda p, t: t.stream(prompt="a red star", num_frames=8, switches={4: "\t"}),
+     "^the prompt of the switch at frame 4 is empty"),
+    (lambda p, t: p.stream(0, num_frames=8, switches={8: 1}),
+     r"^switch at frame 8: a switch frame must lie in 1\.\.7 \(the stream has 8 frames\)$"),
+    (lambda p, t: p.stream(0, num_frames=8, switches={0: 1}), "^switch at frame 0: a switch frame must lie in 1..7"),
+    (lambda p, t: p.stream(0, num_frames=8, switches={6: 1, 3: 2}),
+     "^switch at frame 3 comes after the switch at frame 6: switch frames must increase in the order given$"),
+    (lambda p, t: p.stream(0, num_frames=8, switches={4: "a red star"}), "^unknown class 'a red star' for tiny-stream"),
+    (lambda p, t: p.stream(0, num_frames=8, switches=[(4.5, 1)]), r"^switches\[0\]: the frame must be an integer"),
+    (lambda p, t: p.stream(0, num_frames=8, switches=[4]), r"^switches\[0\] must be a \(frame, target\) pair, got 4$"),
+    (lambda p, t: p.stream(0, num_frames=8, switches="4:b"), "^switches must be a {frame: target} mapping or"),
+])
+def test_bad_prompts_classes_and_switches_are_refused_in_one_line_before_any_block(pipe, text_pipe, monkeypatch,
+                                                                                   call, message) -> None:
+    def never(*args, **kwargs):
+        raise AssertionError("streaming started")
+
+    monkeypatch.setattr(BlockStreamer, "_velocity", never)
+    with pytest.raises(ValueError, match=message):
+        next(iter(call(pipe, text_pipe)))
+
+
+def test_a_text_model_needs_its_text_encoder_and_a_class_model_takes_none(text_pipe, pipe) -> None:
+    with pytest.raises(ValueError, match=r"^the model is prompt-conditioned: it needs its text encoder \(text_enc"):
+        StreamPipeline(text_pipe.model, text_pipe.info)
+    with pytest.raises(ValueError, match="^the model is class-conditional: it takes no text encoder$"):
+        StreamPipeline(pipe.model, pipe.info, text_encoder=text_pipe.text_encoder)

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from vgen.models.conditioning import cat_conditions
 from vgen.samplers.streaming import SWITCH_MODES, BlockStreamer, StreamConfig, StreamControl
 
 SWITCHED = dict(steps=1, first_steps=2, cfg_scale=2.0, sink_frames=2, window_frames=4)  # guided: [cond; null] rows
 
 
-def run_recorded(model, mode: str | None, switches=((9, 2),)):
+def run_recorded(model, mode: str | None, targets=(0, 1), switches=((9, 2),), encode=None):
     """Stream 2 videos (classes 0 and 1) of 12 frames, switching to class 2 at frame 9 (block 4, after two
     evictions) unless ``mode`` is None. Returns the blocks, the context each block attended to (the cache at its
     start) and the noise levels of each block's denoising steps."""
@@ -31,7 +32,7 @@ def run_recorded(model, mode: str | None, switches=((9, 2),)):
         return prepare(kvs, frames)
 
     model.prepare_context = record
-    streamer = BlockStreamer(model, StreamConfig(**SWITCHED, switch=mode or "recache"))
+    streamer = BlockStreamer(model, StreamConfig(**SWITCHED, switch=mode or "recache"), encode=encode)
     velocity = streamer._velocity
 
     def steps(x, s, *args):
@@ -39,7 +40,7 @@ def run_recorded(model, mode: str | None, switches=((9, 2),)):
         return velocity(x, s, *args)
 
     streamer._velocity = steps
-    blocks = list(streamer.stream([0, 1], 12, seed=4, switches=switches if mode else ()))
+    blocks = list(streamer.stream(list(targets), 12, seed=4, switches=switches if mode else ()))
     del model.prepare_context
     return blocks, contexts, sigmas
 
@@ -80,6 +81,38 @@ def test_each_switch_mode_leaves_the_cache_its_definition_says_and_nothing_befor
     after = {mode: np.concatenate([b.frames for b in blocks[4:]], axis=1) for mode, (blocks, _, _) in runs.items()}
     assert len({a.tobytes() for a in after.values()}) == 4  # four ways to switch, four different continuations
 
+
+
+def test_a_text_stream_switches_prompt_and_each_block_names_the_prompt_it_was_drawn_under(
+        tiny_text_blockdiff) -> None:
+    """LongLive's case: the cache re-encoded under the new caption, its null rows under the null caption."""
+    model, words = tiny_text_blockdiff
+    first, second = "a red star on a white background", "a blue ring moving right"
+    blocks, contexts, _ = run_recorded(model, "recache", [first, first], [(9, second)], words.condition)
+    assert [b.prompts for b in blocks] == [[first, first]] * 4 + [[second, second]] * 2
+    assert all(b.class_ids == [] for b in blocks) and [b.switched for b in blocks] == [False] * 4 + [True, False]
+    resident = torch.cat([blocks[i].latents for i in (0, 2, 3)], dim=1)
+    caption = words.condition([second, second])
+    assert_kv_close(contexts[4], model.clean_context(torch.cat([resident, resident]),
+                                                     cat_conditions([caption, model.null_condition(caption)])))
+    unswitched, _, _ = run_recorded(model, None, [first, first], encode=words.condition)
+    assert all(np.array_equal(a.frames, b.frames) for a, b in zip(blocks[:4], unswitched[:4]))
+    assert not np.array_equal(blocks[5].frames, unswitched[5].frames)
+
+
+@pytest.mark.parametrize("targets, switches, message", [
+    ([1], (), r"^the model is prompt-conditioned: give a prompt, not the class id 1$"),
+    (["a red star"], [(4, 2)], r"^the model is prompt-conditioned: give a prompt, not the class id 2$"),
+    (["a red star"], [(4, "  ")], r"^a prompt is empty: give the text of what to draw$"),
+])
+def test_a_text_stream_refuses_class_ids_and_empty_prompts_before_any_block(tiny_text_blockdiff, targets, switches,
+                                                                             message) -> None:
+    model, words = tiny_text_blockdiff
+    streamer = BlockStreamer(model, StreamConfig(sink_frames=0, window_frames=2), encode=words.condition)
+    with pytest.raises(ValueError, match=message):
+        next(streamer.stream(targets, 8, switches=switches))
+    with pytest.raises(ValueError, match="^a text model streams prompts: give BlockStreamer its text encoder"):
+        BlockStreamer(model, StreamConfig(sink_frames=0, window_frames=2))
 
 # Per-block pixel sums of 2 class streams (classes 0 and 2, seed 7, 12 frames), recorded before switches existed:
 # without a switch, and with set_class(1) after block 2 (the switch then was a plain one). A float reordering may

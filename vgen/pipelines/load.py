@@ -116,9 +116,11 @@ def load(name_or_path: str | Path = DEFAULT_MODEL, device: str | torch.device = 
     except (json.JSONDecodeError, TypeError) as e:
         raise CheckpointError(f"bad {path / PIPELINE_CONFIG}: {e}") from None
     limit = {"max_params": max_params}
-    if (path / MODEL_FOLDER).is_dir():  # a streaming block-diffusion pipeline: no sampler, a tokenizer if latent
+    if (path / MODEL_FOLDER).is_dir():  # a streaming block-diffusion pipeline: no sampler, a tokenizer if latent,
+        # a text encoder if prompt-conditioned
         kl = from_pretrained(path / TOKENIZER_FOLDER, **limit) if (path / TOKENIZER_FOLDER).is_dir() else None
-        return StreamPipeline(from_pretrained(path / MODEL_FOLDER, **limit), info, kl).to(device, dtype)
+        words = from_pretrained(path / TEXT_ENCODER_FOLDER, **limit) if (path / TEXT_ENCODER_FOLDER).is_dir() else None
+        return StreamPipeline(from_pretrained(path / MODEL_FOLDER, **limit), info, kl, words).to(device, dtype)
     head = from_pretrained(path / "drafter", **limit) if (path / "drafter").is_dir() else None
     tokenizer_dir = path / "kl" if (path / "kl").is_dir() else path / "vq"
     model = from_pretrained(path / "gpt", **limit)

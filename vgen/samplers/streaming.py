@@ -279,7 +279,7 @@ class BlockStreamer:
     @property
     def is_text(self) -> bool:
         """Whether the model is conditioned on prompts (else on class ids)."""
-        return bool(getattr(self.model, "is_text", False))
+        return self.model.is_text
 
     def new_cache(self, batch_size: int) -> RollingKVCache:
         m, p = self.model.config, next(self.model.parameters())
@@ -466,9 +466,12 @@ class _Resident:
 
     def condition(self) -> Condition:
         """The condition of the resident blocks for a whole-clip pass: one when they share it, else class ids
-        per block [B, blocks]."""
+        per block [B, blocks]; a text model's pass takes one caption, the newest block's (blocks drawn under
+        several prompts, after a ``plain`` switch, are re-encoded under the prompt in force)."""
         if all(c is self.conds[0] for c in self.conds):
             return self.conds[0]
+        if isinstance(self.conds[-1], PrefixCondition):
+            return self.conds[-1]
         return torch.stack(self.conds, dim=1)
 
 
