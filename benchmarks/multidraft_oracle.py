@@ -19,7 +19,9 @@ of pass t at window place j < 9 merges pass t + 1 into t when pass t + 1's token
 alternative and d - 1 later drafts judge at most d tokens), merged passes merging nothing further. Deterministic
 lists are caught when the recorded ``y`` is in them, so the emulation follows the recorded run; the stochastic
 source is caught by a uniform of the oracle's own. Approximation: the merged pass's tokens are the recorded pass
-t + 1's, which judged drafts refreshed after pass t, where the tree's branch would carry the drafts before it.
+t + 1's, which judged drafts refreshed after pass t, where the tree's branch would carry the drafts before it; the
+``same drafts`` column merges only where the drafts pass t + 1 kept are the ones pass t held. The ``2 levels``
+column lets a merged pass merge the next one too (a second branch level under each alternative).
 
     python benchmarks/multidraft_oracle.py --model shapes-c2i --images 16 --threads 1 mcsjd:window=16 mcsjd:window=32
 """
@@ -91,7 +93,9 @@ def interleaved(first: list[int], second: list[int], count: int) -> list[int]:
     """``first`` and ``second`` taken in turn, each token once, up to ``count``."""
     merged: list[int] = []
     for pair in zip(first + [-1] * len(second), second + [-1] * len(first), strict=True):
-        merged += [t for t in pair if t >= 0 and t not in merged]
+        for token in pair:
+            if token >= 0 and token not in merged:
+                merged.append(token)
     return merged[:count]
 
 

@@ -85,4 +85,5 @@ def test_a_caught_end_merges_the_next_pass_if_it_fits_and_merged_passes_merge_no
 
 def test_both_sources_take_turns_each_token_once(oracle) -> None:
     assert oracle.interleaved([1, 2, 3], [2, 4], 3) == [1, 2, 4]
+    assert oracle.interleaved([7, 8], [7, 9], 3) == [7, 8, 9]
     assert oracle.interleaved([], [5, 6], 3) == [5, 6]
