@@ -1,8 +1,9 @@
 """Prompt-steered streams: prompt fidelity, prompt switches by switch mode, long-stream drift and speed of a
 streaming model, every frame read by a judge (:mod:`vgen.eval.switching`).
 
-1. **fidelity**: ``--streams`` 16-frame streams of held-out prompts
-   (:func:`vgen.data.moving_scenes.evaluation_prompts`); the share of frames showing the prompt's shape and colour.
+1. **fidelity**: ``--streams`` streams of ``--fidelity-frames`` (16) frames of held-out prompts
+   (:func:`vgen.data.moving_scenes.evaluation_prompts`); the share of frames showing the prompt's shape and colour,
+   and the share of streams whose motion and size change read back as asked (:mod:`vgen.eval.motion`).
 2. **switches**: for each of ``--modes`` (``StreamConfig.switch``), the ``--streams`` switch pairs
    (:func:`~vgen.data.moving_scenes.switch_pairs`: a new shape in a new colour, all else kept), each one stream of
    ``--frames`` frames switched once at ``--switch-frame``; every mode draws the same noise, so the frames before
@@ -48,8 +49,11 @@ from vgen.data.moving_scenes import (
 )
 from vgen.eval.classifier import load_scene_judge
 from vgen.eval.drift import class_probabilities
+from vgen.eval.motion import motion_of
 from vgen.eval.switching import (
+    BASELINE_FRAMES,
     JUDGED,
+    SPIKE_FRAMES,
     SWITCH_WINDOW,
     attribute_values,
     chunk_accuracy,
@@ -64,24 +68,25 @@ from vgen.hub import from_pretrained
 from vgen.pipelines import StreamPipeline
 from vgen.samplers.streaming import SWITCH_MODES, StreamProfile
 
-FIDELITY_FRAMES = 16
 CHUNKS = 10
 
 
 class Task(NamedTuple):
     """What the streams are asked for and how their frames are read: one target per stream (a prompt, or a class
-    id), the values the judge should read for it [N, A] (``names`` order), and the judge (uint8 frames [..., S, S,
-    3] -> readings [..., A])."""
+    id), the values the judge should read for it [N, A] (``names`` order), the judge (uint8 frames [..., S, S, 3]
+    -> readings [..., A]), and for prompts each one's attributes by name (whose motion is read back too)."""
 
     targets: list
     wanted: np.ndarray
     names: tuple[str, ...]
     judge: Callable[[np.ndarray], np.ndarray]
     value_names: Sequence[str]  # the first judged attribute's values, named (for the figures by value)
+    attributes: list[dict] | None = None
 
     def head(self, count: int) -> Task:
         """The first ``count`` streams' task."""
-        return self._replace(targets=self.targets[:count], wanted=self.wanted[:count])
+        return self._replace(targets=self.targets[:count], wanted=self.wanted[:count],
+                             attributes=None if self.attributes is None else self.attributes[:count])
 
 
 def class_judge(frames: np.ndarray) -> np.ndarray:
@@ -100,7 +105,7 @@ def tasks(pipe: StreamPipeline, count: int, seed: int, judge_dir: str | None) ->
 
         def task(items: Sequence[tuple[str, dict]]) -> Task:
             return Task([p for p, _ in items], np.stack([attribute_values(a) for _, a in items]), JUDGED, read,
-                        ATTRIBUTE_VALUES[JUDGED[0]])
+                        ATTRIBUTE_VALUES[JUDGED[0]], [a for _, a in items])
 
         pairs = switch_pairs(count, seed=seed)
         return task(evaluation_prompts(count, seed=seed)), task([a for a, _ in pairs]), task([b for _, b in pairs])
@@ -118,20 +123,43 @@ def request(pipe: StreamPipeline, targets: Sequence) -> dict:
     return {"prompt": list(targets)} if pipe.is_text else {"class_ids": list(targets)}
 
 
-def judged_hits(pipe: StreamPipeline, task: Task, num_frames: int, batch_size: int, seed: int,
-                desc: str) -> np.ndarray:
+def judged_hits(pipe: StreamPipeline, task: Task, num_frames: int, batch_size: int, seed: int, desc: str,
+                keep: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """Per-frame hits [N, T] of the task's streams, drawn ``batch_size`` at a time (seed + first index), each block
-    judged as it comes (long streams are never held whole)."""
+    judged as it comes, and with ``keep`` the streams' frames [N, T, S, S, 3] (else None: long streams are never
+    held whole)."""
     hits = np.zeros((len(task.targets), num_frames), bool)
+    videos = []
     with tqdm(total=len(task.targets) * num_frames, desc=desc, unit="frame") as bar:
         for start in range(0, len(task.targets), batch_size):
-            rows = slice(start, start + batch_size)
+            rows, blocks = slice(start, start + batch_size), []
             for block in pipe.stream_blocks(num_frames=num_frames, seed=seed + start, batch_size=batch_size,
                                             **request(pipe, task.targets[rows])):
                 frames = slice(block.start_frame, block.start_frame + block.frames.shape[1])
                 hits[rows, frames] = frame_hits(task.judge(block.frames), task.wanted[rows, None])
                 bar.update(block.frames.shape[0] * block.frames.shape[1])
-    return hits
+                blocks += [block.frames] if keep else []
+            videos += [np.concatenate(blocks, axis=1)] if keep else []
+    return hits, np.concatenate(videos) if keep else None
+
+
+def fidelity_figures(pipe: StreamPipeline, task: Task, args: argparse.Namespace) -> dict:
+    """The share of right frames (all, by the first judged attribute's value, per stream) of short streams, and
+    for prompts the share whose motion and size change read back as asked (:mod:`vgen.eval.motion`, the object
+    found by the prompt's colour)."""
+    hits, videos = judged_hits(pipe, task, args.fidelity_frames, args.batch_size, args.seed, "fidelity", keep=True)
+    first = task.wanted[:, 0]
+    figures = {"streams": len(task.targets), "frames": args.fidelity_frames, "frame_accuracy": float(hits.mean()),
+               f"by_{task.names[0]}": {task.value_names[v]: float(hits[first == v].mean()) for v in np.unique(first)},
+               "per_stream": hits.mean(1).tolist()}
+    if task.attributes is not None:
+        reads = [motion_of(v, a["colour"]) for v, a in zip(videos, task.attributes)]
+        figures.update({"object_found": float(np.mean([m is not None for m, _ in reads])),
+                        "motion_accuracy": float(np.mean([m == a["motion"] for (m, _), a in
+                                                          zip(reads, task.attributes)])),
+                        "growth_accuracy": float(np.mean([g == a["growth"] for (_, g), a in
+                                                          zip(reads, task.attributes)]))})
+    return figures
 
 
 def switched_stream(pipe: StreamPipeline, first, second, num_frames: int, switch_frame: int, seed: int,
@@ -162,8 +190,8 @@ def switch_figures(pipe: StreamPipeline, before: Task, after: Task, args: argpar
 
 def real_spikes(pipe: StreamPipeline, count: int, num_frames: int, switch_frame: int) -> dict:
     """Cut spikes of real clips of the model's data (moving scenes for a text model, moving shapes for a class
-    model) at the switch frame, and the largest of each clip (of at least 16 frames)."""
-    frames = max(num_frames, FIDELITY_FRAMES)
+    model) at the switch frame, and the largest of each clip."""
+    frames = max(num_frames, BASELINE_FRAMES + SPIKE_FRAMES + 1)  # a whole window at least
     size = pipe.info.image_size
     if pipe.is_text:
         clips = render_moving_scenes(moving_scenes.SPLIT_SEEDS["val"], 0, count,
@@ -204,8 +232,11 @@ def markdown(record: dict) -> str:
     lines = [f"{record['model']}: streams judged per frame on {', '.join(record['judged'])}.", ""]
     if "fidelity" in record:
         f = record["fidelity"]
+        motion = (f"; the motion reads as asked in {f['motion_accuracy']:.1%} of the streams, the size change in "
+                  f"{f['growth_accuracy']:.1%} (object found by its colour in {f['object_found']:.1%})"
+                  if "motion_accuracy" in f else "")
         lines += [f"- fidelity: {f['frame_accuracy']:.1%} of the frames of {f['streams']} {f['frames']}-frame "
-                  f"streams show what they ask for.", ""]
+                  f"streams show what they ask for{motion}.", ""]
     if "switch" in record:
         s, real = record["switch"], record["switch"]["real"]
         lines += [f"Switch at frame {s['switch_frame']} of {s['frames']} ({s['streams']} streams); success: frames t "
@@ -244,6 +275,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="shapes-t2v-stream", help="a streaming pipeline folder or shipped name")
     p.add_argument("--streams", type=int, default=200, help="streams of the fidelity and switch figures")
+    p.add_argument("--fidelity-frames", type=int, default=16, help="frames of a fidelity stream")
     p.add_argument("--frames", type=int, default=48, help="frames of a switched stream")
     p.add_argument("--switch-frame", type=int, default=16, help="the switch's frame (a block's first)")
     p.add_argument("--modes", default=",".join(SWITCH_MODES), help="switch modes, comma-separated")
@@ -269,6 +301,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 2 <= args.switch_frame < args.frames:
         p.error(f"--switch-frame must be in [2, --frames), got {args.switch_frame} of {args.frames}")
+    if args.fidelity_frames < 3:
+        p.error(f"--fidelity-frames must be >= 3 (a motion is read from 3 frames), got {args.fidelity_frames}")
     if args.long_frames < CHUNKS:
         p.error(f"--long-frames must be >= {CHUNKS} (one frame a chunk), got {args.long_frames}")
     if args.speed_every < 0:
@@ -290,20 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     record: dict = {"model": args.model, "threads": torch.get_num_threads(), "judged": list(fidelity.names),
                     "seed": args.seed}
     if "fidelity" in args.parts:
-        asked = fidelity.head(args.streams)
-        hits = judged_hits(pipe, asked, FIDELITY_FRAMES, args.batch_size, args.seed, "fidelity")
-        first = asked.wanted[:, 0]
-        record["fidelity"] = {"streams": args.streams, "frames": FIDELITY_FRAMES, "frame_accuracy": float(hits.mean()),
-                              f"by_{asked.names[0]}": {asked.value_names[v]: float(hits[first == v].mean())
-                                                       for v in np.unique(first)},
-                              "per_stream": hits.mean(1).tolist()}
+        record["fidelity"] = fidelity_figures(pipe, fidelity.head(args.streams), args)
     if "switch" in args.parts:
         record["switch"] = {"streams": args.streams, "frames": args.frames, "switch_frame": args.switch_frame,
                             **switch_figures(pipe, before.head(args.streams), after.head(args.streams), args),
                             "real": real_spikes(pipe, args.real, args.frames, args.switch_frame)}
     if "drift" in args.parts:
-        hits = judged_hits(pipe, fidelity.head(args.long_streams), args.long_frames, args.batch_size, args.seed,
-                           "drift")
+        hits, _ = judged_hits(pipe, fidelity.head(args.long_streams), args.long_frames, args.batch_size, args.seed,
+                              "drift")
         per_chunk = chunk_accuracy(hits, CHUNKS)
         record["drift"] = {"streams": args.long_streams, "frames": args.long_frames, "per_chunk": per_chunk,
                            "first_minus_worst": per_chunk[0] - min(per_chunk)}

@@ -4,9 +4,50 @@ arguments end in one line."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+
+from vgen.data.scenes import CLASS_NAMES as SHAPES
+from vgen.hub import save_pretrained
+
+
+def test_a_dry_run_writes_every_figure(benchmark_module, tiny_text_stream_pipeline_dir, tiny_scene_judge, tmp_path,
+                                       capsys):
+    bench = benchmark_module("t2v_stream")
+    judge = save_pretrained(tiny_scene_judge, tmp_path / "judge")
+    out = tmp_path / "figures" / "t2v.json"
+    assert bench.main(["--model", str(tiny_text_stream_pipeline_dir), "--judge", str(judge), "--streams", "2",
+                       "--fidelity-frames", "4", "--frames", "6", "--switch-frame", "4", "--modes", "recache,reset",
+                       "--long-streams", "2", "--long-frames", "10", "--speed-every", "4", "--real", "2",
+                       "--batch-size", "2", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    fidelity = record["fidelity"]
+    assert fidelity["streams"] == 2 and len(fidelity["per_stream"]) == 2 and 0 <= fidelity["frame_accuracy"] <= 1
+    assert set(fidelity["by_shape"]) <= set(SHAPES) and 0 <= fidelity["motion_accuracy"] <= 1
+    switch = record["switch"]
+    assert list(switch["modes"]) == ["recache", "reset"]
+    assert switch["paired_before_switch"] == 1.0  # every mode draws the same noise before the switch
+    for mode in switch["modes"].values():
+        assert mode["streams"] == 2 and len(mode["latencies"]) == 2 and mode["mean_spike"] >= 0
+    assert switch["real"]["clips"] == 2 and switch["real"]["frames"] == 13  # a whole spike window
+    assert record["drift"]["streams"] == 2 and len(record["drift"]["per_chunk"]) == 10
+    assert record["speed"]["frames"] == 10 and record["speed"]["switches"] == 2
+    assert record["speed"]["mean_recache_ms"] > 0
+    table = out.with_suffix(".md").read_text()
+    assert table in capsys.readouterr().out
+    assert sum(line.startswith(("| recache |", "| reset |")) for line in table.splitlines()) == 2
+
+
+def test_a_class_stream_switches_class(benchmark_module, tiny_stream_pipeline_dir, tmp_path):
+    bench = benchmark_module("t2v_stream")
+    out = tmp_path / "t2v.json"
+    assert bench.main(["--model", str(tiny_stream_pipeline_dir), "--parts", "switch", "--streams", "1", "--frames",
+                       "6", "--switch-frame", "4", "--modes", "plain,reset", "--real", "1", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["judged"] == ["class"] and list(record) == ["model", "threads", "judged", "seed", "switch"]
+    assert record["switch"]["paired_before_switch"] == 1.0
 
 
 def test_the_table_reads_the_record(benchmark_module):
@@ -28,6 +69,7 @@ def test_the_table_reads_the_record(benchmark_module):
     (["--switch-frame", "48"], r"--switch-frame must be in \[2, --frames\), got 48 of 48"),
     (["--streams", "0"], "--streams must be >= 1, got 0"),
     (["--long-frames", "8"], "--long-frames must be >= 10"),
+    (["--fidelity-frames", "2"], "--fidelity-frames must be >= 3"),
     (["--speed-every", "-1"], "--speed-every must be >= 0"),
 ])
 def test_bad_arguments_end_in_one_line(benchmark_module, capsys, argv, message):
