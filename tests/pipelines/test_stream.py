@@ -161,6 +161,8 @@ def test_a_class_pipeline_switches_to_classes_by_id_or_name(pipe) -> None:
     blocks = list(pipe.stream_blocks([0, 1], 8, switches={3: "c", 6: 0}, switch="plain", seed=1))
     assert [b.class_ids for b in blocks] == [[0, 1], [2, 2], [2, 2], [0, 0]]
     assert pipe([0], num_frames=4, switches=[(2, 1)]).class_ids == [0]
+    last_wins = list(pipe.stream_blocks(0, 6, switches={4: 1, 5: 2}, seed=1))  # frames 4 and 5: one block
+    assert [b.class_ids for b in last_wins] == [[0], [0], [2]]
 
 
 CLASS_ONLY = "^tiny-stream is class-conditional: give class ids or names, not a prompt$"

@@ -153,7 +153,8 @@ class StreamControl:
         self._target: Target | None = None
 
     def switch_to(self, target: Target) -> None:
-        """Switch every stream of the batch to ``target`` at the next block (the stream checks it then)."""
+        """Switch every stream of the batch to ``target`` at the next block; the stream checks it when it reads
+        it (a target the model does not take is its ValueError, before that block)."""
         with self._lock:
             self._target = target
 
@@ -366,6 +367,7 @@ class BlockStreamer:
         if cache.pushed:
             raise ValueError("stream needs an empty cache")
         resident = _Resident()
+        text = self.is_text
         bar = tqdm(total=num_frames, desc="stream", unit="frame", disable=not progress)
         try:
             for k in range(num_blocks):
@@ -374,7 +376,8 @@ class BlockStreamer:
                     control.wait_if_paused()
                     if control.stopped:
                         return
-                    target = _first_not_none(control.pending_switch(), target)
+                    pending = control.pending_switch()
+                    target = target if pending is None else pending
                 start = time.perf_counter()
                 recache_s = 0.0
                 if target is not None:
@@ -398,7 +401,6 @@ class BlockStreamer:
                 frames = to_uint8(shown if self.decode is None else self.decode(shown))
                 latency = time.perf_counter() - start
                 bar.update(frames.shape[1])
-                text = self.is_text
                 yield StreamBlock(frames, k * fpb, k, [] if text else [int(t) for t in targets], latency,
                                   None if picked is None else [[cache.bank_ids[i] for i in row]
                                                                for row in picked[:len(targets)].tolist()],
@@ -473,10 +475,6 @@ class _Resident:
         if isinstance(self.conds[-1], PrefixCondition):
             return self.conds[-1]
         return torch.stack(self.conds, dim=1)
-
-
-def _first_not_none(*values):
-    return next((v for v in values if v is not None), None)
 
 
 def check_switch_frames(frames: Sequence[int], num_frames: int) -> None:
