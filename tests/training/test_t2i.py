@@ -9,9 +9,10 @@ import torch
 
 from vgen.data.scenes import caption_vocabulary
 from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.checkpoint_io import copy_shared_tensors
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
-from vgen.training.t2i import CaptionedGPT, T2IRecipe, export, prompt_probe, start_from, train_t2i, warm_start
+from vgen.training.t2i import CaptionedGPT, T2IRecipe, export, prompt_probe, start_from, train_t2i
 from vgen.training.trainer import TrainConfig
 
 TOY_C2I = GPTConfig(vocab_size=32, dim=32, n_layer=1, n_head=2, multiple_of=16, num_classes=8, block_size=256)
@@ -19,10 +20,10 @@ TOY_T2I = dataclasses.replace(TOY_C2I, model_type="t2i", caption_dim=16, cls_tok
 TOY_WORDS = WordEncoderConfig.for_words(caption_vocabulary(), dim=16, n_layer=1, n_head=2, max_length=24)
 
 
-def test_warm_start_copies_everything_but_the_condition_embedder():
+def test_a_class_model_warm_starts_a_text_model_in_everything_but_the_condition_embedder():
     torch.manual_seed(0)
     source, target = LlamaGenGPT(TOY_C2I), LlamaGenGPT(TOY_T2I)
-    fresh = warm_start(target, source)
+    fresh = copy_shared_tensors(target, source)
     assert fresh and all(name.startswith("cls_embedding.") for name in fresh)
     for name, tensor in source.state_dict().items():
         if not name.startswith("cls_embedding."):

@@ -33,6 +33,7 @@ from einops import rearrange
 from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT
+from vgen.models.checkpoint_io import copy_shared_tensors
 from vgen.models.conditioning import ClassConditional, Condition, PrefixCondition
 from vgen.models.config_fields import ModelConfig, declare, probability, size
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_grid_table, swiglu_hidden_dim
@@ -473,7 +474,4 @@ def start_from_class(model: BlockDiffusionTransformer, class_model: BlockDiffusi
         kinds = ["text" if m.is_text else "class" for m in (model, class_model)]
         raise ValueError(f"start_from_class copies a class model into a text model, got a {kinds[0]} model and a "
                          f"{kinds[1]} model")
-    own, theirs = model.state_dict(), class_model.state_dict()
-    shared = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(shared, strict=False)
-    return sorted(set(own) - set(shared))
+    return copy_shared_tensors(model, class_model)

@@ -96,6 +96,14 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str =
     model.load_state_dict({k: v for k, v in state.items() if not k.startswith(ignore)}, strict=True)
 
 
+def copy_shared_tensors(module: nn.Module, source: nn.Module) -> list[str]:
+    """Copy every tensor of ``source`` whose name and shape ``module`` shares (a warm start across model kinds, e.g.
+    a class model into a text model); returns the names of ``module``'s tensors left as initialised."""
+    own, theirs = module.state_dict(), source.state_dict()
+    shared = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
+    module.load_state_dict(shared, strict=False)
+    return sorted(set(own) - set(shared))
+
 
 def read_torch_checkpoint(path: str | Path, what: str) -> dict[str, torch.Tensor]:
     """The state dict inside a LlamaGen ``.pt``: under ``model``, ``ema``, ``module``, ``state_dict`` (first found,

@@ -23,6 +23,7 @@ from torch import nn
 from vgen.data.scenes import cached_scenes, caption_vocabulary
 from vgen.eval.quality import token_statistics
 from vgen.hub import from_pretrained, save_pretrained
+from vgen.models.checkpoint_io import copy_shared_tensors
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
 from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
 from vgen.samplers import ARSampler, SamplingParams
@@ -81,15 +82,6 @@ class CaptionedGPT(nn.Module):
         return self.gpt(self.text_encoder(word_ids), tokens[:, :-1])
 
 
-def warm_start(module: nn.Module, source: nn.Module) -> list[str]:
-    """Copy every tensor of ``source`` whose name and shape ``module`` shares (all but the condition embedder for
-    a class model into a text model); returns the names of ``module``'s tensors left as initialised."""
-    own, theirs = module.state_dict(), source.state_dict()
-    shared = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
-    module.load_state_dict(shared, strict=False)
-    return sorted(set(own) - set(shared))
-
-
 def start_from(model: CaptionedGPT, init_from: str | Path) -> None:
     """Seed a new run: from a text model's export or pipeline folder (``text_encoder/`` and ``gpt/``) both parts,
     from an AR model folder the image model alone. Settings the run changes (such as ``prefix_rope``) live in
@@ -102,7 +94,7 @@ def start_from(model: CaptionedGPT, init_from: str | Path) -> None:
                              f"vocabulary, size or caption length differ")
         model.text_encoder.load_state_dict(encoder.state_dict())
         folder = folder / "gpt"
-    warm_start(model.gpt, from_pretrained(folder))
+    copy_shared_tensors(model.gpt, from_pretrained(folder))
 
 
 def cached_scene_codes(tokenizer_dir: str | Path, data_dir: str | Path, count: int, run_dir: str | Path,
