@@ -224,20 +224,21 @@ class StreamPipeline(ClassConditional):
         targets = self.targets(class_ids, prompts)
         check_count("num_frames", num_frames)
         check_output_size(len(targets), int(num_frames), self.info.image_size, "clips")
-        pairs = self.switch_list(switches, int(num_frames))
+        self.switch_list(switches, int(num_frames))
         check_seed(seed)
         generator = torch.Generator(device=self.device).manual_seed(0 if seed is None else int(seed))
         profile = StreamProfile(self.frames_per_block)
-        streamer = self.streamer(**options)
+        text = self.is_text
         clips = []
         for start in range(0, len(targets), int(size)):
+            chunk = targets[start:start + int(size)]
             blocks = []
-            for block in streamer.stream(targets[start:start + int(size)], int(num_frames), generator=generator,
-                                         progress=progress, switches=pairs):
+            for block in self.stream_blocks(0 if text else chunk, num_frames, prompt=chunk if text else None,
+                                            switches=switches, progress=progress, batch_size=size,
+                                            generator=generator, **options):
                 profile.add(block)
                 blocks.append(block.frames)
             clips.append(np.concatenate(blocks, axis=1))
-        text = self.is_text
         return StreamOutput(np.concatenate(clips), [] if text else targets, profile.report(),
                             targets if text else None)
 
