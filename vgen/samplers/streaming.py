@@ -24,7 +24,7 @@ applies before a block, in one of four ways (``StreamConfig.switch``):
 - ``recache`` (LongLive's KV re-cache): the resident blocks' clean frames, which the streamer always keeps (a few
   KB), are re-encoded under the new condition in one whole-clip pass and replace the cache, so the context speaks
   of the new target while it still shows the old scene (LongLive's way to change the scene without a cut); the
-  pass costs about one block's denoising, once;
+  pass costs less than one block's denoising, once;
 - ``recache-keep-sink``: the same with the sinks' keys/values kept (LongLive's ``global_sink: true``);
 - ``plain``: the new condition over the old cache (what Self-Forcing's loop gives when its prompt is swapped);
 - ``reset``: the new condition over an empty cache, a new stream from ``first_steps`` (a cut: the baseline the
