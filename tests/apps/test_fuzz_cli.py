@@ -133,7 +133,7 @@ def inputs(tmp_path_factory) -> Path:
 
 
 def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuous: Path,
-                  t2i: Path, clip_dir: Path) -> dict[str, list[str]]:
+                  t2i: Path, clip_dir: Path, text_stream: Path) -> dict[str, list[str]]:
     """A valid command line of every subcommand (outputs in the current folder): the fuzz adds flags to it."""
     vq, kl = str(tiny / "vq"), str(continuous / "kl")
     tokenizer = {"ar": vq, "nbp": vq, "nar": vq, "classifier": vq, "drafter": vq, "t2i": vq, "scene-judge": vq,
@@ -143,6 +143,8 @@ def base_commands(inputs: Path, tiny: Path, stream: Path, video: Path, continuou
         "sample video": ["sample", "--model", str(video), "--out", "s.gif", "--no-progress"],
         "sample t2i": ["sample", "--model", str(t2i), "--prompt", "a red star", "--out", "s.png", "--no-progress"],
         "stream": ["stream", "--model", str(stream), "--frames", "4", "--out", "s.mp4", "--no-progress"],
+        "stream text": ["stream", "--model", str(text_stream), "--prompt", "a red star", "--switch", "2:a blue ring",
+                        "--frames", "4", "--out", "s.mp4", "--no-progress"],
         "quality": ["quality", "--model", str(tiny), "--num-images", "3"],
         "quality stream": ["quality", "--model", str(stream), "--num-images", "3"],
         "sample-many": ["sample-many", "--model", str(tiny), "--num-samples", "2", "--out", "run", "--no-progress"],
@@ -310,12 +312,14 @@ def cases(commands: dict[str, list[str]], rng: random.Random, each: int,
 
 @pytest.fixture
 def world(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
-          tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tiny_clip_dir, tmp_path, monkeypatch, no_work):
+          tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tiny_clip_dir, tiny_text_stream_pipeline_dir, tmp_path,
+          monkeypatch, no_work):
     """The base command lines, run from a fresh folder (:func:`make_workdir`)."""
     make_workdir(tmp_path)
     monkeypatch.chdir(tmp_path)
     return base_commands(inputs, tiny_pipeline_dir, tiny_stream_pipeline_dir, tiny_video_pipeline_dir,
-                         tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tiny_clip_dir)
+                         tiny_continuous_pipeline_dir, tiny_t2i_pipeline_dir, tiny_clip_dir,
+                         tiny_text_stream_pipeline_dir)
 
 
 def test_every_base_command_is_accepted(world, capsys, tmp_path):
@@ -377,6 +381,7 @@ def test_every_declared_option_past_its_bounds_is_refused_in_one_line(world, cap
 
 # (command of the world, flags naming its outputs, the output made beforehand): every command that writes a file
 OUTPUTS = [("sample", [], "s.png"), ("sample", ["--stats", "st.json"], "st.json"), ("stream", [], "s.mp4"),
+           ("stream text", [], "s.mp4"),
            ("quality", ["--json", "q.json"], "q.json"), ("quality", ["--grid", "g.png"], "g.png"),
            ("quality stream", ["--json", "q.json"], "q.json"), ("sample-many", [], "run.npz"),
            ("sample-many", ["--npz", "p.npz"], "p.npz"), ("bench", [], "bench/bench.md"),

@@ -1,11 +1,11 @@
 """The web demo: the page's generate and stream functions over the pipeline API (a class or a prompt, as the model
 takes; every field checked against its declaration, server paths only where the operator allows them, Stop inside
-a block, the newest stream of a session steered), then the live app on loopback driven with gradio_client and raw
-HTTP: generate, compare with AR, stream and stop, bad input answered with its own message (every echoed value cut)
-while the app keeps serving, a refusal logged as one line, one concurrency limit over every endpoint, streams
-cancelled inside a block when their client goes away, no temporary files left, a soak of concurrent generations
-and streams, and ``vgen app`` stopped by SIGTERM with a page connected, leaving no cached file. (Uploads, handlers
-the page does not call and other sessions' hashes: tests/apps/test_fuzz_web.py.)"""
+a block, the newest stream of a session switched to a class or a prompt), then the live app on loopback driven with
+gradio_client and raw HTTP: generate, compare with AR, stream and stop, bad input answered with its own message
+(every echoed value cut) while the app keeps serving, a refusal logged as one line, one concurrency limit over every
+endpoint, streams cancelled inside a block when their client goes away, no temporary files left, a soak of
+concurrent generations and streams, and ``vgen app`` stopped by SIGTERM with a page connected, leaving no cached
+file. (Uploads, handlers the page does not call and other sessions' hashes: tests/apps/test_fuzz_web.py.)"""
 
 from __future__ import annotations
 
@@ -48,9 +48,11 @@ from vgen.apps.gradio_app import (
     page_message,
     sampler_options,
     serve,
+    stream_controls,
+    stream_target,
     stream_video,
 )
-from vgen.apps.models_cli import vocabulary_lines
+from vgen.apps.models_cli import pipeline_info, vocabulary_lines
 from vgen.data.scenes import EXAMPLE_PROMPTS, caption_vocabulary
 from vgen.eval.videos import read_video
 from vgen.images import image_grid
@@ -73,10 +75,11 @@ def tiny_t2i(tiny_t2i_pipeline_dir) -> str:
 
 
 @pytest.fixture(scope="module")
-def access(tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir, tiny_t2i) -> ModelAccess:
+def access(tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir, tiny_t2i,
+           tiny_text_stream_pipeline_dir) -> ModelAccess:
     """The operator's allow-list: the tiny test pipelines beside the embedded models."""
     return ModelAccess(folders=(*map(str, (tiny_pipeline_dir, tiny_video_pipeline_dir, tiny_stream_pipeline_dir)),
-                                tiny_t2i))
+                                tiny_t2i, str(tiny_text_stream_pipeline_dir)))
 
 
 @pytest.fixture
@@ -243,7 +246,7 @@ def test_stop_and_switch_reach_the_newest_stream_of_the_session() -> None:
     first = older.__enter__()
     with sessions.running("visitor") as second:
         assert sessions.switch("visitor", 2) == "class 2 from the next block"
-        assert second.pending_class() == 2 and first.pending_class() is None
+        assert second.pending_switch() == 2 and first.pending_switch() is None
         older.__exit__(None, None, None)  # the older stream ends first: the newer one keeps its controls
         assert sessions.stop("visitor") == "stopping" and second.cancelled and not first.stopped
         assert sessions.stop("another visitor") == "no stream is running"
@@ -251,6 +254,81 @@ def test_stop_and_switch_reach_the_newest_stream_of_the_session() -> None:
             sessions.switch("visitor", "inf")
     assert sessions.stop("visitor") == "no stream is running" and sessions.count() == 0
 
+
+
+def test_a_text_stream_names_its_prompt_and_a_switch_reaches_it_at_the_next_block(stream, access,
+                                                                                 tiny_text_stream_pipeline_dir,
+                                                                                 monkeypatch) -> None:
+    model, sessions, velocity, steps = str(tiny_text_stream_pipeline_dir), StreamSessions(), BlockStreamer._velocity, []
+
+    def step(self, *args):
+        steps.append(args[1])
+        if len(steps) == 3:  # inside the second block: the switch applies from the third
+            assert sessions.switch("visitor", "a blue ring") == "prompt 'a blue ring' from the next block"
+        return velocity(self, *args)
+
+    monkeypatch.setattr(BlockStreamer, "_velocity", step)
+    with sessions.running("visitor", functools.partial(stream_target, model, access)) as control:
+        outs = list(stream(model, "ignored", 6, 0, "2", "", "a red star", control=control))
+    statuses = [status for _, status, _ in outs]
+    assert statuses[0].startswith('frame 2 / 6, prompt "a red star", ') and "switched" not in statuses[1]
+    assert statuses[2].startswith('frame 6 / 6, prompt "a blue ring", ') and "switched here (" in statuses[2]
+    assert statuses[3] == "done: 6 frames" and read_video(Path(outs[-1][2])).shape == (6, 16, 16, 3)
+
+
+def test_a_stop_during_a_switchs_re_cache_leaves_the_frames_before_it(stream, access, tiny_text_stream_pipeline_dir,
+                                                                      monkeypatch) -> None:
+    from vgen.models.blockdiff import BlockDiffusionTransformer
+
+    model, sessions = str(tiny_text_stream_pipeline_dir), StreamSessions()
+    recache = BlockDiffusionTransformer.clean_context
+
+    def stopped(self, *args, **kwargs):
+        assert sessions.stop("visitor") == "stopping"
+        return recache(self, *args, **kwargs)
+
+    monkeypatch.setattr(BlockDiffusionTransformer, "clean_context", stopped)
+    with sessions.running("visitor") as control:
+        frames = stream(model, 0, 100, 0, "", "", "a red star", control=control)
+        next(frames), next(frames)
+        control.switch_to("a blue ring")
+        outs = list(frames)
+    assert outs[-1][1] == "stopped: 4 frames" and read_video(Path(outs[-1][2])).shape[0] == 4
+
+
+def test_the_switch_box_takes_a_prompt_for_a_text_stream_and_a_class_for_a_class_stream(
+        access, tiny_text_stream_pipeline_dir, tiny_stream_pipeline_dir) -> None:
+    text, classes = str(tiny_text_stream_pipeline_dir), str(tiny_stream_pipeline_dir)
+    assert stream_target(text, access, " a blue ring ") == "a blue ring"
+    assert stream_target(classes, access, "b") == 1 and stream_target(classes, access, 2) == 2
+    for model, value, message in [(text, "2", "streams prompts: switch to a prompt, not a class id"),
+                                  (text, 2, "streams prompts: switch to a prompt, not a class id"),
+                                  (text, " ", "the prompt is empty"),
+                                  (text, "x" * 10_000, "at most 256 are accepted"),
+                                  (classes, "a blue ring", "unknown class 'a blue ring' for tiny-stream"),
+                                  (classes, "7", "class id 7 is out of range")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            stream_target(model, access, value)
+
+
+def test_a_text_stream_refuses_an_empty_prompt_and_a_class_stream_ignores_the_prompt_field(
+        stream, tiny_text_stream_pipeline_dir, tiny_stream_pipeline_dir) -> None:
+    with pytest.raises(InputError, match="the prompt is empty: tiny-text-stream draws what a prompt describes"):
+        next(stream(str(tiny_text_stream_pipeline_dir), 0, 4, 0, "", "", "  "))
+    assert next(stream(str(tiny_stream_pipeline_dir), 1, 2, 0, "", "", "a red star"))[1].startswith(
+        "frame 2 / 2, class b")
+
+
+def test_the_streaming_tab_offers_a_text_model_its_example_prompts_and_a_class_model_the_class_box(
+        access, tiny_text_stream_pipeline_dir, tiny_stream_pipeline_dir) -> None:
+    text = stream_controls(str(tiny_text_stream_pipeline_dir), access)
+    examples = tuple(pipeline_info(tiny_text_stream_pipeline_dir).example_prompts)
+    assert text.text and text.example_prompts == examples and len(examples) >= 2
+    assert text.switch_value() == examples[1] and text.switch_help().startswith("a prompt")
+    classes = stream_controls(str(tiny_stream_pipeline_dir), access)
+    assert not classes.text and classes.example_prompts == () and classes.switch_value() == "1"
+    assert classes.settings["steps"] == 2  # the pipeline's recorded default
+    assert stream_controls("/not/offered", access) == gradio_app.StreamControls()
 
 def test_a_session_that_goes_away_cancels_all_its_streams() -> None:
     sessions = StreamSessions()
@@ -413,7 +491,7 @@ def test_the_class_box_takes_a_name_or_an_id(gen, tiny_model) -> None:
 def test_a_class_switch_takes_a_name_the_streams_model_has() -> None:
     sessions = StreamSessions()
     with sessions.running("visitor", {"circle": 0, "star": 3}.__getitem__) as control:
-        assert sessions.switch("visitor", "star") == "class 3 from the next block" and control.pending_class() == 3
+        assert sessions.switch("visitor", "star") == "class 3 from the next block" and control.pending_switch() == 3
     with sessions.running("visitor"), pytest.raises(InputError, match="takes class ids, not names such as 'star'"):
         sessions.switch("visitor", "star")
 
@@ -432,6 +510,9 @@ def test_the_page_opens_with_the_prompt_box_for_a_text_model_and_the_class_picke
     fields = page_fields(build_app(tiny_t2i, access=access))
     assert fields["prompt"]["value"] == EXAMPLE_PROMPTS[0]  # ready to generate
     assert [choice[0] for choice in fields["example prompts"]["choices"]] == list(EXAMPLE_PROMPTS[:3])
+    # the Streaming tab opens on the first streaming model, the embedded class model: the class box, a class switch
+    assert fields["class of the video"]["visible"] and not fields["prompt of the video"]["visible"]
+    assert fields["switch to"]["value"] == "1"
 
 
 def test_the_page_sends_no_analytics_and_shows_numbers_with_their_bounds_and_the_models_values(access) -> None:

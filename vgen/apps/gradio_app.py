@@ -8,8 +8,9 @@ declared bounds, as a browser sends an empty one as 0). The Generate tab shows t
 for a class-conditional model and a prompt box with the model's example prompts and its words for a
 text-to-image one, switching with the model (:func:`model_controls`); a prompt's unknown words are noted under
 the stats, with what to say instead. Streaming models get their own tab, where
-frames play as each block completes, with Stop (at the next denoising step) and a class switch that takes effect
-at the next block.
+frames play as each block completes, with Stop (at the next denoising step) and a switch that takes effect at the
+next block: the class box and a class switch for a class model, a prompt box with the model's example prompts and a
+prompt switch for a text model (:func:`stream_controls`).
 
 Every field is checked before any work: numbers against the same option declarations the command line uses
 (:class:`PageFields` for the page's own), text against a length cap (a prompt also against the words its model
@@ -45,7 +46,7 @@ from typing import Any
 from PIL import Image
 
 from vgen.apps.models_cli import pipeline_info, vocabulary_lines
-from vgen.apps.options import cut_values, one_line, sampler_classes, sampling_options
+from vgen.apps.options import class_label, cut_values, one_line, sampler_classes, sampling_options
 from vgen.data.scenes import caption_words
 from vgen.hub import ASSETS, CheckpointError
 from vgen.images import image_grid
@@ -63,6 +64,7 @@ from vgen.pipelines import (
     pipeline_folder,
     tile_clips,
 )
+from vgen.pipelines.image import TEXT_ENCODER_FOLDER
 from vgen.pipelines.inputs import check_prompts
 from vgen.pipelines.stream import MODEL_FOLDER
 from vgen.samplers import SamplingParams, available_samplers, get_sampler
@@ -245,14 +247,34 @@ def model_controls(model: str, access: ModelAccess = ModelAccess()) -> ModelCont
                          settings=settings)
 
 
-def stream_settings(model: str, access: ModelAccess = ModelAccess()) -> dict[str, Any]:
-    """A streaming model's recommended settings, which the Streaming tab's number fields show (read from its
-    pipeline.json, without loading it); the stream's own defaults when the name does not load."""
+@dataclass(frozen=True)
+class StreamControls:
+    """What the Streaming tab offers for a model: a prompt box with its example prompts (a text model) or the
+    class box, the switch box to match, and the recommended settings its number fields show."""
+
+    text: bool = False
+    example_prompts: tuple[str, ...] = ()
+    settings: dict[str, Any] = dataclasses.field(default_factory=lambda: dataclasses.asdict(StreamConfig()))
+
+    def switch_help(self) -> str:
+        return f"{'a prompt' if self.text else 'a class name or its id'}, streamed from the next block on"
+
+    def switch_value(self) -> str:
+        """What the switch box shows first: the second example prompt of a text model, class 1 of a class model."""
+        return (self.example_prompts[1:2] or ("",))[0] if self.text else "1"
+
+
+def stream_controls(model: str, access: ModelAccess = ModelAccess()) -> StreamControls:
+    """The Streaming tab's controls for ``model``, read from its folder without loading it (a text model is one
+    with a text encoder beside it); a class model's with the stream's own defaults when the name does not load."""
     try:
-        defaults = pipeline_info(pipeline_folder(access.check(model))).defaults
+        folder = pipeline_folder(access.check(model))
+        info = pipeline_info(folder)
     except (ValueError, CheckpointError, OSError):
-        defaults = {}
-    return dataclasses.asdict(StreamConfig(**merge_settings(defaults, {})))
+        return StreamControls()
+    text = (folder / TEXT_ENCODER_FOLDER).is_dir()
+    return StreamControls(text, tuple(info.example_prompts or ()) if text else (),
+                          dataclasses.asdict(StreamConfig(**merge_settings(info.defaults, {}))))
 
 
 def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str, Any]:
@@ -260,6 +282,12 @@ def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str,
     cap and the words its text encoder reads), the class id otherwise; the other field is not read."""
     if not pipe.text_conditional:
         return {"class_ids": [page_class(class_id)]}
+    return {"prompt": page_prompt(pipe, prompt)}
+
+
+def page_prompt(pipe: ImagePipeline | StreamPipeline, prompt: Any) -> str:
+    """A text model's prompt from the page, checked against the length cap and the words its text encoder
+    reads."""
     if prompt is not None and not isinstance(prompt, str):
         check_prompts(prompt, many=False)  # refuses it by the pipelines' rule: a prompt is text, never str(value)
     text = text_field("prompt", prompt)
@@ -271,7 +299,7 @@ def page_condition(pipe: ImagePipeline, class_id: Any, prompt: Any) -> dict[str,
         words, kept = len(caption_words(text)), encoder.max_length - 1
         if words > kept:
             raise InputError(f"the prompt has {words} words; {pipe.info.name} reads at most {kept}: shorten it")
-    return {"prompt": text}
+    return text
 
 
 def parse_optional(option: DeclaredOption, value: Any) -> Any:
@@ -441,61 +469,66 @@ def prompt_note(pipe: ImagePipeline, prompt: str | None) -> str:
     return f"\n\n**Note:** the prompt's {notes}" if notes else ""
 
 
-def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: Any, cfg_scale: Any, *,
-                 folder: str | Path, control: StreamControl | None = None, access: ModelAccess = ModelAccess(),
-                 fps: int = 8) -> Iterator[tuple[Image.Image | None, str, str | None]]:
-    """Stream a video: after each block, its last frame (enlarged) and a progress line; at the end (or once
-    ``control`` stops it), the mp4 of every frame done, written in ``folder``. Empty ``steps`` or ``cfg_scale``
-    keep the pipeline's defaults. Raises :class:`InputError` / ``ValueError`` on bad input."""
+def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: Any, cfg_scale: Any,
+                 prompt: Any = None, *, folder: str | Path, control: StreamControl | None = None,
+                 access: ModelAccess = ModelAccess(), fps: int = 8
+                 ) -> Iterator[tuple[Image.Image | None, str, str | None]]:
+    """Stream a video of the class (a class model) or the prompt (a text model; the other field is not read):
+    after each block, its last frame (enlarged) and a progress line naming the block's class or prompt; at the end
+    (or once ``control`` stops it), the mp4 of every frame done, written in ``folder``. Empty ``steps`` or
+    ``cfg_scale`` keep the pipeline's defaults. Raises :class:`InputError` / ``ValueError`` on bad input."""
     num_frames, seed = (page_number(n, v) for n, v in [("num_frames", num_frames), ("seed", seed)])
-    label = page_class(class_id)
     pipe = get_pipeline(model, access=access)
     if not isinstance(pipe, StreamPipeline):
         raise InputError(f"{pipe.info.name} is not a streaming video model: use the Generate tab")
-    class_id = pipe.class_id(label)
+    condition = {"prompt": page_prompt(pipe, prompt)} if pipe.is_text else {"class_ids": [
+        pipe.class_id(page_class(class_id))]}
     options = {"steps": parse_optional(STREAM_FIELDS["steps"], steps),
                "cfg_scale": parse_optional(STREAM_FIELDS["cfg_scale"], cfg_scale)}
     pipe.stream_config(**options)  # bad settings fail before anything starts
     control = StreamControl() if control is None else control
     path, frame = Path(folder) / "stream.mp4", None
     with StreamingVideoWriter(path, fps=fps) as writer:
-        for block in pipe.stream_blocks([class_id], num_frames, seed=seed, control=control, **options):
+        for block in pipe.stream_blocks(num_frames=num_frames, seed=seed, control=control, **condition, **options):
             writer.write(block.frames[0])
             frame = Image.fromarray(block.frames[0, -1]).resize((256, 256), Image.NEAREST)
-            status = (f"frame {block.start_frame + block.frames.shape[1]} / {num_frames}, class "
-                      f"{pipe.class_name(block.class_ids[0])}, {block.latency_s * 1000:.0f} ms for this block")
+            shown = f'prompt "{block.prompts[0]}"' if block.prompts else f"class {pipe.class_name(block.class_ids[0])}"
+            recached = f" ({block.recache_s * 1000:.0f} ms re-encoding the cache)" if block.recache_s else ""
+            switched = f", switched here{recached}" if block.switched else ""
+            status = (f"frame {block.start_frame + block.frames.shape[1]} / {num_frames}, {shown}, "
+                      f"{block.latency_s * 1000:.0f} ms for this block{switched}")
             yield frame, status, None
     done = writer.frames_written
     yield frame, f"{'stopped' if control.stopped else 'done'}: {done} frames", str(path) if done else None
 
 
 class StreamSessions:
-    """The running streams of each browser session, newest last: Stop and the class switch reach the newest one,
-    and a session that goes away (its tab closed) cancels all of its streams. A request without a session (None)
-    reaches no stream, and its own stream is reached by no other request."""
+    """The running streams of each browser session, newest last: Stop and the switch reach the newest one, and a
+    session that goes away (its tab closed) cancels all of its streams. A request without a session (None) reaches
+    no stream, and its own stream is reached by no other request."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._streams: dict[object, list[StreamControl]] = {}
-        self._classes: dict[StreamControl, Callable[[str], int]] = {}
+        self._targets: dict[StreamControl, Callable[[Any], int | str]] = {}
 
     @contextlib.contextmanager
     def running(self, session: str | None,
-                classes: Callable[[str], int] | None = None) -> Iterator[StreamControl]:
-        """The control of a new stream of ``session``, registered while the block runs; ``classes`` gives the id
-        of a class name for a switch (none: ids only)."""
+                target: Callable[[Any], int | str] | None = None) -> Iterator[StreamControl]:
+        """The control of a new stream of ``session``, registered while the block runs; ``target`` reads the
+        switch box for it (:func:`stream_target`; none: class ids only)."""
         control, key = StreamControl(), object() if session is None else session
         with self._lock:
             self._streams.setdefault(key, []).append(control)
-            if classes is not None:
-                self._classes[control] = classes
+            if target is not None:
+                self._targets[control] = target
         try:
             yield control
         finally:
             with self._lock:
                 streams = self._streams[key]
                 streams.remove(control)
-                self._classes.pop(control, None)
+                self._targets.pop(control, None)
                 if not streams:
                     del self._streams[key]
 
@@ -516,19 +549,19 @@ class StreamSessions:
         control.cancel()
         return "stopping"
 
-    def switch(self, session: str | None, class_id: Any) -> str:
-        """Change the session's newest stream to ``class_id`` (a name or an id, :func:`page_class`) from its next
-        block on."""
+    def switch(self, session: str | None, value: Any) -> str:
+        """Change the session's newest stream to ``value`` from its next block on: read by the stream's
+        ``target``, else as a class id (:func:`page_class`)."""
         control = self.newest(session)
         if control is None:
             return "no stream is running"
-        label = page_class(class_id)
-        if isinstance(label, str):
-            if control not in self._classes:
-                raise InputError(f"this stream takes class ids, not names such as {label!r}")
-            label = self._classes[control](label)
-        control.set_class(label)
-        return f"class {label} from the next block"
+        with self._lock:
+            read = self._targets.get(control)
+        target = page_class(value) if read is None else read(value)
+        if read is None and isinstance(target, str):
+            raise InputError(f"this stream takes class ids, not names such as {target!r}")
+        control.switch_to(target)
+        return f"{'class' if isinstance(target, int) else 'prompt'} {target!r} from the next block"
 
     def end(self, session: str | None) -> None:
         """Cancel every stream of a session that has gone away."""
@@ -822,43 +855,59 @@ def add_generate_tab(gr, default_model: str, models: list[str], access: ModelAcc
     example_prompts.input(None, example_prompts, prompt, js="(text) => text")  # in the browser: no handler
 
 
-def stream_class(model: str, access: ModelAccess, name: str) -> int:
-    """The id of the class ``name`` of a streaming ``model`` (a ValueError lists its names)."""
-    return get_pipeline(model, access=access).class_id(name)
+def stream_target(model: str, access: ModelAccess, value: Any) -> int | str:
+    """What the switch box's ``value`` asks a stream of ``model`` for: a prompt for a text model (a number is
+    refused: it would be a class id), the class id of a class name or id for a class model (a ValueError lists its
+    names)."""
+    pipe = get_pipeline(model, access=access)
+    if not isinstance(pipe, StreamPipeline):
+        raise InputError(f"{pipe.info.name} is not a streaming video model: use the Generate tab")
+    if not pipe.is_text:
+        return pipe.class_id(page_class(value))
+    if isinstance(value, (int, float)) or isinstance(class_label(text_field("switch", value)), int):
+        raise InputError(f"{pipe.info.name} streams prompts: switch to a prompt, not a class id")
+    return page_prompt(pipe, value)
 
 
 def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAccess, sessions: StreamSessions,
                    limit: dict) -> None:
-    """The Streaming tab: frames play as blocks complete; Stop and a class switch reach the session's newest
-    stream. The stream runs in a worker thread, so that Stop, a cancelled event or a closed tab end it at its
-    next denoising step."""
+    """The Streaming tab: frames play as blocks complete; Stop and the switch (a class or a prompt, as the model
+    takes) reach the session's newest stream. The stream runs in a worker thread, so that Stop, a cancelled event
+    or a closed tab end it at its next denoising step."""
     def frames_of(control: StreamControl, *args) -> Iterator:
         with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as folder:  # goes once Gradio has the last file
             yield from stream_video(*args, folder=folder, control=control, access=access)
 
-    async def run(model, class_id, num_frames, seed, steps, cfg_scale, request: gr.Request):
-        with sessions.running(session_of(request), functools.partial(stream_class, model, access)) as control:
+    async def run(model, class_id, num_frames, seed, steps, cfg_scale, prompt, request: gr.Request):
+        with sessions.running(session_of(request), functools.partial(stream_target, model, access)) as control:
             try:
-                frames = frames_of(control, model, class_id, num_frames, seed, steps, cfg_scale)
+                frames = frames_of(control, model, class_id, num_frames, seed, steps, cfg_scale, prompt)
                 async for item in iterate_in_thread(frames, control.cancel):
                     yield item
             except (ValueError, CheckpointError, OSError) as e:
                 raise refusal(gr, e) from None
 
+    shown = stream_controls(default_model, access)
     with gr.Tab("Streaming"), gr.Row():
         with gr.Column():
             model = gr.Dropdown(models, value=default_model, allow_custom_value=True,
                                 label=model_label(access, "streaming model"))
-            class_id = class_box(gr, "class of the video", "0", "a class name or its id")
+            class_id = class_box(gr, "class of the video", "0", "a class name or its id", visible=not shown.text)
+            prompt = gr.Textbox(value=next(iter(shown.example_prompts), ""), label="prompt of the video",
+                                visible=shown.text, placeholder="describe the video",
+                                info=f"what the video shows, in a sentence (at most {MAX_TEXT} characters)")
+            example_prompts = gr.Dropdown(list(shown.example_prompts), value=None, label="the model's example prompts",
+                                          info="pick one to put it in the prompt box",
+                                          visible=bool(shown.example_prompts))
             num_frames = number_box(gr, "num_frames", "frames", 160)
             seed = number_box(gr, "seed", "seed", 0)
-            recommended = stream_settings(default_model, access)
-            steps = option_box(gr, STREAM_FIELDS["steps"], recommended["steps"])
-            cfg_scale = option_box(gr, STREAM_FIELDS["cfg_scale"], recommended["cfg_scale"])
+            steps = option_box(gr, STREAM_FIELDS["steps"], shown.settings["steps"])
+            cfg_scale = option_box(gr, STREAM_FIELDS["cfg_scale"], shown.settings["cfg_scale"])
             start = gr.Button("Stream", variant="primary")
             stop = gr.Button("Stop")
-            new_class = class_box(gr, "switch to class", "1", "a class name or its id")
-            switch = gr.Button("Switch class at the next block")
+            target = gr.Textbox(value=shown.switch_value(), label="switch to", info=shown.switch_help(),
+                                placeholder="a prompt, or a class name or id")
+            switch = gr.Button("Switch at the next block")
         with gr.Column():
             frame = gr.Image(type="pil", label="latest frame", format="png", height=256)
             status = gr.Markdown()
@@ -867,9 +916,9 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
     def stop_clicked(request: gr.Request) -> str:
         return sessions.stop(session_of(request))
 
-    def switch_clicked(c: Any, request: gr.Request) -> str:
+    def switch_clicked(value: Any, request: gr.Request) -> str:
         try:
-            return sessions.switch(session_of(request), c)
+            return sessions.switch(session_of(request), value)
         except ValueError as e:  # InputError, or a class name the stream's model does not have
             raise refusal(gr, e) from None
 
@@ -877,13 +926,20 @@ def add_stream_tab(gr, default_model: str, models: list[str], access: ModelAcces
     # "gr.Request" cannot be resolved (gr is a local here), so the type is set on the functions themselves
     for fn in (run, stop_clicked, switch_clicked):
         fn.__annotations__["request"] = gr.Request
-    start.click(run, [model, class_id, num_frames, seed, steps, cfg_scale], [frame, status, video],
+    start.click(run, [model, class_id, num_frames, seed, steps, cfg_scale, prompt], [frame, status, video],
                 api_name="stream", **limit)
 
-    def model_changed(name: str):
-        settings = stream_settings(name, access)
-        return gr.update(value=settings["steps"]), gr.update(value=settings["cfg_scale"])
+    def model_changed(name: str, text: str):
+        controls = stream_controls(name, access)
+        example = {} if text else {"value": next(iter(controls.example_prompts), "")}  # a prompt is never echoed
+        return (gr.update(value=controls.settings["steps"]), gr.update(value=controls.settings["cfg_scale"]),
+                gr.update(visible=not controls.text), gr.update(visible=controls.text, **example),
+                gr.update(visible=bool(controls.example_prompts), choices=list(controls.example_prompts),
+                          value=None),
+                gr.update(info=controls.switch_help(), value=controls.switch_value()))
 
-    model.change(model_changed, model, [steps, cfg_scale], api_name=False, **limit)
+    model.change(model_changed, [model, prompt], [steps, cfg_scale, class_id, prompt, example_prompts, target],
+                 api_name=False, **limit)
+    example_prompts.input(None, example_prompts, prompt, js="(text) => text")  # in the browser: no handler
     stop.click(stop_clicked, None, status, api_name="stop_stream", concurrency_limit=None)
-    switch.click(switch_clicked, new_class, status, api_name="switch_class", concurrency_limit=None)
+    switch.click(switch_clicked, target, status, api_name="switch_class", concurrency_limit=None)

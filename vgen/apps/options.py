@@ -384,8 +384,10 @@ def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def stream_settings() -> list[DeclaredOption]:
-    """A stream's schedule and context settings (:class:`~vgen.samplers.streaming.StreamConfig`)."""
-    return declared_options([StreamConfig])
+    """A stream's schedule and context settings (:class:`~vgen.samplers.streaming.StreamConfig`), each a flag of
+    its own name: all but the switch mode, which ``vgen stream`` takes as ``--switch-mode`` (its ``--switch`` names
+    the switches themselves)."""
+    return [o for o in declared_options([StreamConfig]) if o.name != "switch"]
 
 
 def stream_flags() -> list[DeclaredOption]:
