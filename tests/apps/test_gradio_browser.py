@@ -1,11 +1,12 @@
 """The web demo in a real browser: Playwright drives Debian's Chromium (headless) against the app on loopback,
 sets a class by name, clicks Generate, waits for the image, checks its pixels are not blank and saves a
 screenshot; it switches to a text-to-image model, finds its words beside the prompt box, types a prompt and does
-the same; on the Streaming tab it starts a stream, checks a live frame, stops it and waits for the video.
-Screenshots go to a temporary folder, so that running the tests leaves the checkout clean;
+the same; on the Streaming tab it starts a stream, checks a live frame, stops it and waits for the video, and
+with a text streaming model it starts from an example prompt and switches the stream to a typed prompt. Screenshots
+go to a temporary folder, so that running the tests leaves the checkout clean;
 ``VGEN_WRITE_SCREENSHOT=1 pytest tests/apps/test_gradio_browser.py`` refreshes docs/results/images/
-app_screenshot.png, app_prompt.png and app_streaming.png. Skipped only where Playwright or Chromium is not
-installed (``.ci/run`` installs both)."""
+app_screenshot.png, app_prompt.png, app_streaming.png and app_streaming_switch.png. Skipped only where
+Playwright or Chromium is not installed (``.ci/run`` installs both)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ import pytest
 from PIL import Image
 
 from vgen.apps.gradio_app import MAX_STREAM_FRAMES, ModelAccess, build_app, serve
+from vgen.apps.models_cli import pipeline_info
 from vgen.data.scenes import EXAMPLE_PROMPTS
-from vgen.pipelines import available_models
+from vgen.pipelines import available_models, pipeline_folder
 
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
@@ -128,4 +130,43 @@ def test_streaming_in_the_browser_plays_frames_then_stops_with_a_playable_video(
         page.get_by_text(re.compile(r"stopped: \d+ frames")).wait_for(timeout=120_000)
         page.locator("video").first.wait_for(state="visible", timeout=30_000)
         page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000
+
+
+def test_a_prompt_switch_in_the_browser_reaches_the_stream_at_its_next_block(tiny_text_stream_pipeline_dir,
+                                                                              tmp_path: Path) -> None:
+    """The Streaming tab with a text streaming model (the embedded shapes-t2v-stream when it ships, else the tiny
+    test model, offered as an operator's --model-dir): the prompt box replaces the class box, an example prompt
+    fills it, the stream starts, a prompt typed in "switch to" reaches it at the next block, whose status names
+    it, and Stop ends it with the video of the frames done."""
+    model = "shapes-t2v-stream" if "shapes-t2v-stream" in available_models() else str(tiny_text_stream_pipeline_dir)
+    access = ModelAccess(folders=() if model in available_models() else (model,))
+    example = pipeline_info(pipeline_folder(model)).example_prompts[0]
+    switched = "a blue ring on a white background"
+    screenshot = screenshot_path("app_streaming_switch.png", tmp_path)
+    with app_page(1000, access) as page:
+        page.get_by_role("tab", name="Streaming").click()
+        page.get_by_label("streaming model (one this server offers)", exact=True).click()
+        page.get_by_role("option", name=model, exact=True).click()
+        prompt = page.get_by_placeholder("describe the video")
+        prompt.wait_for(state="visible", timeout=60_000)
+        assert not page.get_by_label("class of the video").is_visible()
+        page.get_by_label("the model's example prompts").click()
+        page.get_by_role("option", name=example, exact=True).click()
+        expect(prompt).to_have_value(example)  # an example prompt fills the box
+        page.get_by_label("frames", exact=True).fill(str(MAX_STREAM_FRAMES))
+        page.get_by_role("button", name="Stream", exact=True).click()
+        page.get_by_text(re.compile(rf'frame \d+ / {MAX_STREAM_FRAMES}, prompt "{re.escape(example)}"')).wait_for(
+            timeout=120_000)
+        page.get_by_label("switch to").fill(switched)
+        page.get_by_role("button", name="Switch at the next block").click()
+        page.get_by_text(re.compile(rf'frame \d+ / {MAX_STREAM_FRAMES}, prompt "{switched}"')).wait_for(
+            timeout=120_000)  # a block streamed under the new prompt
+        latest = page.locator("img[src*='gradio_api/file=']:visible").first
+        latest.wait_for(state="visible", timeout=30_000)
+        assert_not_blank(latest)
+        page.screenshot(path=str(screenshot), full_page=True)
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text(re.compile(r"stopped: \d+ frames")).wait_for(timeout=120_000)
+        page.locator("video").first.wait_for(state="visible", timeout=30_000)
     assert screenshot.stat().st_size > 10_000
