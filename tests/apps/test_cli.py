@@ -198,7 +198,8 @@ def test_train_refuses_a_device_for_recipes_that_train_on_the_cpu_only(tmp_path,
     code, _, err = run(["train", "kl", "--device", "cuda", "--data-dir", str(tmp_path / "data"),
                         "--run-dir", str(tmp_path / "run")], capsys)
     assert code == 2 and err.strip() == ("vgen: error: --device cuda: only the recipes mar, nbp, nar, blockdiff, t2i, "
-                                         "scene-judge, ar --video train off the CPU; train kl on the CPU")
+                                         "scene-judge, t2v-kl, t2v-stream, ar --video train off the CPU; train kl "
+                                         "on the CPU")
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
 
 

@@ -20,6 +20,7 @@ import torch
 from vgen.apps import train_cli
 from vgen.apps.cli import build_parser, main
 from vgen.data.clips import ClipsConfig, cached_clips
+from vgen.data.moving_scenes import MovingScenesConfig
 from vgen.data.scenes import caption_vocabulary
 from vgen.data.shapes import ShapesConfig, set_data_config
 from vgen.hub import from_pretrained, save_pretrained
@@ -35,7 +36,7 @@ from vgen.models.llamagen import LlamaGenGPT
 from vgen.models.mar import ContinuousAR, MARConfig
 from vgen.models.nar import NARTransformer
 from vgen.models.nbp import NBPTransformer
-from vgen.models.word_encoder import WordEncoderConfig
+from vgen.models.word_encoder import WordEncoderConfig, WordTextEncoder
 from vgen.tokenizers.kl import KLConfig, KLTokenizer
 from vgen.tokenizers.vq import VQConfig, VQModel
 from vgen.training import nbp
@@ -56,6 +57,7 @@ TINY_LATENT_DIFF = replace(TINY_PIXEL_DIFF, frame_size=4, channels=2, patch_size
 TINY_T2I = replace(TINY_GPT, block_size=256, model_type="t2i", caption_dim=16, cls_token_num=24)
 TINY_WORDS = WordEncoderConfig.for_words(caption_vocabulary(), dim=16, n_layer=1, n_head=2, max_length=24)
 CLIPS = ClipsConfig(num_frames=4, frame_size=16, supersample=1)
+SCENES = MovingScenesConfig(num_frames=4, frame_size=16, supersample=1)  # moving scenes through the tiny KL
 FAST = ["--steps", "2", "--warmup-steps", "1", "--batch-size", "2", "--num-images", "4", "--precision", "fp32"]
 
 
@@ -67,7 +69,8 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     cached_clips(root / "clips", "train", 4, CLIPS)
     torch.manual_seed(0)
     models = {"vq": VQModel(TINY_VQ), "kl": KLTokenizer(TINY_KL), "gpt": LlamaGenGPT(TINY_GPT),
-              "teacher": BlockDiffusionTransformer(TINY_PIXEL_DIFF)}
+              "teacher": BlockDiffusionTransformer(TINY_PIXEL_DIFF),
+              "latent_teacher": BlockDiffusionTransformer(TINY_LATENT_DIFF), "words": WordTextEncoder(TINY_WORDS)}
     return {"images": str(root / "images"), "clips": str(root / "clips"),
             **{name: str(save_pretrained(model, root / name)) for name, model in models.items()}}
 
@@ -92,6 +95,8 @@ def tiny_models(monkeypatch) -> None:
         "SHAPES_LATENT_BLOCKDIFF": TINY_LATENT_DIFF,
         "SHAPES_LATENT_IMAGE_DIFF": replace(TINY_LATENT_DIFF, frames_per_block=1, train_frames=1),
         "train_t2i": partial(train_cli.train_t2i, gpt_config=TINY_T2I, encoder_config=TINY_WORDS),
+        "train_stream_kl": partial(train_cli.train_stream_kl, scenes=SCENES),
+        "train_t2v_stream": partial(train_cli.train_t2v_stream, scenes=SCENES),
     }
     for name, value in patches.items():
         monkeypatch.setattr(train_cli, name, value)
@@ -127,8 +132,12 @@ RECIPES = {
     "t2i": (["t2i", "--tokenizer", "{vq}", "--init-from", "{gpt}", "--data-dir", "{tmp}/scenes"], LlamaGenGPT),
     "scene-judge": (["scene-judge", "--tokenizer", "{vq}", "--data-dir", "{tmp}/scenes", "--num-val", "4"],
                     AttributeClassifier),
+    "t2v-kl": (["t2v-kl", "--tokenizer", "{kl}", "--data-dir", "{tmp}/moving"], KLTokenizer),
+    "t2v-stream": (["t2v-stream", "--tokenizer", "{kl}", "--init-from", "{latent_teacher}", "--text-encoder-from",
+                    "{words}", "--data-dir", "{tmp}/moving"], BlockDiffusionTransformer),
 }
-EXPORTS = {"t2i": "export/gpt"}  # a run that exports two models: the folder of the one checked
+# a run that exports two models: the folder of the one checked
+EXPORTS = {"t2i": "export/gpt", "t2v-stream": "export/blockdiff"}
 
 
 def _train(flags: list[str], inputs: dict[str, str], tmp_path, *extra: str) -> int:

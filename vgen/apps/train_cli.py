@@ -29,12 +29,14 @@ from vgen.apps.options import (
     torch_dtype,
 )
 from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
+from vgen.data.moving_scenes import evaluation_prompts
 from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
 from vgen.hub import PIPELINE_CONFIG, from_pretrained
 from vgen.models.backbone import ROPE_KINDS
 from vgen.models.mar import MARConfig
 from vgen.models.nbp import BLOCK_KINDS
+from vgen.models.word_encoder import WordTextEncoder
 from vgen.pipelines import ImagePipeline, PipelineInfo, StreamPipeline, VideoPipeline
 from vgen.samplers import SamplingParams
 from vgen.samplers.options import declarations
@@ -68,6 +70,16 @@ from vgen.training.nar import (
 from vgen.training.nbp import FIRST_FRAMES, NBP_RUN, train_nbp, video_nbp_config
 from vgen.training.scene_judge import SCENE_JUDGE_RUN, SceneJudgeRecipe, train_scene_judge
 from vgen.training.t2i import T2I_CFG_SCALE, T2I_RUN, T2IRecipe, prompt_probe, train_t2i
+from vgen.training.t2v_stream import (
+    CLASS_TEACHER,
+    STREAM_KL_RUN,
+    T2I_TEXT_ENCODER,
+    T2V_RUN,
+    T2V_TEACHER_CFG,
+    T2VRecipe,
+    train_stream_kl,
+    train_t2v_stream,
+)
 from vgen.training.tokenizer import (
     FRAME_TOKENIZER_RUN,
     SHAPES_FRAME_VQ,
@@ -462,6 +474,74 @@ def run_scene_judge(args: argparse.Namespace, train: TrainConfig) -> None:
                                        max_minutes=args.max_minutes, workers=os.cpu_count() or 2)))
 
 
+def add_t2v_kl_args(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--tokenizer", default=str(CLASS_TEACHER / "kl"),
+                   help="the KL tokenizer to fine-tune on moving-scene frames (--num-images counts clips, all "
+                        "their frames used)")
+
+
+def run_t2v_kl(args: argparse.Namespace, train: TrainConfig) -> None:
+    train_stream_kl(args.run_dir, args.tokenizer, args.data_dir, train, num_clips=args.num_images,
+                    batch_size=args.batch_size, max_minutes=args.max_minutes, workers=os.cpu_count() or 2)
+
+
+def add_t2v_stream_args(t: argparse.ArgumentParser) -> None:
+    t.add_argument("--tokenizer", default=str(CLASS_TEACHER / "kl"),
+                   help="the KL tokenizer whose latent frames of the moving scenes the model denoises (vgen train "
+                        "t2v-kl's export)")
+    t.add_argument("--init-from", default=str(CLASS_TEACHER),
+                   help="a class block-diffusion model folder whose weights start the teacher (its caption in "
+                        "place of the class), or a text model's export or pipeline folder (blockdiff/, "
+                        "text_encoder/) that starts both parts")
+    t.add_argument("--text-encoder-from", default=str(T2I_TEXT_ENCODER),
+                   help="with a class --init-from: the word encoder whose words' rows start the text encoder (the "
+                        "moving captions' other words are added)")
+    t.add_argument("--distill-from", default=None,
+                   help="a text block-diffusion teacher (vgen train t2v-stream's export or package): distil its "
+                        "guided velocity at --teacher-cfg into a student started from it, its text encoder frozen")
+    t.add_argument("--teacher-cfg", type=float, default=T2V_TEACHER_CFG, help="the teacher's CFG scale to distil")
+    t.add_argument("--noise-shift", type=float, default=T2VRecipe.noise_shift,
+                   help="warp the training noise levels by this shift (1: uniform)")
+    t.add_argument("--lone-block-share", type=float, default=T2VRecipe.lone_block_share,
+                   help="share of steps whose clips are cut into single blocks, each trained as a stream's first "
+                        "block")
+    t.add_argument("--rollout-share", type=float, default=None,
+                   help=f"with --distill-from: share of steps on the student's own streams of training captions "
+                        f"(default {T2VRecipe.rollout_share})")
+    t.add_argument("--rollout-blocks", type=int, default=T2VRecipe.rollout_blocks,
+                   help="the longest of those streams, in blocks")
+    t.add_argument("--switch-share", type=float, default=None,
+                   help=f"with --distill-from: share of those streams whose prompt switches at a random block, "
+                        f"re-cached (default {T2VRecipe.switch_share})")
+
+
+def t2v_recipe(args: argparse.Namespace) -> T2VRecipe:
+    """The recipe the flags ask for (it checks their ranges)."""
+    student = {k: v for k, v in (("rollout_share", args.rollout_share), ("switch_share", args.switch_share))
+               if v is not None}
+    return T2VRecipe(num_clips=args.num_images, batch_size=args.batch_size, noise_shift=args.noise_shift,
+                     lone_block_share=args.lone_block_share, rollout_blocks=args.rollout_blocks, **student)
+
+
+def check_t2v_stream(args: argparse.Namespace) -> None:
+    for flag in ("rollout_share", "switch_share"):
+        if getattr(args, flag) is not None and not args.distill_from:
+            raise UsageError(f"--{flag.replace('_', '-')} trains a student on its own streams: give --distill-from")
+    declarations(StreamConfig)["cfg_scale"].spec.check("--teacher-cfg", args.teacher_cfg, float)
+    if args.distill_from and not args.teacher_cfg > 1:
+        raise UsageError(f"--teacher-cfg must be > 1 to distil guidance, got {args.teacher_cfg}")
+    try:
+        t2v_recipe(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_t2v_stream(args: argparse.Namespace, train: TrainConfig) -> None:
+    train_t2v_stream(args.run_dir, args.data_dir, train, t2v_recipe(args), args.tokenizer, args.init_from,
+                     args.distill_from, args.teacher_cfg, args.text_encoder_from, max_minutes=args.max_minutes,
+                     workers=os.cpu_count() or 2)
+
+
 def no_arguments(t: argparse.ArgumentParser) -> None:
     """A recipe with only the flags every recipe takes."""
 
@@ -480,6 +560,8 @@ RECIPES: dict[str, TrainCommand] = {
     "video-classifier": TrainCommand(VIDEO_CLASSIFIER_RUN, no_arguments, run_video_classifier),
     "t2i": TrainCommand(T2I_RUN, add_t2i_args, run_t2i, off_cpu=True),
     "scene-judge": TrainCommand(SCENE_JUDGE_RUN, add_scene_judge_args, run_scene_judge, off_cpu=True),
+    "t2v-kl": TrainCommand(STREAM_KL_RUN, add_t2v_kl_args, run_t2v_kl, off_cpu=True),
+    "t2v-stream": TrainCommand(T2V_RUN, add_t2v_stream_args, run_t2v_stream, off_cpu=True, check=check_t2v_stream),
 }
 
 
@@ -506,7 +588,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         t.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="steps of linear learning-rate warmup")
         t.add_argument("--num-images", type=int, default=d.num_items,
                        help="training images (clips for frame-tokenizer, nbp, nar --video, blockdiff and "
-                            "video-classifier; captioned scenes for t2i and scene-judge)")
+                            "video-classifier; captioned scenes for t2i and scene-judge; moving scenes for t2v-kl and "
+                            "t2v-stream)")
         t.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
         t.add_argument("--device", type=device_name, default="cpu",
                        help=f"where the model trains (cuda for a GPU; the recipes {off_cpu_recipes()})")
@@ -574,7 +657,8 @@ def add_package_parser(tsub: argparse._SubParsersAction) -> None:
     t.add_argument("--drafter", default=None,
                    help="trained draft head folder, or draft model folder for a continuous model (optional)")
     t.add_argument("--text-encoder", default=None,
-                   help="a text-to-image model's own text encoder folder (vgen train t2i's export/text_encoder)")
+                   help="a text-to-image model's own text encoder folder (vgen train t2i's export/text_encoder), "
+                        "or a prompt-conditioned streaming model's (vgen train t2v-stream's export/text_encoder)")
     t.add_argument("--data-dir", default=None, help="the data folder the models were trained on (its rendering "
                                                      "config is recorded in the pipeline)")
     t.add_argument("--out", required=True, help="pipeline folder to write")
@@ -629,9 +713,26 @@ def run_package(args: argparse.Namespace) -> None:
     print(f"wrote pipeline {args.name} to {Path(args.out)}")
 
 
+def stream_text_encoder(args: argparse.Namespace, model) -> WordTextEncoder | None:
+    """A text streaming model's ``--text-encoder`` (a word encoder; required), or None for a class model (which
+    takes none)."""
+    if not model.is_text:
+        if args.text_encoder:
+            raise UsageError(f"--text-encoder is for a prompt-conditioned model; {args.gpt} is class-conditional")
+        return None
+    if not args.text_encoder:
+        raise UsageError(f"{args.gpt} is prompt-conditioned: give its --text-encoder (vgen train t2v-stream's "
+                         f"export/text_encoder)")
+    encoder = from_pretrained(args.text_encoder)
+    if not isinstance(encoder, WordTextEncoder):
+        raise UsageError(f"--text-encoder {args.text_encoder} holds a {type(encoder).__name__}, not a word text "
+                         f"encoder")
+    return encoder
+
+
 def package_stream(args: argparse.Namespace, model) -> None:
-    """Write a streaming pipeline folder: ``blockdiff/`` (and ``kl/`` for a latent model) + ``pipeline.json`` with
-    the recommended settings."""
+    """Write a streaming pipeline folder: ``blockdiff/`` (and ``kl/`` for a latent model, ``text_encoder/`` for a
+    prompt-conditioned one) + ``pipeline.json`` with the recommended settings."""
     if args.drafter:
         raise UsageError("a block-diffusion pipeline takes no --drafter")
     token = recorded_token_settings(args)
@@ -650,11 +751,18 @@ def package_stream(args: argparse.Namespace, model) -> None:
     except json.JSONDecodeError as e:
         raise UsageError(f"--stream-defaults is not valid JSON: {e}") from None
     size = model.config.frame_size if tokenizer is None else tokenizer.config.image_size
-    # the clips the model learnt from (benchmarks/streaming.py renders real clips like them)
-    data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
-    info = PipelineInfo(name=args.name, image_size=size, class_names=list(CLASS_NAMES), defaults=defaults,
-                        data=data)
-    pipe = StreamPipeline(model, info, tokenizer)
+    text_encoder = stream_text_encoder(args, model)
+    if text_encoder is not None:  # moving captioned scenes, which have one rendering
+        info = PipelineInfo(name=args.name, image_size=size, defaults=defaults,
+                            example_prompts=[prompt for prompt, _ in evaluation_prompts(4, "val")])
+    else:  # the clips the model learnt from (benchmarks/streaming.py renders real clips like them)
+        data = asdict(recorded_clips_config(args.data_dir)) if args.data_dir else None
+        info = PipelineInfo(name=args.name, image_size=size, class_names=list(CLASS_NAMES), defaults=defaults,
+                            data=data)
+    try:
+        pipe = StreamPipeline(model, info, tokenizer, text_encoder)
+    except ValueError as e:
+        raise UsageError(f"--text-encoder {args.text_encoder} does not fit {args.gpt}: {e}") from None
     pipe.stream_config().policy(model.frames_per_block, model.config.train_frames)  # the defaults must fit
     pipe.save_pretrained(args.out, dtype=torch_dtype(args.dtype))
     print(f"wrote streaming pipeline {args.name} to {args.out}")

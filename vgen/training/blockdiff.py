@@ -46,6 +46,7 @@ from vgen.data.clips import SHAPES_CLIPS, ClipsConfig, cached_clips
 from vgen.data.shapes import CLASS_NAMES
 from vgen.hub import CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer
+from vgen.models.conditioning import Condition, cat_conditions
 from vgen.samplers.logits import cfg_merge
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig, shift_noise_levels
 from vgen.tokenizers.kl import KLTokenizer
@@ -152,11 +153,11 @@ def diffusion_forcing_loss(model: BlockDiffusionTransformer, frames: torch.Tenso
 
 @torch.no_grad()
 def guided_velocity(teacher: BlockDiffusionTransformer, x_t: torch.Tensor, sigma: torch.Tensor,
-                    class_ids: torch.Tensor, cfg_scale: float) -> torch.Tensor:
-    """The teacher's classifier-free-guided velocity over whole clips, as its stream computes it per block (the
-    unconditional half sees its own unconditional context)."""
+                    cond: Condition, cfg_scale: float) -> torch.Tensor:
+    """The teacher's classifier-free-guided velocity over whole clips under ``cond`` (class ids or a caption), as
+    its stream computes it per block (the unconditional half sees its own unconditional context)."""
     v = teacher(torch.cat([x_t, x_t]), torch.cat([sigma, sigma]),
-                torch.cat([class_ids, teacher.null_condition(class_ids)]))
+                cat_conditions([cond, teacher.null_condition(cond)]))
     return cfg_merge(*v.chunk(2), cfg_scale)
 
 

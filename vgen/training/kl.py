@@ -45,6 +45,15 @@ def fit_latent_scale(tokenizer: KLTokenizer, images: np.ndarray, batch_size: int
     return float(1.0 / torch.cat(means).float().std())
 
 
+def kl_loss(model: KLTokenizer, x: torch.Tensor, recipe: KLRecipe) -> tuple[torch.Tensor, dict]:
+    """The recipe's loss on images ``x`` [B, 3, H, W] in [-1, 1], with the reconstruction's PSNR and the KL term."""
+    post = model.posterior(x)
+    rec = model.decode_latents(post.sample()).float()
+    kl = post.kl().float().mean() / post.mean[0].numel()
+    loss = F.mse_loss(rec, x) + recipe.l1_weight * F.l1_loss(rec, x) + recipe.kl_weight * kl
+    return loss, {"psnr": psnr(rec.detach(), x), "kl": float(kl.detach())}
+
+
 def train_kl(run_dir: str | Path, data_dir: str | Path, train: TrainConfig, recipe: KLRecipe = KLRecipe(),
              config: KLConfig = SHAPES_KL, max_minutes: float | None = None) -> KLTokenizer:
     images, _ = cached_split(data_dir, "train", recipe.num_images)
@@ -52,12 +61,7 @@ def train_kl(run_dir: str | Path, data_dir: str | Path, train: TrainConfig, reci
     trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, data_config(data_dir), images))
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        x = to_tensor(images[np.sort(idx.numpy())])
-        post = model.posterior(x)
-        rec = model.decode_latents(post.sample()).float()
-        kl = post.kl().float().mean() / post.mean[0].numel()
-        loss = F.mse_loss(rec, x) + recipe.l1_weight * F.l1_loss(rec, x) + recipe.kl_weight * kl
-        return loss, {"psnr": psnr(rec.detach(), x), "kl": float(kl.detach())}
+        return kl_loss(model, to_tensor(images[np.sort(idx.numpy())]), recipe)
 
     batches = index_batches(len(images), recipe.batch_size, train.seed, trainer.step)
     trainer.fit(batches, step_fn, max_minutes)
