@@ -47,8 +47,8 @@ from vgen.data.moving_scenes import (
     render_moving_scenes,
     switch_pairs,
 )
-from vgen.eval.classifier import load_scene_judge
-from vgen.eval.drift import class_probabilities
+from vgen.eval.classifier import load_scene_judge, load_shapes_classifier
+from vgen.eval.features import classifier_input
 from vgen.eval.motion import motion_of
 from vgen.eval.switching import (
     BASELINE_FRAMES,
@@ -89,12 +89,6 @@ class Task(NamedTuple):
                              attributes=None if self.attributes is None else self.attributes[:count])
 
 
-def class_judge(frames: np.ndarray) -> np.ndarray:
-    """The shipped domain classifier's class of each frame, [..., 1]."""
-    flat = np.asarray(frames).reshape(-1, *frames.shape[-3:])
-    return class_probabilities(flat).argmax(-1).reshape(*frames.shape[:-3], 1)
-
-
 def tasks(pipe: StreamPipeline, count: int, seed: int, judge_dir: str | None) -> tuple[Task, Task, Task]:
     """The fidelity task, and a switch's before and after, for ``count`` streams."""
     if pipe.is_text:
@@ -109,11 +103,15 @@ def tasks(pipe: StreamPipeline, count: int, seed: int, judge_dir: str | None) ->
 
         pairs = switch_pairs(count, seed=seed)
         return task(evaluation_prompts(count, seed=seed)), task([a for a, _ in pairs]), task([b for _, b in pairs])
-    n = pipe.num_classes
+    n, classifier = pipe.num_classes, load_shapes_classifier()
     first, second = [i % n for i in range(count)], [(i + 1) % n for i in range(count)]
 
+    def read_class(frames: np.ndarray) -> np.ndarray:  # the shipped domain classifier's class of each frame
+        flat = np.asarray(frames).reshape(-1, *frames.shape[-3:])
+        return classifier.predict(classifier_input(flat, classifier)).numpy().reshape(*frames.shape[:-3], 1)
+
     def class_task(ids: list[int]) -> Task:
-        return Task(ids, np.array(ids, np.int64)[:, None], ("class",), class_judge, pipe.info.class_names)
+        return Task(ids, np.array(ids, np.int64)[:, None], ("class",), read_class, pipe.info.class_names)
 
     return class_task(first), class_task(first), class_task(second)
 
