@@ -481,8 +481,10 @@ def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: A
     pipe = get_pipeline(model, access=access)
     if not isinstance(pipe, StreamPipeline):
         raise InputError(f"{pipe.info.name} is not a streaming video model: use the Generate tab")
-    condition = {"prompt": page_prompt(pipe, prompt)} if pipe.is_text else {"class_ids": [
-        pipe.class_id(page_class(class_id))]}
+    if pipe.is_text:
+        condition = {"prompt": page_prompt(pipe, prompt)}
+    else:
+        condition = {"class_ids": [pipe.class_id(page_class(class_id))]}
     options = {"steps": parse_optional(STREAM_FIELDS["steps"], steps),
                "cfg_scale": parse_optional(STREAM_FIELDS["cfg_scale"], cfg_scale)}
     pipe.stream_config(**options)  # bad settings fail before anything starts
