@@ -80,6 +80,13 @@ def test_a_folder_is_described_by_what_it_records(listed, tiny_pipeline_dir, tmp
     assert "classes: ids 0..2 (no names recorded)" in entries["unnamed"]
 
 
+def test_a_text_streaming_folder_is_described_by_its_prompts(listed, tiny_text_stream_pipeline_dir) -> None:
+    code, entries, _ = listed(str(tiny_text_stream_pipeline_dir))
+    text = entries["tiny-text-stream"]
+    assert code == 0 and text.startswith("tiny-text-stream: prompt-conditioned streaming video for `vgen stream` "
+                                         "(16 px), block diffusion, 2-frame blocks")
+    assert 'prompts, e.g. "' in text and "classes" not in text and "switch recache" in text
+
 def test_an_unknown_model_gets_one_line(listed) -> None:
     code, entries, err = listed("nope")
     assert code == 2 and entries == {} and err.startswith("vgen: error: unknown model 'nope'")

@@ -128,7 +128,8 @@ def describe(name: str) -> str:
     info = pipeline_info(folder)
     if (folder / MODEL_FOLDER).is_dir():
         model = skeleton(folder / MODEL_FOLDER)
-        kind = (f"class-conditional streaming video for `vgen stream` ({info.image_size} px), block diffusion, "
+        what = "prompt-conditioned" if model.is_text else "class-conditional"
+        kind = (f"{what} streaming video for `vgen stream` ({info.image_size} px), block diffusion, "
                 f"{model.frames_per_block}-frame blocks, trained on {model.config.train_frames} frames")
         settings = dataclasses.asdict(StreamConfig(**merge_settings(info.defaults, {})))
     else:
@@ -143,7 +144,7 @@ def describe(name: str) -> str:
             kind += ", with a draft model" if order == MODEL_KINDS["continuous"] else ", with a draft head"
         settings = {"sampler": default_sampler(model),
                     **SamplingParams(**merge_settings(info.defaults, {})).to_dict()}
-    if getattr(model, "text_conditional", False):
+    if getattr(model, "text_conditional", False) or getattr(model, "is_text", False):
         examples = "; ".join(f'"{p}"' for p in info.example_prompts[:2]) or "none recorded"
         condition = f"prompts, e.g. {examples}"
     elif info.class_names:
