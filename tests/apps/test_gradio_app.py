@@ -319,6 +319,12 @@ def test_a_text_stream_refuses_an_empty_prompt_and_a_class_stream_ignores_the_pr
         "frame 2 / 2, class b")
 
 
+def test_a_text_streams_status_notes_the_prompts_unknown_words(stream, tiny_text_stream_pipeline_dir) -> None:
+    status = next(stream(str(tiny_text_stream_pipeline_dir), 0, 2, 0, "", "", "a red stars"))[1]
+    assert status.startswith('frame 2 / 2, prompt "a red stars", ')
+    assert "\n\n**Note:** the prompt's words this model does not know, read as unknown: stars (say 'star')" in status
+
+
 def test_the_streaming_tab_offers_a_text_model_its_example_prompts_and_a_class_model_the_class_box(
         access, tiny_text_stream_pipeline_dir, tiny_stream_pipeline_dir) -> None:
     text = stream_controls(str(tiny_text_stream_pipeline_dir), access)

@@ -459,7 +459,7 @@ def generate(model: str, sampler: str, class_id: Any, num_images: Any, seed: Any
     return image_grid(out.images, cols), amap, table, ar_grid, None
 
 
-def prompt_note(pipe: ImagePipeline, prompt: str | None) -> str:
+def prompt_note(pipe: ImagePipeline | StreamPipeline, prompt: str | None) -> str:
     """What the page adds under the stats about a prompt's words a word-level text encoder does not know (the
     warning the command line prints, :func:`~vgen.models.word_encoder.unknown_word_notes`); empty when none."""
     encoder = getattr(pipe, "text_encoder", None)
@@ -474,9 +474,10 @@ def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: A
                  access: ModelAccess = ModelAccess(), fps: int = 8
                  ) -> Iterator[tuple[Image.Image | None, str, str | None]]:
     """Stream a video of the class (a class model) or the prompt (a text model; the other field is not read):
-    after each block, its last frame (enlarged) and a progress line naming the block's class or prompt; at the end
-    (or once ``control`` stops it), the mp4 of every frame done, written in ``folder``. Empty ``steps`` or
-    ``cfg_scale`` keep the pipeline's defaults. Raises :class:`InputError` / ``ValueError`` on bad input."""
+    after each block, its last frame (enlarged) and a progress line naming the block's class or prompt (and the
+    prompt's unknown words, :func:`prompt_note`); at the end (or once ``control`` stops it), the mp4 of every frame
+    done, written in ``folder``. Empty ``steps`` or ``cfg_scale`` keep the pipeline's defaults. Raises
+    :class:`InputError` / ``ValueError`` on bad input."""
     num_frames, seed = (page_number(n, v) for n, v in [("num_frames", num_frames), ("seed", seed)])
     pipe = get_pipeline(model, access=access)
     if not isinstance(pipe, StreamPipeline):
@@ -498,7 +499,8 @@ def stream_video(model: str, class_id: Any, num_frames: Any, seed: Any, steps: A
             recached = f" ({block.recache_s * 1000:.0f} ms re-encoding the cache)" if block.recache_s else ""
             switched = f", switched here{recached}" if block.switched else ""
             status = (f"frame {block.start_frame + block.frames.shape[1]} / {num_frames}, {shown}, "
-                      f"{block.latency_s * 1000:.0f} ms for this block{switched}")
+                      f"{block.latency_s * 1000:.0f} ms for this block{switched}"
+                      + prompt_note(pipe, block.prompts[0] if block.prompts else None))
             yield frame, status, None
     done = writer.frames_written
     yield frame, f"{'stopped' if control.stopped else 'done'}: {done} frames", str(path) if done else None
