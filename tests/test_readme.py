@@ -62,12 +62,20 @@ def readme_commands(runnable: bool | None = None) -> list[list[str]]:
 
 
 def capped(argv: list[str]) -> list[str]:
-    """``argv`` with each count of :data:`CAPS` at most its cap, and ``--num-images 1`` for a ``sample`` that
-    gives none."""
+    """``argv`` with each count of :data:`CAPS` at most its cap, a ``--switch FRAME:VALUE``'s frame scaled as its
+    ``--frames`` is (so that it stays inside the stream), and ``--num-images 1`` for a ``sample`` that gives
+    none."""
     out = list(argv)
     for i, word in enumerate(out[:-1]):
         if word in CAPS:
             out[i + 1] = str(min(int(out[i + 1]), CAPS[word]))
+    if "--frames" in argv:
+        at = argv.index("--frames") + 1
+        written, kept = int(argv[at]), int(out[at])
+        for i, word in enumerate(out[:-1]):
+            if word == "--switch":
+                frame, colon, value = out[i + 1].partition(":")
+                out[i + 1] = f"{max(1, int(frame) * kept // written)}{colon}{value}"
     if out[0] == "sample" and "--num-images" not in out:
         out += ["--num-images", "1"]
     return out
@@ -77,6 +85,7 @@ def test_the_readme_has_commands_of_both_kinds() -> None:
     assert len(readme_commands(runnable=True)) >= 20 and len(readme_commands(runnable=False)) >= 4
     assert ["data", "render", "--kind", "images", "--num", "512", "--out", "real"] in readme_commands(True)
     assert capped(["stream", "--frames", "600"]) == ["stream", "--frames", "8"]
+    assert capped(["stream", "--switch", "80:3", "--frames", "160"]) == ["stream", "--switch", "4:3", "--frames", "8"]
     assert capped(["sample", "--frames", "3"]) == ["sample", "--frames", "3", "--num-images", "1"]
 
 
