@@ -135,6 +135,7 @@ def test_the_kl_fine_tune_starts_from_the_given_tokenizer_and_refits_the_latent_
     tuned = train_stream_kl(tmp_path / "kl", parts / "kl", parts / "data", train, num_clips=4, batch_size=4,
                             scenes=SCENES)
     assert isinstance(from_pretrained(tmp_path / "kl/export"), KLTokenizer)
+    assert json.loads((tmp_path / "kl/log.jsonl").read_text().splitlines()[0])["init_from"] == str(parts / "kl")
     assert tuned.config.latent_scale != from_pretrained(parts / "kl").config.latent_scale
 
 

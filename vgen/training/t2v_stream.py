@@ -103,7 +103,10 @@ def train_stream_kl(run_dir: str | Path, kl_dir: str | Path, data_dir: str | Pat
     start = load_kl(kl_dir)
     model = KLTokenizer(start.config)
     load_weights(model, start.state_dict(), source=str(kl_dir))
+    started = latest_checkpoint(run_dir) is None
     trainer = Trainer(model, train, run_dir, recipe, TrainingData.of(data_dir, scenes, frames))
+    if started:  # the log says what the run started from
+        trainer.log({"step": 0, "init_from": str(kl_dir)})
 
     def step_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
         return kl_loss(model, to_tensor(frames[np.sort(idx.numpy())]).to(train.device), recipe)
