@@ -130,13 +130,21 @@ def test_the_latents_are_encoded_once_into_the_cache(parts, monkeypatch) -> None
     assert (again == latents).all()
 
 
-def test_the_kl_fine_tune_starts_from_the_given_tokenizer_and_refits_the_latent_scale(parts, tmp_path) -> None:
+def test_the_kl_fine_tune_starts_from_the_given_tokenizer_and_reports_how_scenes_survive_it(parts, tmp_path,
+                                                                                               tiny_scene_judge):
     train = TrainConfig(steps=1, lr=1e-3, warmup_steps=1, bf16=False)
-    tuned = train_stream_kl(tmp_path / "kl", parts / "kl", parts / "data", train, num_clips=4, batch_size=4,
-                            scenes=SCENES)
-    assert isinstance(from_pretrained(tmp_path / "kl/export"), KLTokenizer)
-    assert json.loads((tmp_path / "kl/log.jsonl").read_text().splitlines()[0])["init_from"] == str(parts / "kl")
-    assert tuned.config.latent_scale != from_pretrained(parts / "kl").config.latent_scale
+    figures = train_stream_kl(tmp_path / "kl", parts / "kl", parts / "data", train, num_clips=4, batch_size=4,
+                              scenes=SCENES, judge=tiny_scene_judge, num_val=2)
+    tuned = from_pretrained(tmp_path / "kl/export")
+    assert tuned.config.latent_scale != from_pretrained(parts / "kl").config.latent_scale  # refitted
+    log = [json.loads(line) for line in (tmp_path / "kl/log.jsonl").read_text().splitlines()]
+    assert log[0]["init_from"] == str(parts / "kl") and log[-1] == json.loads(json.dumps(figures))
+    assert figures["steps"] == 1
+    for name in ("start", "tuned"):
+        assert set(figures[name]) == {"psnr", "real", "reconstructed"} and 0 < figures[name]["psnr"] < 100
+        assert set(figures[name]["reconstructed"]) == {"shape", "colour", "background"}
+    assert figures["start"]["real"] == figures["tuned"]["real"]  # the real frames are judged alike
+    assert figures["start"]["psnr"] != figures["tuned"]["psnr"]
 
 
 @pytest.mark.parametrize("field, value", [("noise_shift", 0.0), ("switch_share", 1.5), ("batch_size", 0)])

@@ -32,6 +32,7 @@ from vgen.data.clips import CLIP_PRESETS, ClipsConfig, recorded_clips_config
 from vgen.data.moving_scenes import evaluation_prompts
 from vgen.data.scenes import EXAMPLE_PROMPTS
 from vgen.data.shapes import BACKGROUND_KINDS, CLASS_NAMES, ShapesConfig, data_config, set_data_config
+from vgen.eval.classifier import load_scene_judge
 from vgen.hub import PIPELINE_CONFIG, from_pretrained
 from vgen.models.backbone import ROPE_KINDS
 from vgen.models.mar import MARConfig
@@ -478,11 +479,15 @@ def add_t2v_kl_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--tokenizer", default=str(CLASS_TEACHER / "kl"),
                    help="the KL tokenizer to fine-tune on moving-scene frames (--num-images counts clips, all "
                         "their frames used)")
+    t.add_argument("--num-val", type=int, default=32,
+                   help="validation clips on which the shipped scene judge reads shape, colour and background of "
+                        "real and reconstructed frames, for the starting and the tuned tokenizer (printed)")
 
 
 def run_t2v_kl(args: argparse.Namespace, train: TrainConfig) -> None:
-    train_stream_kl(args.run_dir, args.tokenizer, args.data_dir, train, num_clips=args.num_images,
-                    batch_size=args.batch_size, max_minutes=args.max_minutes, workers=os.cpu_count() or 2)
+    print(json.dumps(train_stream_kl(args.run_dir, args.tokenizer, args.data_dir, train, num_clips=args.num_images,
+                                     batch_size=args.batch_size, max_minutes=args.max_minutes,
+                                     workers=os.cpu_count() or 2, judge=load_scene_judge(), num_val=args.num_val)))
 
 
 def add_t2v_stream_args(t: argparse.ArgumentParser) -> None:

@@ -39,8 +39,10 @@ from tqdm.auto import tqdm
 
 from vgen.data.moving_scenes import MovingScenesConfig, cached_moving_scenes, caption_vocabulary
 from vgen.data.shapes import to_tensor
+from vgen.eval.quality import attribute_accuracy
 from vgen.hub import ASSETS, CheckpointError, from_pretrained, load_weights, save_pretrained
 from vgen.models.blockdiff import BlockDiffConfig, BlockDiffusionTransformer, start_from_class
+from vgen.models.classifier import AttributeClassifier
 from vgen.models.word_encoder import SPECIAL_WORDS, WordEncoderConfig, WordTextEncoder
 from vgen.samplers.streaming import BlockStreamer, StreamBlock, StreamConfig
 from vgen.tokenizers.kl import KLTokenizer
@@ -93,11 +95,12 @@ def moving_frames(data_dir: str | Path, num_clips: int, scenes: MovingScenesConf
 
 def train_stream_kl(run_dir: str | Path, kl_dir: str | Path, data_dir: str | Path, train: TrainConfig,
                     num_clips: int = STREAM_KL_RUN.num_items, batch_size: int = STREAM_KL_RUN.batch_size,
-                    scenes: MovingScenesConfig = SCENES, max_minutes: float | None = None,
-                    workers: int = 1) -> KLTokenizer:
+                    scenes: MovingScenesConfig = SCENES, max_minutes: float | None = None, workers: int = 1,
+                    judge: AttributeClassifier | None = None, num_val: int = 32) -> dict:
     """Fine-tune (or resume fine-tuning) the KL tokenizer in ``kl_dir`` on the frames of ``num_clips`` moving
     scenes with the KL recipe's loss; the EMA weights, with the latent scale refitted to the scenes, are exported to
-    ``run_dir/export``."""
+    ``run_dir/export``. Returns the steps trained and, with a scene ``judge``, the :func:`tokenizer_fidelity` of
+    the starting and the tuned tokenizer on ``num_val`` validation clips (logged too)."""
     frames = moving_frames(data_dir, num_clips, scenes, workers)
     recipe = KLRecipe(num_images=len(frames), batch_size=batch_size)
     start = load_kl(kl_dir)
@@ -116,7 +119,41 @@ def train_stream_kl(run_dir: str | Path, kl_dir: str | Path, data_dir: str | Pat
     exported = KLTokenizer(replace(start.config, latent_scale=fit_latent_scale(tuned, frames[:recipe.scale_images])))
     exported.load_state_dict(tuned.state_dict())
     save_pretrained(exported.eval(), Path(run_dir) / "export")
-    return exported
+    figures: dict = {"steps": trainer.step}
+    if judge is not None:
+        clips, _, attributes = cached_moving_scenes(data_dir, "val", num_val, scenes, workers=workers)
+        judge = judge.cpu().eval()
+        for name, kl in (("start", start), ("tuned", exported)):
+            figures[name] = tokenizer_fidelity(kl.to(train.device), judge, clips, attributes)
+    trainer.log(figures)
+    return figures
+
+
+FIDELITY_ATTRIBUTES = ("shape", "colour", "background")  # what a moving clip keeps in every frame
+
+
+@torch.no_grad()
+def tokenizer_fidelity(kl: KLTokenizer, judge: AttributeClassifier, clips: np.ndarray, attributes: np.ndarray,
+                       batch_size: int = 4) -> dict:
+    """How well moving scenes survive the tokenizer: the mean PSNR (dB, uint8 frames) of its reconstructions of
+    every frame of ``clips`` (uint8 [N, T, S, S, 3]), and the share of real and of reconstructed frames whose shape,
+    colour and background the scene ``judge`` (on the CPU) reads as the clip's ``attributes`` ([N, >= 5], the
+    scene's first). The tokenizer runs where it lies."""
+    kl.eval()
+    device = next(kl.parameters()).device
+    frames = np.asarray(clips).reshape(-1, *clips.shape[2:])
+    step = batch_size * clips.shape[1]
+    rebuilt = np.concatenate([
+        ((kl.decode_frames(kl.encode_frames(clips_to_tensor(frames[i:i + step]).to(device))).clamp(-1, 1) + 1)
+         * 127.5 + 0.5).to(torch.uint8).cpu().numpy()
+        for i in range(0, len(frames), step)])
+    mse = ((frames.astype(np.float64) - rebuilt) ** 2).reshape(len(frames), -1).mean(1)
+    wanted = np.repeat(np.asarray(attributes)[:, :len(judge.config.names)], clips.shape[1], axis=0)
+    figures = {"psnr": float(np.mean(10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-10))))}
+    for name, images in (("real", frames), ("reconstructed", rebuilt)):
+        read = attribute_accuracy(judge, images, wanted)
+        figures[name] = {a: read[a] for a in FIDELITY_ATTRIBUTES}
+    return figures
 
 
 def cached_moving_latents(kl_dir: str | Path, data_dir: str | Path, count: int, cache_dir: str | Path,
