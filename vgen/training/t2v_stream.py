@@ -238,6 +238,7 @@ def model_folders(folder: str | Path) -> tuple[Path, Path | None]:
 
 
 def load_blockdiff(folder: str | Path, device: str = "cpu") -> BlockDiffusionTransformer:
+    """The block-diffusion model in ``folder``, or a :class:`~vgen.hub.CheckpointError` naming the folder."""
     model = from_pretrained(folder, map_location=device)
     if not isinstance(model, BlockDiffusionTransformer):
         raise CheckpointError(f"{folder} holds a {type(model).__name__}, not a block-diffusion model")
@@ -371,16 +372,14 @@ def train_t2v_stream(run_dir: str | Path, data_dir: str | Path, train: TrainConf
         torch.manual_seed(train.seed)  # the text model's own tensors and the new words' rows
         net = start_text_stream(init_from, text_encoder_from)
     config = net.model.config
-    kl = load_kl(tokenizer_dir)
-    kl.check_latent_frames(config.frame_size, config.channels)
+    load_kl(tokenizer_dir).check_latent_frames(config.frame_size, config.channels)
     latents, captions = cached_moving_latents(tokenizer_dir, data_dir, recipe.num_clips, run_dir, "train", scenes,
                                               workers, device=train.device)
     if latents.shape[1] < config.train_frames:
         raise ValueError(f"clips of {latents.shape[1]} frames do not fit a model of {config.train_frames} frames")
     word_ids = net.text_encoder.tokenize(captions)
     started = latest_checkpoint(run_dir) is None
-    trainer = Trainer(net, train, run_dir, recipe, TrainingData.of(data_dir, scenes, latents,
-                                                                   word_ids))
+    trainer = Trainer(net, train, run_dir, recipe, TrainingData.of(data_dir, scenes, latents, word_ids))
     model, encoder = trainer.model.model, trainer.model.text_encoder
     if started:  # the log says what the run started from
         trainer.log({"step": 0, "init_from": str(teacher if teacher is not None else init_from),
