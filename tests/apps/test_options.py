@@ -20,6 +20,7 @@ from vgen.apps.options import (
     sampling_overrides,
     shows_default,
     stream_flags,
+    stream_settings,
 )
 from vgen.apps.train_cli import RECIPES
 from vgen.samplers.options import declarations, declared_options
@@ -48,13 +49,20 @@ def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     ("sample-many", sampling_options() + SAMPLER_OPTIONS + STREAM_FLAGS),
     ("bench", sampling_options()),
     ("quality", sampling_options() + STREAM_FLAGS),
-    ("stream", STREAM_OPTIONS),
+    ("stream", stream_settings()),
 ], ids=["sample", "sample-many", "bench", "quality", "stream"])
 def test_each_declared_option_is_a_flag_with_its_help_and_no_default(command, options) -> None:
     available = flags(subcommand(command))
     for o in options:
         action = available[o.flag]
         assert (action.dest, action.default) == (o.name, None) and action.help.startswith(o.help.rstrip(")"))
+
+
+def test_the_stream_switch_mode_is_its_own_flag_beside_the_switches() -> None:
+    available = flags(subcommand("stream"))
+    mode = next(o for o in STREAM_OPTIONS if o.name == "switch")
+    assert available["--switch-mode"].default is None and available["--switch-mode"].help.startswith(mode.spec.help)
+    assert available["--switch"].dest == "switches"
 
 
 def help_of(parser: argparse.ArgumentParser, flag: str) -> str:
@@ -165,11 +173,11 @@ def test_train_flags_default_to_the_recipes_own_settings(what) -> None:
 
 def test_only_the_video_text_to_image_and_continuous_recipes_train_off_the_cpu(capsys, monkeypatch) -> None:
     assert {what for what, r in RECIPES.items() if r.off_cpu} == {"mar", "nbp", "nar", "blockdiff", "t2i",
-                                                                  "scene-judge"}
+                                                                  "scene-judge", "t2v-kl", "t2v-stream"}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device cuda is a device this machine has
     assert main(["train", "classifier", "--device", "cuda"]) == 2
-    assert ("only the recipes mar, nbp, nar, blockdiff, t2i, scene-judge, ar --video train off the CPU"
-            in capsys.readouterr().err)
+    assert ("only the recipes mar, nbp, nar, blockdiff, t2i, scene-judge, t2v-kl, t2v-stream, ar --video train off "
+            "the CPU" in capsys.readouterr().err)
 
 
 def test_package_takes_the_declared_sampling_settings_as_the_recommended_ones() -> None:
