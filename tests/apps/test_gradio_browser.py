@@ -167,6 +167,8 @@ def test_a_prompt_switch_in_the_browser_reaches_the_stream_at_its_next_block(tin
         assert_not_blank(latest)
         page.screenshot(path=str(screenshot), full_page=True)
         page.get_by_role("button", name="Stop", exact=True).click()
-        page.get_by_text(re.compile(r"stopped: \d+ frames")).wait_for(timeout=120_000)
+        # the tiny model may finish its frames before Stop lands on a loaded machine (Stop itself is the class
+        # streaming test's subject): either way the page ends with the video of the frames done
+        page.get_by_text(re.compile(r"(stopped|done): \d+ frames")).wait_for(timeout=120_000)
         page.locator("video").first.wait_for(state="visible", timeout=30_000)
     assert screenshot.stat().st_size > 10_000
