@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from vgen.data.moving_scenes import MovingScenesConfig
+from vgen.data.moving_scenes import MovingScenesConfig, cached_moving_scenes
 from vgen.data.moving_scenes import caption_vocabulary as moving_words
 from vgen.data.scenes import caption_vocabulary as scene_words
 from vgen.hub import from_pretrained, save_pretrained
@@ -24,6 +24,7 @@ from vgen.training.t2v_stream import (
     cached_moving_latents,
     export,
     extend_vocabulary,
+    fit_caption_pool,
     start_text_stream,
     stream_vocabulary,
     train_stream_kl,
@@ -85,11 +86,45 @@ def test_a_teacher_starts_from_the_class_model_with_the_caption_in_place_of_the_
                for name in set(own) - set(source.state_dict()))
 
 
+def test_a_fitted_caption_pool_makes_a_fresh_teacher_the_class_model_of_each_captions_shape(parts) -> None:
+    """Fitted on the training captions, the pooled caption's projection gives every caption its shape's class row
+    (so the text model's velocity is the class model's for that shape) and the null caption the null row."""
+    net = start_text_stream(parts / "class", parts / "t2i_encoder").eval()
+    source = from_pretrained(parts / "class/blockdiff").eval()
+    _, captions, attributes = cached_moving_scenes(parts / "data", "train", RECIPE.num_clips, SCENES)
+    shapes = torch.as_tensor(attributes[:, 0])
+    # 8 captions and 16 features: a near-exact fit with a small ridge
+    assert fit_caption_pool(net.model, source, net.text_encoder, captions, shapes, ridge=1e-6) == 1.0
+    torch.manual_seed(1)
+    frames, sigma = torch.randn(len(captions), 4, 4, 4, 2), torch.rand(len(captions), 2)
+    cond = net.text_encoder.condition(captions)
+    with torch.no_grad():
+        torch.testing.assert_close(net.model(frames, sigma, cond), source(frames, sigma, shapes), atol=2e-3, rtol=0)
+        torch.testing.assert_close(net.model(frames, sigma, net.model.null_condition(cond)),
+                                   source(frames, sigma, torch.full_like(shapes, CLASS.num_classes)),
+                                   atol=2e-3, rtol=0)
+
+
+def test_a_caption_pool_fit_needs_one_class_per_caption_among_the_class_models(parts) -> None:
+    net = start_text_stream(parts / "class", parts / "t2i_encoder")
+    source = from_pretrained(parts / "class/blockdiff")
+    with pytest.raises(ValueError, match="2 captions but 1 classes"):
+        fit_caption_pool(net.model, source, net.text_encoder, ["a red star", "a blue ring"], [0])
+    with pytest.raises(ValueError, match=r"classes must be ids in \[0, 8\)"):
+        fit_caption_pool(net.model, source, net.text_encoder, ["a red star"], [8])
+
+
 def test_two_teacher_steps_train_the_encoder_with_the_transformer_and_export_both(parts, tmp_path) -> None:
     start = start_text_stream(parts / "class", parts / "t2i_encoder")
     teacher_run(parts, tmp_path / "run")
     log = [json.loads(line) for line in (tmp_path / "run/log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if "loss" in r] == [1, 2] and log[0]["init_from"] == str(parts / "class")
+    _, captions, attributes = cached_moving_scenes(parts / "data", "train", RECIPE.num_clips, SCENES)
+    torch.manual_seed(TRAIN.seed)  # the run's own start
+    fresh = start_text_stream(parts / "class", parts / "t2i_encoder")
+    fitted = fit_caption_pool(fresh.model, from_pretrained(parts / "class/blockdiff"), fresh.text_encoder, captions,
+                              attributes[:, 0])
+    assert log[0]["caption_pool_fit"] == fitted  # a teacher from a class model starts from its shapes' rows
     encoder, model = (from_pretrained(tmp_path / "run/export" / name) for name in ("text_encoder", "blockdiff"))
     assert isinstance(encoder, WordTextEncoder) and model.is_text
     assert not torch.equal(encoder.embed.weight, start.text_encoder.embed.weight)

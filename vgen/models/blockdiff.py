@@ -347,11 +347,14 @@ class BlockDiffusionTransformer(ClassConditional, nn.Module):
         :meth:`_caption`)."""
         c = self.config
         t_emb = self.time_mlp(timestep_embedding(sigma, c.dim).to(self.patch_embed.weight.dtype))
-        if caption is None:
-            cls = self.class_embedding(cond)
-        else:
-            cls = self.text_pool(caption.values.sum(1) / caption.mask.sum(1, keepdim=True).to(caption.values.dtype))
+        cls = self.class_embedding(cond) if caption is None else self.text_pool(self.pooled_caption(caption))
         return t_emb + (cls[:, None] if cls.ndim == 2 else cls)
+
+    @staticmethod
+    def pooled_caption(caption: PrefixCondition) -> torch.Tensor:
+        """The masked mean of a caption's features [B, text_dim]: what ``text_pool`` projects into the class
+        row's place."""
+        return caption.values.sum(1) / caption.mask.sum(1, keepdim=True).to(caption.values.dtype)
 
     def _check(self, frames: torch.Tensor, cond: Condition) -> None:
         c = self.config

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vgen.data.moving_scenes import MovingScenesConfig, cached_moving_scenes, caption_vocabulary
+from vgen.data.moving_scenes import ATTRIBUTES, MovingScenesConfig, cached_moving_scenes, caption_vocabulary
 from vgen.data.shapes import to_tensor
 from vgen.eval.quality import attribute_accuracy
 from vgen.hub import ASSETS, CheckpointError, from_pretrained, load_weights, save_pretrained
@@ -265,6 +265,37 @@ def start_text_stream(init_from: str | Path, text_encoder_from: str | Path = T2I
     return TextStreamModel(encoder, model)
 
 
+def fit_caption_pool(model: BlockDiffusionTransformer, class_model: BlockDiffusionTransformer,
+                     encoder: WordTextEncoder, captions: Sequence[str], classes: Sequence[int],
+                     ridge: float = 1e-2) -> float:
+    """Set the text model's ``text_pool`` to the ridge least-squares map from the captions' pooled encoder
+    features to ``class_model``'s rows of their classes, and the null caption's to the null row (weighted as the
+    share of captions training drops), so a text model fresh from a class model draws each caption's shape from
+    its first step; only colour, background, size and motion are left to learn. Returns the share of captions
+    whose mapped row is nearest their class's row."""
+    classes = torch.as_tensor(np.asarray(classes), dtype=torch.long)
+    if len(classes) != len(captions):
+        raise ValueError(f"{len(captions)} captions but {len(classes)} classes")
+    rows = class_model.class_embedding.weight.detach().float()
+    null_row = len(rows) - 1
+    if len(classes) and not 0 <= int(classes.min()) <= int(classes.max()) < null_row:
+        raise ValueError(f"classes must be ids in [0, {null_row}), got {classes.min()}..{classes.max()}")
+    with torch.no_grad():
+        pooled = model.pooled_caption(encoder.condition(captions)).float()
+        null = model.null_caption.detach().float().mean(0, keepdim=True)
+    null_weight = math.sqrt(max(model.config.class_dropout_prob, 1e-3) * len(captions))
+    features = torch.cat([torch.cat([pooled, null * null_weight]),
+                          torch.cat([torch.ones(len(pooled), 1), torch.full((1, 1), null_weight)])], 1)
+    targets = torch.cat([rows[classes], rows[null_row:] * null_weight])
+    gram = features.T @ features + ridge * torch.eye(features.shape[1])
+    solution = torch.linalg.solve(gram, features.T @ targets)  # [text_dim + 1, dim]: weight rows, then bias
+    with torch.no_grad():
+        model.text_pool.weight.copy_(solution[:-1].T)
+        model.text_pool.bias.copy_(solution[-1])
+    mapped = torch.cat([pooled, torch.ones(len(pooled), 1)], 1) @ solution
+    return float((torch.cdist(mapped, rows).argmin(1) == classes).float().mean())
+
+
 def export(model: TextStreamModel, folder: str | Path) -> Path:
     """Write the text encoder and the transformer as two model folders (``text_encoder/``, ``blockdiff/``)."""
     folder = Path(folder)
@@ -375,15 +406,21 @@ def train_t2v_stream(run_dir: str | Path, data_dir: str | Path, train: TrainConf
     load_kl(tokenizer_dir).check_latent_frames(config.frame_size, config.channels)
     latents, captions = cached_moving_latents(tokenizer_dir, data_dir, recipe.num_clips, run_dir, "train", scenes,
                                               workers, device=train.device)
+    started = latest_checkpoint(run_dir) is None
+    source = load_blockdiff(model_folders(init_from)[0]) if teacher is None and started else None
+    fitted = None
+    if source is not None and not source.is_text:  # a new teacher from a class model: each caption's shape's row
+        shapes = cached_moving_scenes(data_dir, "train", recipe.num_clips, scenes)[2][:, ATTRIBUTES.index("shape")]
+        fitted = fit_caption_pool(net.model, source, net.text_encoder, captions, shapes)
     if latents.shape[1] < config.train_frames:
         raise ValueError(f"clips of {latents.shape[1]} frames do not fit a model of {config.train_frames} frames")
     word_ids = net.text_encoder.tokenize(captions)
-    started = latest_checkpoint(run_dir) is None
     trainer = Trainer(net, train, run_dir, recipe, TrainingData.of(data_dir, scenes, latents, word_ids))
     model, encoder = trainer.model.model, trainer.model.text_encoder
     if started:  # the log says what the run started from
         trainer.log({"step": 0, "init_from": str(teacher if teacher is not None else init_from),
-                     **({"teacher_cfg": teacher_cfg} if teacher_model is not None else {})})
+                     **({"teacher_cfg": teacher_cfg} if teacher_model is not None else {}),
+                     **({"caption_pool_fit": fitted} if fitted is not None else {})})
     fpb = config.frames_per_block
     rollouts = None
     if recipe.rollout_share:  # streams whose context (a sink block and a window) fills the trained frames
