@@ -6,8 +6,8 @@ streaming model, every frame read by a judge (:mod:`vgen.eval.switching`).
    and the share of streams whose motion and size change read back as asked (:mod:`vgen.eval.motion`).
 2. **switches**: for each of ``--modes`` (``StreamConfig.switch``), the ``--streams`` switch pairs
    (:func:`~vgen.data.moving_scenes.switch_pairs`: a new shape in a new colour, all else kept), each one stream of
-   ``--frames`` frames switched once at ``--switch-frame``; every mode draws the same noise, so the frames before
-   the switch are the same. The share switched within 8 frames, the median latency, the cut spike and the flicker
+   ``--frames`` frames switched once at ``--switch-frame`` to its own new prompt (``--batch-size`` streams drawn
+   together); every mode draws the same noise, so the frames before the switch are the same. The share switched within 8 frames, the median latency, the cut spike and the flicker
    from 8 frames after the switch, beside the spikes of ``--real`` real moving-scene clips of as many frames
    (at the switch frame, and the largest of each clip) for reference.
 3. **drift**: ``--long-streams`` streams of ``--long-frames`` frames; the share of right frames in each of 10
@@ -160,28 +160,36 @@ def fidelity_figures(pipe: StreamPipeline, task: Task, args: argparse.Namespace)
     return figures
 
 
-def switched_stream(pipe: StreamPipeline, first, second, num_frames: int, switch_frame: int, seed: int,
-                    mode: str) -> np.ndarray:
-    """One stream of ``first`` switched to ``second`` at ``switch_frame`` in ``mode``: uint8 [T, S, S, 3]."""
-    blocks = pipe.stream_blocks(num_frames=num_frames, seed=seed, switches={switch_frame: second}, switch=mode,
-                                batch_size=1, **request(pipe, [first]))
-    return np.concatenate([b.frames[0] for b in blocks])
+def switched_streams(pipe: StreamPipeline, first: Sequence, second: Sequence, num_frames: int, switch_frame: int,
+                     seed: int, mode: str) -> np.ndarray:
+    """Streams of ``first`` (one target each) switched each to its ``second`` at ``switch_frame`` in ``mode``,
+    drawn together: uint8 [N, T, S, S, 3]."""
+    blocks = pipe.stream_blocks(num_frames=num_frames, seed=seed, switches={switch_frame: list(second)}, switch=mode,
+                                batch_size=len(first), **request(pipe, first))
+    return np.concatenate([b.frames for b in blocks], axis=1)
 
 
 def switch_figures(pipe: StreamPipeline, before: Task, after: Task, args: argparse.Namespace) -> dict:
     """Each mode's :func:`switch_summary` over the switch pairs (with every stream's latency), and the share of
-    streams whose frames before the switch are the same in every mode (1.0: the modes are compared pairwise)."""
+    streams whose frames before the switch are the same in every mode (1.0: the modes are compared pairwise).
+    ``--batch-size`` streams are drawn at once (seed + first index), each switching to its own target."""
     modes, first_frames, same = {}, [], []
+    count = len(before.targets)
     for mode in args.modes:
         records = []
-        for i in tqdm(range(len(before.targets)), desc=f"switch ({mode})", unit="stream"):
-            video = switched_stream(pipe, before.targets[i], after.targets[i], args.frames, args.switch_frame,
-                                    args.seed + i, mode)
-            if mode == args.modes[0]:
-                first_frames.append(video[:args.switch_frame])
-            else:
-                same.append(np.array_equal(first_frames[i], video[:args.switch_frame]))
-            records.append(measure_switch(after.judge(video), video, after.wanted[i], args.switch_frame))
+        with tqdm(total=count, desc=f"switch ({mode})", unit="stream") as bar:
+            for start in range(0, count, args.batch_size):
+                rows = slice(start, start + args.batch_size)
+                videos = switched_streams(pipe, before.targets[rows], after.targets[rows], args.frames,
+                                          args.switch_frame, args.seed + start, mode)
+                if mode == args.modes[0]:
+                    first_frames.extend(videos[:, :args.switch_frame])
+                else:
+                    same.extend(np.array_equal(first_frames[start + i], v[:args.switch_frame])
+                                for i, v in enumerate(videos))
+                records.extend(measure_switch(after.judge(v), v, after.wanted[start + i], args.switch_frame)
+                               for i, v in enumerate(videos))
+                bar.update(len(videos))
         modes[mode] = {**switch_summary(records), "latencies": [r["latency"] for r in records]}
     return {"modes": modes, "paired_before_switch": float(np.mean(same)) if same else None}
 
@@ -282,7 +290,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--speed-every", type=int, default=80, help="frames between the speed stream's switches (0: none)")
     p.add_argument("--real", type=int, default=64, help="real clips for the reference spikes")
     p.add_argument("--parts", default=",".join(PARTS), help=f"figures to measure, comma-separated of {PARTS}")
-    p.add_argument("--batch-size", type=int, default=16, help="streams drawn at once (fidelity, drift)")
+    p.add_argument("--batch-size", type=int, default=16, help="streams drawn at once (fidelity, switch, drift)")
     p.add_argument("--judge", default=None, help="a scene judge folder (default: the shipped shapes-scene-judge)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)

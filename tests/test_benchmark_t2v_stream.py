@@ -43,11 +43,13 @@ def test_a_dry_run_writes_every_figure(benchmark_module, tiny_text_stream_pipeli
 def test_a_class_stream_switches_class(benchmark_module, tiny_stream_pipeline_dir, tmp_path):
     bench = benchmark_module("t2v_stream")
     out = tmp_path / "t2v.json"
-    assert bench.main(["--model", str(tiny_stream_pipeline_dir), "--parts", "switch", "--streams", "1", "--frames",
-                       "6", "--switch-frame", "4", "--modes", "plain,reset", "--real", "1", "--out", str(out)]) == 0
+    assert bench.main(["--model", str(tiny_stream_pipeline_dir), "--parts", "switch", "--streams", "3", "--frames",
+                       "6", "--switch-frame", "4", "--modes", "plain,reset", "--real", "1", "--batch-size", "2",
+                       "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["judged"] == ["class"] and list(record) == ["model", "threads", "judged", "seed", "switch"]
-    assert record["switch"]["paired_before_switch"] == 1.0
+    assert record["switch"]["paired_before_switch"] == 1.0  # batches of 2 and 1, the same noise in each mode
+    assert all(len(mode["latencies"]) == 3 for mode in record["switch"]["modes"].values())
 
 
 def test_the_table_reads_the_record(benchmark_module):

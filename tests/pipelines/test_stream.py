@@ -163,6 +163,14 @@ def test_a_class_pipeline_switches_to_classes_by_id_or_name(pipe) -> None:
     assert pipe([0], num_frames=4, switches=[(2, 1)]).class_ids == [0]
     last_wins = list(pipe.stream_blocks(0, 6, switches={4: 1, 5: 2}, seed=1))  # frames 4 and 5: one block
     assert [b.class_ids for b in last_wins] == [[0], [0], [2]]
+    each = list(pipe.stream_blocks([0, 1], 6, switches={2: ["c", 0]}, seed=1))  # one target per stream
+    assert [b.class_ids for b in each] == [[0, 1], [2, 0], [2, 0]]
+
+
+def test_each_text_stream_may_switch_to_its_own_prompt(text_pipe) -> None:
+    first, second, third = TINY_TEXT_STREAM_PROMPTS
+    blocks = list(text_pipe.stream_blocks(prompt=[first, first], num_frames=6, switches={2: [second, third]}))
+    assert [b.prompts for b in blocks] == [[first, first], [second, third], [second, third]]
 
 
 CLASS_ONLY = "^tiny-stream is class-conditional: give class ids or names, not a prompt$"
@@ -180,6 +188,13 @@ CLASS_ONLY = "^tiny-stream is class-conditional: give class ids or names, not a 
      "^switch at frame 4: tiny-text-stream is prompt-conditioned: give a prompt, not the class 2$"),
     (lambda p, t: t.stream(prompt="a red star", num_frames=8, switches={4: "\t"}),
      "^the prompt of the switch at frame 4 is empty"),
+    (lambda p, t: t.stream_blocks(prompt=["a red star"] * 2, num_frames=8, switches={4: ["a blue ring", 2]}),
+     "^switch at frame 4: tiny-text-stream is prompt-conditioned: give a prompt, not the class 2$"),
+    (lambda p, t: t.stream_blocks(prompt=["a red star"] * 2, num_frames=8, switches={4: ["a blue ring", ""]}),
+     "^the prompt of the switch at frame 4 is empty"),
+    (lambda p, t: t.stream_blocks(prompt=["a red star"] * 2, num_frames=8, switches={4: ["a blue ring"]}),
+     "^switch at frame 4: 1 targets for 2 videos; give one target for all or one per video$"),
+    (lambda p, t: p.stream_blocks([0, 1], num_frames=8, switches={4: [1, "x"]}), "^unknown class 'x' for tiny-stream"),
     (lambda p, t: p.stream(0, num_frames=8, switches={8: 1}),
      r"^switch at frame 8: a switch frame must lie in 1\.\.7 \(the stream has 8 frames\)$"),
     (lambda p, t: p.stream(0, num_frames=8, switches={0: 1}), "^switch at frame 0: a switch frame must lie in 1..7"),

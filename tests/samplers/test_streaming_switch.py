@@ -100,6 +100,27 @@ def test_a_text_stream_switches_prompt_and_each_block_names_the_prompt_it_was_dr
     assert not np.array_equal(blocks[5].frames, unswitched[5].frames)
 
 
+@pytest.mark.parametrize("mode", ["recache", "plain"])
+def test_each_stream_may_switch_to_its_own_target_and_draws_what_it_would_under_a_shared_switch(tiny_blockdiff,
+                                                                                                   mode) -> None:
+    """Rows are independent: a batch switching to (2, 0) draws row 0 as a batch switching both to 2 does, and row
+    1 as a batch switching both to 0 does."""
+    tiny_blockdiff.eval()
+    each, _, _ = run_recorded(tiny_blockdiff, mode, switches=[(9, [2, 0])])
+    for row, target in ((0, 2), (1, 0)):
+        shared, _, _ = run_recorded(tiny_blockdiff, mode, switches=[(9, target)])
+        for a, b in zip(each, shared, strict=True):
+            assert np.abs(a.frames[row].astype(int) - b.frames[row].astype(int)).max() <= 1
+    assert [b.class_ids for b in each] == [[0, 1]] * 4 + [[2, 0]] * 2 and each[4].switched
+
+
+def test_a_text_stream_switches_each_stream_to_its_own_prompt(tiny_text_blockdiff) -> None:
+    model, words = tiny_text_blockdiff
+    first, second, third = "a red star on a white background", "a blue ring moving right", "a green heart"
+    blocks, _, _ = run_recorded(model, "recache", [first, first], [(9, [second, third])], words.condition)
+    assert [b.prompts for b in blocks] == [[first, first]] * 4 + [[second, third]] * 2
+
+
 @pytest.mark.parametrize("targets, switches, message", [
     ([1], (), r"^the model is prompt-conditioned: give a prompt, not the class id 1$"),
     (["a red star"], [(4, 2)], r"^the model is prompt-conditioned: give a prompt, not the class id 2$"),
@@ -189,6 +210,8 @@ def test_a_cancel_during_the_recache_yields_nothing_more(tiny_blockdiff, monkeyp
     ([(6, 1), (2, 2)], "^switch at frame 2 comes after the switch at frame 6"),
     ([(2, "a red star")], "^the model is class-conditional: give a class id, not the prompt 'a red star'$"),
     ([(2, 5)], "^class id 5 is out of range for a model with 3 classes"),
+    ([(2, [1, 2])], r"^switch at frame 2: 2 targets for 1 videos; give one target for all or one per video$"),
+    ([(2, [5])], "^class id 5 is out of range for a model with 3 classes"),
 ])
 def test_bad_switches_are_refused_before_any_block(tiny_blockdiff, monkeypatch, switches, message) -> None:
     def never(*args):

@@ -19,6 +19,7 @@ from vgen.samplers.options import Option, short_repr
 from vgen.samplers.streaming import check_switch_frames
 
 ClassLabel = int | str  # a class id, or one of the pipeline's class names
+SwitchTarget = ClassLabel | list[ClassLabel]  # a stream switch's class or prompt: one for all streams, or one each
 MAX_SAMPLES = 10**7  # the most images, clips or frames a call or command asks for: far beyond an evaluation's
 # count, yet a bound that keeps an absurd one (1e30) from building a list of that length before any work
 SEED = Option("seed of the random generator", at_least=0, below=2**64)
@@ -219,8 +220,9 @@ def check_switches(switches: Mapping[int, Any] | Sequence[tuple[int, Any]], num_
     """The (frame, target) pairs of a stream's switches (a ``{frame: target}`` mapping or a sequence of pairs), in
     the order given: each frame an integer inside the stream and the frames strictly increasing as given (never
     sorted: a switch out of order is a mistake to report; :func:`~vgen.samplers.streaming.check_switch_frames`),
-    and a prompt target non-blank (control characters taken out, as :func:`check_prompts` does). Each bad switch
-    is a ValueError naming it. What a target may be (a class or a prompt) is the model's to say."""
+    and a prompt target non-blank (control characters taken out, as :func:`check_prompts` does). A target is one
+    for every stream or a list of one per stream. Each bad switch is a ValueError naming it. What a target may be
+    (a class or a prompt) is the model's to say."""
     if isinstance(switches, Mapping):
         pairs = list(switches.items())
     elif isinstance(switches, Iterable) and not isinstance(switches, (str, bytes)):
@@ -241,8 +243,13 @@ def check_switches(switches: Mapping[int, Any] | Sequence[tuple[int, Any]], num_
             raise ValueError(f"switches[{i}]: the frame must be an integer, got {short_repr(frame)}") from None
         checked.append((frame, target))
     check_switch_frames([frame for frame, _ in checked], num_frames)
-    return [(frame, check_prompts(target, f"the prompt of the switch at frame {frame}", many=False)[0]
-             if isinstance(target, str) else target) for frame, target in checked]
+
+    def cleaned(frame: int, target: Any) -> Any:
+        return (check_prompts(target, f"the prompt of the switch at frame {frame}", many=False)[0]
+                if isinstance(target, str) else target)
+
+    return [(frame, [cleaned(frame, t) for t in target] if isinstance(target, (list, tuple)) else
+             cleaned(frame, target)) for frame, target in checked]
 
 def _scalar(x: Any) -> bool:
     """Whether ``x`` is a 0-d array or tensor (one class id, though it has ``__iter__``)."""

@@ -27,6 +27,7 @@ from vgen.pipelines.inputs import (
     DEFAULT_BATCH_SIZE,
     ClassConditional,
     ClassLabel,
+    SwitchTarget,
     check_batch_size,
     check_count,
     check_generator,
@@ -146,19 +147,24 @@ class StreamPipeline(ClassConditional):
             raise ValueError(f"{self.info.name} is prompt-conditioned: give a prompt{examples}")
         return list(check_prompts(prompt))
 
-    def switch_list(self, switches: Mapping[int, ClassLabel | str] | None, num_frames: int) -> list[tuple[int, Target]]:
-        """``switches`` as (frame, target) pairs (:func:`~vgen.pipelines.inputs.check_switches`): class ids or
-        names resolved to ids for a class pipeline, prompts for a text pipeline; the wrong kind is refused."""
+    def switch_list(self, switches: Mapping[int, SwitchTarget] | None,
+                    num_frames: int) -> list[tuple[int, Target | list[Target]]]:
+        """``switches`` as (frame, target) pairs (:func:`~vgen.pipelines.inputs.check_switches`; a target is one
+        for every stream or a list of one per stream): class ids or names resolved to ids for a class pipeline,
+        prompts for a text pipeline; the wrong kind is refused."""
         if switches is None:
             return []
-        pairs = check_switches(switches, num_frames)
-        if self.is_text:
-            for frame, target in pairs:
-                if not isinstance(target, str):
-                    raise ValueError(f"switch at frame {frame}: {self.info.name} is prompt-conditioned: give a "
-                                     f"prompt, not the class {target!r}")
-            return pairs
-        return [(frame, self.class_id(target)) for frame, target in pairs]
+
+        def resolved(frame: int, target: ClassLabel | str) -> Target:
+            if not self.is_text:
+                return self.class_id(target)
+            if not isinstance(target, str):
+                raise ValueError(f"switch at frame {frame}: {self.info.name} is prompt-conditioned: give a prompt, "
+                                 f"not the class {target!r}")
+            return target
+
+        return [(frame, [resolved(frame, t) for t in target] if isinstance(target, list) else resolved(frame, target))
+                for frame, target in check_switches(switches, num_frames)]
 
     def streamer(self, **options) -> BlockStreamer:
         """The block streamer of the pipeline's model, decoder and text encoder under the options given."""
@@ -168,14 +174,15 @@ class StreamPipeline(ClassConditional):
 
     def stream_blocks(self, class_ids: Sequence[ClassLabel] | ClassLabel = 0, num_frames: int = 16, *,
                       prompt: str | Sequence[str] | None = None,
-                      switches: Mapping[int, ClassLabel | str] | None = None, seed: int | None = 0,
+                      switches: Mapping[int, SwitchTarget] | None = None, seed: int | None = 0,
                       control: StreamControl | None = None, progress: bool = False, batch_size: int | None = None,
                       generator: torch.Generator | None = None, **options) -> Iterator[StreamBlock]:
         """Every block of one stream per class id or name (class pipeline) or per prompt (text pipeline: a
         prompt or a list), all advancing together, with their timing (see :class:`StreamBlock`); at most
-        ``batch_size`` streams (default: the pipeline's). ``switches`` ({frame: class or prompt}) switch every
-        stream before the block holding the frame. ``generator`` (default: a fresh one seeded with ``seed``)
-        draws the noise. The arguments are checked here, before the first block is asked for."""
+        ``batch_size`` streams (default: the pipeline's). ``switches`` ({frame: class or prompt, or a list of one
+        per stream}) switch the streams before the block holding the frame. ``generator`` (default: a fresh one
+        seeded with ``seed``) draws the noise. The arguments are checked here, before the first block is asked
+        for."""
         size = self.batch_size if batch_size is None else batch_size
         check_batch_size(size)
         targets = self.targets(class_ids, prompt, class_default=isinstance(class_ids, int) and class_ids == 0)

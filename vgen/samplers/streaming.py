@@ -341,11 +341,12 @@ class BlockStreamer:
     def stream(self, targets: Sequence[Target], num_frames: int, seed: int | None = 0,
                generator: torch.Generator | None = None, control: StreamControl | None = None,
                progress: bool = False, cache: RollingKVCache | None = None,
-               switches: Sequence[tuple[int, Target]] = ()) -> Iterator[StreamBlock]:
+               switches: Sequence[tuple[int, Target | Sequence[Target]]] = ()) -> Iterator[StreamBlock]:
         """Yield the blocks of ``len(targets)`` videos of ``num_frames`` frames each, in order, one target (class
         id or prompt, as the model takes) per video. ``switches`` ((frame, target) pairs, frames increasing inside
-        the stream) switch every video to the target before the block holding the frame (the last switch into a
-        block wins); ``control.switch_to`` does the same at the next block. Every argument is checked before the
+        the stream) switch every video to the target, or each video to its own (a list of one target per video),
+        before the block holding the frame (the last switch into a block wins); ``control.switch_to`` switches
+        every video at the next block. Every argument is checked before the
         first block. ``cache`` (empty, from :meth:`new_cache`) may be passed to inspect it afterwards."""
         model, cfg = self.model, self.config
         targets = list(targets)
@@ -357,8 +358,7 @@ class BlockStreamer:
         check_switch_frames([frame for frame, _ in switches], num_frames)
         scheduled: dict[int, Target] = {}
         for frame, target in switches:
-            self.condition([target])
-            scheduled[frame // fpb] = target
+            scheduled[frame // fpb] = self._switch_targets(frame, target, len(targets))
         cond = self.condition(targets)
         device = next(model.parameters()).device
         if generator is None:
@@ -372,17 +372,17 @@ class BlockStreamer:
         bar = tqdm(total=num_frames, desc="stream", unit="frame", disable=not progress)
         try:
             for k in range(num_blocks):
-                target = scheduled.get(k)
+                switched = scheduled.get(k)
                 if control is not None:
                     control.wait_if_paused()
                     if control.stopped:
                         return
                     pending = control.pending_switch()
-                    target = target if pending is None else pending
+                    switched = switched if pending is None else [pending] * len(targets)
                 start = time.perf_counter()
                 recache_s = 0.0
-                if target is not None:
-                    targets = [target] * len(targets)
+                if switched is not None:
+                    targets = switched
                     cond = self.condition(targets)
                     recache_s = self._switch(cache, cond, resident)
                     if control is not None and control.cancelled:
@@ -405,9 +405,22 @@ class BlockStreamer:
                 yield StreamBlock(frames, k * fpb, k, [] if text else [int(t) for t in targets], latency,
                                   None if picked is None else [[cache.bank_ids[i] for i in row]
                                                                for row in picked[:len(targets)].tolist()],
-                                  clean, list(targets) if text else None, recache_s, target is not None)
+                                  clean, list(targets) if text else None, recache_s, switched is not None)
         finally:
             bar.close()
+
+    def _switch_targets(self, frame: int, target: Target | Sequence[Target], videos: int) -> list[Target]:
+        """The targets of every video after a switch at ``frame`` to ``target`` (one for all, or a list of one
+        per video), checked as :meth:`condition` checks them."""
+        if isinstance(target, (list, tuple)):
+            if len(target) != videos:
+                raise ValueError(f"switch at frame {frame}: {len(target)} targets for {videos} videos; give one "
+                                 f"target for all or one per video")
+            targets = list(target)
+        else:
+            targets = [target] * videos
+        self.condition(targets)
+        return targets
 
     def _switch(self, cache: RollingKVCache, cond: Condition, resident: _Resident) -> float:
         """Apply a switch to ``cond`` (the full condition, null rows included when guided) to the cache, as
