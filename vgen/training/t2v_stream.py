@@ -338,8 +338,8 @@ class T2VRecipe:
 
 class TextRollouts(Rollouts):
     """:class:`~vgen.training.blockdiff.Rollouts` of a text model: each batch of streams draws its prompts from
-    ``captions``, and with probability ``switch_share`` all its streams switch to one new caption at a random
-    block (the streamer's switch, a re-cache by default). :meth:`next` returns the prompts each stream's newest
+    ``captions``, and with probability ``switch_share`` each of its streams switches to a new caption of its own
+    at one random block (the streamer's switch, a re-cache by default). :meth:`next` returns the prompts each stream's newest
     block was drawn under and whether that block is the first after a switch."""
 
     def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig, batch_size: int, max_blocks: int,
@@ -356,7 +356,7 @@ class TextRollouts(Rollouts):
         switch = self.max_blocks > 1 and bool(torch.rand(()) < self.switch_share)
         length = int(torch.randint(2 if switch else 1, self.max_blocks + 1, ()))
         fpb = self.model.frames_per_block
-        switches = [(int(torch.randint(1, length, ())) * fpb, self._draw(1)[0])] if switch else []
+        switches = [(int(torch.randint(1, length, ())) * fpb, self._draw(self.batch_size))] if switch else []
         generator = torch.Generator(device=device).manual_seed(int(torch.randint(2**62, ())))
         streamer = BlockStreamer(self.model, self.config, pixels=False, encode=self.encoder.condition)
         self.blocks = self._recorded(streamer.stream(self._draw(self.batch_size), length * fpb, generator=generator,
