@@ -520,7 +520,7 @@ def test_an_unknown_prompt_word_is_one_vgen_warning_line_with_what_to_say(tiny_t
                         str(tmp_path / "x.png")], capsys)
     assert code == 0 and err.splitlines() == [
         "vgen: warning: prompt 0: words this model does not know, read as unknown: stars (say 'star'), two; stars, "
-        "two: the model draws one shape per image"]
+        "two: the model draws a single shape"]
 
 
 def test_sample_help_opens_with_the_embedded_models_options_and_ends_with_llamagens():

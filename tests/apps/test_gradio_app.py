@@ -462,7 +462,7 @@ def test_a_bad_prompt_gets_its_own_message(gen, tiny_t2i, prompt, message) -> No
 def test_unknown_prompt_words_are_noted_under_the_stats_with_what_to_say(gen, tiny_t2i) -> None:
     stats = gen(tiny_t2i, "ar", **SETTINGS, prompt="two red stars")[2]
     assert stats.endswith("**Note:** the prompt's words this model does not know, read as unknown: stars (say "
-                          "'star'), two; stars, two: the model draws one shape per image")
+                          "'star'), two; stars, two: the model draws a single shape")
     assert "Note" not in gen(tiny_t2i, "ar", **SETTINGS, prompt="a red star")[2]
 
 
@@ -482,7 +482,7 @@ def test_the_controls_follow_the_model(access, tiny_model, tiny_t2i) -> None:
     assert model_controls("/etc", access) == ModelControls(available_samplers())  # Generate says why
     assert model_controls(tiny_model, access).class_help() == "a class name: a, b, c, or its id (0 = the first)"
     shown = model_controls(tiny_t2i, access).vocabulary_markdown()
-    assert "one shape per image" in shown and "\n- colour: blue, cyan, golden," in shown
+    assert "(a single shape)" in shown and "\n- colour: blue, cyan, golden," in shown
 
 
 def test_the_class_box_takes_a_name_or_an_id(gen, tiny_model) -> None:

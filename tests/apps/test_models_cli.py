@@ -109,7 +109,7 @@ def test_the_text_model_lists_every_word_of_its_config_by_attribute(listed) -> N
     words = [w for w in config["vocabulary"] if w not in SPECIAL_WORDS]
     code, entries, _ = listed("shapes-t2i")
     text = entries["shapes-t2i"]
-    assert code == 0 and f"one shape per image, in {len(words)} words: shape: box, circle, crescent" in text
+    assert code == 0 and f"a single shape, in {len(words)} words: shape: box, circle, crescent" in text
     assert "; colour: blue, cyan," in text and "; size: big, huge, large, little, small, tiny;" in text
     listing = text.partition(" words: ")[2].partition(" defaults:")[0]
     assert set(words) <= set(re.findall(r"[a-z]+", listing))

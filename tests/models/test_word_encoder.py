@@ -38,10 +38,10 @@ UNKNOWN_SAID = "prompt 0: words this model does not know, read as unknown: "
 
 @pytest.mark.parametrize(("prompt", "said"), [
     ("a bleu star", UNKNOWN_SAID + "bleu (did you mean 'blue'?)"),
-    ("a red stars", UNKNOWN_SAID + "stars (say 'star'); stars: the model draws one shape per image"),
-    ("three red crosses", UNKNOWN_SAID + "crosses (say 'cross'), three; crosses, three: the model draws one shape "
-                                         "per image"),
-    ("2 red star", "prompt 0: 2: the model draws one shape per image (digits are not read)"),
+    ("a red stars", UNKNOWN_SAID + "stars (say 'star'); stars: the model draws a single shape"),
+    ("three red crosses", UNKNOWN_SAID + "crosses (say 'cross'), three; crosses, three: the model draws a single "
+                                         "shape"),
+    ("2 red star", "prompt 0: 2: the model draws a single shape (digits are not read)"),
 ])
 def test_the_warning_says_what_to_write_instead(encoder, prompt, said):
     with pytest.warns(UnknownWordsWarning) as caught:

@@ -224,7 +224,7 @@ class ModelControls:
         """The words a text model knows, by attribute, to show beside the prompt box; empty for any other."""
         if not self.vocabulary:
             return ""
-        return "**The words this model knows** (one shape per image):\n\n" + "\n".join(
+        return "**The words this model knows** (a single shape):\n\n" + "\n".join(
             f"- {line}" for line in self.vocabulary)
 
 

@@ -166,4 +166,4 @@ def words_line(folder: Path) -> list[str]:
         return []
     lines = vocabulary_lines(config.vocabulary)
     known = sum(len(line.split(",")) for line in lines)
-    return [f"one shape per image, in {known} words: {'; '.join(lines)}"]
+    return [f"a single shape, in {known} words: {'; '.join(lines)}"]

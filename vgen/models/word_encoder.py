@@ -41,7 +41,7 @@ def unknown_word_notes(prompt: str, known: set[str]) -> str:
     """What to tell the user about ``prompt``'s words, empty when there is nothing: the words outside ``known``,
     sorted, each with a hint (a plural: its singular; another word: the nearest known word by :mod:`difflib`, when
     one is close), then the plurals and counts (number words, and digits, which the encoder does not read at all)
-    with the note that an image holds one shape."""
+    with the note that the model draws a single shape (in an image, or in each frame of a stream)."""
     notes, counts = [], []
     for word in sorted({w for w in caption_words(prompt) if w not in known}):
         singular = next((w for w in (word[:-1], word[:-2]) if word.endswith("s") and w in known), None)
@@ -58,7 +58,7 @@ def unknown_word_notes(prompt: str, known: set[str]) -> str:
     parts = [f"words this model does not know, read as unknown: {', '.join(notes)}"] if notes else []
     if counts or digits:
         unread = " (digits are not read)" if digits else ""
-        parts.append(f"{', '.join(counts + digits)}: the model draws one shape per image{unread}")
+        parts.append(f"{', '.join(counts + digits)}: the model draws a single shape{unread}")
     return "; ".join(parts)
 
 

@@ -339,8 +339,8 @@ class T2VRecipe:
 class TextRollouts(Rollouts):
     """:class:`~vgen.training.blockdiff.Rollouts` of a text model: each batch of streams draws its prompts from
     ``captions``, and with probability ``switch_share`` each of its streams switches to a new caption of its own
-    at one random block (the streamer's switch, a re-cache by default). :meth:`next` returns the prompts each stream's newest
-    block was drawn under and whether that block is the first after a switch."""
+    at one random block (the streamer's switch, a re-cache by default). :meth:`next` returns the prompts each
+    stream's newest block was drawn under and whether that block is the first after a switch."""
 
     def __init__(self, model: BlockDiffusionTransformer, config: StreamConfig, batch_size: int, max_blocks: int,
                  encoder: WordTextEncoder, captions: Sequence[str], switch_share: float) -> None:
