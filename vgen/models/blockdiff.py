@@ -34,7 +34,7 @@ from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT
 from vgen.models.checkpoint_io import copy_shared_tensors
-from vgen.models.conditioning import ClassConditional, Condition, PrefixCondition
+from vgen.models.conditioning import ClassConditional, Condition, PrefixCondition, check_caption_features
 from vgen.models.config_fields import ModelConfig, declare, probability, size
 from vgen.models.layers import FeedForward, RMSNorm, apply_rope, rope_grid_table, swiglu_hidden_dim
 from vgen.models.linear import Linear
@@ -283,16 +283,7 @@ class BlockDiffusionTransformer(ClassConditional, nn.Module):
             raise ValueError("this block-diffusion model is class-conditional: give class ids, not a text prompt")
 
     def _check_caption(self, cond: PrefixCondition) -> None:
-        c, values = self.config, cond.values
-        if values.ndim != 3 or not values.is_floating_point():
-            raise ValueError(f"a caption is features [batch, <= {c.text_tokens}, {c.text_dim}], got {values.dtype} "
-                             f"of shape {tuple(values.shape)}")
-        if values.shape[2] != c.text_dim:
-            raise ValueError(f"caption features of dimension {values.shape[2]} do not fit this model's text_dim "
-                             f"{c.text_dim}")
-        if cond.length > c.text_tokens:
-            raise ValueError(f"a caption of {cond.length} positions is longer than this model's text_tokens "
-                             f"{c.text_tokens}")
+        check_caption_features(cond, self.config.text_tokens, self.config.text_dim, ("text_tokens", "text_dim"))
 
     def check_condition(self, cond: Condition) -> None:
         """Raise a ValueError unless ``cond`` fits the model: 1-D valid class ids for a class model, a caption

@@ -135,6 +135,26 @@ def check_prompt_ids(cond: PrefixCondition, max_tokens: int, vocab_size: int, na
         raise ValueError(f"{name} token ids must lie in [0, {vocab_size})")
 
 
+def check_caption_features(cond: PrefixCondition, positions: int, dim: int, limits: tuple[str, str],
+                           exact: bool = False) -> None:
+    """Raise a ValueError unless ``cond`` holds caption features [B, L, ``dim``] (floating point) with L equal to
+    ``positions`` (``exact``: a model whose captions are padded to a fixed length) or at most ``positions``: the
+    captions of models that take a text encoder's features. ``limits`` names the model's two config fields, for
+    positions and for dim, in the messages."""
+    values, (length_name, dim_name) = cond.values, limits
+    shape = f"[B, {'' if exact else '<= '}{positions}, {dim}]"
+    if values.ndim != 3 or not values.is_floating_point():
+        raise ValueError(f"a caption is features {shape}, got {values.dtype} of shape {tuple(values.shape)}")
+    if values.shape[2] != dim:
+        raise ValueError(f"caption features of dimension {values.shape[2]} do not fit this model's {dim_name} {dim}")
+    if exact and values.shape[1] != positions:
+        raise ValueError(f"a caption of {values.shape[1]} positions does not fit this model's {length_name} "
+                         f"{positions}: left-pad (or truncate) the prompt to {positions}")
+    if not exact and cond.length > positions:
+        raise ValueError(f"a caption of {cond.length} positions is longer than this model's {length_name} "
+                         f"{positions}")
+
+
 def cat_conditions(conditions: Sequence[Condition]) -> Condition:
     """Rows of several conditions of one kind stacked in order (the CFG batch ``[cond; null]``). Prompts of token
     ids are left-padded to the longest (id 0, masked); prefixes of embeddings must have one length. The ``null``

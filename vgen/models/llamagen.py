@@ -36,7 +36,13 @@ from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT, ROPE_KINDS, BackboneConfig, check_rotary_pairs
 from vgen.models.cache import KVCache, RowSlots
-from vgen.models.conditioning import Condition, PrefixCondition, TokenGridModel, init_llamagen_weights
+from vgen.models.conditioning import (
+    Condition,
+    PrefixCondition,
+    TokenGridModel,
+    check_caption_features,
+    init_llamagen_weights,
+)
 from vgen.models.config_fields import declare, size
 from vgen.models.layers import (
     PREFIX_ROPES,
@@ -394,17 +400,7 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         if not isinstance(cond, PrefixCondition):
             raise ValueError("this LlamaGen model is text-to-image (t2i): give a prompt (caption embeddings with "
                              "their mask), not class ids")
-        values = cond.values
-        if values.ndim != 3 or not values.is_floating_point():
-            raise ValueError(f"a t2i LlamaGen model takes caption embeddings [B, {c.cls_token_num}, "
-                             f"{c.caption_dim}], got {values.dtype} of shape {tuple(values.shape)}")
-        if values.shape[2] != c.caption_dim:
-            raise ValueError(f"caption embeddings of dimension {values.shape[2]} do not fit this model's "
-                             f"caption_dim {c.caption_dim}")
-        if values.shape[1] != c.cls_token_num:
-            raise ValueError(f"caption embeddings of {values.shape[1]} positions do not fit this model's "
-                             f"cls_token_num {c.cls_token_num}: left-pad (or truncate) the prompt to "
-                             f"{c.cls_token_num}")
+        check_caption_features(cond, c.cls_token_num, c.caption_dim, ("cls_token_num", "caption_dim"), exact=True)
 
     def null_condition(self, cond: Condition) -> Condition:
         """The unconditional counterpart of ``cond`` for CFG: the null class, or (t2i) the ``uncond_embedding``
