@@ -131,19 +131,6 @@ def test_two_teacher_steps_train_the_encoder_with_the_transformer_and_export_bot
     assert not torch.equal(model.text_pool.weight, start.model.text_pool.weight)
 
 
-def test_a_frozen_trunk_keeps_the_class_models_drawing_layers_while_the_caption_paths_train(parts, tmp_path) -> None:
-    start = start_text_stream(parts / "class", parts / "t2i_encoder").model.state_dict()
-    train_t2v_stream(tmp_path / "run", parts / "data", TRAIN, replace(RECIPE, frozen_trunk=True), parts / "kl",
-                     parts / "class", scenes=SCENES, text_encoder_from=parts / "t2i_encoder")
-    trained = from_pretrained(tmp_path / "run/export/blockdiff").state_dict()
-    kept = {n for n in start if any(part in f".{n}" for part in t2v_stream.TRUNK_PARTS)}
-    assert {"layers.0.attn.wqkv.weight", "layers.0.mlp.w1.weight", "patch_embed.weight", "output.weight"} <= kept
-    assert all(torch.equal(trained[n], start[n]) for n in kept)
-    moved = [n for n in start if n not in kept and not torch.equal(trained[n], start[n])]
-    assert any(".modulation." in n for n in moved) and any(".cross." in n for n in moved)
-    assert "text_pool.weight" in moved
-
-
 def test_a_resumed_teacher_reaches_the_state_of_one_that_never_stopped(parts, tmp_path) -> None:
     whole = teacher_run(parts, tmp_path / "whole")
     teacher_run(parts, tmp_path / "split", max_minutes=0)  # stops after its first step, checkpointed

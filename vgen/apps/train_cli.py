@@ -518,10 +518,6 @@ def add_t2v_stream_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--switch-share", type=float, default=None,
                    help=f"with --distill-from: share of those streams whose prompt switches at a random block, "
                         f"re-cached (default {T2VRecipe.switch_share})")
-    t.add_argument("--frozen-trunk", action="store_true",
-                   help="train the conditioning paths only (adaptive-norm modulation, caption pool, "
-                        "cross-attention, text encoder); the self-attention and feed-forward layers keep their "
-                        "start's weights")
 
 
 def t2v_recipe(args: argparse.Namespace) -> T2VRecipe:
@@ -529,8 +525,7 @@ def t2v_recipe(args: argparse.Namespace) -> T2VRecipe:
     student = {k: v for k, v in (("rollout_share", args.rollout_share), ("switch_share", args.switch_share))
                if v is not None}
     return T2VRecipe(num_clips=args.num_images, batch_size=args.batch_size, noise_shift=args.noise_shift,
-                     lone_block_share=args.lone_block_share, rollout_blocks=args.rollout_blocks,
-                     frozen_trunk=args.frozen_trunk, **student)
+                     lone_block_share=args.lone_block_share, rollout_blocks=args.rollout_blocks, **student)
 
 
 def check_t2v_stream(args: argparse.Namespace) -> None:

@@ -296,22 +296,6 @@ def fit_caption_pool(model: BlockDiffusionTransformer, class_model: BlockDiffusi
     return float((torch.cdist(mapped, rows).argmin(1) == classes).float().mean())
 
 
-TRUNK_PARTS = (".attn.", ".mlp.", "patch_embed.", "output.", "time_mlp.")
-"""Parameter name parts of the transformer's trunk: what draws frames (self-attention, feed-forward, patch
-embedding, output) and reads the noise level."""
-
-
-def freeze_trunk(model: BlockDiffusionTransformer) -> list[str]:
-    """Stop the gradient of the trunk's parameters (``TRUNK_PARTS``), leaving the conditioning paths to train: each
-    layer's adaptive-norm modulation, the pooled caption's projection, the null caption and the cross-attention
-    (with the text encoder beside them). A trunk started from a class model keeps drawing that model's shapes while
-    the caption learns to steer them. Returns the frozen parameters' names."""
-    frozen = [n for n, p in model.named_parameters() if any(part in f".{n}" for part in TRUNK_PARTS)]
-    for name in frozen:
-        model.get_parameter(name).requires_grad_(False)
-    return frozen
-
-
 def export(model: TextStreamModel, folder: str | Path) -> Path:
     """Write the text encoder and the transformer as two model folders (``text_encoder/``, ``blockdiff/``)."""
     folder = Path(folder)
@@ -329,7 +313,7 @@ class T2VRecipe:
     ``lone_block_share``) and, for a student, the share of steps on its own streams (``rollout_share``, up to
     ``rollout_blocks`` blocks of ``rollout_steps`` Euler steps) and the share of those streams whose prompt
     switches at a random block (``switch_share``). A teacher trains on the data alone: its run records no
-    rollouts. ``frozen_trunk`` trains the conditioning paths only (:func:`freeze_trunk`)."""
+    rollouts."""
 
     num_clips: int = 8000
     batch_size: int = 16
@@ -340,7 +324,6 @@ class T2VRecipe:
     rollout_blocks: int = 100
     rollout_steps: int = 3
     switch_share: float = 0.25
-    frozen_trunk: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.noise_shift < math.inf:
@@ -432,8 +415,6 @@ def train_t2v_stream(run_dir: str | Path, data_dir: str | Path, train: TrainConf
     if latents.shape[1] < config.train_frames:
         raise ValueError(f"clips of {latents.shape[1]} frames do not fit a model of {config.train_frames} frames")
     word_ids = net.text_encoder.tokenize(captions)
-    if recipe.frozen_trunk:
-        freeze_trunk(net.model)
     trainer = Trainer(net, train, run_dir, recipe, TrainingData.of(data_dir, scenes, latents, word_ids))
     model, encoder = trainer.model.model, trainer.model.text_encoder
     if started:  # the log says what the run started from
