@@ -131,6 +131,16 @@ def test_two_teacher_steps_train_the_encoder_with_the_transformer_and_export_bot
     assert not torch.equal(model.text_pool.weight, start.model.text_pool.weight)
 
 
+def test_a_teacher_may_start_its_caption_pool_as_initialised(parts, tmp_path) -> None:
+    recipe = replace(RECIPE, caption_pool="initialised")
+    train_t2v_stream(tmp_path / "run", parts / "data", replace(TRAIN, steps=1), recipe, parts / "kl", parts / "class",
+                     scenes=SCENES, text_encoder_from=parts / "t2i_encoder")
+    log = [json.loads(line) for line in (tmp_path / "run/log.jsonl").read_text().splitlines()]
+    assert "caption_pool_fit" not in log[0]
+    with pytest.raises(ValueError, match="^caption_pool must be one of fitted, initialised, got 'random'$"):
+        replace(RECIPE, caption_pool="random")
+
+
 def test_a_resumed_teacher_reaches_the_state_of_one_that_never_stopped(parts, tmp_path) -> None:
     whole = teacher_run(parts, tmp_path / "whole")
     teacher_run(parts, tmp_path / "split", max_minutes=0)  # stops after its first step, checkpointed

@@ -72,6 +72,7 @@ from vgen.training.nbp import FIRST_FRAMES, NBP_RUN, train_nbp, video_nbp_config
 from vgen.training.scene_judge import SCENE_JUDGE_RUN, SceneJudgeRecipe, train_scene_judge
 from vgen.training.t2i import T2I_CFG_SCALE, T2I_RUN, T2IRecipe, prompt_probe, train_t2i
 from vgen.training.t2v_stream import (
+    CAPTION_POOL_STARTS,
     CLASS_TEACHER,
     STREAM_KL_RUN,
     T2I_TEXT_ENCODER,
@@ -518,6 +519,9 @@ def add_t2v_stream_args(t: argparse.ArgumentParser) -> None:
     t.add_argument("--switch-share", type=float, default=None,
                    help=f"with --distill-from: share of those streams whose prompt switches at a random block, "
                         f"re-cached (default {T2VRecipe.switch_share})")
+    t.add_argument("--caption-pool", choices=CAPTION_POOL_STARTS, default=T2VRecipe.caption_pool,
+                   help="with a class --init-from: start the pooled caption's projection fitted to the class rows of "
+                        "the captions' shapes, or as initialised")
 
 
 def t2v_recipe(args: argparse.Namespace) -> T2VRecipe:
@@ -525,7 +529,8 @@ def t2v_recipe(args: argparse.Namespace) -> T2VRecipe:
     student = {k: v for k, v in (("rollout_share", args.rollout_share), ("switch_share", args.switch_share))
                if v is not None}
     return T2VRecipe(num_clips=args.num_images, batch_size=args.batch_size, noise_shift=args.noise_shift,
-                     lone_block_share=args.lone_block_share, rollout_blocks=args.rollout_blocks, **student)
+                     lone_block_share=args.lone_block_share, rollout_blocks=args.rollout_blocks,
+                     caption_pool=args.caption_pool, **student)
 
 
 def check_t2v_stream(args: argparse.Namespace) -> None:

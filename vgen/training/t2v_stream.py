@@ -307,13 +307,17 @@ def export(model: TextStreamModel, folder: str | Path) -> Path:
 # -- training --------------------------------------------------------------------------------------------------
 
 
+CAPTION_POOL_STARTS = ("fitted", "initialised")
+
+
 @dataclass(frozen=True)
 class T2VRecipe:
     """Clips, batch, the share of clean blocks, the first-block levers of the class recipe (``noise_shift``,
     ``lone_block_share``) and, for a student, the share of steps on its own streams (``rollout_share``, up to
     ``rollout_blocks`` blocks of ``rollout_steps`` Euler steps) and the share of those streams whose prompt
     switches at a random block (``switch_share``). A teacher trains on the data alone: its run records no
-    rollouts."""
+    rollouts. A teacher started from a class model starts its pooled caption's projection ``fitted`` to the class
+    rows (:func:`fit_caption_pool`) or as ``initialised``."""
 
     num_clips: int = 8000
     batch_size: int = 16
@@ -324,8 +328,11 @@ class T2VRecipe:
     rollout_blocks: int = 100
     rollout_steps: int = 3
     switch_share: float = 0.25
+    caption_pool: str = "fitted"
 
     def __post_init__(self) -> None:
+        if self.caption_pool not in CAPTION_POOL_STARTS:
+            raise ValueError(f"caption_pool must be one of {', '.join(CAPTION_POOL_STARTS)}, got {self.caption_pool!r}")
         if not 0 < self.noise_shift < math.inf:
             raise ValueError(f"noise_shift must be a finite number > 0, got {self.noise_shift}")
         for name in ("clean_prob", "lone_block_share", "rollout_share", "switch_share"):
@@ -409,7 +416,7 @@ def train_t2v_stream(run_dir: str | Path, data_dir: str | Path, train: TrainConf
     started = latest_checkpoint(run_dir) is None
     source = load_blockdiff(model_folders(init_from)[0]) if teacher is None and started else None
     fitted = None
-    if source is not None and not source.is_text:  # a new teacher from a class model: each caption's shape's row
+    if source is not None and not source.is_text and recipe.caption_pool == "fitted":  # each caption's shape's row
         shapes = cached_moving_scenes(data_dir, "train", recipe.num_clips, scenes)[2][:, ATTRIBUTES.index("shape")]
         fitted = fit_caption_pool(net.model, source, net.text_encoder, captions, shapes)
     if latents.shape[1] < config.train_frames:
