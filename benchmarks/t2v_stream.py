@@ -7,18 +7,20 @@ streaming model, every frame read by a judge (:mod:`vgen.eval.switching`).
 2. **switches**: for each of ``--modes`` (``StreamConfig.switch``), the ``--streams`` switch pairs
    (:func:`~vgen.data.moving_scenes.switch_pairs`: a new shape in a new colour, all else kept), each one stream of
    ``--frames`` frames switched once at ``--switch-frame`` to its own new prompt (``--batch-size`` streams drawn
-   together); every mode draws the same noise, so the frames before the switch are the same. The share switched within 8 frames, the median latency, the cut spike and the flicker
-   from 8 frames after the switch, beside the spikes of ``--real`` real moving-scene clips of as many frames
-   (at the switch frame, and the largest of each clip) for reference.
+   together); every mode draws the same noise, so the frames before the switch are the same. The share switched
+   within 8 frames, the median latency, the cut spike and the flicker from 8 frames after the switch, beside the
+   spikes of ``--real`` real moving-scene clips of as many frames (at the switch frame, and the largest of each
+   clip) for reference.
 3. **drift**: ``--long-streams`` streams of ``--long-frames`` frames; the share of right frames in each of 10
    chunks, and the first chunk's lead over the worst.
 4. **speed**: one stream of ``--long-frames`` frames on ``--threads`` threads, switched every ``--speed-every``
    frames in the first mode: frames per second, block latency (the largest is a switch's), re-cache time and
    resident memory after the first and the last block (:class:`~vgen.samplers.streaming.StreamProfile`).
 
-A class-conditional stream is measured the same way on classes: class ``i mod C`` for stream ``i``, switched to the
-next class, each frame read by the shipped domain classifier. Writes ``--out`` (JSON) and the markdown table beside
-it (``.md``), and prints the table.
+``--cfg-scale`` and ``--steps`` override the model's stream defaults for every part. A class-conditional stream is
+measured the same way on classes: class ``i mod C`` for stream ``i``, switched to the next class, each frame read
+by the shipped domain classifier. Writes ``--out`` (JSON) and the markdown table beside it (``.md``), and prints
+the table.
 
     python benchmarks/t2v_stream.py --model shapes-t2v-stream --streams 200 --threads 2 \\
         --out docs/results/t2v_stream.json
@@ -235,7 +237,8 @@ def number_or_dash(x: float | None, form: str) -> str:
 def markdown(record: dict) -> str:
     """The record as a short report: a line for fidelity, a table of the switch modes, a line each for drift and
     speed."""
-    lines = [f"{record['model']}: streams judged per frame on {', '.join(record['judged'])}.", ""]
+    settings = "".join(f", {k} {v}" for k, v in record.get("settings", {}).items())
+    lines = [f"{record['model']}{settings}: streams judged per frame on {', '.join(record['judged'])}.", ""]
     if "fidelity" in record:
         f = record["fidelity"]
         motion = (f"; the motion reads as asked in {f['motion_accuracy']:.1%} of the streams, the size change in "
@@ -292,6 +295,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--parts", default=",".join(PARTS), help=f"figures to measure, comma-separated of {PARTS}")
     p.add_argument("--batch-size", type=int, default=16, help="streams drawn at once (fidelity, switch, drift)")
     p.add_argument("--judge", default=None, help="a scene judge folder (default: the shipped shapes-scene-judge)")
+    p.add_argument("--cfg-scale", type=float, default=None, help="stream at this CFG scale (default: the model's)")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps a block (default: the model's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default="t2v_stream.json", help="the JSON record; the table goes beside it (.md)")
@@ -321,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     pipe = vgen.load(args.model)
+    overrides = {k: v for k, v in (("cfg_scale", args.cfg_scale), ("steps", args.steps)) if v is not None}
+    pipe.info.defaults = {**pipe.info.defaults, **overrides}  # every stream below draws with these settings
     if args.switch_frame % pipe.frames_per_block:
         print(f"t2v_stream: --switch-frame {args.switch_frame} is not a block's first frame ({args.model} makes "
               f"blocks of {pipe.frames_per_block} frames)", file=sys.stderr)
@@ -328,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     fidelity, before, after = tasks(pipe, max(args.streams, args.long_streams), args.seed, args.judge)
     record: dict = {"model": args.model, "threads": torch.get_num_threads(), "judged": list(fidelity.names),
-                    "seed": args.seed}
+                    "seed": args.seed, **({"settings": overrides} if overrides else {})}
     if "fidelity" in args.parts:
         record["fidelity"] = fidelity_figures(pipe, fidelity.head(args.streams), args)
     if "switch" in args.parts:

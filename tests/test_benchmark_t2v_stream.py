@@ -45,9 +45,12 @@ def test_a_class_stream_switches_class(benchmark_module, tiny_stream_pipeline_di
     out = tmp_path / "t2v.json"
     assert bench.main(["--model", str(tiny_stream_pipeline_dir), "--parts", "switch", "--streams", "3", "--frames",
                        "6", "--switch-frame", "4", "--modes", "plain,reset", "--real", "1", "--batch-size", "2",
-                       "--out", str(out)]) == 0
+                       "--cfg-scale", "2", "--steps", "1", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
-    assert record["judged"] == ["class"] and list(record) == ["model", "threads", "judged", "seed", "switch"]
+    assert record["judged"] == ["class"]
+    assert list(record) == ["model", "threads", "judged", "seed", "settings", "switch"]
+    assert record["settings"] == {"cfg_scale": 2.0, "steps": 1}
+    assert out.with_suffix(".md").read_text().startswith(f"{tiny_stream_pipeline_dir}, cfg_scale 2.0, steps 1:")
     assert record["switch"]["paired_before_switch"] == 1.0  # batches of 2 and 1, the same noise in each mode
     assert all(len(mode["latencies"]) == 3 for mode in record["switch"]["modes"].values())
 
