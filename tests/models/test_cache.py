@@ -11,6 +11,7 @@ import torch
 
 from vgen.models.cache import KVCache
 from vgen.models.llamagen import GPTConfig, LlamaGenGPT
+from vgen.samplers.speculative.tree import TreeShape
 
 CONFIG = GPTConfig(vocab_size=48, dim=64, n_layer=2, n_head=4, num_classes=7, block_size=16)
 CLASSES = torch.tensor([3, 7])  # class 7 is the null (CFG) row
@@ -153,6 +154,39 @@ def test_write_rows_puts_each_rows_keys_at_its_own_slots(starts: list[int]) -> N
         expected[start:start + 3] = k[row, 0, :, 0]
         assert torch.equal(keys[row, 0, :, 0], expected)
         assert torch.equal(rows.attend[row, 0], torch.arange(rows.end)[None, :] <= rows.slots[row][:, None])
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+def test_a_tree_node_sits_at_its_depth_and_sees_its_rows_prefix_and_its_ancestors_only(static: bool) -> None:
+    """Nodes 1 and 2 are the root's children, node 3 is node 1's; written from slots 2 and 4, node i takes slot
+    start + i (as a window would) but position start + depth[i]."""
+    cache = KVCache(num_layers=1, batch_size=2, num_heads=1, max_len=10, head_dim=1)
+    tree = TreeShape.from_parents([-1, 0, 0, 1])
+    rows = cache.row_slots(torch.tensor([2, 4]), 4, static=static, tree=tree)
+    assert rows.slots.tolist() == [[2, 3, 4, 5], [4, 5, 6, 7]] and rows.end == (10 if static else 8)
+    assert rows.positions.tolist() == [[2, 3, 3, 4], [4, 5, 5, 6]]
+    seen = [[torch.nonzero(rows.attend[row, 0, node])[:, 0].tolist() for node in range(4)] for row in range(2)]
+    assert seen == [[[0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 4], [0, 1, 2, 3, 5]],
+                    [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 6], [0, 1, 2, 3, 4, 5, 7]]]
+    assert torch.equal(cache.row_slots(torch.tensor([2, 4]), 4).position_ids, rows.slots)  # no tree: the slots
+    with pytest.raises(ValueError, match="a tree of 4 nodes cannot fill a window of 3 slots"):
+        cache.row_slots(torch.tensor([2, 4]), 3, tree=tree)
+
+
+def test_move_slots_copies_where_masked_in_every_layer_reading_before_writing() -> None:
+    """Row 0 shifts slots 2..4 down by one (slots 2 and 3 are read and written: a shift, not a smear), row 1 moves
+    slot 5 to slot 1 and leaves the slots of its masked entries as they were."""
+    cache = KVCache(num_layers=2, batch_size=2, num_heads=1, max_len=6, head_dim=2)
+    for i, buffer in enumerate(cache.buffers()):
+        buffer.copy_(torch.arange(buffer.numel(), dtype=torch.float32).reshape(buffer.shape) + 100 * i)
+    before = [buffer.clone() for buffer in cache.buffers()]
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    cache.move_slots(torch.tensor([[2, 3, 4], [5, 2, 0]]), torch.tensor([[1, 2, 3], [1, 3, 4]]), mask)
+    for old, new in zip(before, cache.buffers()):
+        expected = old.clone()
+        expected[0, :, 1:4] = old[0, :, 2:5]
+        expected[1, :, 1] = old[1, :, 5]
+        assert torch.equal(new, expected)
 
 
 def test_row_slots_past_the_cache_raise() -> None:

@@ -10,6 +10,7 @@ import torch
 
 from vgen.models.conditioning import PrefixCondition, cat_conditions
 from vgen.models.mllm import MLLMConfig
+from vgen.samplers.speculative.tree import TreeShape
 
 GRID = (2, 3)  # W = 3 codes a row, E = 1 row end, a head of 2
 
@@ -129,3 +130,10 @@ def test_an_image_larger_than_the_context_is_refused_before_any_weight() -> None
 def test_code_embeddings_are_the_text_rows_of_the_codes(tiny_layout_lm) -> None:
     model = tiny_layout_lm(GRID)
     assert torch.equal(model.code_embeddings(), model.text_embeddings.weight[model.code_ids])
+
+
+def test_a_draft_tree_is_refused_as_its_branches_would_need_their_own_row_ends(tiny_layout_lm) -> None:
+    model = tiny_layout_lm(GRID)
+    with pytest.raises(NotImplementedError, match="tree verify passes are supported on LlamaGen and Janus"):
+        model.decode_rows(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, dtype=torch.long), model.new_cache(1),
+                          tree=TreeShape.chain(3))

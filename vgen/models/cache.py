@@ -7,11 +7,16 @@ drop the keys of rejected draft tokens before the next verification. ``write`` i
 compiled single-token decoding: it takes the position as a tensor and returns the whole buffers
 (``row_slots(static=True)`` does the same for per-row windows). ``mask_keys`` records which positions of a
 left-padded prefix are padding, per row, for the backbone to mask in every later pass.
+
+A per-row pass may also write a tree of drafts (:class:`DraftTree`, ``row_slots(tree=)``): node i takes slot
+``start + i`` and position ``start + depth[i]``, and sees the row's prefix and its own ancestors; ``move_slots``
+then moves the accepted path's keys to the slots of their positions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -21,13 +26,44 @@ class RowSlots:
     """Where one pass with per-row starts writes (:meth:`KVCache.row_slots`), worked out once for all layers:
     the slots [B, n], their maximum + 1 (``end``), which cached keys each query may see (``attend``, bool
     [B, 1, n, end]: its own row's keys up to its own slot; NAR's scattered diagonals pass their proximity mask),
-    and ``common_start``, the first slot when every row starts there (then a write is a plain slice, as at batch
-    1 with or without CFG)."""
+    ``common_start``, the first slot when every row starts there (then a write is a plain slice, as at batch 1
+    with or without CFG), and the queries' ``positions`` [B, n] (the rotary index) where they differ from their
+    slots (a tree pass), None where they are the slots."""
 
     slots: torch.Tensor
     end: int
     attend: torch.Tensor
     common_start: int | None
+    positions: torch.Tensor | None = None
+
+    @property
+    def position_ids(self) -> torch.Tensor:
+        """Each query's position [B, n]: ``positions``, or the slots when None."""
+        return self.slots if self.positions is None else self.positions
+
+
+class DraftTree(Protocol):
+    """What a tree verify pass needs of its draft tree (the samplers' ``TreeShape`` is one; models do not import
+    it): T nodes numbered so that every parent comes before its children, node 0 the root."""
+
+    @property
+    def depth(self) -> torch.Tensor:
+        """LongTensor [T]: each node's distance from the root (0 for the root)."""
+        ...
+
+    def ancestors(self) -> torch.Tensor:
+        """bool [T, T]: ``[i, j]`` True where node j is node i or one of its ancestors."""
+        ...
+
+
+def tree_attend(ancestors: torch.Tensor, keys: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """Which of the ``keys`` [K] (slots) each node of a tree written from slots ``starts`` [B] sees, bool [B, T, K]:
+    every key before its row's start, and the slots of its ancestors and its own (``ancestors`` bool [T, T])."""
+    nodes = ancestors.shape[0]
+    rel = keys[None, :] - starts[:, None]  # [B, K]: the node a key holds, where 0 <= rel < T
+    inside = ((rel >= 0) & (rel < nodes))[:, None, :]
+    seen = ancestors[:, rel.clamp(0, nodes - 1)].transpose(0, 1)  # [B, T, K]
+    return (rel < 0)[:, None, :] | (inside & seen)
 
 
 class KVCache:
@@ -93,24 +129,45 @@ class KVCache:
             self.values[layer][batch, :, rows.slots] = v.transpose(1, 2)
         return self.keys[layer][:, :, :rows.end], self.values[layer][:, :, :rows.end]
 
-    def row_slots(self, starts: torch.Tensor, count: int, static: bool = False, span: int | None = None) -> RowSlots:
+    def row_slots(self, starts: torch.Tensor, count: int, static: bool = False, span: int | None = None,
+                  tree: DraftTree | None = None) -> RowSlots:
         """The :class:`RowSlots` of a per-row write of ``count`` positions from ``starts`` [B] (checked to fit).
 
         ``static``: shapes that do not depend on ``starts`` (for compiled verify passes): every write scatters and
         attention spans the whole buffer under the mask, or its first ``span`` slots when the caller knows that
         every write ends there, with no device sync; the caller sized the cache so the writes fit
-        (``new_cache(extra=)``), since checking would need one."""
+        (``new_cache(extra=)``), since checking would need one.
+
+        ``tree`` (``count`` nodes): node i still takes slot ``starts + i``, but sits at position
+        ``starts + depth[i]`` and sees only the keys before ``starts`` and its ancestors' (:func:`tree_attend`)."""
+        if tree is not None and tree.depth.shape != (count,):
+            raise ValueError(f"a tree of {len(tree.depth)} nodes cannot fill a window of {count} slots")
         slots = starts[:, None] + torch.arange(count, device=starts.device)
         if static:
-            end = self.max_len if span is None else span
-            keys = torch.arange(end, device=starts.device)
-            return RowSlots(slots, end, (keys[None, None, :] <= slots[:, :, None])[:, None], None)
-        first, last = torch.stack([starts.min(), starts.max()]).tolist()  # one device sync
-        end = last + count
-        if end > self.max_len:
-            raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {self.max_len}")
-        attend = (torch.arange(end, device=starts.device)[None, None, :] <= slots[:, :, None])[:, None]
-        return RowSlots(slots, end, attend, first if first == last else None)
+            end, common = self.max_len if span is None else span, None
+        else:
+            first, last = torch.stack([starts.min(), starts.max()]).tolist()  # one device sync
+            end, common = last + count, first if first == last else None
+            if end > self.max_len:
+                raise ValueError(f"KV cache overflow: slot {end - 1} requested, max_len {self.max_len}")
+        keys = torch.arange(end, device=starts.device)
+        if tree is None:
+            return RowSlots(slots, end, (keys[None, None, :] <= slots[:, :, None])[:, None], common)
+        attend = tree_attend(tree.ancestors().to(starts.device), keys, starts)
+        return RowSlots(slots, end, attend[:, None], common, starts[:, None] + tree.depth.to(starts.device))
+
+    def move_slots(self, src: torch.Tensor, dst: torch.Tensor, mask: torch.Tensor) -> None:
+        """In every layer, copy row b's keys and values at slot ``src[b, i]`` to slot ``dst[b, i]`` where
+        ``mask[b, i]`` (all [B, n]; where ``mask``, ``dst[b, i]`` is no other entry's of its row): after a tree
+        pass, the accepted path's keys move to the slots of their positions (a key is rotated at its position, not
+        its slot, so the copy is exact).
+
+        Each buffer is read whole before it is written, so ``src`` and ``dst`` may overlap; the shapes do not
+        depend on the values (an entry masked out rewrites what its ``dst`` holds), for compiled passes."""
+        batch = torch.arange(src.shape[0], device=src.device)[:, None]
+        keep = mask[:, :, None, None]
+        for buffer in self.buffers():
+            buffer[batch, :, dst] = torch.where(keep, buffer[batch, :, src], buffer[batch, :, dst])
 
     def mask_keys(self, mask: torch.Tensor) -> None:
         """Set which of the first ``mask.shape[1]`` positions of each row may be attended to (``mask`` bool [B, n],

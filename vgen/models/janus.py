@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT, BackboneConfig
-from vgen.models.cache import KVCache
+from vgen.models.cache import DraftTree, KVCache
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid, check_prompt_ids
 from vgen.models.config_fields import declare, size
 from vgen.models.hf_folder import check_model_folder, model_type
@@ -246,22 +246,28 @@ class JanusT2I(TokenGrid, nn.Module):
         return self._head(h, False)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: JanusKVCache, return_hidden: bool = False,
-                    static: bool = False,
-                    image_end: int | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    static: bool = False, image_end: int | None = None,
+                    tree: DraftTree | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Image tokens [B, k] written at slots ``starts[b] ... starts[b] + k - 1`` of each row b, counted as if
         the prefix were one position (slot s holds image token s - 1); logits [B, k, V] (and, with
         ``return_hidden``, the final normed hidden states). Rows advance independently; the caller tracks them.
         ``static``: one shape for a compiled verify pass (:meth:`KVCache.row_slots`), attending up to image token
-        ``image_end`` when given."""
+        ``image_end`` when given. ``tree``: the tokens are the nodes of a draft tree, each at the position of its
+        depth (:meth:`LlamaGenGPT.decode_rows <vgen.models.llamagen.LlamaGenGPT.decode_rows>`)."""
         shift = cache.prefix_length - 1
         span = None if image_end is None else image_end + shift
-        rows = cache.row_slots(starts + shift, tokens.shape[1], static, span)
+        rows = cache.row_slots(starts + shift, tokens.shape[1], static, span, tree)
         mask = cache.attendable(rows.attend, rows.end)
         h = self.embed_image_tokens(tokens)
-        rope = self._rope(rows.slots)
+        rope = self._rope(rows.position_ids)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, rows=rows, mask=mask)
         return self._head(h, return_hidden)
+
+    def tree_root_slots(self, starts: torch.Tensor, cache: JanusKVCache) -> torch.Tensor:
+        """The cache slots [B] where :meth:`decode_rows` writes the first token of a window from ``starts`` [B]
+        (:meth:`LlamaGenGPT.tree_root_slots <vgen.models.llamagen.LlamaGenGPT.tree_root_slots>`)."""
+        return starts + (cache.prefix_length - 1)
 
     def decode_step(self, tokens: torch.Tensor, slot: torch.Tensor, cache: JanusKVCache) -> torch.Tensor:
         """One image token per row [B, 1] at ``slot`` (LongTensor [1], counted as in :meth:`decode_rows`); logits

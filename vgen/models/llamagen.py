@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT, ROPE_KINDS, BackboneConfig, check_rotary_pairs
-from vgen.models.cache import KVCache, RowSlots
+from vgen.models.cache import DraftTree, KVCache, RowSlots
 from vgen.models.conditioning import (
     Condition,
     PrefixCondition,
@@ -504,8 +504,8 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         return self._run(self._embed(tokens, slots), start, cache, mask=mask)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: KVCache, return_hidden: bool = False,
-                    static: bool = False,
-                    image_end: int | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    static: bool = False, image_end: int | None = None,
+                    tree: DraftTree | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Image tokens [B, k], row b's the image tokens ``starts[b] - 1 ...``; logits [B, k, V] (and, with
         ``return_hidden``, the final normed hidden states [B, k, dim]). ``static``: attention over the whole cache
         under a mask and no device sync (:meth:`KVCache.row_slots`), one shape for a compiled verify pass; with
@@ -517,20 +517,33 @@ class LlamaGenGPT(TokenGridModel, nn.Module):
         ``starts`` is that slot for a class model and the model shifts it past a caption. Slots past the last
         image token (a window running off the end) reuse the last rotary position; their outputs are meaningless
         and only need room in the cache (``new_cache(extra=)``).
+
+        ``tree`` (a :class:`~vgen.models.cache.DraftTree` of k nodes, node 0 the token ``starts - 1``):
+        ``tokens[:, i]`` is node i, written at slot ``starts + i`` as ever but rotated and embedded as image token
+        ``starts - 1 + depth[i]``, seeing the row's keys before ``starts`` and its ancestors'; its logits are those
+        of its root path decoded alone. ``image_end`` still bounds the slots (``max(starts) + k``), not the depths;
+        :meth:`tree_root_slots` and :meth:`KVCache.move_slots` then move the accepted path into place.
         """
         shift = self.prefix_len - 1
         span = None if image_end is None else image_end + shift
-        rows = cache.row_slots(starts + shift if shift else starts, tokens.shape[1], static, span)
+        rows = cache.row_slots(starts + shift if shift else starts, tokens.shape[1], static, span, tree)
         if self.rope.device != tokens.device:
             self.rope = self.rope.to(tokens.device)
-        rope = self.rope[rows.slots.clamp(max=self.rope.shape[0] - 1)]
+        positions = rows.position_ids
+        rope = self.rope[positions.clamp(max=self.rope.shape[0] - 1)]
         mask = cache.attendable(rows.attend, rows.end)
-        h = self._embed(tokens, rows.slots)
+        h = self._embed(tokens, positions)
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, cache, i, rows=rows, mask=mask)
         h = self.norm(h)
         logits = self.output(h).float()
         return (logits, h) if return_hidden else logits
+
+    def tree_root_slots(self, starts: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """The cache slots [B] where :meth:`decode_rows` writes the first token of a window from ``starts`` [B]
+        (past a caption, ``starts`` shifted): where a tree pass's node i sits at ``+ i``, and its path belongs at
+        ``+ depth`` (:meth:`KVCache.move_slots`)."""
+        return starts + (self.prefix_len - 1)
 
     def decode_step(self, tokens: torch.Tensor, slot: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """One image token per row [B, 1], image token ``slot - 1`` (LongTensor [1], counted as in

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from vgen.models.backbone import GRID_LIMIT, BackboneConfig
-from vgen.models.cache import KVCache
+from vgen.models.cache import DraftTree, KVCache
 from vgen.models.conditioning import Condition, PrefixCondition, TokenGrid, check_prompt_ids
 from vgen.models.config_fields import declare, size
 from vgen.models.layers import FeedForward, RMSNorm, rope_grid_table
@@ -251,13 +251,17 @@ class LayoutLM(TokenGrid, nn.Module):
         return self._codes_out(h, out, False)
 
     def decode_rows(self, tokens: torch.Tensor, starts: torch.Tensor, cache: LayoutKVCache, return_hidden: bool = False,
-                    static: bool = False,
-                    image_end: int | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    static: bool = False, image_end: int | None = None,
+                    tree: DraftTree | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Codes [B, k] from code ``starts[b] - 1`` of each row b (sampler slot ``starts[b]``), written with their
         row ends at the row's own slots; logits [B, k, V] (and, with ``return_hidden``, the final normed hidden
         states), row i predicting code ``starts + i``. Rows advance independently; the caller tracks them.
         ``static``: one shape for a compiled verify pass (the widest window of k codes, :meth:`KVCache.row_slots`),
-        attending up to the slots of code ``image_end`` when given."""
+        attending up to the slots of code ``image_end`` when given. A draft ``tree`` is refused: its branches would
+        need their own row ends."""
+        if tree is not None:
+            raise NotImplementedError("tree verify passes are supported on LlamaGen and Janus backbones, not on a "
+                                      "layout model's rows")
         layout, k = self.token_layout, tokens.shape[1]
         first = starts - 1
         begin = cache.prefix_length + layout.offset(first)

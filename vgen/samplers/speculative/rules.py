@@ -44,6 +44,11 @@ def pick_rows(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     return x[torch.arange(x.shape[0], device=x.device), at]
 
 
+def written(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``buffer`` with ``[b, index[b, i]] = values[b, i]`` where ``mask[b, i]`` (a new tensor): a pass's commit."""
+    return buffer.scatter(1, index, torch.where(mask, values, buffer.gather(1, index)))
+
+
 def normalized_residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """``norm(max(0, target - q))`` [..., V]; where that is all zero (target == q, so rejection had probability
     zero), the target itself."""

@@ -70,6 +70,7 @@ from vgen.samplers.speculative.drafters import (
     reads_are_free,
 )
 from vgen.samplers.speculative.lantern import LANTERN_MODES, check_lantern_budget
+from vgen.samplers.speculative.planner import DEVICE_NODE_COST, BranchPlanner
 from vgen.samplers.speculative.rules import (
     AcceptanceRule,
     accept_drafts,
@@ -77,7 +78,9 @@ from vgen.samplers.speculative.rules import (
     build_rule,
     recover,
     window_accepted_length,
+    written,
 )
+from vgen.samplers.speculative.tree_pass import tree_step
 
 # a drafter's step returns what its next step reads, which a replayed CUDA graph would overwrite
 DRAFTING_MODES = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
@@ -88,6 +91,7 @@ MAX_LANTERN_LAMBDA = MAX_VOCAB
 # GSD compares squared distances between rows of the model's input embedding table: rows 4096 wide with entries in
 # [-2, 2] lie at most 16 * 4096 = 2**16 apart, so a larger threshold groups no more tokens
 MAX_GSD_DISTANCE = 2**16
+MAX_CANDIDATES = 8  # per window position: the catch of a 5th alternative is already a few percent
 
 
 @register_sampler
@@ -121,12 +125,21 @@ class Speculative(Sampler):
     gsd_p_threshold: float = option(0.15, "GSD probability threshold of a group", at_least=0, at_most=1)
     gsd_dist_threshold: float = option(0.5, "GSD latent-distance threshold of a group", at_least=0,
                                        at_most=MAX_GSD_DISTANCE)
+    candidates: int = option(1, "candidates judged per window position: more than 1 verifies a draft tree with "
+                                "alternatives where the planner expects them to pay (exact rule, Jacobi or "
+                                "neighbour drafts)", at_least=1, at_most=MAX_CANDIDATES)
+    branch_depth: int = option(8, "nodes on each alternative's line in a draft tree", at_least=1, at_most=MAX_TOKENS)
+    node_cost: float = option(0.0, "a draft tree node's cost in one-token passes, which the planner weighs against "
+                                   "the tokens a branch is expected to add", at_least=0, at_most=1,
+                              note="0 = the device's default")
     compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:
         check_options(self)
         check_compile(self.compile)
         check_lantern_budget(self.lantern_mode, self.lantern_delta)
+        if self.candidates > 1:
+            check_tree_options(self)
 
     def resolve_drafter(self, draft_head: nn.Module | None) -> str:
         """The drafter this run uses: ``auto`` becomes ``head`` when there is a draft head, else ``jacobi``."""
@@ -158,7 +171,9 @@ class Speculative(Sampler):
         drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head, static=mode is not None,
                                                                         compile=drafting, fuse=fuse))
         rows = len(batch_cond)
-        cache = take_static_cache(model, rows, extra=length) if graphs else model.new_cache(rows, extra=length)
+        planner = tree_planner(self, length, device) if self.candidates > 1 else None
+        room = length if planner is None else planner.max_nodes(length)
+        cache = take_static_cache(model, rows, extra=room) if graphs else model.new_cache(rows, extra=room)
         verify = verify_pass if mode is None else compile_step(verify_pass, mode, config)
         verify_drafting = compile_step(verify_and_draft, mode, config) if fuse else None
         # with a compiled pass on a device whose values cost a wait, the host asks whether every row is done only
@@ -195,6 +210,12 @@ class Speculative(Sampler):
                         break
                 drafts, q = drafter.propose(tokens, pos, length - 1, generator)
                 uniforms = pass_uniforms(batch, length, params.greedy, generator, device)
+                if planner is not None:
+                    tokens, steps, pos, passes, produced_by_pass[run] = tree_step(
+                        model, params, planner, drafter, tokens, steps, pos, passes, drafts, q, cache, uniforms,
+                        drafter.stride, generator)
+                    run += 1
+                    continue
                 draft_step = drafter.pass_step(pos, length, generator) if fuse else None
                 if graphs:
                     torch.compiler.cudagraph_mark_step_begin()
@@ -220,8 +241,26 @@ class Speculative(Sampler):
                              wall_time_s=time.perf_counter() - start_time, batch_size=batch,
                              draft_forward_passes=drafter.forward_passes,
                              accepted_lengths=produced[produced >= 0].tolist(), accept_step=steps[:, :n].cpu(),
-                             details={**self.to_dict(), "drafter": drafter_name, "window": length})
+                             details={**self.to_dict(), "drafter": drafter_name, "window": length,
+                                      **(planner.summary() if planner is not None else {})})
         return SampleOutput(tokens=tokens[:, :n].clone(), stats=stats)
+
+
+def check_tree_options(options: Speculative) -> None:
+    """A draft tree (``candidates`` > 1) is judged by the exact rule over Jacobi or neighbour drafts, eagerly."""
+    if options.accept != "exact":
+        raise ValueError(f"candidates > 1 verifies a draft tree with the exact rule; accept={options.accept!r} "
+                         "judges one draft per position")
+    if options.drafter not in ("jacobi", "neighbour"):
+        raise ValueError(f"candidates > 1 takes Jacobi or neighbour drafts, not drafter={options.drafter!r}")
+    if compile_mode(options.compile) is not None:
+        raise ValueError("candidates > 1 runs its tree passes eagerly; compile them with candidates=1")
+
+
+def tree_planner(options: Speculative, length: int, device: torch.device) -> BranchPlanner:
+    """The run's branch planner: ``node_cost`` from the options, else the device's default."""
+    cost = options.node_cost or DEVICE_NODE_COST.get(device.type, DEVICE_NODE_COST["cuda"])
+    return BranchPlanner(options.candidates - 1, options.branch_depth, cost)
 
 
 def pass_uniforms(batch: int, length: int, greedy: bool, generator: torch.Generator | None,
@@ -238,11 +277,6 @@ def pass_uniforms(batch: int, length: int, greedy: bool, generator: torch.Genera
     accept = torch.rand(batch, length - 1, generator=generator, device=device)
     recovery = None if greedy or length == 1 else torch.rand(batch, generator=generator, device=device)
     return proposals, accept, recovery
-
-
-def _written(buffer: torch.Tensor, index: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``buffer`` with ``[b, index[b, i]] = values[b, i]`` where ``mask[b, i]`` (a new tensor)."""
-    return buffer.scatter(1, index, torch.where(mask, values, buffer.gather(1, index)))
 
 
 def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, static: bool, needs_hidden: bool,
@@ -290,10 +324,10 @@ def verify_pass(model: nn.Module, rule: AcceptanceRule, params: SamplingParams, 
         token = torch.where(accepted < length - 1, recovered, token)
     # commit: accepted drafts, then the recovered/bonus token, with the pass that produced them
     kept = offsets[None, :-1] < accepted[:, None]
-    tokens = _written(tokens, index[:, :-1], drafts, kept)
-    steps = _written(steps, index[:, :-1], passes.expand_as(drafts), kept)
-    tokens = _written(tokens, nxt[:, None], token[:, None], emits[:, None])
-    steps = _written(steps, nxt[:, None], passes.expand(batch, 1), emits[:, None])
+    tokens = written(tokens, index[:, :-1], drafts, kept)
+    steps = written(steps, index[:, :-1], passes.expand_as(drafts), kept)
+    tokens = written(tokens, nxt[:, None], token[:, None], emits[:, None])
+    steps = written(steps, nxt[:, None], passes.expand(batch, 1), emits[:, None])
     return (tokens, steps, (nxt + emits.long()).clamp(max=n), passes, p, proposals, accepted, hidden,
             torch.where(active, accepted + emits.long(), -1))
 

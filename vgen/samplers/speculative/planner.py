@@ -1,0 +1,173 @@
+"""Which draft tree a pass verifies: branches where they are expected to pay, from what earlier passes showed.
+
+Before each pass the planner reads, for every draft column of the window, the entropy of its carried law (a fresh
+column, with a one-hot law, has a bucket of its own) and three online tables, each a running mean over the
+positions earlier passes judged, started from a prior worth a few observations:
+
+- ``kept[h]``: how often a carried draft in entropy bucket ``h`` was accepted;
+- ``catch[h, s]``: at a rejected carried draft, how often the committed token was the carried law's ``s``-th
+  alternative (counted whether or not the pass had that branch, so the table learns about branches it never built);
+- ``line``: how often a draft on a caught alternative's line (the chain's draft in a new context) was accepted.
+
+A branch's worth is the expected tokens it adds to a pass (the chance the walk reaches its column, is rejected
+there, and the alternative catches, times the tokens down its line); a pass's cost grows by ``node_cost`` one-token
+passes per node. Alternatives are added best first, while tokens per unit of cost still grow. The plan depends
+only on earlier passes, so it leaves the output law alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from vgen.samplers.speculative.tree_pass import Branch, TreeLayout, line_heads
+
+ENTROPY_EDGES = (0.01, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # nats; the last bucket holds fresh (one-hot) columns
+PRIOR_WEIGHT = 8.0  # pseudo-observations behind each prior
+# carried drafts were kept 74% of the time on the embedded image models, alternatives from the top of the carried law
+# caught about a third of the rejections at k = 3 (docs/samplers.md); a caught line's drafts are a guess
+PRIOR_KEPT, PRIOR_CATCH, PRIOR_NEIGHBOUR, PRIOR_LINE = 0.74, (0.2, 0.12, 0.06, 0.04), 0.15, 0.5
+DEVICE_NODE_COST = {"cpu": 0.05, "cuda": 0.004}  # one more node, in one-token passes, where not measured
+
+
+def entropy_buckets(q: torch.Tensor) -> torch.Tensor:
+    """The bucket [B, J] of each carried law ``q`` [B, J, V]; one-hot (fresh) laws take the last one."""
+    entropy = -(q * q.clamp_min(1e-30).log()).sum(-1)
+    fresh = q.amax(-1) >= 1.0
+    bucket = torch.bucketize(entropy, torch.tensor(ENTROPY_EDGES, dtype=entropy.dtype, device=q.device))
+    return torch.where(fresh, len(ENTROPY_EDGES) + 1, bucket)
+
+
+@dataclass
+class RunningMean:
+    """Successes and trials per cell, from a prior of ``PRIOR_WEIGHT`` trials."""
+
+    hits: torch.Tensor
+    trials: torch.Tensor
+
+    @classmethod
+    def prior(cls, mean: torch.Tensor) -> RunningMean:
+        mean = mean.double()
+        return cls(mean * PRIOR_WEIGHT, torch.full_like(mean, PRIOR_WEIGHT))
+
+    def mean(self) -> torch.Tensor:
+        return self.hits / self.trials
+
+    def add(self, index: tuple[torch.Tensor, ...], hits: torch.Tensor) -> None:
+        self.hits.index_put_(index, hits.double(), accumulate=True)
+        self.trials.index_put_(index, torch.ones_like(hits, dtype=torch.float64), accumulate=True)
+
+
+class BranchPlanner:
+    """Plans each pass's branches (module docstring): at most ``max_alternatives`` a column, lines ``line_depth``
+    nodes deep, a node costing ``node_cost`` one-token passes."""
+
+    def __init__(self, max_alternatives: int, line_depth: int, node_cost: float) -> None:
+        buckets = len(ENTROPY_EDGES) + 2
+        self.max_alternatives, self.line_depth, self.node_cost = max_alternatives, line_depth, node_cost
+        self.kept = RunningMean.prior(torch.full((buckets,), PRIOR_KEPT))
+        catch = torch.tensor((PRIOR_CATCH * max_alternatives)[:max_alternatives], dtype=torch.float64)
+        self.catch = RunningMean.prior(catch.expand(buckets, -1).clone())
+        # a fresh column's one alternative is its grid neighbour's token, which caught less often than the carried
+        # law's top in the same measurements
+        self.catch.hits[-1] = 0.0
+        self.catch.hits[-1, 0] = PRIOR_NEIGHBOUR * PRIOR_WEIGHT
+        self.line = RunningMean.prior(torch.tensor(PRIOR_LINE))
+        self.passes = self.nodes = self.catches = 0  # passes observed, their nodes, rows that took an alternative
+
+    @staticmethod
+    def buckets(q: torch.Tensor) -> torch.Tensor:
+        """The table bucket of each column's carried law (:func:`entropy_buckets`)."""
+        return entropy_buckets(q)
+
+    def plan(self, buckets: torch.Tensor, live: torch.Tensor) -> tuple[Branch, ...]:
+        """The branches of the next pass for columns in ``buckets`` [B, J] (host tensor) of rows ``live`` [B, J]
+        (a column inside a running row's image)."""
+        if self.max_alternatives == 0 or buckets.shape[1] == 0 or not bool(live.any()):
+            return ()
+        rows = live.any(1)
+        buckets, live = buckets[rows], live[rows]
+        columns = buckets.shape[1]
+        kept = torch.where(live, self.kept.mean()[buckets], 0.0)  # [R, J]
+        reach = torch.cumprod(torch.cat([torch.ones_like(kept[:, :1]), kept[:, :-1]], 1), 1)
+        catch = torch.where(live[..., None], self.catch.mean()[buckets], 0.0)  # [R, J, S]
+        line_kept = float(self.line.mean())
+        lengths = [min(self.line_depth, columns - j) for j in range(columns)]
+        line_tokens = torch.tensor([sum(line_kept ** t for t in range(d)) for d in lengths], dtype=torch.float64)
+        # expected gain of each column's s-th alternative, averaged over the rows that share the tree
+        gain = (reach * (1 - kept))[..., None] * catch * line_tokens[None, :, None]
+        gain = gain.mean(0)  # [J, S]
+        tokens = float((reach * kept).sum(1).mean()) + 1.0  # the chain's expected tokens a pass
+        nodes = columns + 1
+        taken = [0] * columns
+        while True:
+            best, best_ratio = None, 0.0
+            for j in range(columns):
+                s = taken[j]
+                if s < self.max_alternatives and float(gain[j, s]) / lengths[j] > best_ratio:
+                    best, best_ratio = j, float(gain[j, s]) / lengths[j]
+            if best is None:
+                break
+            more, extra = float(gain[best, taken[best]]), lengths[best]
+            if (tokens + more) / self.cost(nodes + extra) <= tokens / self.cost(nodes):
+                break
+            tokens, nodes, taken[best] = tokens + more, nodes + extra, taken[best] + 1
+        return tuple(Branch(j, s, self.line_depth) for j, s in enumerate(taken) if s)
+
+    def summary(self) -> dict[str, float]:
+        """What the run's trees were: nodes a pass, and the share of row-passes that took an alternative."""
+        return {"tree_nodes_per_pass": self.nodes / max(self.passes, 1),
+                "caught_per_pass": self.catches / max(self.passes, 1)}
+
+    def max_nodes(self, length: int) -> int:
+        """The most nodes a tree over a window of ``length`` holds (the cache's room past the last token): every
+        column with all its alternatives, each line cut at the window's end."""
+        return length + self.max_alternatives * sum(min(self.line_depth, length - 1 - j) for j in range(length - 1))
+
+    def cost(self, nodes: int) -> float:
+        """A pass over ``nodes`` in one-token passes."""
+        return 1.0 + self.node_cost * (nodes - 1)
+
+    def observe(self, layout: TreeLayout, buckets: torch.Tensor, live: torch.Tensor, path: torch.Tensor,
+                accepted: torch.Tensor, judged_stop: torch.Tensor, committed: torch.Tensor,
+                alternatives: torch.Tensor, alternative_valid: torch.Tensor) -> None:
+        """Update the tables from one pass (host tensors): the columns' ``buckets`` and ``live`` [B, J], the walked
+        ``path`` [B, L], ``accepted`` [B], whether the stop node's children were judged [B], the tokens committed
+        at the window's columns [B, J], and the carried laws' alternatives and their validity [B, J, S]."""
+        columns = buckets.shape[1]
+        self.passes, self.nodes = self.passes + 1, self.nodes + layout.shape.size
+        if columns == 0:
+            return
+        batch = torch.arange(path.shape[0])
+        depth = torch.arange(1, columns + 1)
+        on_chain = path[:, 1:columns + 1] == depth[None]  # [B, J]
+        judged = (depth[None] - 1 < accepted[:, None]) | ((depth[None] - 1 == accepted[:, None])
+                                                          & judged_stop[:, None])
+        judged &= live
+        # the first column where the walk left the chain (a caught rejection) or stopped on it
+        left = torch.where(~on_chain, depth[None] - 1, columns).amin(1)
+        first_off = torch.minimum(left, accepted)
+        chain_judged = judged & (depth[None] - 1 <= first_off[:, None])
+        chain_kept = on_chain & (depth[None] - 1 < accepted[:, None])
+        self.kept.add((buckets[chain_judged],), chain_kept[chain_judged])
+        # the catch at the first rejected carried draft, whether or not its branch was built
+        at = first_off.clamp(max=columns - 1)
+        rejected = chain_judged[batch, at] & ~chain_kept[batch, at]
+        if bool(rejected.any()):
+            rows = batch[rejected]
+            alts, ok = alternatives[rows, at[rows]], alternative_valid[rows, at[rows]]
+            hits = (alts == committed[rows, at[rows]][:, None]) & ok
+            ranks = torch.arange(alts.shape[1])
+            self.catch.add((buckets[rows, at[rows]][:, None].expand_as(hits), ranks[None].expand_as(hits)), hits)
+        # drafts on a caught line: kept up to the stop, the stop's child rejected if judged
+        heads = line_heads(layout)
+        on_line = (heads[path[:, 1:columns + 1].clamp(min=0)] >= 0) & (path[:, 1:columns + 1] >= 0)
+        self.catches += int(on_line.any(1).sum())
+        continuation = on_line & (path[:, 1:columns + 1] != heads[path[:, 1:columns + 1].clamp(min=0)])
+        line_kept = int((continuation & judged).sum())
+        stopped_on_line = judged_stop & on_line[batch, (accepted - 1).clamp(min=0, max=columns - 1)] & (accepted > 0)
+        trials = line_kept + int(stopped_on_line.sum())
+        if trials:
+            self.line.hits += line_kept
+            self.line.trials += trials
