@@ -17,6 +17,8 @@ SAMPLING = [o for o in declared_options([SamplingParams]) if o.kind is int]
 EXPENSIVE_UPPER = {"head_steps", "draft_steps"}
 # edges a sampler refuses by design, by (sampler order, option): continuous tokens have no vocabulary to filter
 REFUSED = {("continuous", "top_k"): "top-k"}
+# values above 1 a preset refuses when it is configured, by (sampler, option): a draft tree takes the exact rule
+REFUSED_ABOVE_ONE = {("lantern", "candidates"): "exact rule", ("gsd", "candidates"): "exact rule"}
 
 
 def edges(o: DeclaredOption) -> list[int]:
@@ -66,6 +68,10 @@ def models(pipelines, tiny_nar_factory, tiny_nbp_factory):
 def test_an_integer_option_at_its_edge_samples_or_is_refused_by_name(models, name, option, value) -> None:
     sampler_options = {option: value} if option not in {o.name for o in SAMPLING} else {}
     sampling = {"cfg_scale": 2.0, **({option: value} if not sampler_options else {})}
+    if (name, option) in REFUSED_ABOVE_ONE and value > 1:
+        with pytest.raises(ValueError, match=REFUSED_ABOVE_ONE[name, option]):
+            get_sampler(name, **sampler_options)
+        return
     sampler = get_sampler(name, **sampler_options)
     model, inputs = models[sampler.token_order]
     classes = torch.tensor([0, 2])

@@ -64,9 +64,7 @@ class Verification:
     ``probs`` [B, L, V] and ``proposals`` [B, L]: the target's processed distributions for tokens
     ``pos + j`` and one draw from each; ``hidden`` [B, L, dim]: the target's final hidden states (only when the
     drafter asked for them); ``tokens`` [B, N + L]: the sequence after the pass (room past N for drafts);
-    ``drafts`` [B, L - 1] and ``draft_probs`` [B, L - 1, V]: what was verified; ``generator``: the run's;
-    ``reached`` [B]: the last window position ``probs`` holds a law for, where a tree pass's line ends before the
-    window does (None: all of them).
+    ``drafts`` [B, L - 1] and ``draft_probs`` [B, L - 1, V]: what was verified; ``generator``: the run's.
     """
 
     pos: torch.Tensor
@@ -78,7 +76,6 @@ class Verification:
     drafts: torch.Tensor
     draft_probs: torch.Tensor
     generator: torch.Generator | None = None
-    reached: torch.Tensor | None = None
 
 
 class Drafter(ABC):
@@ -230,9 +227,6 @@ class JacobiDrafter(Drafter):
         else:  # the other couplings (their draws made eagerly), or the prefill's single position (not compiled)
             carry = self.carry if result.drafts.shape[1] > 0 else carry_drafts
             self.carried = carry(self.refresh(result), result.probs, result.accepted)
-        if result.reached is not None:  # a tree pass's line ended early: carry only what it reached
-            tokens, probs, count = self.carried
-            self.carried = (tokens, probs, torch.minimum(count, (result.reached - result.accepted).clamp(min=0)))
 
 
 def copy_sources(index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor, init: str, stride: int,

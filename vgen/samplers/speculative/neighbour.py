@@ -99,16 +99,9 @@ class NeighbourDrafter(JacobiDrafter):
         batch, length, vocab = result.probs.shape
         if self.probs is None:
             self.probs = result.probs.new_zeros(batch, self.ring, vocab)
-        columns = torch.arange(length, device=result.pos.device)
-        slots = (result.pos[:, None] + columns) % self.ring
-        probs, reached = result.probs, result.pos + length
-        if result.reached is not None:  # a tree pass: only the columns its line reached
-            old = self.probs.gather(1, slots[..., None].expand(-1, -1, vocab))
-            probs = torch.where((columns[None] <= result.reached[:, None])[..., None], probs, old)
-            reached = result.pos + result.reached + 1
-            reached = reached if self.reached is None else torch.maximum(self.reached, reached)
-        self.probs.scatter_(1, slots[..., None].expand(-1, -1, vocab), probs)
-        self.reached = reached
+        slots = (result.pos[:, None] + torch.arange(length, device=result.pos.device)) % self.ring
+        self.probs.scatter_(1, slots[..., None].expand(-1, -1, vocab), result.probs)
+        self.reached = result.pos + length
 
 
 def build_neighbour_drafter(options: object, model: nn.Module, context: DraftContext) -> NeighbourDrafter:

@@ -10,8 +10,9 @@ positions earlier passes judged, started from a prior worth a few observations:
 - ``line``: how often a draft on a caught alternative's line (the chain's draft in a new context) was accepted.
 
 A branch's worth is the expected tokens it adds to a pass (the chance the walk reaches its column, is rejected
-there, and the alternative catches, times the tokens down its line); a pass's cost grows by ``node_cost`` one-token
-passes per node. Alternatives are added best first, while tokens per unit of cost still grow. The plan depends
+there, and the alternative catches, times the tokens down its line); a pass of T nodes costs
+``1 + node_cost * max(0, T - free_nodes)`` one-token passes: on a GPU a pass costs about one step up to a width
+(``free_nodes``), then grows; on a CPU it grows from the first node. Alternatives are added best first, while tokens per unit of cost still grow. The plan depends
 only on earlier passes, so it leaves the output law alone.
 """
 
@@ -21,14 +22,17 @@ from dataclasses import dataclass
 
 import torch
 
-from vgen.samplers.speculative.tree_pass import Branch, TreeLayout, line_heads
+from vgen.samplers.speculative.tree_pass import Branch, TreeLayout, draft_alternatives, line_heads, tree_layout
 
 ENTROPY_EDGES = (0.01, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # nats; the last bucket holds fresh (one-hot) columns
 PRIOR_WEIGHT = 8.0  # pseudo-observations behind each prior
-# carried drafts were kept 74% of the time on the embedded image models, alternatives from the top of the carried law
-# caught about a third of the rejections at k = 3 (docs/samplers.md); a caught line's drafts are a guess
-PRIOR_KEPT, PRIOR_CATCH, PRIOR_NEIGHBOUR, PRIOR_LINE = 0.74, (0.2, 0.12, 0.06, 0.04), 0.15, 0.5
-DEVICE_NODE_COST = {"cpu": 0.05, "cuda": 0.004}  # one more node, in one-token passes, where not measured
+# on the embedded image models (docs/samplers.md): carried drafts were kept 74% of the time; the carried law's next
+# tokens caught about a third of the rejections at k = 3, the neighbour's token less; a caught line's drafts were kept
+# 77-80% of the time (shapes-c2i, window 32)
+PRIOR_KEPT, PRIOR_CATCH, PRIOR_NEIGHBOUR, PRIOR_LINE = 0.74, (0.2, 0.12, 0.06, 0.04), 0.15, 0.78
+# (node_cost, free_nodes) where not measured: shapes-c2i's k-token pass on this project's CPU (1.6 steps at 16 tokens,
+# 2.35 at 32); a GPU's pass is about one step wide up to a hundred-odd tokens (benchmarks/tree_speed.py measures it)
+DEVICE_PASS_COST = {"cpu": (0.05, 1), "cuda": (0.004, 128)}
 
 
 def entropy_buckets(q: torch.Tensor) -> torch.Tensor:
@@ -37,6 +41,23 @@ def entropy_buckets(q: torch.Tensor) -> torch.Tensor:
     fresh = q.amax(-1) >= 1.0
     bucket = torch.bucketize(entropy, torch.tensor(ENTROPY_EDGES, dtype=entropy.dtype, device=q.device))
     return torch.where(fresh, len(ENTROPY_EDGES) + 1, bucket)
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """One pass's tree (``layout``; no branches: the single-draft pass) and what the planner learns from after it:
+    the columns' table buckets and whether each lies inside a running row's image [B, J], the alternatives and
+    their validity [B, J, S]."""
+
+    layout: TreeLayout
+    buckets: torch.Tensor
+    live: torch.Tensor
+    alternatives: torch.Tensor
+    alternative_valid: torch.Tensor
+
+    @property
+    def branched(self) -> bool:
+        return self.layout.shape.size > self.live.shape[1] + 1
 
 
 @dataclass
@@ -61,11 +82,12 @@ class RunningMean:
 
 class BranchPlanner:
     """Plans each pass's branches (module docstring): at most ``max_alternatives`` a column, lines ``line_depth``
-    nodes deep, a node costing ``node_cost`` one-token passes."""
+    nodes deep, a pass costing ``1 + node_cost * max(0, T - free_nodes)`` one-token passes at T nodes."""
 
-    def __init__(self, max_alternatives: int, line_depth: int, node_cost: float) -> None:
+    def __init__(self, max_alternatives: int, line_depth: int, node_cost: float, free_nodes: int = 1) -> None:
         buckets = len(ENTROPY_EDGES) + 2
-        self.max_alternatives, self.line_depth, self.node_cost = max_alternatives, line_depth, node_cost
+        self.max_alternatives, self.line_depth = max_alternatives, line_depth
+        self.node_cost, self.free_nodes = node_cost, free_nodes
         self.kept = RunningMean.prior(torch.full((buckets,), PRIOR_KEPT))
         catch = torch.tensor((PRIOR_CATCH * max_alternatives)[:max_alternatives], dtype=torch.float64)
         self.catch = RunningMean.prior(catch.expand(buckets, -1).clone())
@@ -76,10 +98,15 @@ class BranchPlanner:
         self.line = RunningMean.prior(torch.tensor(PRIOR_LINE))
         self.passes = self.nodes = self.catches = 0  # passes observed, their nodes, rows that took an alternative
 
-    @staticmethod
-    def buckets(q: torch.Tensor) -> torch.Tensor:
-        """The table bucket of each column's carried law (:func:`entropy_buckets`)."""
-        return entropy_buckets(q)
+    def prepare(self, q: torch.Tensor, drafts: torch.Tensor, tokens: torch.Tensor, pos: torch.Tensor, stride: int,
+                num_tokens: int) -> PassPlan:
+        """The plan of a pass over the drafts [B, J] with laws ``q`` of windows at ``pos`` (``stride``: the grid's
+        step to a token's neighbour, for :func:`draft_alternatives`; ``num_tokens``: the image's length)."""
+        alternatives, valid = draft_alternatives(q, drafts, tokens, pos, stride, self.max_alternatives)
+        live = pos[:, None] + torch.arange(drafts.shape[1], device=pos.device) < num_tokens
+        buckets = entropy_buckets(q).cpu()
+        layout = tree_layout(drafts.shape[1] + 1, self.plan(buckets, live.cpu()))
+        return PassPlan(layout, buckets, live.cpu(), alternatives, valid)
 
     def plan(self, buckets: torch.Tensor, live: torch.Tensor) -> tuple[Branch, ...]:
         """The branches of the next pass for columns in ``buckets`` [B, J] (host tensor) of rows ``live`` [B, J]
@@ -127,14 +154,33 @@ class BranchPlanner:
 
     def cost(self, nodes: int) -> float:
         """A pass over ``nodes`` in one-token passes."""
-        return 1.0 + self.node_cost * (nodes - 1)
+        return 1.0 + self.node_cost * max(0, nodes - self.free_nodes)
 
-    def observe(self, layout: TreeLayout, buckets: torch.Tensor, live: torch.Tensor, path: torch.Tensor,
-                accepted: torch.Tensor, judged_stop: torch.Tensor, committed: torch.Tensor,
-                alternatives: torch.Tensor, alternative_valid: torch.Tensor) -> None:
-        """Update the tables from one pass (host tensors): the columns' ``buckets`` and ``live`` [B, J], the walked
-        ``path`` [B, L], ``accepted`` [B], whether the stop node's children were judged [B], the tokens committed
-        at the window's columns [B, J], and the carried laws' alternatives and their validity [B, J, S]."""
+    def learn(self, plan: PassPlan, pos: torch.Tensor, tokens: torch.Tensor, accepted: torch.Tensor,
+              path: torch.Tensor | None = None, judged_stop: torch.Tensor | None = None) -> None:
+        """:meth:`observe` a pass at ``pos`` that left ``tokens`` and ``accepted``; without ``path`` (and
+        ``judged_stop``) the pass was the chain's: a path along it, its stop's child judged where it lies inside the
+        image."""
+        columns = plan.live.shape[1]
+        if columns == 0:  # a window of one token: nothing drafted, nothing to learn
+            self.passes, self.nodes = self.passes + 1, self.nodes + 1
+            return
+        index = pos[:, None] + torch.arange(columns, device=pos.device)
+        committed = tokens.gather(1, index.clamp(max=tokens.shape[1] - 1))
+        if path is None:
+            depth = torch.arange(columns + 1, device=pos.device)
+            path = torch.where(depth[None] <= accepted[:, None], depth[None], -1)
+            inside = plan.live.to(pos.device).gather(1, accepted.clamp(max=max(columns - 1, 0))[:, None])[:, 0]
+            judged_stop = (accepted < columns) & inside
+        self.observe(plan, path.cpu(), accepted.cpu(), judged_stop.cpu(), committed.cpu())
+
+    def observe(self, plan: PassPlan, path: torch.Tensor, accepted: torch.Tensor, judged_stop: torch.Tensor,
+                committed: torch.Tensor) -> None:
+        """Update the tables from the pass ``plan`` planned: the walked ``path`` [B, L] (node per depth, -1 past the
+        stop), ``accepted`` [B], whether the stop node's children were judged [B] and the tokens committed at the
+        window's columns [B, J] (host tensors)."""
+        layout, buckets, live = plan.layout, plan.buckets, plan.live
+        alternatives, alternative_valid = plan.alternatives.cpu(), plan.alternative_valid.cpu()
         columns = buckets.shape[1]
         self.passes, self.nodes = self.passes + 1, self.nodes + layout.shape.size
         if columns == 0:

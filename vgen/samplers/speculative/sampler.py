@@ -70,7 +70,7 @@ from vgen.samplers.speculative.drafters import (
     reads_are_free,
 )
 from vgen.samplers.speculative.lantern import LANTERN_MODES, check_lantern_budget
-from vgen.samplers.speculative.planner import DEVICE_NODE_COST, BranchPlanner
+from vgen.samplers.speculative.planner import DEVICE_PASS_COST, BranchPlanner
 from vgen.samplers.speculative.rules import (
     AcceptanceRule,
     accept_drafts,
@@ -129,9 +129,11 @@ class Speculative(Sampler):
                                 "alternatives where the planner expects them to pay (exact rule, Jacobi or "
                                 "neighbour drafts)", at_least=1, at_most=MAX_CANDIDATES)
     branch_depth: int = option(8, "nodes on each alternative's line in a draft tree", at_least=1, at_most=MAX_TOKENS)
-    node_cost: float = option(0.0, "a draft tree node's cost in one-token passes, which the planner weighs against "
-                                   "the tokens a branch is expected to add", at_least=0, at_most=1,
-                              note="0 = the device's default")
+    node_cost: float = option(0.0, "what one more draft tree node adds to a pass's cost, in one-token passes (the "
+                                   "planner weighs it against the tokens a branch is expected to add)", at_least=0,
+                              at_most=1, note="0 = the device's default")
+    free_nodes: int = option(0, "draft tree nodes a pass holds at about one step's cost", at_least=0,
+                             at_most=MAX_TOKENS, note="0 = the device's default")
     compile: bool | str = option(False, COMPILE_HELP)
 
     def __post_init__(self) -> None:
@@ -210,10 +212,13 @@ class Speculative(Sampler):
                         break
                 drafts, q = drafter.propose(tokens, pos, length - 1, generator)
                 uniforms = pass_uniforms(batch, length, params.greedy, generator, device)
-                if planner is not None:
-                    tokens, steps, pos, passes, produced_by_pass[run] = tree_step(
-                        model, params, planner, drafter, tokens, steps, pos, passes, drafts, q, cache, uniforms,
-                        drafter.stride, generator)
+                plan = None if planner is None else planner.prepare(q, drafts, tokens, pos, drafter.stride, n)
+                if plan is not None and plan.branched:
+                    tokens, steps, next_pos, passes, produced_by_pass[run], accepted, path, judged = tree_step(
+                        model, params, plan, drafter, tokens, steps, pos, passes, drafts, q, cache, uniforms,
+                        generator)
+                    planner.learn(plan, pos, tokens, accepted, path, judged)
+                    pos = next_pos
                     run += 1
                     continue
                 draft_step = drafter.pass_step(pos, length, generator) if fuse else None
@@ -230,6 +235,8 @@ class Speculative(Sampler):
                 tokens, steps, next_pos, passes, p, proposals, accepted, hidden, produced_by_pass[run] = out
                 if draft_step is None:
                     drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens, drafts, q, generator))
+                if plan is not None:
+                    planner.learn(plan, pos, tokens, accepted)
                 pos = next_pos
                 run += 1
         if graphs:
@@ -258,9 +265,10 @@ def check_tree_options(options: Speculative) -> None:
 
 
 def tree_planner(options: Speculative, length: int, device: torch.device) -> BranchPlanner:
-    """The run's branch planner: ``node_cost`` from the options, else the device's default."""
-    cost = options.node_cost or DEVICE_NODE_COST.get(device.type, DEVICE_NODE_COST["cuda"])
-    return BranchPlanner(options.candidates - 1, options.branch_depth, cost)
+    """The run's branch planner: the pass cost from the options, else the device's default."""
+    node_cost, free_nodes = DEVICE_PASS_COST.get(device.type, DEVICE_PASS_COST["cuda"])
+    return BranchPlanner(options.candidates - 1, options.branch_depth, options.node_cost or node_cost,
+                         options.free_nodes or free_nodes)
 
 
 def pass_uniforms(batch: int, length: int, greedy: bool, generator: torch.Generator | None,
@@ -361,6 +369,23 @@ class MCSJD(Speculative):
                                   "initialisation")
     draft_init: str = "vertical"
     draft_coupling: str = "gumbel"
+
+
+@register_sampler
+@dataclass(frozen=True)
+class MCSJDTree(MCSJD):
+    """MC-SJD with draft trees: at the window columns where the planner expects a catch, the carried law's next
+    tokens (or the grid neighbour's) are verified beside the carried draft in the same pass, each followed by the
+    chain's later drafts, under recursive rejection sampling; lossless. The planner weighs a branch's expected
+    tokens against the pass's cost (``node_cost`` and ``free_nodes``, per device): on a GPU it branches wherever
+    alternatives catch; on a CPU, where nodes cost nearly as much as window positions, it is ``mcsjd`` at window 32
+    with few branches or none (docs/samplers.md)."""
+
+    name: ClassVar[str] = "mcsjd-tree"
+    description: ClassVar[str] = ("MC-SJD with draft trees: alternatives where they are expected to pay, verified in "
+                                  "one pass by recursive rejection sampling")
+    window: int = 32
+    candidates: int = 3
 
 
 @register_sampler

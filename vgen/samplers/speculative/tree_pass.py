@@ -20,7 +20,7 @@ alternative's context. The accepted line's keys and values are moved to their se
 
 :class:`BranchPlanner` picks the tree before each pass from the entropy of each column's carried law and online
 tables of how often carried drafts are kept and alternatives catch a rejection, adding a branch only while the
-expected tokens per pass grow faster than the pass's cost (``node_cost``: one more node's cost in one-token passes).
+expected tokens per pass grow faster than the pass's cost (in one-token passes, per node past a free width).
 On a CPU, where nodes cost almost as much as window positions, it adds few or none; on a GPU, where a pass costs
 about the same up to a width, it branches at every column where alternatives catch.
 """
@@ -43,7 +43,7 @@ from vgen.samplers.speculative.rules import written
 from vgen.samplers.speculative.tree import TreeShape
 
 if TYPE_CHECKING:  # the planner reads this module's layouts
-    from vgen.samplers.speculative.planner import BranchPlanner
+    from vgen.samplers.speculative.planner import PassPlan
 
 @dataclass(frozen=True)
 class Branch:
@@ -164,14 +164,14 @@ def descents(shape: TreeShape, length: int) -> torch.Tensor:
 
 
 def preferred_line(shape: TreeShape, path: torch.Tensor, accepted: torch.Tensor, stop: torch.Tensor,
-                   length: int) -> tuple[torch.Tensor, torch.Tensor]:
+                   length: int) -> torch.Tensor:
     """The nodes [B, length] whose laws a row's next window reads: the walked path, then the stop node's line of
-    first children; -1 past its end. Also the last column that line reaches [B]."""
+    first children, then, past that line's end, the chain's nodes (laws in the chain's context: the same guesses a
+    single-draft pass carries after a rejection)."""
     below = descents(shape, length).to(path.device)[stop]
     columns = torch.arange(length, device=path.device)
     line = torch.where(columns[None] <= accepted[:, None], path[:, :length], below)
-    reached = torch.where(line >= 0, columns[None], -1).amax(1)
-    return line, reached
+    return torch.where(line >= 0, line, columns[None])
 
 
 def verify_tree_pass(model: nn.Module, params: SamplingParams, layout: TreeLayout, tokens: torch.Tensor,
@@ -185,8 +185,7 @@ def verify_tree_pass(model: nn.Module, params: SamplingParams, layout: TreeLayou
     ``uniforms`` are a single-draft pass's (:func:`pass_uniforms`: proposals [B, L], acceptance [B, L - 1] for the
     chain's nodes, recovery [B]); ``tree_uniforms`` [B, T - L] judge the branch nodes. With no branches the pass is
     the single-draft pass with the exact rule, draw for draw. Returns ``verify_pass``'s tuple (with the target's
-    laws and proposals along each row's :func:`preferred_line`), then that line, the columns reached, the path and
-    each node's validity."""
+    laws and proposals along each row's :func:`preferred_line`), then the walked path and each node's validity."""
     n, batch, length = model.num_tokens, drafts.shape[0], drafts.shape[1] + 1
     shape = layout.shape
     active = pos < n
@@ -204,7 +203,7 @@ def verify_tree_pass(model: nn.Module, params: SamplingParams, layout: TreeLayou
     judge = torch.cat([torch.zeros_like(accept_uniforms[:, :1]), accept_uniforms, tree_uniforms], dim=1)
     accept = tree_accept_probs(shape, p, node_tokens, node_q, valid)
     path, accepted, stop = tree_walk(shape, accept, judge, valid)
-    line, reached = preferred_line(shape, path, accepted, stop, length)
+    line = preferred_line(shape, path, accepted, stop, length)
     line_p = p.gather(1, line.clamp(min=0)[..., None].expand(-1, -1, p.shape[-1]))
     proposals = (line_p.argmax(-1) if proposal_uniforms is None
                  else inverse_cdf(line_p, proposal_uniforms, torch.float32))
@@ -226,7 +225,7 @@ def verify_tree_pass(model: nn.Module, params: SamplingParams, layout: TreeLayou
     steps = written(steps, nxt[:, None], passes.expand(batch, 1), emits[:, None])
     commit_path(model, cache, pos, path, depth, params.guided)
     return (tokens, steps, (nxt + emits.long()).clamp(max=n), passes, line_p, proposals, accepted, None,
-            torch.where(active, accepted + emits.long(), -1), line, reached, path, valid)
+            torch.where(active, accepted + emits.long(), -1), path, valid)
 
 
 def commit_path(model: nn.Module, cache: KVCache, pos: torch.Tensor, path: torch.Tensor, depth: torch.Tensor,
@@ -244,28 +243,21 @@ def commit_path(model: nn.Module, cache: KVCache, pos: torch.Tensor, path: torch
     cache.move_slots(src, dst, move)
 
 
-def tree_step(model: nn.Module, params: SamplingParams, planner: BranchPlanner, drafter: Drafter,
-              tokens: torch.Tensor, steps: torch.Tensor, pos: torch.Tensor, passes: torch.Tensor, drafts: torch.Tensor,
-              q: torch.Tensor, cache: KVCache, uniforms: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None],
-              stride: int, generator: torch.Generator | None) -> tuple:
-    """One pass of a tree run: plan the branches for the drafts ``drafts`` and laws ``q`` (the drafter's
-    proposal) with :func:`draft_alternatives` (``stride``: the grid's step to a token's neighbour), verify the tree,
-    tell the drafter and the planner. Returns the new tokens, steps, pos, pass count and
-    the tokens each row produced (-1: the row was done)."""
-    n, batch, length = model.num_tokens, drafts.shape[0], drafts.shape[1] + 1
-    alts, alternative_valid = draft_alternatives(q, drafts, tokens, pos, stride, planner.max_alternatives)
-    live = pos[:, None] + torch.arange(length - 1, device=pos.device) < n
-    buckets = planner.buckets(q)
-    layout = tree_layout(length, planner.plan(buckets.cpu(), live.cpu()))
-    tree_uniforms = torch.rand(batch, layout.shape.size - length, generator=generator, device=pos.device)
-    out = verify_tree_pass(model, params, layout, tokens, steps, pos, passes, drafts, q, cache, uniforms,
-                           tree_uniforms, alts, alternative_valid)
-    tokens, steps, next_pos, passes, line_p, proposals, accepted, _, produced, _, reached, path, valid = out
-    drafter.observe(Verification(pos, accepted, line_p, proposals, None, tokens, drafts, q, generator, reached))
-    children = layout.shape.children().to(pos.device)[path.gather(1, accepted[:, None])[:, 0]]
+def tree_step(model: nn.Module, params: SamplingParams, plan: PassPlan, drafter: Drafter, tokens: torch.Tensor,
+              steps: torch.Tensor, pos: torch.Tensor, passes: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor,
+              cache: KVCache, uniforms: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None],
+              generator: torch.Generator | None) -> tuple:
+    """One tree pass of a planned run (``plan`` from :meth:`BranchPlanner.prepare` for the drafts ``drafts`` and
+    laws ``q``): verify the tree, tell the drafter. Returns the new tokens, steps, pos, pass count, the tokens each
+    row produced (-1: the row was done), the accepted lengths, the walked path and whether each row's stop node had
+    children judged."""
+    batch, length = drafts.shape[0], drafts.shape[1] + 1
+    shape = plan.layout.shape
+    tree_uniforms = torch.rand(batch, shape.size - length, generator=generator, device=pos.device)
+    out = verify_tree_pass(model, params, plan.layout, tokens, steps, pos, passes, drafts, q, cache, uniforms,
+                           tree_uniforms, plan.alternatives, plan.alternative_valid)
+    tokens, steps, next_pos, passes, line_p, proposals, accepted, _, produced, path, valid = out
+    drafter.observe(Verification(pos, accepted, line_p, proposals, None, tokens, drafts, q, generator))
+    children = shape.children().to(pos.device)[path.gather(1, accepted[:, None])[:, 0]]
     judged_stop = ((children >= 0) & valid.gather(1, children.clamp(min=0))).any(1)
-    committed = tokens.gather(1, (pos[:, None] + torch.arange(length - 1, device=pos.device)).clamp(
-        max=tokens.shape[1] - 1))
-    planner.observe(layout, buckets.cpu(), live.cpu(), path.cpu(), accepted.cpu(), judged_stop.cpu(),
-                    committed.cpu(), alts.cpu(), alternative_valid.cpu())
-    return tokens, steps, next_pos, passes, produced
+    return tokens, steps, next_pos, passes, produced, accepted, path, judged_stop

@@ -1,0 +1,70 @@
+"""The branch planner: alternatives come from the carried law (else the grid neighbour), branches are built where
+their expected tokens outweigh their nodes' cost, and the tables learn from every pass, branched or not."""
+
+import torch
+import torch.nn.functional as F
+
+from vgen.samplers.speculative.planner import ENTROPY_EDGES, BranchPlanner, entropy_buckets
+from vgen.samplers.speculative.tree_pass import Branch, draft_alternatives, tree_layout
+
+FRESH = len(ENTROPY_EDGES) + 1
+
+
+def test_alternatives_are_the_carried_laws_next_tokens_else_the_neighbours_token() -> None:
+    """Window at token 5 of a 4-wide grid, two drafts: column 0 carries a law with two other tokens; column 1 is
+    fresh (one-hot), so its one alternative is the token above (token 2, committed), and only where it differs."""
+    q = torch.stack([torch.tensor([0.5, 0.3, 0.2, 0.0, 0.0]), F.one_hot(torch.tensor(4), 5).float()])[None]
+    drafts = torch.tensor([[0, 4]])
+    tokens = torch.tensor([[1, 1, 3, 1, 1, 0, 0, 0]])
+    alts, valid = draft_alternatives(q, drafts, tokens, torch.tensor([5]), stride=4, count=2)
+    assert alts[0, 0].tolist() == [1, 2] and valid[0, 0].tolist() == [True, True]
+    assert alts[0, 1, 0] == 3 and valid[0, 1].tolist() == [True, False]
+    q[0, 1] = F.one_hot(torch.tensor(3), 5).float()
+    same = draft_alternatives(q, torch.tensor([[0, 3]]), tokens, torch.tensor([5]), stride=4, count=2)[1]
+    assert not same[0, 1].any()  # the neighbour's token is the draft itself
+
+
+def test_buckets_sort_carried_laws_by_entropy_and_fresh_ones_apart() -> None:
+    q = torch.tensor([[[0.999, 0.001, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3], [0.0, 1.0, 0.0]]])
+    assert entropy_buckets(q).tolist() == [[0, 3, 4, FRESH]]  # 0.008, 0.69 and 1.10 nats
+
+
+def test_expensive_nodes_get_no_branches_and_cheap_ones_get_the_early_columns() -> None:
+    buckets = torch.full((1, 31), 4)  # carried laws of about 1 nat
+    live = torch.ones(1, 31, dtype=torch.bool)
+    assert BranchPlanner(2, 8, node_cost=0.05).plan(buckets, live) == ()  # a CPU's cost
+    branches = BranchPlanner(2, 8, node_cost=0.004, free_nodes=128).plan(buckets, live)  # a GPU's
+    columns = [b.column for b in branches]
+    assert columns[0] == 0 and columns == sorted(columns) and all(b.alternatives <= 2 for b in branches)
+    # the walk rarely reaches the window's far end, so the far columns are left alone
+    assert len(columns) > 4 and max(columns) < 20
+
+
+def test_columns_past_the_image_get_no_branches() -> None:
+    live = torch.zeros(1, 6, dtype=torch.bool)
+    live[0, :2] = True
+    branches = BranchPlanner(2, 4, node_cost=1e-4).plan(torch.full((1, 6), 4), live)
+    assert branches and {b.column for b in branches} <= {0, 1}
+
+
+def test_the_tables_learn_the_catch_of_branches_never_built() -> None:
+    """A chain pass: the carried draft of column 0 is rejected and the target commits the carried law's second
+    token, the planner's first alternative there: a catch, although the pass had no branch."""
+    planner = BranchPlanner(2, 4, node_cost=1.0)
+    q = torch.tensor([[[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]]])
+    drafts, tokens, pos = torch.tensor([[0, 3]]), torch.zeros(1, 8, dtype=torch.long), torch.tensor([1])
+    plan = planner.prepare(q, drafts, tokens, pos, stride=2, num_tokens=6)
+    assert not plan.branched
+    bucket = int(plan.buckets[0, 0])
+    before = planner.catch.mean()[bucket].clone()
+    tokens[0, 1] = 1  # the pass committed token 1 at column 0 (accepted 0 drafts)
+    planner.learn(plan, pos, tokens, torch.tensor([0]))
+    after = planner.catch.mean()[bucket]
+    assert after[0] > before[0] and after[1] < before[1]
+    assert planner.kept.trials[bucket] == planner.kept.trials[bucket - 1] + 1  # one judged carried draft
+
+
+def test_a_layouts_lines_follow_the_chain() -> None:
+    layout = tree_layout(4, (Branch(0, 1, 3),))
+    assert layout.shape.parent.tolist() == [-1, 0, 1, 2, 0, 4, 5]
+    assert layout.column.tolist() == [-1, 0, 1, 2, 0, 1, 2]
