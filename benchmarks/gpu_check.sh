@@ -13,14 +13,19 @@
 # mcsjd / lantern on random LlamaGen-T2I GPT-XL and Janus-Pro-1B sized models, bf16, batch 1 and 8, tables in
 # $OUT/t2i_speed.json and .md), t2i_mllm (the same script on random Emu3-Gen and Lumina-mGPT-7B sized models, the
 # two with fixed tokens among their codes: bf16, batch 1 and 4, their first T2I_MLLM_ROWS rows of codes (6; "" for
-# all), with the peak memory of each; tables in $OUT/t2i_mllm/) and t2i_tests (the text-to-image parity tests;
-# benchmarks/gpu_check_t2i.sh runs the three). Each step writes $OUT/<step>.log and a line to $OUT/summary.log; a failing or timed-out step does not
+# all), with the peak memory of each; tables in $OUT/t2i_mllm/), t2i_tests (the text-to-image parity tests;
+# benchmarks/gpu_check_t2i.sh runs the three) and tree (benchmarks/tree_speed.py: the cost curve of a draft-tree
+# forward and the planner's pass cost fitted to it, nodes free up to its knee and node cost past it, then compiled AR
+# and MC-SJD against the tree sampler at that pass cost and at node cost 0.001, bf16, batch 1 and 8, on the embedded default and a random LlamaGen-T2I GPT-XL; tables in $OUT/tree_speed/,
+# rewritten after each measurement; its compilations take most of the budget: run it alone).
+# Each step writes $OUT/<step>.log and a line to $OUT/summary.log; a failing or timed-out step does not
 # stop the others. Every step has its own time limit and the whole run keeps within BUDGET_S seconds (steps that
 # would start too late are skipped, and say so).
 # Environment: PYTHON (python3), OUT (gpu_check_out), BUDGET_S (540), GPU_TEST_WORKERS (4, pytest-xdist workers
 # when xdist imports; 0 runs the tests in one process), T2I_TEST_WORKERS (8, the same for t2i_tests, which run on
 # the CPU), T2I_SPEED_ARGS (more arguments of t2i_speed, e.g. "--tiny --device cpu" for a dry run), COMPILED_ARGS
-# (more arguments of both compiled_speed runs, e.g. "--gpt-model tiny --device cpu" for a dry run). Exit status:
+# (more arguments of both compiled_speed runs, e.g. "--gpt-model tiny --device cpu" for a dry run), TREE_SPEED_ARGS
+# (more arguments of tree_speed, e.g. "--tiny --device cpu --compile-mode none" for a dry run). Exit status:
 # the number of step commands that did not pass.
 set -u
 
@@ -179,14 +184,20 @@ step_t2i_mllm() {
         --models emu3-gen lumina-mgpt-7b ${rows:+--rows "$rows"} --out "$OUT/t2i_mllm" ${T2I_SPEED_ARGS:-}
 }
 
+step_tree() {
+    # shellcheck disable=SC2086
+    run 540 "$PYTHON" benchmarks/tree_speed.py --device cuda --dtype bf16 --batch-sizes 1 8 \
+        --models shapes-c2i llamagen-t2i --out "$OUT/tree_speed" ${TREE_SPEED_ARGS:-}
+}
+
 ALL=(env tests kernels speculative ar)
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=("${ALL[@]}")
 for STEP in "${STEPS[@]}"; do
     case "$STEP" in
-        env | tests | kernels | speculative | ar | extra | compiled | t2i_speed | t2i_mllm | t2i_tests) ;;
+        env | tests | kernels | speculative | ar | extra | compiled | t2i_speed | t2i_mllm | t2i_tests | tree) ;;
         *)
-            echo "unknown step '$STEP'; steps: ${ALL[*]} extra compiled t2i_speed t2i_mllm t2i_tests" >&2
+            echo "unknown step '$STEP'; steps: ${ALL[*]} extra compiled t2i_speed t2i_mllm t2i_tests tree" >&2
             exit 99
             ;;
     esac

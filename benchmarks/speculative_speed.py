@@ -34,28 +34,32 @@ from vgen.eval.bench import (
 from vgen.pipelines import default_sampler
 from vgen.samplers import SamplingParams
 from vgen.samplers.options import merge_settings
+from vgen.samplers.speculative.tree import TreeShape
 
 
 @torch.no_grad()
-def window_cost(model, window: int, batch: int, repeats: int = 20) -> float:
-    """Median over interleaved pairs of (time of a ``window``-token forward / time of a 1-token forward), both at
-    slot N/2 of a cache of ``batch`` rows (CFG rows included); interleaving cancels drifts in machine load. On a
-    GPU each forward is timed to its end (synchronised)."""
+def window_cost(model, window: int | TreeShape, batch: int, repeats: int = 20) -> float:
+    """Median over interleaved pairs of (time of a forward over ``window`` / time of a 1-token forward), both at
+    slot N/2 of a cache of ``batch`` rows (CFG rows included); interleaving cancels drifts in machine load. ``window``
+    is a number of tokens in a line, or a draft tree (a :class:`TreeShape`: one forward over its nodes, each seeing
+    its ancestors). On a GPU each forward is timed to its end (synchronised)."""
     device = next(model.parameters()).device
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
-    cache = model.new_cache(batch, extra=window)
+    tree = window if isinstance(window, TreeShape) else None
+    size = window.size if tree is not None else window
+    cache = model.new_cache(batch, extra=size)
     start = torch.full((batch,), model.num_tokens // 2, device=device)
 
-    def timed(k: int) -> float:
+    def timed(k: int, shape: TreeShape | None = None) -> float:
         tokens = torch.zeros(batch, k, dtype=torch.long, device=device)
         sync()
         t = time.perf_counter()
-        model.decode_rows(tokens, start, cache)
+        model.decode_rows(tokens, start, cache, **({} if shape is None else {"tree": shape}))
         sync()
         return time.perf_counter() - t
 
-    timed(1), timed(window)  # warm-up
-    return statistics.median(timed(window) / timed(1) for _ in range(repeats))
+    timed(1), timed(size, tree)  # warm-up
+    return statistics.median(timed(size, tree) / timed(1) for _ in range(repeats))
 
 
 def main() -> None:

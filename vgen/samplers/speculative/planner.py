@@ -12,8 +12,8 @@ positions earlier passes judged, started from a prior worth a few observations:
 A branch's worth is the expected tokens it adds to a pass (the chance the walk reaches its column, is rejected
 there, and the alternative catches, times the tokens down its line); a pass of T nodes costs
 ``1 + node_cost * max(0, T - free_nodes)`` one-token passes: on a GPU a pass costs about one step up to a width
-(``free_nodes``), then grows; on a CPU it grows from the first node. Alternatives are added best first, while tokens per unit of cost still grow. The plan depends
-only on earlier passes, so it leaves the output law alone.
+(``free_nodes``), then grows; on a CPU it grows from the first node. Alternatives are added best first, while tokens
+per unit of cost still grow. The plan depends only on earlier passes, so it leaves the output law alone.
 """
 
 from __future__ import annotations
