@@ -139,8 +139,10 @@ STREAM_ARGUMENTS = {
 }
 # a stream's bounds may not fit the tiny model's frames (refused by the model, not the declaration): bad values only
 STREAM_ARGUMENTS = with_declared(STREAM_ARGUMENTS, numeric(StreamConfig), good=False)
-# another setting a good value needs: LANTERN++'s lambda, above LANTERN's total-variation budget of at most 1
-NEEDS = {"lantern_delta": lambda value: {"lantern_mode": "relative"} if value > 1 else {}}
+# another setting a good value needs: LANTERN++'s lambda, above LANTERN's total-variation budget of at most 1; a
+# draft tree's exact rule, which the lossy presets replace with their own
+NEEDS = {"lantern_delta": lambda value: {"lantern_mode": "relative"} if value > 1 else {},
+         "candidates": lambda value: {"accept": "exact"} if value > 1 else {}}
 
 
 def pick(arguments: dict, rng: random.Random) -> tuple[dict, list[str]]:

@@ -215,8 +215,8 @@ def test_bad_input_is_refused(run_sampler, target, draft):
     with pytest.raises(ValueError, match="out of range"):
         run_sampler("continuous-ar", target, torch.tensor([3]), params, 0)
     discrete = LlamaGenGPT(GPTConfig(vocab_size=16, dim=32, n_layer=1, n_head=2, num_classes=3, block_size=4)).eval()
-    with pytest.raises(ValueError, match=re.escape("sampler 'cspd' does not fit LlamaGenGPT (raster tokens); "
-                                                   "samplers that do: ar, gsd, lantern, mcsjd, sjd, speculative")):
+    with pytest.raises(ValueError, match=re.escape("sampler 'cspd' does not fit LlamaGenGPT (raster tokens); samplers "
+                                                   "that do: ar, gsd, lantern, mcsjd, mcsjd-tree, sjd, speculative")):
         run_sampler("cspd", discrete, torch.tensor([0]), params, 0, draft_head=draft)
 
 

@@ -162,7 +162,8 @@ NUMERIC = [(build, o) for name, build in [*((n, lambda n=n, **kw: get_sampler(n,
            for o in declared_options([type(build())]) if o.kind in (int, float)]
 NUMERIC_IDS = [f"{type(build()).__name__}.{o.name}" for build, o in NUMERIC]
 # what another field must be for a value at a bound to be valid: LANTERN++'s lambda, retrieval from a bank
-COMPANIONS = {"lantern_delta": {"lantern_mode": "relative"}, "retrieved_blocks": {"bank_blocks": 1}}
+COMPANIONS = {"lantern_delta": {"lantern_mode": "relative"}, "retrieved_blocks": {"bank_blocks": 1},
+              "candidates": {"accept": "exact"}}  # a draft tree takes the exact rule (the lossy presets' own refuse it)
 
 
 def largest_and_above(o) -> tuple[float, float]:
