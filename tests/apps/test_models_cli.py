@@ -47,7 +47,8 @@ def test_every_embedded_model_is_listed_with_its_kind_classes_and_defaults(liste
     code, entries, _ = listed()
     assert code == 0 and list(entries) == [*available_models(), *JUDGES]
     classes = f"classes: {', '.join(CLASS_NAMES)}"
-    assert all(classes in text for name, text in entries.items() if name not in ("shapes-t2i", *JUDGES))
+    text_models = ("shapes-t2i", "shapes-t2v-stream")
+    assert all(classes in text for name, text in entries.items() if name not in (*text_models, *JUDGES))
     assert entries["shapes-t2i"].startswith("shapes-t2i: text-to-image images (64 px), next-token AR, 16x16 tokens")
     assert 'prompts, e.g. "a large blue ring on a yellow background"' in entries["shapes-t2i"]
     assert "classes" not in entries["shapes-t2i"]
@@ -66,6 +67,9 @@ def test_every_embedded_model_is_listed_with_its_kind_classes_and_defaults(liste
     assert "streaming video for `vgen stream`" in entries["shapes-blockdiff"]
     assert "defaults: steps 3, first_steps 8" in entries["shapes-blockdiff"]
     assert "cfg_scale 5.0" in entries["shapes-blockdiff-cfg"]
+    assert entries["shapes-t2v-stream"].startswith("shapes-t2v-stream: prompt-conditioned streaming video")
+    assert "prompts, e.g." in entries["shapes-t2v-stream"] and "classes" not in entries["shapes-t2v-stream"]
+    assert "cfg_scale 5.0" in entries["shapes-t2v-stream"]
 
 
 def test_a_folder_is_described_by_what_it_records(listed, tiny_pipeline_dir, tmp_path) -> None:
