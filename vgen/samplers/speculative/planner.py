@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 import torch
 
-from vgen.samplers.speculative.tree_pass import Branch, TreeLayout, draft_alternatives, line_heads, tree_layout
+from vgen.samplers.speculative.tree_pass import (
+    Branch,
+    PassPlan,
+    draft_alternatives,
+    line_heads,
+    tree_layout,
+)
 
 ENTROPY_EDGES = (0.01, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # nats; the last bucket holds fresh (one-hot) columns
 PRIOR_WEIGHT = 8.0  # pseudo-observations behind each prior
@@ -41,23 +47,6 @@ def entropy_buckets(q: torch.Tensor) -> torch.Tensor:
     fresh = q.amax(-1) >= 1.0
     bucket = torch.bucketize(entropy, torch.tensor(ENTROPY_EDGES, dtype=entropy.dtype, device=q.device))
     return torch.where(fresh, len(ENTROPY_EDGES) + 1, bucket)
-
-
-@dataclass(frozen=True)
-class PassPlan:
-    """One pass's tree (``layout``; no branches: the single-draft pass) and what the planner learns from after it:
-    the columns' table buckets and whether each lies inside a running row's image [B, J], the alternatives and
-    their validity [B, J, S]."""
-
-    layout: TreeLayout
-    buckets: torch.Tensor
-    live: torch.Tensor
-    alternatives: torch.Tensor
-    alternative_valid: torch.Tensor
-
-    @property
-    def branched(self) -> bool:
-        return self.layout.shape.size > self.live.shape[1] + 1
 
 
 @dataclass

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -42,8 +41,6 @@ from vgen.samplers.speculative.multidraft import tree_accept_probs, tree_residua
 from vgen.samplers.speculative.rules import written
 from vgen.samplers.speculative.tree import TreeShape
 
-if TYPE_CHECKING:  # the planner reads this module's layouts
-    from vgen.samplers.speculative.planner import PassPlan
 
 @dataclass(frozen=True)
 class Branch:
@@ -80,6 +77,23 @@ def tree_layout(length: int, branches: tuple[Branch, ...]) -> TreeLayout:
                 rank.append(s if c == branch.column else 0)
                 parent = len(parents) - 1
     return TreeLayout(TreeShape.from_parents(parents), torch.tensor(column), torch.tensor(rank))
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """One pass's tree (``layout``; no branches: the single-draft pass) and what the planner learns from after it:
+    the columns' table buckets and whether each lies inside a running row's image [B, J], the alternatives and
+    their validity [B, J, S]."""
+
+    layout: TreeLayout
+    buckets: torch.Tensor
+    live: torch.Tensor
+    alternatives: torch.Tensor
+    alternative_valid: torch.Tensor
+
+    @property
+    def branched(self) -> bool:
+        return self.layout.shape.size > self.live.shape[1] + 1
 
 
 def draft_alternatives(q: torch.Tensor, drafts: torch.Tensor, tokens: torch.Tensor, pos: torch.Tensor, stride: int,
