@@ -2,8 +2,9 @@
 
 A single-draft pass (:func:`~vgen.samplers.speculative.sampler.verify_pass`) ends at its first rejected draft, where
 the target commits a recovered token drawn from ``norm(max(0, p - q))``. A tree pass also lays out, at chosen
-window columns, **alternatives** to the carried draft: the carried law's next most likely tokens, each a
-deterministic candidate given the draft (its law one-hot), each followed by the chain's later drafts. One forward
+window columns, **alternatives** to the carried draft: the carried law's next most likely tokens (where that law
+has no other mass, the grid neighbour's token), each a deterministic candidate given the draft (its law one-hot),
+each followed by the chain's later drafts. One forward
 pass over the tree (:meth:`LlamaGen.decode_rows` with ``tree=``: every node at the slot after the last, rotated at
 its depth, attending to its ancestors) gives the target's law after every node, and recursive rejection sampling
 (:mod:`~vgen.samplers.speculative.multidraft`) walks it: at a node, the children are judged in turn against the
