@@ -61,7 +61,9 @@ def test_the_tables_learn_the_catch_of_branches_never_built() -> None:
     planner.learn(plan, pos, tokens, torch.tensor([0]))
     after = planner.catch.mean()[bucket]
     assert after[0] > before[0] and after[1] < before[1]
-    assert planner.kept.trials[bucket] == planner.kept.trials[bucket - 1] + 1  # one judged carried draft
+    assert planner.kept.trials.sum() == 1  # one judged carried draft, rejected
+    seen = planner.summary()
+    assert seen["carried_kept"] == 0.0 and seen["catch_by_rank"] == [1.0, 0.0] and seen["line_kept"] is None
 
 
 def test_a_layouts_lines_follow_the_chain() -> None:

@@ -71,7 +71,7 @@ def test_greedy_output_equals_greedy_ar(run_sampler, tiny_gpt_factory, monkeypat
     oracle_alternatives(monkeypatch, reference)
     caught = run_sampler(sampler, model, CLASSES, params)
     assert torch.equal(caught.tokens, reference)
-    assert caught.stats.details["caught_per_pass"] > 0
+    assert caught.stats.details["caught_share"] > 0
     assert caught.stats.forward_passes <= out.stats.forward_passes
 
 
@@ -86,7 +86,7 @@ def test_greedy_output_equals_greedy_ar_on_a_text_to_image_model(run_sampler, ti
     reference = ar(model, prompts, params)
     oracle_alternatives(monkeypatch, reference)
     out = run_sampler(get_sampler("mcsjd", window=6, candidates=3, branch_depth=4), model, prompts, params)
-    assert torch.equal(out.tokens, reference) and out.stats.details["caught_per_pass"] > 0
+    assert torch.equal(out.tokens, reference) and out.stats.details["caught_share"] > 0
 
 
 @pytest.mark.parametrize("params", [SamplingParams(), GREEDY["greedy-cfg"]], ids=["sampled", "greedy-cfg"])
@@ -116,7 +116,7 @@ def test_the_planned_tree_keeps_the_law(chi_square_p, run_sampler, tiny_gpt_fact
     sampler = get_sampler("mcsjd", window=4, candidates=3, branch_depth=2, node_cost=FREE_NODES)
     assert chi_square_p(sequence_counts(run_sampler, model, sampler, params), exact_joint(model, params)) > 1e-3
     planned = run_sampler(sampler, model, torch.tensor([1] * 64), params).stats.details
-    assert planned["tree_nodes_per_pass"] > 4 and planned["caught_per_pass"] > 0
+    assert planned["tree_nodes_per_pass"] > 4 and planned["caught_share"] > 0
 
 
 def test_the_distribution_test_catches_alternatives_that_misstate_their_law(chi_square_p, run_sampler,

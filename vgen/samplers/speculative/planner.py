@@ -51,18 +51,28 @@ def entropy_buckets(q: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class RunningMean:
-    """Successes and trials per cell, from a prior of ``PRIOR_WEIGHT`` trials."""
+    """Successes and trials seen per cell, and a prior mean worth ``PRIOR_WEIGHT`` trials that the estimate starts
+    from."""
 
+    prior_mean: torch.Tensor
     hits: torch.Tensor
     trials: torch.Tensor
 
     @classmethod
     def prior(cls, mean: torch.Tensor) -> RunningMean:
         mean = mean.double()
-        return cls(mean * PRIOR_WEIGHT, torch.full_like(mean, PRIOR_WEIGHT))
+        return cls(mean, torch.zeros_like(mean), torch.zeros_like(mean))
 
     def mean(self) -> torch.Tensor:
-        return self.hits / self.trials
+        """The estimate per cell: the prior's pseudo-trials and the trials seen together."""
+        return (self.prior_mean * PRIOR_WEIGHT + self.hits) / (PRIOR_WEIGHT + self.trials)
+
+    def seen(self, dims: tuple[int, ...] = ()) -> list[float] | float | None:
+        """The success rate of the trials seen, summed over the cells' ``dims`` (all of them: one number; None
+        where nothing was seen)."""
+        hits, trials = (self.hits.sum(dims), self.trials.sum(dims)) if dims else (self.hits.sum(), self.trials.sum())
+        rate = (hits / trials.clamp_min(1)).where(trials > 0, torch.nan).tolist()
+        return rate if isinstance(rate, list) else (None if rate != rate else rate)
 
     def add(self, index: tuple[torch.Tensor, ...], hits: torch.Tensor) -> None:
         self.hits.index_put_(index, hits.double(), accumulate=True)
@@ -79,13 +89,15 @@ class BranchPlanner:
         self.node_cost, self.free_nodes = node_cost, free_nodes
         self.kept = RunningMean.prior(torch.full((buckets,), PRIOR_KEPT))
         catch = torch.tensor((PRIOR_CATCH * max_alternatives)[:max_alternatives], dtype=torch.float64)
-        self.catch = RunningMean.prior(catch.expand(buckets, -1).clone())
         # a fresh column's one alternative is its grid neighbour's token, which caught less often than the carried
         # law's top in the same measurements
-        self.catch.hits[-1] = 0.0
-        self.catch.hits[-1, 0] = PRIOR_NEIGHBOUR * PRIOR_WEIGHT
+        catch = catch.expand(buckets, -1).clone()
+        catch[-1] = 0.0
+        catch[-1, 0] = PRIOR_NEIGHBOUR
+        self.catch = RunningMean.prior(catch)
         self.line = RunningMean.prior(torch.tensor(PRIOR_LINE))
-        self.passes = self.nodes = self.catches = 0  # passes observed, their nodes, rows that took an alternative
+        # passes observed, their nodes, their rows, and the rows that took an alternative
+        self.passes = self.nodes = self.rows = self.catches = 0
 
     def prepare(self, q: torch.Tensor, drafts: torch.Tensor, tokens: torch.Tensor, pos: torch.Tensor, stride: int,
                 num_tokens: int) -> PassPlan:
@@ -113,7 +125,7 @@ class BranchPlanner:
         line_tokens = torch.tensor([sum(line_kept ** t for t in range(d)) for d in lengths], dtype=torch.float64)
         # expected gain of each column's s-th alternative, averaged over the rows that share the tree
         gain = (reach * (1 - kept))[..., None] * catch * line_tokens[None, :, None]
-        gain = gain.mean(0)  # [J, S]
+        gain = gain.mean(0).tolist()  # [J][S]
         tokens = float((reach * kept).sum(1).mean()) + 1.0  # the chain's expected tokens a pass
         nodes = columns + 1
         taken = [0] * columns
@@ -121,20 +133,24 @@ class BranchPlanner:
             best, best_ratio = None, 0.0
             for j in range(columns):
                 s = taken[j]
-                if s < self.max_alternatives and float(gain[j, s]) / lengths[j] > best_ratio:
-                    best, best_ratio = j, float(gain[j, s]) / lengths[j]
+                if s < self.max_alternatives and gain[j][s] / lengths[j] > best_ratio:
+                    best, best_ratio = j, gain[j][s] / lengths[j]
             if best is None:
                 break
-            more, extra = float(gain[best, taken[best]]), lengths[best]
+            more, extra = gain[best][taken[best]], lengths[best]
             if (tokens + more) / self.cost(nodes + extra) <= tokens / self.cost(nodes):
                 break
             tokens, nodes, taken[best] = tokens + more, nodes + extra, taken[best] + 1
         return tuple(Branch(j, s, self.line_depth) for j, s in enumerate(taken) if s)
 
     def summary(self) -> dict[str, float]:
-        """What the run's trees were: nodes a pass, and the share of row-passes that took an alternative."""
+        """What the run's trees were: nodes a pass, the share of row-passes that took an alternative, and the tables'
+        rates over the trials seen (carried drafts kept; the committed token at a rejected carried draft being each
+        alternative rank; a caught line's drafts kept)."""
         return {"tree_nodes_per_pass": self.nodes / max(self.passes, 1),
-                "caught_per_pass": self.catches / max(self.passes, 1)}
+                "caught_share": self.catches / max(self.rows, 1),
+                "carried_kept": self.kept.seen(), "catch_by_rank": self.catch.seen((0,)),
+                "line_kept": self.line.seen()}
 
     def max_nodes(self, length: int) -> int:
         """The most nodes a tree over a window of ``length`` holds (the cache's room past the last token): every
@@ -175,6 +191,7 @@ class BranchPlanner:
         if columns == 0:
             return
         batch = torch.arange(path.shape[0])
+        self.rows += path.shape[0]
         depth = torch.arange(1, columns + 1)
         on_chain = path[:, 1:columns + 1] == depth[None]  # [B, J]
         judged = (depth[None] - 1 < accepted[:, None]) | ((depth[None] - 1 == accepted[:, None])
