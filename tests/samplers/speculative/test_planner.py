@@ -56,14 +56,30 @@ def test_the_tables_learn_the_catch_of_branches_never_built() -> None:
     plan = planner.prepare(q, drafts, tokens, pos, stride=2, num_tokens=6)
     assert not plan.branched
     bucket = int(plan.buckets[0, 0])
-    before = planner.catch.mean()[bucket].clone()
+    before = planner.catch.mean()[bucket, 0].clone()
     tokens[0, 1] = 1  # the pass committed token 1 at column 0 (accepted 0 drafts)
     planner.learn(plan, pos, tokens, torch.tensor([0]))
-    after = planner.catch.mean()[bucket]
+    after = planner.catch.mean()[bucket, 0]
     assert after[0] > before[0] and after[1] < before[1]
     assert planner.kept.trials.sum() == 1  # one judged carried draft, rejected
     seen = planner.summary()
     assert seen["carried_kept"] == 0.0 and seen["catch_by_rank"] == [1.0, 0.0] and seen["line_kept"] is None
+
+
+def test_the_kept_table_tells_the_first_column_from_later_ones() -> None:
+    """After a rejection the first column's carried law saw the rejected token one position back: passes that keep
+    every draft but the first column's teach the planner to expect rejections there, and to branch there first."""
+    planner = BranchPlanner(2, 4, node_cost=0.004, free_nodes=8)
+    q = torch.tensor([[[0.5, 0.3, 0.2, 0.0]] * 6])
+    drafts, pos = torch.zeros(1, 6, dtype=torch.long), torch.tensor([1])
+    for accepted in (0, 6, 0, 6, 0, 6, 0, 6) * 4:
+        plan = planner.prepare(q, drafts, torch.zeros(1, 16, dtype=torch.long), pos, stride=4, num_tokens=12)
+        planner.learn(plan, pos, torch.zeros(1, 16, dtype=torch.long), torch.tensor([accepted]))
+    by_column = planner.summary()["carried_kept_by_column"]
+    assert by_column[0] == 0.5 and by_column[1] == 1.0 and by_column[2] == 1.0
+    assert by_column[4] is None  # no window reached column 8
+    branches = planner.plan(plan.buckets, plan.live)
+    assert branches and branches[0].column == 0
 
 
 def test_a_layouts_lines_follow_the_chain() -> None:

@@ -9,6 +9,7 @@ import torch
 from vgen.models.conditioning import PrefixCondition
 from vgen.samplers import SamplingParams, get_sampler
 from vgen.samplers.speculative import planner as planner_module
+from vgen.samplers.speculative import sampler as sampler_module
 from vgen.samplers.speculative import tree_pass
 from vgen.samplers.speculative.tree_pass import Branch, tree_layout
 
@@ -139,10 +140,32 @@ def test_the_distribution_test_catches_alternatives_that_misstate_their_law(chi_
     assert chi_square_p(counts, exact_joint(model, params)) < 1e-6
 
 
+@pytest.mark.parametrize("params", [SamplingParams(), GREEDY["greedy-cfg"]], ids=["sampled", "greedy-cfg"])
+def test_a_compiled_run_compiles_the_passes_without_branches_and_draws_the_eager_runs_tokens(
+        run_sampler, tiny_gpt_factory, monkeypatch, params) -> None:
+    """compile=True: passes without branches take the compiled static form (the Jacobi drafter's step inside),
+    tree passes run eagerly; here without compiling, the same tokens and passes as the eager run for the seed."""
+    compiled = []
+
+    def compile_step(step, mode, config=None):
+        return lambda *args: compiled.append(step.__name__) or step(*args)
+
+    monkeypatch.setattr(sampler_module, "compile_step", compile_step)
+    model = tiny_gpt_factory(IMAGE)
+    sampler = get_sampler("mcsjd", window=8, candidates=3, branch_depth=3, node_cost=0.028, free_nodes=10)
+    eager = run_sampler(sampler, model, CLASSES, params)
+    assert compiled == []
+    static = run_sampler(get_sampler({**sampler.to_dict(), "compile": True}), model, CLASSES, params)
+    assert torch.equal(static.tokens, eager.tokens)
+    assert static.stats.accepted_lengths == eager.stats.accepted_lengths
+    trees = static.stats.details["tree_nodes_per_pass"] > 8 + 1 / static.stats.forward_passes
+    assert trees and 0 < compiled.count("verify_and_draft") < static.stats.forward_passes - 1
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(accept="lantern"), "exact rule"),
     (dict(drafter="head"), "Jacobi or neighbour drafts"),
-    (dict(compile=True), "eagerly"),
+    (dict(compile="reduce-overhead"), "CUDA graph"),
     (dict(candidates=0), "candidates must be"),
     (dict(candidates=9), "candidates must be"),
 ])

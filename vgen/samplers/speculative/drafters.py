@@ -20,8 +20,9 @@ from torch import nn
 from vgen.samplers.base import SamplingParams
 from vgen.samplers.logits import sample_probs
 from vgen.samplers.speculative.exact import ExactRule
+from vgen.samplers.speculative.motion import motion_sources
 
-DRAFT_INITS = ("random", "left", "vertical")
+DRAFT_INITS = ("random", "left", "vertical", "motion")
 DRAFT_COUPLINGS = ("none", "maximal", "gumbel")
 
 
@@ -110,9 +111,11 @@ class JacobiDrafter(Drafter):
     After a pass, the target's draws at the positions past the first rejection become the next window's drafts,
     each carrying the distribution it was drawn from. Positions the last pass did not reach are initialised
     fresh with a one-hot distribution: ``random`` (uniform over the vocabulary, SJD's default), ``left`` (repeat
-    the token to the left) or ``vertical`` (repeat the token one step back along the grid's first axis: the token
+    the token to the left), ``vertical`` (repeat the token one step back along the grid's first axis: the token
     above in an image, the same cell of the previous frame in a clip; ``left`` where there is none), which SJD
-    found to give the most acceleration on images. ``stride`` is that step in tokens (a row, or a frame).
+    found to give the most acceleration on images, or ``motion`` (in a clip, the previous frame's token under the
+    local motion that best explains the known tokens around it, :mod:`~vgen.samplers.speculative.motion`; else as
+    ``vertical``). ``stride`` is that step in tokens (a row, or a frame); ``grid`` the token grid ``motion`` reads.
 
     ``coupling`` (MC-SJD) decides how a position's draft is refreshed from its new distribution ``p`` when it held
     a draft ``x`` drawn from ``q``: ``none`` draws afresh (SJD); ``maximal`` keeps ``x`` with probability
@@ -132,13 +135,15 @@ class JacobiDrafter(Drafter):
     name = "jacobi"
 
     def __init__(self, vocab_size: int, stride: int, init: str = "random", coupling: str = "none",
-                 compile: Callable[[Callable], Callable] | None = None, fuse: bool = False) -> None:
+                 compile: Callable[[Callable], Callable] | None = None, fuse: bool = False,
+                 grid: tuple[int, ...] = ()) -> None:
         super().__init__()
         if init not in DRAFT_INITS:
             raise ValueError(f"draft_init must be one of {list(DRAFT_INITS)}, got {init!r}")
         if coupling not in DRAFT_COUPLINGS:
             raise ValueError(f"draft_coupling must be one of {list(DRAFT_COUPLINGS)}, got {coupling!r}")
         self.vocab_size, self.stride, self.init, self.coupling = vocab_size, stride, init, coupling
+        self.grid = tuple(grid)
         self.fuses = fuse and init != "random" and coupling != "maximal"
         # fused, the drafter's own steps run once a run (the first window), not worth a graph
         self.compiled = compile is not None and not self.fuses
@@ -171,7 +176,7 @@ class JacobiDrafter(Drafter):
         # a chain of fresh drafts is followed until none is left where that costs no wait (eager, on a CPU)
         early_stop = reads_are_free(device) and not self.compiled
         return self.draft(tokens, pos, carried_tokens, carried_probs, carried_count, guess, self.vocab_size,
-                          self.init, self.stride, early_stop)
+                          self.init, self.stride, early_stop, self.grid)
 
     def refresh(self, result: Verification) -> torch.Tensor:
         """New draws [B, L] from this pass's distributions, coupled with the drafts they replace."""
@@ -212,7 +217,7 @@ class JacobiDrafter(Drafter):
             return None
         noise = ((None, None, None) if self.coupling == "none"
                  else self.noise_inputs(pos, (pos.shape[0], length, self.vocab_size), generator))
-        return DraftStep(next_window, (*noise, self.vocab_size, self.init, self.stride))
+        return DraftStep(next_window, (*noise, self.vocab_size, self.init, self.stride, self.grid))
 
     def adopt(self, drafts: torch.Tensor, probs: torch.Tensor, *state: torch.Tensor | None) -> None:
         self.ready = (drafts, probs)
@@ -230,15 +235,18 @@ class JacobiDrafter(Drafter):
 
 
 def copy_sources(index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor, init: str, stride: int,
-                 early_stop: bool) -> torch.Tensor:
+                 early_stop: bool, moved: torch.Tensor | None = None) -> torch.Tensor:
     """The token each fresh draft of windows at token ``index`` [B, count] repeats: its left (``init="left"``) or
-    vertical neighbour, followed through neighbours that are fresh drafts themselves (which repeat theirs) by
-    pointer doubling, so a chain of k fresh drafts costs log2(k) vectorised rounds rather than a Python loop over
-    the window. With ``early_stop`` the rounds stop once no chain is left (a read of the values); otherwise all
-    ceil(log2(count)) + 1 rounds that a chain of at most ``count`` drafts can need are run."""
+    vertical neighbour, or where ``moved`` [B, count] holds one (>= 0) its motion source, followed through
+    neighbours that are fresh drafts themselves (which repeat theirs) by pointer doubling, so a chain of k fresh
+    drafts costs log2(k) vectorised rounds rather than a Python loop over the window. With ``early_stop`` the
+    rounds stop once no chain is left (a read of the values); otherwise all ceil(log2(count)) + 1 rounds that a
+    chain of at most ``count`` drafts can need are run."""
     source = index - 1
-    if init == "vertical":
+    if init in ("vertical", "motion"):
         source = torch.where(index >= stride, index - stride, source)
+    if moved is not None:
+        source = torch.where(moved >= 0, moved, source)
     count = index.shape[1]
     for _ in range(max(count - 1, 1).bit_length() + 1):
         rel = source - pos[:, None]  # the source's place in the window (< 0: a committed token)
@@ -251,10 +259,11 @@ def copy_sources(index: torch.Tensor, pos: torch.Tensor, fresh: torch.Tensor, in
 
 def draft_window(tokens: torch.Tensor, pos: torch.Tensor, carried_tokens: torch.Tensor, carried_probs: torch.Tensor,
                  carried_count: torch.Tensor, guess: torch.Tensor | None, vocab_size: int, init: str, stride: int,
-                 early_stop: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                 early_stop: bool, grid: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """The drafts [B, count] of tokens ``pos .. pos + count - 1`` with their distributions: the first
     ``carried_count`` of each row carried (``carried_tokens``, ``carried_probs``), the rest fresh with a one-hot
-    distribution, ``guess`` for ``init="random"``, else a repeated neighbour (:func:`copy_sources`)."""
+    distribution, ``guess`` for ``init="random"``, else a repeated neighbour (:func:`copy_sources`; ``init=
+    "motion"`` reads the committed and carried tokens on ``grid`` for each one's motion source)."""
     count = carried_tokens.shape[1]
     columns = torch.arange(count, device=pos.device)
     index = pos[:, None] + columns
@@ -263,8 +272,12 @@ def draft_window(tokens: torch.Tensor, pos: torch.Tensor, carried_tokens: torch.
         drafts = torch.where(fresh, guess, carried_tokens)
     else:
         seq = tokens.scatter(1, index, carried_tokens)
-        drafts = torch.where(fresh, seq.gather(1, copy_sources(index, pos, fresh, init, stride, early_stop)),
-                             carried_tokens)
+        moved = None
+        if init == "motion":
+            known = torch.arange(seq.shape[1], device=pos.device) < (pos + carried_count)[:, None]
+            moved = motion_sources(seq, known, index, grid)
+        sources = copy_sources(index, pos, fresh, init, stride, early_stop, moved)
+        drafts = torch.where(fresh, seq.gather(1, sources), carried_tokens)
     one_hot = (drafts[..., None] == torch.arange(vocab_size, device=pos.device)).float()
     return drafts, torch.where(fresh[..., None], one_hot, carried_probs)
 
@@ -309,8 +322,8 @@ def gumbel_carry(probs: torch.Tensor, noise: torch.Tensor, shift: torch.Tensor, 
 
 def next_window(probs: torch.Tensor, proposals: torch.Tensor, accepted: torch.Tensor, tokens: torch.Tensor,
                 pos: torch.Tensor, noise: torch.Tensor | None, shift: torch.Tensor | None,
-                uniforms: torch.Tensor | None, vocab_size: int, init: str,
-                stride: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                uniforms: torch.Tensor | None, vocab_size: int, init: str, stride: int,
+                grid: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The Jacobi drafter's :class:`DraftStep`: a pass's draws past the first rejection carried (Gumbel-coupled
     with ``noise``, ``shift`` and ``uniforms`` from :meth:`JacobiDrafter.noise_inputs`, else the target's
     ``proposals``), then the window at the rows' next ``pos`` drafted with fresh drafts repeating a neighbour;
@@ -320,7 +333,7 @@ def next_window(probs: torch.Tensor, proposals: torch.Tensor, accepted: torch.Te
     else:
         carried_tokens, carried_probs, count, noise = gumbel_carry(probs, noise, shift, uniforms, accepted)
     drafts, draft_probs = draft_window(tokens, pos, carried_tokens, carried_probs, count, None, vocab_size, init,
-                                       stride, early_stop=False)
+                                       stride, early_stop=False, grid=grid)
     return drafts, draft_probs, noise
 
 
@@ -348,4 +361,4 @@ def build_drafter(name: str, options: object, model: nn.Module, context: DraftCo
 
 register_drafter("jacobi", lambda options, model, context: JacobiDrafter(
     model.vocab_size, math.prod(model.grid[1:]), options.draft_init, options.draft_coupling, context.compile,
-    context.fuse))
+    context.fuse, tuple(model.grid)))

@@ -59,8 +59,7 @@ class NeighbourDrafter(JacobiDrafter):
 
     def __init__(self, vocab_size: int, grid: tuple[int, ...], window: int, init: str = "vertical",
                  coupling: str = "gumbel") -> None:
-        super().__init__(vocab_size, math.prod(grid[1:]), init, coupling)
-        self.grid = tuple(grid)
+        super().__init__(vocab_size, math.prod(grid[1:]), init, coupling, grid=tuple(grid))
         self.ring = max(self.stride, window)
         self.probs: torch.Tensor | None = None  # [B, ring, V]: token j's latest distribution at slot j % ring
         self.reached: torch.Tensor | None = None  # [B]: tokens 0 .. reached - 1 have one

@@ -1,11 +1,15 @@
 """Which draft tree a pass verifies: branches where they are expected to pay, from what earlier passes showed.
 
 Before each pass the planner reads, for every draft column of the window, the entropy of its carried law (a fresh
-column, with a one-hot law, has a bucket of its own) and three online tables, each a running mean over the
-positions earlier passes judged, started from a prior worth a few observations:
+column, with a one-hot law, has a bucket of its own) and how far the column lies from the window's root, and three
+online tables, each a running mean over the positions earlier passes judged, started from a prior worth a few
+observations:
 
-- ``kept[h]``: how often a carried draft in entropy bucket ``h`` was accepted;
-- ``catch[h, s]``: at a rejected carried draft, how often the committed token was the carried law's ``s``-th
+- ``kept[h, c]``: how often a carried draft in entropy bucket ``h`` at column bucket ``c`` was accepted. The column
+  matters: after a rejection the root is the recovered token, and a carried draft's law was computed with the
+  rejected one in its context, one position back at column 0, further back at later columns, so the first column
+  is kept least;
+- ``catch[h, c, s]``: at a rejected carried draft, how often the committed token was the carried law's ``s``-th
   alternative (counted whether or not the pass had that branch, so the table learns about branches it never built);
 - ``line``: how often a draft on a caught alternative's line (the chain's draft in a new context) was accepted.
 
@@ -31,6 +35,7 @@ from vgen.samplers.speculative.tree_pass import (
 )
 
 ENTROPY_EDGES = (0.01, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # nats; the last bucket holds fresh (one-hot) columns
+COLUMN_EDGES = (1, 2, 4, 8)  # window columns 0, 1, 2-3, 4-7 and 8 on: the rejected token's distance, less one
 PRIOR_WEIGHT = 8.0  # pseudo-observations behind each prior
 # on the embedded image models (docs/samplers.md): carried drafts were kept 74% of the time; the carried law's next
 # tokens caught about a third of the rejections at k = 3, the neighbour's token less; a caught line's drafts were kept
@@ -47,6 +52,11 @@ def entropy_buckets(q: torch.Tensor) -> torch.Tensor:
     fresh = q.amax(-1) >= 1.0
     bucket = torch.bucketize(entropy, torch.tensor(ENTROPY_EDGES, dtype=entropy.dtype, device=q.device))
     return torch.where(fresh, len(ENTROPY_EDGES) + 1, bucket)
+
+
+def column_buckets(columns: int) -> torch.Tensor:
+    """The bucket [columns] of each draft column of a window (:data:`COLUMN_EDGES`)."""
+    return torch.bucketize(torch.arange(columns), torch.tensor(COLUMN_EDGES), right=True)
 
 
 @dataclass
@@ -71,8 +81,10 @@ class RunningMean:
         """The success rate of the trials seen, summed over the cells' ``dims`` (all of them: one number; None
         where nothing was seen)."""
         hits, trials = (self.hits.sum(dims), self.trials.sum(dims)) if dims else (self.hits.sum(), self.trials.sum())
-        rate = (hits / trials.clamp_min(1)).where(trials > 0, torch.nan).tolist()
-        return rate if isinstance(rate, list) else (None if rate != rate else rate)
+        rate = (hits / trials.clamp_min(1)).tolist()
+        if isinstance(rate, list):
+            return [r if t > 0 else None for r, t in zip(rate, trials.tolist(), strict=True)]
+        return rate if float(trials) > 0 else None
 
     def add(self, index: tuple[torch.Tensor, ...], hits: torch.Tensor) -> None:
         self.hits.index_put_(index, hits.double(), accumulate=True)
@@ -84,16 +96,16 @@ class BranchPlanner:
     nodes deep, a pass costing ``1 + node_cost * max(0, T - free_nodes)`` one-token passes at T nodes."""
 
     def __init__(self, max_alternatives: int, line_depth: int, node_cost: float, free_nodes: int = 1) -> None:
-        buckets = len(ENTROPY_EDGES) + 2
+        buckets, columns = len(ENTROPY_EDGES) + 2, len(COLUMN_EDGES) + 1
         self.max_alternatives, self.line_depth = max_alternatives, line_depth
         self.node_cost, self.free_nodes = node_cost, free_nodes
-        self.kept = RunningMean.prior(torch.full((buckets,), PRIOR_KEPT))
+        self.kept = RunningMean.prior(torch.full((buckets, columns), PRIOR_KEPT))
         catch = torch.tensor((PRIOR_CATCH * max_alternatives)[:max_alternatives], dtype=torch.float64)
         # a fresh column's one alternative is its grid neighbour's token, which caught less often than the carried
         # law's top in the same measurements
-        catch = catch.expand(buckets, -1).clone()
+        catch = catch.expand(buckets, columns, -1).clone()
         catch[-1] = 0.0
-        catch[-1, 0] = PRIOR_NEIGHBOUR
+        catch[-1, :, 0] = PRIOR_NEIGHBOUR
         self.catch = RunningMean.prior(catch)
         self.line = RunningMean.prior(torch.tensor(PRIOR_LINE))
         # passes observed, their nodes, their rows, and the rows that took an alternative
@@ -117,9 +129,10 @@ class BranchPlanner:
         rows = live.any(1)
         buckets, live = buckets[rows], live[rows]
         columns = buckets.shape[1]
-        kept = torch.where(live, self.kept.mean()[buckets], 0.0)  # [R, J]
+        places = column_buckets(columns).expand_as(buckets)
+        kept = torch.where(live, self.kept.mean()[buckets, places], 0.0)  # [R, J]
         reach = torch.cumprod(torch.cat([torch.ones_like(kept[:, :1]), kept[:, :-1]], 1), 1)
-        catch = torch.where(live[..., None], self.catch.mean()[buckets], 0.0)  # [R, J, S]
+        catch = torch.where(live[..., None], self.catch.mean()[buckets, places], 0.0)  # [R, J, S]
         line_kept = float(self.line.mean())
         lengths = [min(self.line_depth, columns - j) for j in range(columns)]
         line_tokens = torch.tensor([sum(line_kept ** t for t in range(d)) for d in lengths], dtype=torch.float64)
@@ -145,12 +158,12 @@ class BranchPlanner:
 
     def summary(self) -> dict[str, float]:
         """What the run's trees were: nodes a pass, the share of row-passes that took an alternative, and the tables'
-        rates over the trials seen (carried drafts kept; the committed token at a rejected carried draft being each
-        alternative rank; a caught line's drafts kept)."""
+        rates over the trials seen (carried drafts kept, in all and by column bucket; the committed token at a
+        rejected carried draft being each alternative rank; a caught line's drafts kept)."""
         return {"tree_nodes_per_pass": self.nodes / max(self.passes, 1),
                 "caught_share": self.catches / max(self.rows, 1),
-                "carried_kept": self.kept.seen(), "catch_by_rank": self.catch.seen((0,)),
-                "line_kept": self.line.seen()}
+                "carried_kept": self.kept.seen(), "carried_kept_by_column": self.kept.seen((0,)),
+                "catch_by_rank": self.catch.seen((0, 1)), "line_kept": self.line.seen()}
 
     def max_nodes(self, length: int) -> int:
         """The most nodes a tree over a window of ``length`` holds (the cache's room past the last token): every
@@ -202,7 +215,8 @@ class BranchPlanner:
         first_off = torch.minimum(left, accepted)
         chain_judged = judged & (depth[None] - 1 <= first_off[:, None])
         chain_kept = on_chain & (depth[None] - 1 < accepted[:, None])
-        self.kept.add((buckets[chain_judged],), chain_kept[chain_judged])
+        places = column_buckets(columns).expand_as(buckets)
+        self.kept.add((buckets[chain_judged], places[chain_judged]), chain_kept[chain_judged])
         # the catch at the first rejected carried draft, whether or not its branch was built
         at = first_off.clamp(max=columns - 1)
         rejected = chain_judged[batch, at] & ~chain_kept[batch, at]
@@ -211,7 +225,9 @@ class BranchPlanner:
             alts, ok = alternatives[rows, at[rows]], alternative_valid[rows, at[rows]]
             hits = (alts == committed[rows, at[rows]][:, None]) & ok
             ranks = torch.arange(alts.shape[1])
-            self.catch.add((buckets[rows, at[rows]][:, None].expand_as(hits), ranks[None].expand_as(hits)), hits)
+            cells = (buckets[rows, at[rows]][:, None].expand_as(hits), places[rows, at[rows]][:, None].expand_as(hits),
+                     ranks[None].expand_as(hits))
+            self.catch.add(cells, hits)
         # drafts on a caught line: kept up to the stop, the stop's child rejected if judged
         heads = line_heads(layout)
         on_line = (heads[path[:, 1:columns + 1].clamp(min=0)] >= 0) & (path[:, 1:columns + 1] >= 0)

@@ -254,14 +254,17 @@ class Speculative(Sampler):
 
 
 def check_tree_options(options: Speculative) -> None:
-    """A draft tree (``candidates`` > 1) is judged by the exact rule over Jacobi or neighbour drafts, eagerly."""
+    """A draft tree (``candidates`` > 1) is judged by the exact rule over Jacobi or neighbour drafts; its tree
+    passes run eagerly beside compiled single-draft passes, outside CUDA graphs."""
     if options.accept != "exact":
         raise ValueError(f"candidates > 1 verifies a draft tree with the exact rule; accept={options.accept!r} "
                          "judges one draft per position")
     if options.drafter not in ("jacobi", "neighbour"):
         raise ValueError(f"candidates > 1 takes Jacobi or neighbour drafts, not drafter={options.drafter!r}")
-    if compile_mode(options.compile) is not None:
-        raise ValueError("candidates > 1 runs its tree passes eagerly; compile them with candidates=1")
+    if compile_mode(options.compile) in CUDA_GRAPH_MODES:
+        raise ValueError(f"candidates > 1 runs its tree passes eagerly, which a CUDA graph's fixed buffers do not "
+                         f"allow: compile={options.compile!r} takes candidates=1; compile=True compiles the "
+                         "passes without branches")
 
 
 def tree_planner(options: Speculative, length: int, device: torch.device) -> BranchPlanner:
