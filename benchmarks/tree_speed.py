@@ -15,10 +15,11 @@ them without one), the cost of a pass with no free width.
 
 **The sampler table** (:func:`vgen.eval.bench.run_bench`, the same images for every row, ratios against the first):
 ``ar`` compiled, ``mcsjd`` compiled at its window, and the tree sampler (``mcsjd`` with a 32-token window, 3
-candidates, lines 8 deep, eager) twice: ``tree-fit`` with the pass cost fitted at that batch (``free_nodes`` the
-knee; ``node_cost`` at least 1e-4, its floor too where no point lies past the knee: 0 would mean the device's
-default), and ``tree-free`` with node cost 0.001 (nearly free nodes, the device's free width: the step-count
-ceiling of its trees). Columns: forward passes, step compression, wall time, latency ratio against
+candidates, lines 8 deep) twice: ``tree-fit`` with the pass cost fitted at that batch (``free_nodes`` the knee;
+``node_cost`` at least 1e-4, its floor too where no point lies past the knee: 0 would mean the device's default),
+its passes without branches compiled (outside CUDA graphs: mode ``default`` where the others replay graphs) and its
+tree passes eager, and ``tree-free``, eager, with node cost 0.001 (nearly free nodes, the device's free width: the
+step-count ceiling of its trees). Columns: forward passes, step compression, wall time, latency ratio against
 compiled AR, tokens per forward, the entropy and top-1 probability of the tokens' distributions (and on
 ``shapes-c2i`` FID and class accuracy). Each row draws one untimed batch first (a compiled row its compilation).
 
@@ -61,7 +62,7 @@ from vgen.eval.bench import (
 from vgen.models.conditioning import PrefixCondition
 from vgen.pipelines import LLAMAGEN_T2I_DEFAULTS, ImagePipeline, PipelineInfo
 from vgen.samplers import SamplingParams
-from vgen.samplers.compiling import COMPILE_MODES
+from vgen.samplers.compiling import COMPILE_MODES, CUDA_GRAPH_MODES
 from vgen.samplers.speculative.tree_pass import Branch, TreeLayout, tree_layout
 
 MODELS = ("shapes-c2i", "llamagen-t2i")
@@ -170,9 +171,13 @@ def row_specs(mode: str | None, cost: tuple[float, int], extra: list[str]) -> li
     """The table's rows as ``vgen bench`` specs: compiled AR (the reference) and MC-SJD, the tree sampler at the pass
     cost ``cost`` (node cost, free nodes) and at :data:`FREE_NODE_COST`, then ``extra``."""
     compiled, suffix = ("", "") if mode is None else (f":compile={mode}", "-compiled")
+    # tree passes run eagerly, so a tree run compiles its passes without branches outside CUDA graphs
+    tree_mode = "default" if mode in CUDA_GRAPH_MODES else mode
+    tree_compiled = "" if tree_mode is None else f",compile={tree_mode}"
     tree = f"mcsjd:window={WINDOW},candidates={CANDIDATES},branch_depth={BRANCH_DEPTH},node_cost="
     return [f"ar{suffix}=ar{compiled}", f"mcsjd{suffix}=mcsjd{compiled}",
-            f"tree-fit={tree}{cost[0]},free_nodes={cost[1]}", f"tree-free={tree}{FREE_NODE_COST}", *extra]
+            f"tree-fit{suffix}={tree}{cost[0]},free_nodes={cost[1]}{tree_compiled}",
+            f"tree-free={tree}{FREE_NODE_COST}", *extra]
 
 
 def bench_batch(pipe: ImagePipeline, prompts: PromptSet | None, params: SamplingParams, batch: int,

@@ -31,6 +31,17 @@ def test_the_pass_cost_is_free_up_to_the_knee_and_grows_past_it_by_the_node_cost
     assert free["knee"] == free["free_nodes"] == 472 and free["node_cost"] is None
 
 
+def test_the_tree_row_compiles_its_passes_without_branches_outside_cuda_graphs(benchmark_module,
+                                                                             monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    row_specs = benchmark_module("tree_speed").row_specs
+    graphs = row_specs("reduce-overhead", (0.004, 128), [])
+    assert graphs[:2] == ["ar-compiled=ar:compile=reduce-overhead", "mcsjd-compiled=mcsjd:compile=reduce-overhead"]
+    assert graphs[2].startswith("tree-fit-compiled=mcsjd:") and graphs[2].endswith(",compile=default")
+    assert "compile" not in graphs[3]  # tree-free: the step-count ceiling, eager
+    assert all("compile" not in spec for spec in row_specs(None, (0.004, 128), []))
+
+
 @pytest.mark.slow
 def test_the_tree_step_writes_a_curve_and_a_table_per_model_and_batch(tmp_path) -> None:
     settings = dict(OUT=str(tmp_path / "out"), PYTHON=sys.executable, TREE_SPEED_ARGS=DRY_RUN, OMP_NUM_THREADS="1")
