@@ -101,8 +101,8 @@ def test_every_option_of_every_subcommand_has_help_and_shows_its_default() -> No
     ("sample", "--seed", "(default: 0)"),
     ("sample", "--device", "(default: cpu)"),
     ("sample", "--num-images", "(default: one per class or prompt given)"),
-    ("sample", "--window", "(in [1, 65536]; default: 16 for gsd and lantern and mcsjd and sjd and speculative, 32 "
-                           "for mcsjd-tree)"),
+    ("sample", "--window", "(in [0, 65536]; 0 = the device's: 16 on a CPU, 64 on a GPU; default: 16 for gsd and "
+                           "lantern and mcsjd and sjd and speculative, 0 for mcsjd-tree)"),
     ("sample", "--accept", "default: gsd for gsd, lantern for lantern, exact for"),
     ("stream", "--steps", "(in [1, 1000]; default: the model's recommended value, else 4)"),
     ("app", "--host", "(default: 127.0.0.1)"),

@@ -284,8 +284,8 @@ def test_a_head_for_another_model_is_refused(run_sampler, tiny_gpt_factory) -> N
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(window=0), "window must be an integer in \\[1, 65536\\]"),
-    (dict(window=2.5), "window must be an integer in \\[1, 65536\\]"),
+    (dict(window=-1), "window must be an integer in \\[0, 65536\\] \\(0 = the device's"),
+    (dict(window=2.5), "window must be an integer in \\[0, 65536\\]"),
     (dict(lantern_k=-1), "lantern_k must be an integer in \\[0, 262144\\]"),
     (dict(lantern_delta=1.5), "total-variation budget in \\[0, 1\\]"),
     (dict(lantern_mode="relative", lantern_delta=0.5), "lambda >= 1"),

@@ -162,6 +162,18 @@ def test_a_compiled_run_compiles_the_passes_without_branches_and_draws_the_eager
     assert trees and 0 < compiled.count("verify_and_draft") < static.stats.forward_passes - 1
 
 
+@pytest.mark.parametrize("drafter", ["jacobi", "neighbour"])
+def test_the_tree_preset_takes_the_devices_window(run_sampler, tiny_gpt_factory, drafter) -> None:
+    """``window=0``: 16 on a CPU (mcsjd's fastest window on this project's CPU), the drafter told the same."""
+    model = tiny_gpt_factory(IMAGE)
+    params = GREEDY["greedy-cfg"]
+    sampler = get_sampler("mcsjd-tree", drafter=drafter)
+    assert sampler.window == 0
+    out = run_sampler(sampler, model, CLASSES, params)
+    assert out.stats.details["window"] == 16 and torch.equal(out.tokens, ar(model, CLASSES, params))
+    assert max(out.stats.accepted_lengths) <= 16
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(accept="lantern"), "exact rule"),
     (dict(drafter="head"), "Jacobi or neighbour drafts"),

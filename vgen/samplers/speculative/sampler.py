@@ -27,6 +27,7 @@ the pass's graph where the drafter offers a pure step (:func:`verify_and_draft`;
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -92,6 +93,11 @@ MAX_LANTERN_LAMBDA = MAX_VOCAB
 # [-2, 2] lie at most 16 * 4096 = 2**16 apart, so a larger threshold groups no more tokens
 MAX_GSD_DISTANCE = 2**16
 MAX_CANDIDATES = 8  # per window position: the catch of a 5th alternative is already a few percent
+# window 0: the window a device's pass cost favours. On this project's CPU a pass of T tokens costs about
+# 1 + 0.05 (T - 1) steps and mcsjd's clock is best at 16; a GPU's pass costs about one step up to a hundred-odd
+# tokens, where wider windows need fewer passes (shapes-c2i: mcsjd 3.53x at 16, 4.03x at 32, 4.33x at 64; the
+# tree planned with a GPU's cost 4.40x at 32, 4.61x at 64; docs/performance.md)
+DEVICE_WINDOW = {"cpu": 16, "cuda": 64}
 
 
 @register_sampler
@@ -113,7 +119,8 @@ class Speculative(Sampler):
     drafter: str = option("jacobi", "who proposes the drafts", choices=lambda: [*available_drafters(), "auto"],
                           unknown="drafter")
     accept: str = option("exact", "acceptance rule", choices=available_rules, unknown="acceptance rule")
-    window: int = option(16, "target positions per forward pass (drafts + 1)", at_least=1, at_most=MAX_TOKENS)
+    window: int = option(16, "target positions per forward pass (drafts + 1)", at_least=0, at_most=MAX_TOKENS,
+                         note="0 = the device's: 16 on a CPU, 64 on a GPU")
     draft_init: str = option("random", "fresh Jacobi drafts", choices=DRAFT_INITS)
     draft_coupling: str = option("none", "Jacobi draft refresh (maximal or gumbel: MC-SJD)", choices=DRAFT_COUPLINGS)
     # LANTERN's run.sh uses 5-10; its script's default 1000 lost the class (see Lantern)
@@ -164,13 +171,14 @@ class Speculative(Sampler):
         rule = build_rule(self.accept, self, model, tokenizer)
         mode = self.compile_mode
         device, batch, n = cond.device, len(cond), model.num_tokens
-        length = min(self.window, max(n - 1, 1))
+        length = min(self.window or DEVICE_WINDOW.get(device.type, DEVICE_WINDOW["cuda"]), max(n - 1, 1))
         config = (self, drafter_name, length)  # the graphs of one configuration, apart from other ones'
         drafting = None if mode is None else functools.partial(compile_step, mode=DRAFTING_MODES.get(mode, mode),
                                                                config=config)
         graphs = mode in CUDA_GRAPH_MODES
         fuse = mode is not None and not graphs  # the drafter's step inside the pass's graph, where it has one
-        drafter = build_drafter(drafter_name, self, model, DraftContext(params, draft_head, static=mode is not None,
+        options = self if self.window else dataclasses.replace(self, window=length)
+        drafter = build_drafter(drafter_name, options, model, DraftContext(params, draft_head, static=mode is not None,
                                                                         compile=drafting, fuse=fuse))
         rows = len(batch_cond)
         planner = tree_planner(self, length, device) if self.candidates > 1 else None
@@ -380,14 +388,15 @@ class MCSJDTree(MCSJD):
     """MC-SJD with draft trees: at the window columns where the planner expects a catch, the carried law's next
     tokens (or the grid neighbour's) are verified beside the carried draft in the same pass, each followed by the
     chain's later drafts, under recursive rejection sampling; lossless. The planner weighs a branch's expected
-    tokens against the pass's cost (``node_cost`` and ``free_nodes``, per device): on a GPU it branches wherever
-    alternatives catch; on a CPU, where nodes cost nearly as much as window positions, it is ``mcsjd`` at window 32
-    with few branches or none (docs/samplers.md)."""
+    tokens against the pass's cost (``node_cost`` and ``free_nodes``, per device), and the window is the device's
+    (``window=0``): on a GPU a window of 64 with branches wherever alternatives catch; on a CPU, where nodes cost
+    nearly as much as window positions, ``mcsjd`` at its window of 16 with few branches or none
+    (docs/samplers.md)."""
 
     name: ClassVar[str] = "mcsjd-tree"
     description: ClassVar[str] = ("MC-SJD with draft trees: alternatives where they are expected to pay, verified in "
-                                  "one pass by recursive rejection sampling")
-    window: int = 32
+                                  "one pass by recursive rejection sampling; the device's window")
+    window: int = 0
     candidates: int = 3
 
 
