@@ -1,6 +1,7 @@
 """The branch planner: alternatives come from the carried law (else the grid neighbour), branches are built where
 their expected tokens outweigh their nodes' cost, and the tables learn from every pass, branched or not."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -80,6 +81,24 @@ def test_the_kept_table_tells_the_first_column_from_later_ones() -> None:
     assert by_column[4] is None  # no window reached column 8
     branches = planner.plan(plan.buckets, plan.live)
     assert branches and branches[0].column == 0
+
+
+def test_planning_is_skipped_while_no_branch_could_pay() -> None:
+    """The best case the priors allow (a first alternative catching a fifth of the rejections of the least-kept
+    cell, a line of 8) against the recent tokens per pass: at a CPU's cost it never pays, where a pass holds the
+    branch for free it always does, and in between short runs make a branch worth its nodes and long runs do not."""
+    cpu = BranchPlanner(2, 8, node_cost=0.05)
+    assert not cpu.pays(15) and cpu.unplanned == 1
+    assert BranchPlanner(2, 8, node_cost=0.004, free_nodes=128).pays(31)
+    middle = BranchPlanner(2, 8, node_cost=0.01)
+    middle.count(torch.tensor([1, 1, -1]))  # a hard region: one token a pass (a finished row is left out)
+    for _ in range(20):
+        middle.count(torch.tensor([1]))
+    assert middle.recent_tokens == pytest.approx(1.0, abs=0.01) and middle.pays(15)
+    for _ in range(20):
+        middle.count(torch.tensor([6, 6]))
+    assert not middle.pays(15)
+    assert middle.summary()["planned_share"] == 0.0
 
 
 def test_a_layouts_lines_follow_the_chain() -> None:

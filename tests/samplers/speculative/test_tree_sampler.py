@@ -26,6 +26,12 @@ def every_column(max_alternatives: int, line_depth: int):
     return plan
 
 
+def force_plan(monkeypatch, plan) -> None:
+    """Every pass planned by ``plan`` (in place of ``BranchPlanner.plan``), whatever the pass cost."""
+    monkeypatch.setattr(planner_module.BranchPlanner, "pays", lambda self, columns: True)
+    monkeypatch.setattr(planner_module.BranchPlanner, "plan", plan)
+
+
 def test_a_tree_lays_out_the_chain_then_each_alternatives_line() -> None:
     """A window of 5 (4 drafts); two alternatives at column 1, lines 2 deep: each alternative at depth 2 under the
     chain's node 1, followed by the chain's draft of column 2."""
@@ -62,7 +68,7 @@ def test_greedy_output_equals_greedy_ar(run_sampler, tiny_gpt_factory, monkeypat
                                         candidates) -> None:
     """Branches at every column, rows advancing apart (two classes); with the real alternatives, then with ones
     that hold AR's token, which the walk takes."""
-    monkeypatch.setattr(planner_module.BranchPlanner, "plan", every_column(candidates - 1, 3))
+    force_plan(monkeypatch, every_column(candidates - 1, 3))
     model = tiny_gpt_factory(config)
     reference = ar(model, CLASSES, params)
     sampler = get_sampler("mcsjd", window=window, candidates=candidates, branch_depth=3)
@@ -78,7 +84,7 @@ def test_greedy_output_equals_greedy_ar(run_sampler, tiny_gpt_factory, monkeypat
 
 def test_greedy_output_equals_greedy_ar_on_a_text_to_image_model(run_sampler, tiny_gpt_factory,
                                                                    monkeypatch) -> None:
-    monkeypatch.setattr(planner_module.BranchPlanner, "plan", every_column(2, 4))
+    force_plan(monkeypatch, every_column(2, 4))
     model = tiny_gpt_factory(T2I)
     g = torch.Generator().manual_seed(0)
     mask = torch.arange(T2I.cls_token_num)[None] >= T2I.cls_token_num - torch.tensor([[4], [2]])
@@ -93,7 +99,7 @@ def test_greedy_output_equals_greedy_ar_on_a_text_to_image_model(run_sampler, ti
 @pytest.mark.parametrize("params", [SamplingParams(), GREEDY["greedy-cfg"]], ids=["sampled", "greedy-cfg"])
 def test_a_tree_without_branches_is_the_single_draft_pass(run_sampler, tiny_gpt_factory, monkeypatch,
                                                           params) -> None:
-    monkeypatch.setattr(planner_module.BranchPlanner, "plan", lambda self, buckets, live: ())
+    force_plan(monkeypatch, lambda self, buckets, live: ())
     model = tiny_gpt_factory(IMAGE)
     single = run_sampler(get_sampler("mcsjd", window=8), model, CLASSES, params, seed=3)
     tree = run_sampler(get_sampler("mcsjd", window=8, candidates=3), model, CLASSES, params, seed=3)
@@ -104,7 +110,7 @@ def test_a_tree_without_branches_is_the_single_draft_pass(run_sampler, tiny_gpt_
 @pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(cfg_scale=2.0, top_k=3, temperature=0.7)],
                          ids=["plain", "cfg-topk-temp"])
 def test_the_sampled_law_is_the_models(chi_square_p, run_sampler, tiny_gpt_factory, monkeypatch, params) -> None:
-    monkeypatch.setattr(planner_module.BranchPlanner, "plan", every_column(2, 2))
+    force_plan(monkeypatch, every_column(2, 2))
     model = tiny_gpt_factory(SEQ_GPT)
     counts = sequence_counts(run_sampler, model, get_sampler("mcsjd", window=4, candidates=3, branch_depth=2), params)
     assert chi_square_p(counts, exact_joint(model, params)) > 1e-3
@@ -124,7 +130,7 @@ def test_the_distribution_test_catches_alternatives_that_misstate_their_law(chi_
                                                                            tiny_gpt_factory, monkeypatch) -> None:
     """Power check: alternatives (the carried law's top tokens, fixed given the draft) declared as draws from the
     carried law are accepted too often and fail the test the one-hot declaration passes."""
-    monkeypatch.setattr(planner_module.BranchPlanner, "plan", every_column(2, 2))
+    force_plan(monkeypatch, every_column(2, 2))
     honest = tree_pass.node_inputs
 
     def misstated(layout, root, drafts, q, alternatives, alternative_valid, draft_valid):
@@ -160,6 +166,17 @@ def test_a_compiled_run_compiles_the_passes_without_branches_and_draws_the_eager
     assert static.stats.accepted_lengths == eager.stats.accepted_lengths
     trees = static.stats.details["tree_nodes_per_pass"] > 8 + 1 / static.stats.forward_passes
     assert trees and 0 < compiled.count("verify_and_draft") < static.stats.forward_passes - 1
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), GREEDY["greedy-cfg"]], ids=["sampled", "greedy-cfg"])
+def test_at_a_cpus_pass_cost_the_tree_preset_is_mcsjd_at_the_devices_window(run_sampler, tiny_gpt_factory,
+                                                                             params) -> None:
+    """No branch pays where every node costs a twentieth of a step, so no pass is planned: mcsjd's draws."""
+    model = tiny_gpt_factory(IMAGE)
+    tree = run_sampler(get_sampler("mcsjd-tree"), model, CLASSES, params, seed=2)
+    single = run_sampler(get_sampler("mcsjd", window=16), model, CLASSES, params, seed=2)
+    assert torch.equal(tree.tokens, single.tokens) and tree.stats.forward_passes == single.stats.forward_passes
+    assert tree.stats.details["planned_share"] == 0.0
 
 
 @pytest.mark.parametrize("drafter", ["jacobi", "neighbour"])

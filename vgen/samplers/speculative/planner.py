@@ -18,6 +18,12 @@ there, and the alternative catches, times the tokens down its line); a pass of T
 ``1 + node_cost * max(0, T - free_nodes)`` one-token passes: on a GPU a pass costs about one step up to a width
 (``free_nodes``), then grows; on a CPU it grows from the first node. Alternatives are added best first, while tokens
 per unit of cost still grow. The plan depends only on earlier passes, so it leaves the output law alone.
+
+Planning costs host work on every pass (on a CPU about a millisecond, a fifth of a compiled pass), so before it the
+planner asks whether any branch could pay: the tables' most favourable case (the least-kept cell's rejection, the
+best first alternative's catch, a whole line at the line rate, the column surely reached) against the recent tokens
+per pass (a running average). Where even that does not pay, as at a CPU's cost, the pass is the single-draft pass
+without planning or learning.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ PRIOR_WEIGHT = 8.0  # pseudo-observations behind each prior
 # tokens caught about a third of the rejections at k = 3, the neighbour's token less; a caught line's drafts were kept
 # 77-80% of the time (shapes-c2i, window 32)
 PRIOR_KEPT, PRIOR_CATCH, PRIOR_NEIGHBOUR, PRIOR_LINE = 0.74, (0.2, 0.12, 0.06, 0.04), 0.15, 0.78
+RECENT_WEIGHT = 0.25  # the weight of the latest pass in the running tokens per pass
+PRIOR_TOKENS = 3.0  # tokens per pass before the first
 # (node_cost, free_nodes) where not measured: shapes-c2i's k-token pass on this project's CPU (1.6 steps at 16 tokens,
 # 2.35 at 32); a GPU's pass is about one step wide up to a hundred-odd tokens (benchmarks/tree_speed.py measures it)
 DEVICE_PASS_COST = {"cpu": (0.05, 1), "cuda": (0.004, 128)}
@@ -108,8 +116,32 @@ class BranchPlanner:
         catch[-1, :, 0] = PRIOR_NEIGHBOUR
         self.catch = RunningMean.prior(catch)
         self.line = RunningMean.prior(torch.tensor(PRIOR_LINE))
-        # passes observed, their nodes, their rows, and the rows that took an alternative
-        self.passes = self.nodes = self.rows = self.catches = 0
+        self.recent_tokens = PRIOR_TOKENS
+        # passes observed, their nodes, their rows, the rows that took an alternative, and passes left unplanned
+        self.passes = self.nodes = self.rows = self.catches = self.unplanned = 0
+
+    def pays(self, columns: int) -> bool:
+        """Whether a branch could pay in a pass over ``columns`` draft columns (module docstring); counts the pass
+        as unplanned when not."""
+        nodes, depth = columns + 1, min(self.line_depth, columns)
+        if self.max_alternatives == 0 or columns == 0:
+            return False
+        extra = self.cost(nodes + depth) - self.cost(nodes)
+        if extra <= 0:
+            return True
+        line_tokens = sum(float(self.line.mean()) ** t for t in range(depth))
+        best = float((1 - self.kept.mean()).max() * self.catch.mean()[..., 0].max()) * line_tokens
+        tokens, cost = self.recent_tokens, self.cost(nodes)
+        if (tokens + best) / (cost + extra) > tokens / cost:
+            return True
+        self.unplanned += 1
+        return False
+
+    def count(self, produced: torch.Tensor) -> None:
+        """Add a pass's tokens per row (``produced`` [B], -1 for a row that was done) to the running average."""
+        made = produced[produced >= 0]
+        if made.numel():
+            self.recent_tokens += RECENT_WEIGHT * (float(made.double().mean()) - self.recent_tokens)
 
     def prepare(self, q: torch.Tensor, drafts: torch.Tensor, tokens: torch.Tensor, pos: torch.Tensor, stride: int,
                 num_tokens: int) -> PassPlan:
@@ -157,10 +189,12 @@ class BranchPlanner:
         return tuple(Branch(j, s, self.line_depth) for j, s in enumerate(taken) if s)
 
     def summary(self) -> dict[str, float]:
-        """What the run's trees were: nodes a pass, the share of row-passes that took an alternative, and the tables'
-        rates over the trials seen (carried drafts kept, in all and by column bucket; the committed token at a
-        rejected carried draft being each alternative rank; a caught line's drafts kept)."""
-        return {"tree_nodes_per_pass": self.nodes / max(self.passes, 1),
+        """What the run's trees were: the share of passes planned, nodes a planned pass, the share of row-passes
+        that took an alternative, and the tables' rates over the trials seen (carried drafts kept, in all and by
+        column bucket; the committed token at a rejected carried draft being each alternative rank; a caught line's
+        drafts kept)."""
+        return {"planned_share": self.passes / max(self.passes + self.unplanned, 1),
+                "tree_nodes_per_pass": self.nodes / max(self.passes, 1),
                 "caught_share": self.catches / max(self.rows, 1),
                 "carried_kept": self.kept.seen(), "carried_kept_by_column": self.kept.seen((0,)),
                 "catch_by_rank": self.catch.seen((0, 1)), "line_kept": self.line.seen()}

@@ -220,12 +220,14 @@ class Speculative(Sampler):
                         break
                 drafts, q = drafter.propose(tokens, pos, length - 1, generator)
                 uniforms = pass_uniforms(batch, length, params.greedy, generator, device)
-                plan = None if planner is None else planner.prepare(q, drafts, tokens, pos, drafter.stride, n)
+                plan = (planner.prepare(q, drafts, tokens, pos, drafter.stride, n)
+                        if planner is not None and planner.pays(length - 1) else None)
                 if plan is not None and plan.branched:
                     tokens, steps, next_pos, passes, produced_by_pass[run], accepted, path, judged = tree_step(
                         model, params, plan, drafter, tokens, steps, pos, passes, drafts, q, cache, uniforms,
                         generator)
                     planner.learn(plan, pos, tokens, accepted, path, judged)
+                    planner.count(produced_by_pass[run])
                     pos = next_pos
                     run += 1
                     continue
@@ -245,6 +247,8 @@ class Speculative(Sampler):
                     drafter.observe(Verification(pos, accepted, p, proposals, hidden, tokens, drafts, q, generator))
                 if plan is not None:
                     planner.learn(plan, pos, tokens, accepted)
+                if planner is not None:
+                    planner.count(produced_by_pass[run])
                 pos = next_pos
                 run += 1
         if graphs:
