@@ -117,6 +117,8 @@ class BranchPlanner:
         self.catch = RunningMean.prior(catch)
         self.line = RunningMean.prior(torch.tensor(PRIOR_LINE))
         self.recent_tokens = PRIOR_TOKENS
+        self.best_catch: float | None = None  # the tables' best chance that a first alternative catches
+        self.line_rate = PRIOR_LINE
         # passes observed, their nodes, their rows, the rows that took an alternative, and passes left unplanned
         self.passes = self.nodes = self.rows = self.catches = self.unplanned = 0
 
@@ -129,8 +131,10 @@ class BranchPlanner:
         extra = self.cost(nodes + depth) - self.cost(nodes)
         if extra <= 0:
             return True
-        line_tokens = sum(float(self.line.mean()) ** t for t in range(depth))
-        best = float((1 - self.kept.mean()).max() * self.catch.mean()[..., 0].max()) * line_tokens
+        if self.best_catch is None:  # the tables change only when a pass is planned
+            self.best_catch = float((1 - self.kept.mean()).max() * self.catch.mean()[..., 0].max())
+            self.line_rate = float(self.line.mean())
+        best = self.best_catch * sum(self.line_rate ** t for t in range(depth))
         tokens, cost = self.recent_tokens, self.cost(nodes)
         if (tokens + best) / (cost + extra) > tokens / cost:
             return True
@@ -233,6 +237,7 @@ class BranchPlanner:
         window's columns [B, J] (host tensors)."""
         layout, buckets, live = plan.layout, plan.buckets, plan.live
         alternatives, alternative_valid = plan.alternatives.cpu(), plan.alternative_valid.cpu()
+        self.best_catch = None
         columns = buckets.shape[1]
         self.passes, self.nodes = self.passes + 1, self.nodes + layout.shape.size
         if columns == 0:
