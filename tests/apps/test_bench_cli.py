@@ -49,7 +49,7 @@ def test_default_samplers_are_every_registered_one_for_the_model(tiny_shapes_pip
 
 @pytest.mark.parametrize("args, message", [
     (["--samplers", "ar,nope"], "sampler 'nope': unknown sampler 'nope'; available: "),
-    (["--samplers", "sjd:window=0"], "window must be an integer in [1, "),
+    (["--samplers", "sjd:window=-1"], "window must be an integer in [0, "),
     (["--samplers", "sjd,sjd"], "labels must be unique; repeated: sjd"),
     (["--num-samples", "1"], "--num-samples must be in [2, 10000000], got 1"),
     (["--real", "/no/such/images"], "--real /no/such/images does not exist"),

@@ -62,7 +62,7 @@ def test_same_seed_same_grid_other_seed_differs(tiny_pipeline_dir, tmp_path, cap
     (["--out", "/no/such/dir/x.png"], "directory /no/such/dir does not exist"),
     (["--out", "grid.txt"], "unsupported file type .txt"),
     (["--dtype", "int8"], "unknown dtype"),
-    (["--sampler", "sjd", "--window", "0"], "window must be an integer in [1, 65536]"),
+    (["--sampler", "sjd", "--window", "-1"], "window must be an integer in [0, 65536]"),
     (["--sampler", "lantern", "--lantern-k", "-1"], "lantern_k must be an integer in [0, 262144]"),
     (["--sampler", "lantern", "--lantern-delta", "1.5"], "total-variation budget in [0, 1]"),
     (["--sampler", "sjd", "--drafter", "head"], "needs a draft head, and this model ships none"),

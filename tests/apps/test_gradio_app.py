@@ -147,7 +147,7 @@ def test_sampler_fields_are_passed_only_when_the_sampler_has_them_and_they_are_f
     (dict(cfg_scale="1e300"), "cfg_scale must be in [0, 100.0] (guidance only above 1), got 1e+300"),
     (dict(temperature="-inf"), "temperature must be a finite number, got '-inf'"),
     (dict(cfg_interval="-2"), "cfg_interval must be an integer in [-1, "),
-    (dict(sampler="sjd", window=0), "window must be an integer in [1, "),
+    (dict(sampler="sjd", window=-1), "window must be an integer in [0, "),
     (dict(sampler="sjd", drafter="head"), "needs a draft head"),
     (dict(gpt_ckpt="/no/such/gpt.pt", vq_ckpt="/no/such/vq.pt"), "checkpoint paths are off on this server"),
 ])
@@ -531,7 +531,7 @@ def test_the_page_sends_no_analytics_and_shows_numbers_with_their_bounds_and_the
              for name in ("top_p", "cfg_scale", "window", "number of images")}
     assert shown == {"top_p": dict(minimum=0, maximum=1, step=0.01, value=1.0),
                      "cfg_scale": dict(minimum=0, maximum=100.0, step=0.01, value=4.0),  # shapes-c2i's own
-                     "window": dict(minimum=1, maximum=65536, step=1, value=16),
+                     "window": dict(minimum=0, maximum=65536, step=1, value=16),
                      "number of images": dict(minimum=1, maximum=16, step=1, value=4)}
     assert {fields[name]["type"] for name in shown} == {"number"} and fields["class name or id"]["type"] == "textbox"
     assert fields["accept"]["type"] == "dropdown" and fields["accept"]["props"]["value"] == ""
@@ -667,8 +667,8 @@ def test_the_launch_lines_give_the_commands_flag_for_a_public_link(tmp_path, cap
 
 
 def test_live_app_shows_bad_input_and_keeps_serving(live_app, tiny_model) -> None:
-    with pytest.raises(Exception, match=r"window must be an integer in \[1, "):
-        call(live_app, model=tiny_model, window="0")
+    with pytest.raises(Exception, match=r"window must be an integer in \[0, "):
+        call(live_app, model=tiny_model, window="-1")
     with pytest.raises(Exception, match="class id 9 is out of range"):
         call(live_app, model=tiny_model, class_id=9)
     with pytest.raises(Exception, match="unknown model '/etc'"):
@@ -681,7 +681,7 @@ BAD_VALUES = {"1e400": "must be a finite number", "-1e400": "must be a finite nu
               "[1, 2]": "must be a number, got '[1, 2]'", '{"a": 1}': "must be a number", "true": "must be a number"}
 HUGE = {"class_id": "is out of range", "num_images": "must be an integer in [1, 16]",
         "seed": "must be an integer in [0, ", "cfg_scale": "cfg_scale must be in [0, 100.0]",
-        "top_k": "top_k must be an integer in [0, ", "window": "window must be an integer in [1, "}  # to 1e30
+        "top_k": "top_k must be an integer in [0, ", "window": "window must be an integer in [0, "}  # to 1e30
 
 
 @pytest.mark.parametrize("field", ["class_id", "num_images", "seed", "cfg_scale", "top_k", "window"])
@@ -718,7 +718,7 @@ def test_live_app_cuts_every_value_it_echoes(live_app, tiny_model) -> None:
 
 def test_a_refusal_is_logged_as_one_line_and_a_bug_with_its_traceback(live_app, tiny_model, caplog, capsys,
                                                                       monkeypatch) -> None:
-    bad = [dict(class_id=9), dict(window="0"), dict(model="/etc"), dict(seed="1e308"), dict(sampler="x" * 300)]
+    bad = [dict(class_id=9), dict(window="-1"), dict(model="/etc"), dict(seed="1e308"), dict(sampler="x" * 300)]
     with caplog.at_level(logging.WARNING, logger=gradio_app.__name__):
         for overrides in bad:
             with pytest.raises(gradio_client.exceptions.AppError):

@@ -79,7 +79,7 @@ def test_specs_name_a_sampler_its_overrides_and_a_label(text, expected):
     ("nope", "unknown sampler 'nope'; available: ar, "),
     ("sjd:windoww=8", r"unknown sampler 'sjd' field\(s\) \['windoww'\]"),
     ("sjd:window", "sampler 'sjd:window': bad sampler option 'window': expected key=value"),
-    ("sjd:window=0", r"window must be an integer in \[1, 65536\]"),
+    ("sjd:window=-1", r"window must be an integer in \[0, 65536\]"),
     ("sjd:window=2.5", "sampler 'sjd:window=2.5': window must be a whole number, got 2.5"),
     ("lantern:lantern_delta=wide", "sampler 'lantern:lantern_delta=wide': lantern_delta must be a number, got 'wide'"),
     ("ar:compile=sometimes", "compile must be a bool, got 'sometimes'"),
