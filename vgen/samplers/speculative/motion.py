@@ -51,11 +51,9 @@ def motion_sources(seq: torch.Tensor, known: torch.Tensor, index: torch.Tensor, 
     pc = tc[..., None] - offsets[:, 1]
     inside_before = inside[..., None] & (pr >= 0) & (pr < rows) & (pc >= 0) & (pc < cols)
     before = (f[..., None, None] - 1) * frame + pr.clamp(0, rows - 1) * cols + pc.clamp(0, cols - 1)
-    flat = lambda t: t.flatten(1)  # noqa: E731 (gather wants [B, M])
-    here_token = seq.gather(1, flat(here).clamp(min=0)).view_as(here)
-    here_known = known.gather(1, flat(here).clamp(min=0)).view_as(here) & inside
-    before_token = seq.gather(1, flat(before).clamp(min=0)).view_as(before)
-    before_known = known.gather(1, flat(before).clamp(min=0)).view_as(before) & inside_before
+    here_token, here_known = (t.gather(1, here.flatten(1).clamp(min=0)).view_as(here) for t in (seq, known))
+    before_token, before_known = (t.gather(1, before.flatten(1).clamp(min=0)).view_as(before) for t in (seq, known))
+    here_known, before_known = here_known & inside, before_known & inside_before
     matches = (here_known[..., None] & before_known & (here_token[..., None] == before_token)).sum(2)  # [B, J, K]
     best = matches.argmax(-1)  # the first of the best: the motion-free one, then the smallest motions
     sr, sc = r - offsets[best, 0], c - offsets[best, 1]
