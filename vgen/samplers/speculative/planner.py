@@ -19,8 +19,8 @@ there, and the alternative catches, times the tokens down its line); a pass of T
 (``free_nodes``), then grows; on a CPU it grows from the first node. Alternatives are added best first, while tokens
 per unit of cost still grow. The plan depends only on earlier passes, so it leaves the output law alone.
 
-Planning costs host work on every pass (on a CPU about a millisecond, a fifth of a compiled pass), so before it the
-planner asks whether any branch could pay: the tables' most favourable case (the least-kept cell's rejection, the
+Planning costs host work on every pass (on this project's CPU about 1.5 ms, a fifth of a compiled pass), so before
+it the planner asks whether any branch could pay: the tables' most favourable case (the least-kept cell's rejection, the
 best first alternative's catch, a whole line at the line rate, the column surely reached) against the recent tokens
 per pass (a running average). Where even that does not pay, as at a CPU's cost, the pass is the single-draft pass
 without planning or learning.
@@ -117,8 +117,8 @@ class BranchPlanner:
         self.catch = RunningMean.prior(catch)
         self.line = RunningMean.prior(torch.tensor(PRIOR_LINE))
         self.recent_tokens = PRIOR_TOKENS
-        self.best_catch: float | None = None  # the tables' best chance that a first alternative catches
-        self.line_rate = PRIOR_LINE
+        # the tables' best chance that a first alternative catches, and the line rate (kept until they change)
+        self.best_case: tuple[float, float] | None = None
         # passes observed, their nodes, their rows, the rows that took an alternative, and passes left unplanned
         self.passes = self.nodes = self.rows = self.catches = self.unplanned = 0
 
@@ -131,10 +131,11 @@ class BranchPlanner:
         extra = self.cost(nodes + depth) - self.cost(nodes)
         if extra <= 0:
             return True
-        if self.best_catch is None:  # the tables change only when a pass is planned
-            self.best_catch = float((1 - self.kept.mean()).max() * self.catch.mean()[..., 0].max())
-            self.line_rate = float(self.line.mean())
-        best = self.best_catch * sum(self.line_rate ** t for t in range(depth))
+        if self.best_case is None:  # the tables change only when a pass is planned
+            self.best_case = (float((1 - self.kept.mean()).max() * self.catch.mean()[..., 0].max()),
+                              float(self.line.mean()))
+        catch, line_rate = self.best_case
+        best = catch * sum(line_rate ** t for t in range(depth))
         tokens, cost = self.recent_tokens, self.cost(nodes)
         if (tokens + best) / (cost + extra) > tokens / cost:
             return True
@@ -237,7 +238,7 @@ class BranchPlanner:
         window's columns [B, J] (host tensors)."""
         layout, buckets, live = plan.layout, plan.buckets, plan.live
         alternatives, alternative_valid = plan.alternatives.cpu(), plan.alternative_valid.cpu()
-        self.best_catch = None
+        self.best_case = None
         columns = buckets.shape[1]
         self.passes, self.nodes = self.passes + 1, self.nodes + layout.shape.size
         if columns == 0:
